@@ -1,0 +1,45 @@
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "api/field_error.h"
+#include "google/protobuf/message.h"
+#include "kubetrain/v1/training_job.pb.h"
+
+namespace kubetrain::api {
+
+// Decoding user input (YAML or JSON; JSON is read as the YAML subset it is)
+// into the schema of proto/kubetrain/v1/training_job.proto.
+//
+// Names are the JSON names (camelCase). Unknown fields, unknown enum values and
+// wrong types are errors with the field path and the line/column. Nothing is
+// defaulted or validated here: see defaults.h and validation.h.
+struct DecodeResult {
+  v1::TrainingJob job;
+  std::vector<FieldError> errors;  // empty on success
+  bool ok() const { return errors.empty(); }
+};
+
+// Accepts a full TrainingJob manifest (apiVersion/kind/metadata/spec) or a bare
+// Cloud ML config.yaml (top-level `trainingInput:`, optionally `labels:` and
+// `jobId:`), which becomes spec.trainingInput of an otherwise empty job.
+// Rejects empty input, several YAML documents, non-UTF-8 bytes and YAML syntax
+// errors (with their line and column).
+DecodeResult DecodeTrainingJob(std::string_view text);
+
+// Decodes any message from YAML/JSON text with the same rules, paths starting
+// at `path_prefix`.
+std::vector<FieldError> DecodeMessage(std::string_view text, google::protobuf::Message* message,
+                                      const std::string& path_prefix = "");
+
+// Protobuf's JSON mapping: camelCase names, enums as names, int64 as strings,
+// keys in field order. `pretty` indents by two spaces.
+std::string EncodeJson(const google::protobuf::Message& message, bool pretty = false);
+
+// The same content as YAML with keys sorted, as `gcloud ... describe` prints.
+std::string EncodeYaml(const google::protobuf::Message& message);
+
+}  // namespace kubetrain::api

@@ -1,0 +1,25 @@
+#pragma once
+
+#include "kubetrain/v1/training_job.pb.h"
+
+namespace kubetrain::api {
+
+inline constexpr char kApiVersion[] = "kubetrain.io/v1";
+inline constexpr char kKind[] = "TrainingJob";
+inline constexpr char kDefaultMetricTag[] = "training/hptuning/metric";
+inline constexpr int kDefaultPort = 2222;
+inline constexpr int kDefaultBackoffLimit = 3;
+inline constexpr int64_t kDefaultMaxRunningTimeSeconds = 7 * 24 * 3600;
+
+// Fills what Cloud ML Engine and Kubeflow would fill: scale tier BASIC, the
+// tier's replica counts and machine types, goal MAXIMIZE, maxTrials 1,
+// maxParallelTrials 1, the default metric tag, maxRunningTime 7 days,
+// restartPolicy Never, backoffLimit 3, cleanPodPolicy Running, port 2222.
+// Idempotent. Call after validation has passed: defaults never hide an error.
+void ApplyDefaults(v1::TrainingJob* job);
+
+// maxFailedTrials 0 means "the service decides". kubetrain's rule: the job
+// fails once this many trials have failed. See defaults.cc for the formula.
+int EffectiveMaxFailedTrials(const v1::HyperparameterSpec& spec);
+
+}  // namespace kubetrain::api

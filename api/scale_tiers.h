@@ -1,0 +1,45 @@
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "api/roles.h"
+#include "kubetrain/v1/training_job.pb.h"
+
+namespace kubetrain::api {
+
+// What a machine type asks of the cluster. The one table of machine types is
+// in scale_tiers.cc (and documented in docs/scale-tiers.md).
+struct MachineResources {
+  std::string machine_type;
+  double cpu = 0;           // cores
+  int64_t memory_mib = 0;
+  int64_t gpus = 0;         // nvidia.com/gpu
+};
+
+std::optional<MachineResources> LookupMachineType(std::string_view machine_type);
+const std::vector<MachineResources>& MachineTypes();
+
+// Upper bound on workerCount/parameterServerCount/evaluatorCount: larger
+// values are rejected as absurd (PREMIUM_1 uses 19 workers and 11 ps).
+inline constexpr int64_t kMaxReplicasPerRole = 1000;
+
+// One role of a normalised job: how many replicas, on what machine, running
+// what.
+struct ReplicaGroup {
+  Role role;
+  int64_t count = 0;
+  MachineResources resources;
+  v1::ReplicaConfig config;  // image, command, args, accelerators
+};
+
+// The replica groups of a defaulted, valid TrainingInput, in kAllRoles order,
+// roles with no replicas left out. BASIC: 1 master; BASIC_GPU: 1 master with 1
+// GPU; STANDARD_1: 1 master, 4 workers, 3 ps; PREMIUM_1: 1 master, 19
+// workers, 11 ps; CUSTOM: from the *Type and *Count fields.
+std::vector<ReplicaGroup> ReplicaGroups(const v1::TrainingInput& input);
+
+}  // namespace kubetrain::api

@@ -1,0 +1,27 @@
+#pragma once
+
+#include <string_view>
+#include <vector>
+
+#include "api/field_error.h"
+#include "kubetrain/v1/training_job.pb.h"
+
+namespace kubetrain::api {
+
+// Checks a decoded (not yet defaulted) TrainingJob. Every error names its field
+// path, e.g. "spec.trainingInput.hyperparameters.params[1].minValue: must be >
+// 0 for UNIT_LOG_SCALE". Returns all errors, not just the first.
+std::vector<FieldError> Validate(const v1::TrainingJob& job);
+
+// Job names: Cloud ML's rule (a letter first, then letters, digits and
+// underscores, at most 128) or a DNS-1123 label (lowercase letters, digits,
+// '-', at most 63; what Kubernetes needs). Returns an empty string when valid,
+// else the reason.
+std::string ValidateJobName(std::string_view name);
+
+// The Kubernetes object name for a job name: lowercase, '_' becomes '-'.
+// "fmnist_hptuning" -> "fmnist-hptuning". Two Cloud ML names that map to the
+// same object name are the same job.
+std::string KubernetesName(std::string_view job_name);
+
+}  // namespace kubetrain::api
