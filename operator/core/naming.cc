@@ -1,0 +1,86 @@
+#include "operator/core/naming.h"
+
+#include <cstdio>
+
+#include "absl/strings/numbers.h"
+#include "api/validation.h"
+
+namespace kubetrain::core {
+namespace {
+
+// Keeps names within Kubernetes' 63-character limit: a prefix, '-', and 8 hex
+// digits of the full name's hash. The prefix never ends in '-'.
+std::string Shorten(std::string name) {
+  if (name.size() <= kMaxObjectNameLength) return name;
+  char suffix[16];
+  std::snprintf(suffix, sizeof(suffix), "%08x", static_cast<unsigned>(StableHash(name)));
+  std::string prefix = name.substr(0, kMaxObjectNameLength - 9);
+  while (!prefix.empty() && prefix.back() == '-') prefix.pop_back();
+  return prefix + "-" + suffix;
+}
+
+}  // namespace
+
+uint64_t StableHash(std::string_view text) {
+  uint64_t hash = 14695981039346656037ull;
+  for (unsigned char c : text) {
+    hash ^= c;
+    hash *= 1099511628211ull;
+  }
+  return hash;
+}
+
+std::string JobObjectName(const v1::TrainingJob& job) {
+  return api::KubernetesName(job.metadata().name());
+}
+
+std::string ReplicaName(std::string_view job_object_name, const ReplicaKey& key) {
+  if (key.trial_id.empty()) {
+    return Shorten(std::string(job_object_name) + "-" + std::string(api::RoleName(key.role)) +
+                   "-" + std::to_string(key.index));
+  }
+  return Shorten(std::string(job_object_name) + "-t" + key.trial_id + "-" +
+                 std::string(api::RoleName(key.role)) + "-" + std::to_string(key.index));
+}
+
+std::string TaskName(const ReplicaKey& key) {
+  std::string task = std::string(api::RoleName(key.role)) + "-" + std::to_string(key.index);
+  if (key.trial_id.empty()) return task;
+  return "trial " + key.trial_id + " " + task;
+}
+
+std::map<std::string, std::string> ReplicaLabels(std::string_view job_object_name,
+                                                 const ReplicaKey& key) {
+  std::map<std::string, std::string> labels = {
+      {kLabelJobName, Shorten(std::string(job_object_name))},
+      {kLabelReplicaType, std::string(api::RoleName(key.role))},
+      {kLabelReplicaIndex, std::to_string(key.index)},
+  };
+  if (!key.trial_id.empty()) labels[kLabelTrialId] = key.trial_id;
+  return labels;
+}
+
+std::optional<ReplicaKey> ReplicaKeyFromLabels(const std::map<std::string, std::string>& labels) {
+  auto type = labels.find(kLabelReplicaType);
+  auto index = labels.find(kLabelReplicaIndex);
+  if (type == labels.end() || index == labels.end()) return std::nullopt;
+  // "chief" is accepted by RoleFromName for TF_CONFIG; labels always say
+  // "master".
+  if (type->second == "chief") return std::nullopt;
+  std::optional<api::Role> role = api::RoleFromName(type->second);
+  int64_t parsed_index = 0;
+  if (!role || !absl::SimpleAtoi(index->second, &parsed_index) || parsed_index < 0) {
+    return std::nullopt;
+  }
+  ReplicaKey key;
+  key.role = *role;
+  key.index = parsed_index;
+  if (auto trial = labels.find(kLabelTrialId); trial != labels.end()) key.trial_id = trial->second;
+  return key;
+}
+
+std::string JobSelector(std::string_view job_object_name) {
+  return std::string(kLabelJobName) + "=" + Shorten(std::string(job_object_name));
+}
+
+}  // namespace kubetrain::core

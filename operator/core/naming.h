@@ -1,0 +1,67 @@
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "api/roles.h"
+#include "kubetrain/v1/training_job.pb.h"
+
+namespace kubetrain::core {
+
+// Labels every replica (pod/process) and Service of a job carries. The
+// Kubernetes backend selects on kLabelJobName; the reconciler reads the other
+// three back to know which slot an observed replica fills.
+inline constexpr char kLabelJobName[] = "kubetrain.io/job-name";
+inline constexpr char kLabelReplicaType[] = "kubetrain.io/replica-type";
+inline constexpr char kLabelReplicaIndex[] = "kubetrain.io/replica-index";
+// Absent (not empty) on replicas of a job that is not a tuning study.
+inline constexpr char kLabelTrialId[] = "kubetrain.io/trial-id";
+
+// Kubernetes object names of pods and Services must be DNS-1123 labels (at most
+// 63 characters). Longer generated names keep a readable prefix and end in a
+// hash of the full name, so they stay unique and deterministic.
+inline constexpr size_t kMaxObjectNameLength = 63;
+
+// The object-name form of the job's name: api::KubernetesName(metadata.name).
+std::string JobObjectName(const v1::TrainingJob& job);
+
+// Identifies one replica slot of a job: a role, an index within the role and,
+// for tuning studies, the trial ("" outside studies).
+struct ReplicaKey {
+  std::string trial_id;
+  api::Role role = api::Role::kMaster;
+  int64_t index = 0;
+
+  auto operator<=>(const ReplicaKey&) const = default;
+};
+
+// "<job>-<role>-<index>", or "<job>-t<trialId>-<role>-<index>" for a trial.
+// `job_object_name` is JobObjectName(job). Shortened with a hash suffix when
+// longer than kMaxObjectNameLength.
+std::string ReplicaName(std::string_view job_object_name, const ReplicaKey& key);
+
+// The task name used in messages and log prefixes: "worker-2" ("master-0"),
+// or "trial 3 worker-2" for trials.
+std::string TaskName(const ReplicaKey& key);
+
+// The four labels above for one replica. Label values longer than 63
+// characters (long job names) are shortened the same way as ReplicaName.
+std::map<std::string, std::string> ReplicaLabels(std::string_view job_object_name,
+                                                 const ReplicaKey& key);
+
+// Reads a ReplicaKey back from labels; nullopt when the role or index label is
+// missing or malformed (such objects are not the job's replicas).
+std::optional<ReplicaKey> ReplicaKeyFromLabels(const std::map<std::string, std::string>& labels);
+
+// The label selector (in Kubernetes' `labelSelector` syntax) matching every
+// replica of a job: "kubetrain.io/job-name=<job>".
+std::string JobSelector(std::string_view job_object_name);
+
+// A 64-bit FNV-1a hash of `text`: stable across builds and platforms (used for
+// name suffixes and for seeding a study's tuner from the job uid).
+uint64_t StableHash(std::string_view text);
+
+}  // namespace kubetrain::core

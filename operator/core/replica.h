@@ -1,0 +1,92 @@
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "api/roles.h"
+#include "operator/core/naming.h"
+
+namespace kubetrain::core {
+
+// What one replica asks of the machine it runs on (from the scale-tier machine
+// table, api::ReplicaGroups, plus the role's acceleratorConfig).
+struct ReplicaResources {
+  std::string machine_type;
+  double cpu = 0;  // cores
+  int64_t memory_mib = 0;
+  int64_t gpus = 0;              // nvidia.com/gpu
+  std::string accelerator_type;  // e.g. "NVIDIA_TESLA_T4"; empty when no GPU
+};
+
+// What the kubelet (or the local backend) does when the process exits, derived
+// from runPolicy.restartPolicy: Never and ExitCode leave restarts to the
+// reconciler ("Never"); OnFailure and Always restart failed containers in
+// place ("OnFailure"). A replica that exits 0 is complete and is never run
+// again under any policy: see reconciler.h.
+enum class ContainerRestartPolicy { kNever, kOnFailure };
+
+// A replica the job should have: a pod (and, on Kubernetes, a headless Service
+// of the same name) or, on the local backend, a process. Backend-neutral: the
+// Kubernetes backend renders it with kube_objects.h, the local backend spawns
+// `command` + `args` with `env` on 127.0.0.1:`port`.
+struct DesiredReplica {
+  std::string name;  // ReplicaName(job, key)
+  ReplicaKey key;
+  std::map<std::string, std::string> labels;  // ReplicaLabels(job, key)
+  // In a stable order: TF_CONFIG, CLOUD_ML_JOB_ID, CLOUD_ML_TRIAL_ID (trials),
+  // then KUBETRAIN_* (see reconciler.h for the list).
+  std::vector<std::pair<std::string, std::string>> env;
+  std::string image;  // replicaConfig.imageUri, else ReconcileOptions::default_image
+  // containerCommand when given, else {"kubetrain-runtime", "train"}.
+  std::vector<std::string> command;
+  // containerArgs when given, else trainingInput.args; then, for trials, one
+  // "--<name>=<value>" per hyperparameter; then "--job-dir", "<jobDir>[/<trialId>]"
+  // when jobDir is set.
+  std::vector<std::string> args;
+  int port = 2222;
+  ReplicaResources resources;
+  ContainerRestartPolicy restart_policy = ContainerRestartPolicy::kNever;
+
+  std::string Env(std::string_view name) const;  // "" when absent
+};
+
+// The phase of an observed replica, Kubernetes' pod phases.
+enum class ReplicaPhase { kPending, kRunning, kSucceeded, kFailed, kUnknown };
+std::string_view PhaseName(ReplicaPhase phase);
+
+// A replica as the backend sees it now (from the informer cache, or the local
+// backend's process table). Only replicas carrying the job's labels are
+// passed in; `key` comes from those labels.
+struct ObservedReplica {
+  std::string name;
+  ReplicaKey key;
+  ReplicaPhase phase = ReplicaPhase::kPending;
+  // The main container's last termination, when it has terminated (in the
+  // current run, or the previous one after an in-place restart).
+  std::optional<int> exit_code;
+  std::string termination_message;  // container message, else pod message
+  // A pod-level reason: "Evicted", "NodeLost", "OOMKilled", "Preempting"...
+  std::string reason;
+  int container_restarts = 0;  // the main container's restartCount
+  // The replica's node is unreachable (pod reason NodeLost, or the backend
+  // knows the node or process table is gone).
+  bool node_lost = false;
+  // Deletion was requested (Kubernetes deletionTimestamp set). `deletion_time`
+  // is when the grace period ends; past it the replica counts as stuck.
+  bool deletion_requested = false;
+  absl::Time deletion_time = absl::InfinitePast();
+  absl::Time created = absl::InfinitePast();
+};
+
+// A Service observed on Kubernetes (the local backend has none).
+struct ObservedService {
+  std::string name;
+  ReplicaKey key;
+};
+
+}  // namespace kubetrain::core
