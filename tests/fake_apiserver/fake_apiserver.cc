@@ -1,0 +1,1076 @@
+#include "tests/fake_apiserver/fake_apiserver.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <list>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <thread>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "tests/fake_apiserver/label_selector.h"
+
+namespace kubetrain::fake_apiserver {
+namespace {
+
+using nlohmann::json;
+
+struct ResourceInfo {
+  const char* plural;
+  const char* api_version;  // "v1" or "group/version"
+  const char* kind;
+  bool has_status;  // status subresource: main writes ignore status and vice versa
+};
+
+constexpr ResourceInfo kResources[] = {
+    {"trainingjobs", "kubetrain.io/v1", "TrainingJob", true},
+    {"pods", "v1", "Pod", true},
+    {"services", "v1", "Service", false},
+    {"events", "v1", "Event", false},
+    {"leases", "coordination.k8s.io/v1", "Lease", false},
+};
+
+const ResourceInfo* FindResource(absl::string_view plural) {
+  for (const ResourceInfo& r : kResources) {
+    if (plural == r.plural) return &r;
+  }
+  return nullptr;
+}
+
+// An API answer: HTTP code and JSON body (an object or a v1 Status).
+struct Reply {
+  int code = 200;
+  json body;
+};
+
+absl::string_view ReasonPhrase(int code) {
+  switch (code) {
+    case 200: return "OK";
+    case 201: return "Created";
+    case 400: return "Bad Request";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 409: return "Conflict";
+    case 410: return "Gone";
+    case 415: return "Unsupported Media Type";
+    case 422: return "Unprocessable Entity";
+    case 429: return "Too Many Requests";
+    case 500: return "Internal Server Error";
+    case 503: return "Service Unavailable";
+    default: return "Status";
+  }
+}
+
+json StatusBody(int code, absl::string_view reason, std::string message, json details = nullptr) {
+  json s = {{"kind", "Status"},   {"apiVersion", "v1"},       {"metadata", json::object()},
+            {"status", "Failure"}, {"message", std::move(message)}, {"reason", reason},
+            {"code", code}};
+  if (!details.is_null()) s["details"] = std::move(details);
+  return s;
+}
+
+Reply Error(int code, absl::string_view reason, std::string message, json details = nullptr) {
+  return Reply{code, StatusBody(code, reason, std::move(message), std::move(details))};
+}
+
+std::string Rfc3339(absl::Time t) {
+  return absl::FormatTime("%Y-%m-%d%ET%H:%M:%SZ", t, absl::UTCTimeZone());
+}
+
+std::map<std::string, std::string> LabelsOf(const json& obj) {
+  std::map<std::string, std::string> labels;
+  auto md = obj.find("metadata");
+  if (md == obj.end() || !md->is_object()) return labels;
+  auto l = md->find("labels");
+  if (l == md->end() || !l->is_object()) return labels;
+  for (auto it = l->begin(); it != l->end(); ++it) {
+    if (it.value().is_string()) labels[it.key()] = it.value().get<std::string>();
+  }
+  return labels;
+}
+
+std::string StringAt(const json& obj, absl::string_view a, absl::string_view b) {
+  auto x = obj.find(a);
+  if (x == obj.end() || !x->is_object()) return "";
+  auto y = x->find(b);
+  if (y == x->end() || !y->is_string()) return "";
+  return y->get<std::string>();
+}
+
+std::string PercentDecode(absl::string_view in, bool plus_is_space) {
+  std::string out;
+  out.reserve(in.size());
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (in[i] == '%' && i + 2 < in.size()) {
+      int v = 0;
+      if (absl::SimpleHexAtoi(in.substr(i + 1, 2), &v)) {
+        out.push_back(static_cast<char>(v));
+        i += 2;
+        continue;
+      }
+    }
+    out.push_back(plus_is_space && in[i] == '+' ? ' ' : in[i]);
+  }
+  return out;
+}
+
+// Which objects a list or watch wants.
+struct Filter {
+  std::string ns;  // "" = all namespaces
+  LabelSelector labels;
+  std::string field_name, field_namespace;  // fieldSelector metadata.name / metadata.namespace
+
+  bool Matches(const json& obj) const {
+    if (!ns.empty() && StringAt(obj, "metadata", "namespace") != ns) return false;
+    if (!field_name.empty() && StringAt(obj, "metadata", "name") != field_name) return false;
+    if (!field_namespace.empty() && StringAt(obj, "metadata", "namespace") != field_namespace) {
+      return false;
+    }
+    return labels.Matches(LabelsOf(obj));
+  }
+};
+
+struct WatchEvent {
+  int64_t rv;
+  const ResourceInfo* resource;
+  std::string type;  // ADDED MODIFIED DELETED
+  std::shared_ptr<const json> object;
+  std::shared_ptr<const json> previous;  // for MODIFIED: the object before
+};
+
+struct HttpRequest {
+  std::string method;
+  std::string path;
+  std::map<std::string, std::string> query;
+  std::map<std::string, std::string> headers;  // lower-case names
+  std::string body;
+};
+
+bool SendAll(int fd, absl::string_view data) {
+  while (!data.empty()) {
+    ssize_t n = ::send(fd, data.data(), data.size(), MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    data.remove_prefix(static_cast<size_t>(n));
+  }
+  return true;
+}
+
+// Reads HTTP/1.1 requests off one connection. Keeps leftover bytes between
+// requests (keep-alive, pipelining).
+class RequestReader {
+ public:
+  explicit RequestReader(int fd) : fd_(fd) {}
+
+  // nullopt: connection closed or malformed.
+  std::optional<HttpRequest> Next() {
+    size_t header_end;
+    while ((header_end = buffer_.find("\r\n\r\n")) == std::string::npos) {
+      if (buffer_.size() > (1 << 20) || !Fill()) return std::nullopt;
+    }
+    HttpRequest req;
+    std::vector<absl::string_view> lines =
+        absl::StrSplit(absl::string_view(buffer_).substr(0, header_end), "\r\n");
+    std::vector<absl::string_view> first = absl::StrSplit(lines[0], ' ');
+    if (first.size() != 3) return std::nullopt;
+    req.method = std::string(first[0]);
+    absl::string_view target = first[1];
+    size_t q = target.find('?');
+    req.path = std::string(target.substr(0, q));
+    if (q != absl::string_view::npos) {
+      for (absl::string_view kv : absl::StrSplit(target.substr(q + 1), '&', absl::SkipEmpty())) {
+        size_t eq = kv.find('=');
+        std::string key = PercentDecode(kv.substr(0, eq), true);
+        req.query[key] = eq == absl::string_view::npos ? "" : PercentDecode(kv.substr(eq + 1), true);
+      }
+    }
+    for (size_t i = 1; i < lines.size(); ++i) {
+      size_t colon = lines[i].find(':');
+      if (colon == absl::string_view::npos) continue;
+      req.headers[absl::AsciiStrToLower(lines[i].substr(0, colon))] =
+          std::string(absl::StripAsciiWhitespace(lines[i].substr(colon + 1)));
+    }
+    buffer_.erase(0, header_end + 4);
+    if (absl::EqualsIgnoreCase(req.headers["transfer-encoding"], "chunked")) {
+      for (;;) {
+        size_t eol;
+        while ((eol = buffer_.find("\r\n")) == std::string::npos) {
+          if (!Fill()) return std::nullopt;
+        }
+        int size = 0;
+        absl::string_view size_text = absl::string_view(buffer_).substr(0, eol);
+        size_text = size_text.substr(0, size_text.find(';'));
+        if (!absl::SimpleHexAtoi(size_text, &size) || size < 0) return std::nullopt;
+        buffer_.erase(0, eol + 2);
+        while (buffer_.size() < static_cast<size_t>(size) + 2) {
+          if (!Fill()) return std::nullopt;
+        }
+        req.body.append(buffer_, 0, size);
+        buffer_.erase(0, size + 2);
+        if (size == 0) break;
+      }
+    } else {
+      size_t length = 0;
+      auto it = req.headers.find("content-length");
+      if (it != req.headers.end() && !absl::SimpleAtoi(it->second, &length)) return std::nullopt;
+      if (length > (64u << 20)) return std::nullopt;
+      while (buffer_.size() < length) {
+        if (!Fill()) return std::nullopt;
+      }
+      req.body = buffer_.substr(0, length);
+      buffer_.erase(0, length);
+    }
+    return req;
+  }
+
+ private:
+  bool Fill() {
+    char chunk[16384];
+    for (;;) {
+      ssize_t n = ::recv(fd_, chunk, sizeof(chunk), 0);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return false;
+      buffer_.append(chunk, static_cast<size_t>(n));
+      return true;
+    }
+  }
+  int fd_;
+  std::string buffer_;
+};
+
+}  // namespace
+
+class FakeApiServer::Impl {
+ public:
+  explicit Impl(Options options) : options_(options) {}
+
+  absl::Status Listen() {
+    listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (listen_fd_ < 0) return absl::InternalError(absl::StrCat("socket: ", strerror(errno)));
+    int one = 1;
+    ::setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(static_cast<uint16_t>(options_.port));
+    if (::bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+      return absl::UnavailableError(
+          absl::StrCat("bind 127.0.0.1:", options_.port, ": ", strerror(errno)));
+    }
+    if (::listen(listen_fd_, 512) != 0) {
+      return absl::InternalError(absl::StrCat("listen: ", strerror(errno)));
+    }
+    socklen_t len = sizeof(addr);
+    ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len);
+    port_ = ntohs(addr.sin_port);
+    accept_thread_ = std::thread([this] { AcceptLoop(); });
+    return absl::OkStatus();
+  }
+
+  ~Impl() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stopping_ = true;
+    }
+    watch_cv_.notify_all();
+    ::shutdown(listen_fd_, SHUT_RDWR);
+    if (accept_thread_.joinable()) accept_thread_.join();
+    std::list<std::unique_ptr<Connection>> conns;
+    {
+      std::lock_guard<std::mutex> lock(conn_mu_);
+      conns.swap(connections_);
+      for (auto& c : conns) ::shutdown(c->fd, SHUT_RDWR);
+    }
+    watch_cv_.notify_all();
+    for (auto& c : conns) {
+      c->thread.join();
+      ::close(c->fd);
+    }
+    ::close(listen_fd_);
+  }
+
+  int port() const { return port_; }
+
+  // ---- Faults and observation ----
+  void DropWatches() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++drop_generation_;
+    }
+    watch_cv_.notify_all();
+  }
+  void FailNextRequests(int n, int code) {
+    std::lock_guard<std::mutex> lock(mu_);
+    fail_next_ = n;
+    fail_code_ = code;
+  }
+  void SetLatency(absl::Duration latency) {
+    std::lock_guard<std::mutex> lock(mu_);
+    latency_ = latency;
+  }
+  void CompactHistory() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      history_.clear();
+      compacted_rv_ = rv_;
+      ++compact_generation_;
+    }
+    watch_cv_.notify_all();
+  }
+  std::map<std::string, int64_t> RequestCounts() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return request_counts_;
+  }
+  void ResetRequestCounts() {
+    std::lock_guard<std::mutex> lock(mu_);
+    request_counts_.clear();
+  }
+  int OpenWatchCount() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return open_watches_;
+  }
+  int64_t CurrentResourceVersion() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return rv_;
+  }
+
+  // ---- Store operations (callers hold no lock) ----
+  Reply Create(const ResourceInfo& res, const std::string& ns, json obj) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return CreateLocked(res, ns, std::move(obj));
+  }
+
+  Reply Get(const ResourceInfo& res, const std::string& ns, const std::string& name) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto& objects = store_.at(std::string(res.plural));
+    auto it = objects.find(Key(ns, name));
+    if (it == objects.end()) return NotFound(res, name);
+    return Reply{200, *it->second};
+  }
+
+  Reply List(const ResourceInfo& res, const Filter& filter, size_t limit,
+             const std::string& continue_token) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    const auto& objects = store_.at(std::string(res.plural));
+    json items = json::array();
+    auto it = continue_token.empty() ? objects.begin() : objects.upper_bound(continue_token);
+    std::string last_key;
+    bool more = false;
+    for (; it != objects.end(); ++it) {
+      if (!filter.Matches(*it->second)) continue;
+      if (limit > 0 && items.size() >= limit) {
+        more = true;
+        break;
+      }
+      items.push_back(*it->second);
+      last_key = it->first;
+    }
+    json list = {{"kind", absl::StrCat(res.kind, "List")},
+                 {"apiVersion", res.api_version},
+                 {"metadata", {{"resourceVersion", std::to_string(rv_)}}},
+                 {"items", std::move(items)}};
+    if (more) list["metadata"]["continue"] = last_key;
+    return Reply{200, std::move(list)};
+  }
+
+  Reply Update(const ResourceInfo& res, const std::string& ns, const std::string& name,
+               json body, bool status) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto& objects = store_.at(std::string(res.plural));
+    auto it = objects.find(Key(ns, name));
+    if (it == objects.end()) return NotFound(res, name);
+    if (!body.is_object()) return Error(400, "BadRequest", "body must be a JSON object");
+    std::string body_name = StringAt(body, "metadata", "name");
+    if (!body_name.empty() && body_name != name) {
+      return Error(400, "BadRequest",
+                   absl::StrCat("the name of the object (", body_name,
+                                ") does not match the name on the URL (", name, ")"));
+    }
+    return ReplaceLocked(res, it->second, std::move(body), status);
+  }
+
+  Reply MergePatch(const ResourceInfo& res, const std::string& ns, const std::string& name,
+                   const json& patch, bool status) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto& objects = store_.at(std::string(res.plural));
+    auto it = objects.find(Key(ns, name));
+    if (it == objects.end()) return NotFound(res, name);
+    if (!patch.is_object()) return Error(400, "BadRequest", "merge patch must be a JSON object");
+    json merged = *it->second;
+    json effective = patch;
+    // Without a resourceVersion in the patch, a merge patch is unconditional.
+    if (!effective.contains("metadata") || !effective["metadata"].is_object() ||
+        !effective["metadata"].contains("resourceVersion")) {
+      merged["metadata"].erase("resourceVersion");
+    }
+    merged.merge_patch(effective);
+    return ReplaceLocked(res, it->second, std::move(merged), status);
+  }
+
+  Reply Delete(const ResourceInfo& res, const std::string& ns, const std::string& name,
+               bool orphan) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto& objects = store_.at(std::string(res.plural));
+    auto it = objects.find(Key(ns, name));
+    if (it == objects.end()) return NotFound(res, name);
+    json deleted = DeleteLocked(res, it, orphan);
+    return Reply{200, std::move(deleted)};
+  }
+
+  std::vector<json> ListAll(const ResourceInfo& res, const std::string& ns) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<json> out;
+    for (const auto& [key, obj] : store_.at(std::string(res.plural))) {
+      if (ns.empty() || StringAt(*obj, "metadata", "namespace") == ns) out.push_back(*obj);
+    }
+    return out;
+  }
+
+  size_t Count(const ResourceInfo& res) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return store_.at(std::string(res.plural)).size();
+  }
+
+ private:
+  struct Connection {
+    int fd;
+    std::thread thread;
+    std::atomic<bool> done{false};
+  };
+  using ObjectMap = std::map<std::string, std::shared_ptr<const json>>;
+
+  static std::string Key(const std::string& ns, const std::string& name) {
+    return absl::StrCat(ns, "/", name);
+  }
+
+  static Reply NotFound(const ResourceInfo& res, const std::string& name) {
+    return Error(404, "NotFound", absl::StrCat(res.plural, " \"", name, "\" not found"),
+                 {{"name", name}, {"kind", res.plural}});
+  }
+
+  std::string NewUid() {
+    uint64_t a = uid_rng_(), b = uid_rng_();
+    return absl::StrFormat("%08x-%04x-4%03x-8%03x-%012x", static_cast<uint32_t>(a),
+                           static_cast<uint32_t>((a >> 32) & 0xffff),
+                           static_cast<uint32_t>((a >> 48) & 0xfff),
+                           static_cast<uint32_t>(b & 0xfff), (b >> 12) & 0xffffffffffffULL);
+  }
+
+  void Emit(const ResourceInfo& res, std::string type, std::shared_ptr<const json> obj,
+            std::shared_ptr<const json> previous) {
+    history_.push_back(WatchEvent{rv_, &res, std::move(type), std::move(obj), std::move(previous)});
+    while (history_.size() > options_.history_limit) {
+      compacted_rv_ = history_.front().rv;
+      history_.pop_front();
+    }
+    watch_cv_.notify_all();
+  }
+
+  Reply CreateLocked(const ResourceInfo& res, const std::string& ns, json obj) {
+    if (!obj.is_object()) return Error(400, "BadRequest", "body must be a JSON object");
+    if (!obj.contains("metadata") || !obj["metadata"].is_object()) obj["metadata"] = json::object();
+    json& md = obj["metadata"];
+    std::string name = StringAt(obj, "metadata", "name");
+    if (name.empty()) {
+      std::string prefix = StringAt(obj, "metadata", "generateName");
+      if (prefix.empty()) {
+        return Error(422, "Invalid",
+                     absl::StrCat(res.kind, " is invalid: metadata.name: Required value"));
+      }
+      static constexpr char kAlphabet[] = "bcdfghjklmnpqrstvwxz2456789";
+      name = prefix;
+      for (int i = 0; i < 5; ++i) name.push_back(kAlphabet[uid_rng_() % (sizeof(kAlphabet) - 1)]);
+    }
+    std::string body_ns = StringAt(obj, "metadata", "namespace");
+    if (!body_ns.empty() && body_ns != ns) {
+      return Error(400, "BadRequest",
+                   "the namespace of the provided object does not match the namespace sent on "
+                   "the request");
+    }
+    auto& objects = store_.at(std::string(res.plural));
+    std::string key = Key(ns, name);
+    if (objects.count(key)) {
+      return Error(409, "AlreadyExists",
+                   absl::StrCat(res.plural, " \"", name, "\" already exists"),
+                   {{"name", name}, {"kind", res.plural}});
+    }
+    ++rv_;
+    obj["apiVersion"] = res.api_version;
+    obj["kind"] = res.kind;
+    md["name"] = name;
+    md["namespace"] = ns;
+    md["uid"] = NewUid();
+    md["creationTimestamp"] = Rfc3339(absl::Now());
+    md["generation"] = 1;
+    md["resourceVersion"] = std::to_string(rv_);
+    if (absl::string_view(res.plural) == "pods") {
+      obj["status"] = {{"phase", "Pending"}};
+    } else if (res.has_status) {
+      obj.erase("status");
+    }
+    auto stored = std::make_shared<const json>(std::move(obj));
+    objects[key] = stored;
+    Emit(res, "ADDED", stored, nullptr);
+    return Reply{201, *stored};
+  }
+
+  // Replaces `slot` with `updated` under the status-subresource rules.
+  Reply ReplaceLocked(const ResourceInfo& res, std::shared_ptr<const json>& slot, json updated,
+                      bool status) {
+    const json& old = *slot;
+    std::string body_rv = StringAt(updated, "metadata", "resourceVersion");
+    std::string name = StringAt(old, "metadata", "name");
+    if (!body_rv.empty() && body_rv != StringAt(old, "metadata", "resourceVersion")) {
+      return Error(409, "Conflict",
+                   absl::StrCat("Operation cannot be fulfilled on ", res.plural, " \"", name,
+                                "\": the object has been modified; please apply your changes "
+                                "to the latest version and try again"),
+                   {{"name", name}, {"kind", res.plural}});
+    }
+    json next;
+    if (status) {
+      if (!res.has_status) return NotFound(res, name + "/status");
+      next = old;
+      if (updated.contains("status")) {
+        next["status"] = updated["status"];
+      } else {
+        next.erase("status");
+      }
+    } else {
+      next = std::move(updated);
+      if (!next.contains("metadata") || !next["metadata"].is_object()) {
+        next["metadata"] = json::object();
+      }
+      if (res.has_status) {
+        if (old.contains("status")) {
+          next["status"] = old["status"];
+        } else {
+          next.erase("status");
+        }
+      }
+      // Fields the server owns.
+      for (const char* field : {"name", "namespace", "uid", "creationTimestamp", "generation"}) {
+        if (old["metadata"].contains(field)) next["metadata"][field] = old["metadata"][field];
+      }
+      next["apiVersion"] = res.api_version;
+      next["kind"] = res.kind;
+    }
+    next["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"];
+    if (next == old) return Reply{200, old};  // a no-op write changes nothing, as upstream
+    if (!status && next.value("spec", json()) != old.value("spec", json())) {
+      next["metadata"]["generation"] = old["metadata"].value("generation", 0) + 1;
+    }
+    ++rv_;
+    next["metadata"]["resourceVersion"] = std::to_string(rv_);
+    auto previous = slot;
+    slot = std::make_shared<const json>(std::move(next));
+    Emit(res, "MODIFIED", slot, previous);
+    return Reply{200, *slot};
+  }
+
+  json DeleteLocked(const ResourceInfo& res, ObjectMap::iterator it, bool orphan) {
+    auto& objects = store_.at(std::string(res.plural));
+    json deleted = *it->second;
+    objects.erase(it);
+    ++rv_;
+    deleted["metadata"]["resourceVersion"] = std::to_string(rv_);
+    Emit(res, "DELETED", std::make_shared<const json>(deleted), nullptr);
+    if (orphan) return deleted;
+    std::string uid = StringAt(deleted, "metadata", "uid");
+    std::string ns = StringAt(deleted, "metadata", "namespace");
+    for (const ResourceInfo& dep_res : kResources) {
+      auto& deps = store_.at(std::string(dep_res.plural));
+      std::vector<std::string> doomed;
+      for (const auto& [key, obj] : deps) {
+        if (StringAt(*obj, "metadata", "namespace") != ns) continue;
+        const json& md = (*obj)["metadata"];
+        if (!md.contains("ownerReferences") || !md["ownerReferences"].is_array()) continue;
+        for (const json& ref : md["ownerReferences"]) {
+          if (ref.is_object() && ref.value("uid", "") == uid) {
+            doomed.push_back(key);
+            break;
+          }
+        }
+      }
+      for (const std::string& key : doomed) {
+        auto dep = deps.find(key);
+        if (dep != deps.end()) DeleteLocked(dep_res, dep, false);
+      }
+    }
+    return deleted;
+  }
+
+  // ---- HTTP ----
+  void AcceptLoop() {
+    for (;;) {
+      int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (fd < 0) {
+        if (errno == EINTR || errno == ECONNABORTED) continue;
+        return;  // listening socket shut down
+      }
+      int one = 1;
+      ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+      std::lock_guard<std::mutex> lock(conn_mu_);
+      {
+        std::lock_guard<std::mutex> state_lock(mu_);
+        if (stopping_) {
+          ::close(fd);
+          return;
+        }
+      }
+      // Reap finished connections so a long test does not accumulate threads.
+      for (auto c = connections_.begin(); c != connections_.end();) {
+        if ((*c)->done) {
+          (*c)->thread.join();
+          ::close((*c)->fd);
+          c = connections_.erase(c);
+        } else {
+          ++c;
+        }
+      }
+      auto conn = std::make_unique<Connection>();
+      conn->fd = fd;
+      Connection* raw = conn.get();
+      conn->thread = std::thread([this, raw] {
+        Serve(raw->fd);
+        ::shutdown(raw->fd, SHUT_RDWR);
+        raw->done = true;
+      });
+      connections_.push_back(std::move(conn));
+    }
+  }
+
+  void Serve(int fd) {
+    RequestReader reader(fd);
+    for (;;) {
+      std::optional<HttpRequest> req = reader.Next();
+      if (!req) return;
+      if (!Handle(fd, *req)) return;
+      if (absl::EqualsIgnoreCase(req->headers["connection"], "close")) return;
+    }
+  }
+
+  static bool SendReply(int fd, const Reply& reply) {
+    std::string body = reply.body.dump();
+    std::string head = absl::StrCat("HTTP/1.1 ", reply.code, " ", ReasonPhrase(reply.code),
+                                    "\r\nContent-Type: application/json\r\nContent-Length: ",
+                                    body.size(), "\r\n\r\n");
+    return SendAll(fd, head) && SendAll(fd, body);
+  }
+
+  void Count(const std::string& verb, absl::string_view plural, absl::string_view sub) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++request_counts_[absl::StrCat(verb, " ", plural, sub.empty() ? "" : "/", sub)];
+  }
+
+  // Returns false when the connection must be closed.
+  bool Handle(int fd, HttpRequest& req) {
+    absl::Duration latency;
+    int fail_code = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      latency = latency_;
+      if (fail_next_ > 0) {
+        --fail_next_;
+        fail_code = fail_code_;
+      }
+    }
+    if (latency > absl::ZeroDuration()) absl::SleepFor(latency);
+    if (fail_code != 0) {
+      return SendReply(fd, Error(fail_code, fail_code == 429 ? "TooManyRequests" : "InternalError",
+                                 "injected failure"));
+    }
+
+    // Route: /api/v1/... or /apis/GROUP/VERSION/...
+    std::vector<std::string> parts;
+    for (absl::string_view p : absl::StrSplit(req.path, '/', absl::SkipEmpty())) {
+      parts.push_back(PercentDecode(p, false));
+    }
+    std::string api_version;
+    size_t i = 0;
+    if (parts.size() >= 2 && parts[0] == "api") {
+      api_version = parts[1];
+      i = 2;
+    } else if (parts.size() >= 3 && parts[0] == "apis") {
+      api_version = absl::StrCat(parts[1], "/", parts[2]);
+      i = 3;
+    } else {
+      return SendReply(fd, Error(404, "NotFound", absl::StrCat("no route for ", req.path)));
+    }
+    std::string ns;
+    if (parts.size() > i + 1 && parts[i] == "namespaces") {
+      ns = parts[i + 1];
+      i += 2;
+    }
+    if (parts.size() <= i) {
+      return SendReply(fd, Error(404, "NotFound", absl::StrCat("no route for ", req.path)));
+    }
+    const ResourceInfo* res = FindResource(parts[i]);
+    if (res == nullptr || api_version != res->api_version) {
+      return SendReply(fd, Error(404, "NotFound",
+                                 absl::StrCat("the server could not find the requested resource ",
+                                              req.path)));
+    }
+    std::string name = parts.size() > i + 1 ? parts[i + 1] : "";
+    std::string sub = parts.size() > i + 2 ? parts[i + 2] : "";
+    if (parts.size() > i + 3 || (!sub.empty() && sub != "status")) {
+      return SendReply(fd, Error(404, "NotFound", absl::StrCat("no route for ", req.path)));
+    }
+    bool status = sub == "status";
+
+    if (req.method == "GET" && name.empty()) {
+      Filter filter;
+      filter.ns = ns;
+      auto selector = LabelSelector::Parse(req.query["labelSelector"]);
+      if (!selector.ok()) {
+        return SendReply(fd, Error(400, "BadRequest", std::string(selector.status().message())));
+      }
+      filter.labels = *std::move(selector);
+      for (absl::string_view term :
+           absl::StrSplit(req.query["fieldSelector"], ',', absl::SkipEmpty())) {
+        std::pair<std::string, std::string> kv = absl::StrSplit(term, absl::MaxSplits('=', 1));
+        if (absl::EndsWith(kv.first, "=")) kv.first.pop_back();  // "=="
+        if (!kv.second.empty() && kv.second[0] == '=') kv.second.erase(0, 1);
+        if (kv.first == "metadata.name") {
+          filter.field_name = kv.second;
+        } else if (kv.first == "metadata.namespace") {
+          filter.field_namespace = kv.second;
+        } else {
+          return SendReply(fd, Error(400, "BadRequest",
+                                     absl::StrCat("field label not supported: ", kv.first)));
+        }
+      }
+      std::string watch = req.query["watch"];
+      if (watch == "true" || watch == "1") {
+        Count("watch", res->plural, "");
+        ServeWatch(fd, *res, filter, req);
+        return false;
+      }
+      Count("list", res->plural, "");
+      size_t limit = 0;
+      if (!req.query["limit"].empty() && !absl::SimpleAtoi(req.query["limit"], &limit)) {
+        return SendReply(fd, Error(400, "BadRequest", "limit must be an integer"));
+      }
+      return SendReply(fd, List(*res, filter, limit, req.query["continue"]));
+    }
+    if (ns.empty() || (name.empty() && req.method != "POST")) {
+      return SendReply(fd, Error(405, "MethodNotAllowed",
+                                 absl::StrCat(req.method, " is not supported on ", req.path)));
+    }
+    json body;
+    if (req.method == "POST" || req.method == "PUT" || req.method == "PATCH") {
+      body = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
+      if (body.is_discarded()) {
+        return SendReply(fd, Error(400, "BadRequest", "request body is not valid JSON"));
+      }
+    }
+    if (req.method == "GET") {
+      Count("get", res->plural, sub);
+      return SendReply(fd, Get(*res, ns, name));
+    }
+    if (req.method == "POST" && name.empty()) {
+      Count("create", res->plural, "");
+      return SendReply(fd, Create(*res, ns, std::move(body)));
+    }
+    if (req.method == "PUT") {
+      Count("update", res->plural, sub);
+      return SendReply(fd, Update(*res, ns, name, std::move(body), status));
+    }
+    if (req.method == "PATCH") {
+      Count("patch", res->plural, sub);
+      if (!absl::StartsWith(req.headers["content-type"], "application/merge-patch+json")) {
+        return SendReply(fd, Error(415, "UnsupportedMediaType",
+                                   absl::StrCat("the body of the request was in an unsupported "
+                                                "format: ", req.headers["content-type"],
+                                                " (only application/merge-patch+json)")));
+      }
+      return SendReply(fd, MergePatch(*res, ns, name, body, status));
+    }
+    if (req.method == "DELETE" && sub.empty()) {
+      Count("delete", res->plural, "");
+      bool orphan = req.query["propagationPolicy"] == "Orphan";
+      if (!req.body.empty()) {
+        json opts = json::parse(req.body, nullptr, false);
+        if (opts.is_object() && opts.value("propagationPolicy", "") == "Orphan") orphan = true;
+      }
+      return SendReply(fd, Delete(*res, ns, name, orphan));
+    }
+    return SendReply(fd, Error(405, "MethodNotAllowed",
+                               absl::StrCat(req.method, " is not supported on ", req.path)));
+  }
+
+  // Streams watch events until the client goes away, the server stops, the
+  // watch is dropped or timeoutSeconds pass. Always closes the connection.
+  void ServeWatch(int fd, const ResourceInfo& res, const Filter& filter, HttpRequest& req) {
+    const bool bookmarks = req.query["allowWatchBookmarks"] == "true";
+    const std::string rv_text = req.query["resourceVersion"];
+    int timeout_seconds = 0;
+    if (!req.query["timeoutSeconds"].empty()) {
+      (void)absl::SimpleAtoi(req.query["timeoutSeconds"], &timeout_seconds);
+    }
+    int64_t from = 0;
+    if (!rv_text.empty() && rv_text != "0" && !absl::SimpleAtoi(rv_text, &from)) {
+      SendReply(fd, Error(400, "BadRequest", absl::StrCat("invalid resourceVersion ", rv_text)));
+      return;
+    }
+    auto chunk = [fd](const json& event) {
+      std::string line = event.dump();
+      line.push_back('\n');
+      return SendAll(fd, absl::StrCat(absl::Hex(line.size()), "\r\n", line, "\r\n"));
+    };
+    auto expired = [&](int64_t rv, int64_t compacted) {
+      return json{{"type", "ERROR"},
+                  {"object", StatusBody(410, "Expired",
+                                        absl::StrCat("too old resource version: ", rv, " (",
+                                                     compacted, ")"))}};
+    };
+    std::vector<json> initial;
+    int64_t position;
+    uint64_t drop_generation, compact_generation;
+    bool too_old = false;
+    int64_t compacted;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      drop_generation = drop_generation_;
+      compact_generation = compact_generation_;
+      compacted = compacted_rv_;
+      if (from == 0) {
+        for (const auto& [key, obj] : store_.at(std::string(res.plural))) {
+          if (filter.Matches(*obj)) initial.push_back({{"type", "ADDED"}, {"object", *obj}});
+        }
+        position = rv_;
+      } else if (from < compacted_rv_) {
+        too_old = true;
+        position = from;
+      } else {
+        position = from;
+      }
+      ++open_watches_;
+    }
+    struct Closer {
+      Impl* self;
+      ~Closer() {
+        std::lock_guard<std::mutex> lock(self->mu_);
+        --self->open_watches_;
+      }
+    } closer{this};
+    std::string head =
+        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n"
+        "Connection: close\r\n\r\n";
+    if (!SendAll(fd, head)) return;
+    if (too_old) {
+      chunk(expired(from, compacted));
+      SendAll(fd, "0\r\n\r\n");
+      return;
+    }
+    for (const json& e : initial) {
+      if (!chunk(e)) return;
+    }
+    initial.clear();
+    const auto start = std::chrono::steady_clock::now();
+    const auto bookmark_every = absl::ToChronoNanoseconds(options_.bookmark_interval);
+    auto next_bookmark = start + bookmark_every;
+    const auto deadline = timeout_seconds > 0 ? start + std::chrono::seconds(timeout_seconds)
+                                              : std::chrono::steady_clock::time_point::max();
+    for (;;) {
+      std::vector<json> out;
+      bool end = false;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        auto wake = bookmarks ? std::min(next_bookmark, deadline) : deadline;
+        auto ready = [&] {
+          return stopping_ || drop_generation_ != drop_generation ||
+                 compact_generation_ != compact_generation || rv_ > position;
+        };
+        if (wake == std::chrono::steady_clock::time_point::max()) {
+          watch_cv_.wait(lock, ready);
+        } else {
+          watch_cv_.wait_until(lock, wake, ready);
+        }
+        if (stopping_ || drop_generation_ != drop_generation) {
+          end = true;
+        } else if (compact_generation_ != compact_generation || position < compacted_rv_) {
+          out.push_back(expired(position, compacted_rv_));
+          end = true;
+        } else {
+          auto it = std::upper_bound(
+              history_.begin(), history_.end(), position,
+              [](int64_t rv, const WatchEvent& e) { return rv < e.rv; });
+          for (; it != history_.end(); ++it) {
+            position = it->rv;
+            if (it->resource != &res) continue;
+            bool now = filter.Matches(*it->object);
+            bool before = it->previous != nullptr && filter.Matches(*it->previous);
+            std::string type = it->type;
+            if (type == "MODIFIED" && now && !before) type = "ADDED";
+            if (type == "MODIFIED" && !now && before) {
+              type = "DELETED";
+              now = true;
+            }
+            if (!now) continue;
+            out.push_back({{"type", type}, {"object", *it->object}});
+          }
+          position = std::max(position, rv_);
+          if (out.empty() && bookmarks && std::chrono::steady_clock::now() >= next_bookmark) {
+            out.push_back({{"type", "BOOKMARK"},
+                           {"object",
+                            {{"kind", res.kind},
+                             {"apiVersion", res.api_version},
+                             {"metadata", {{"resourceVersion", std::to_string(position)}}}}}});
+          }
+        }
+      }
+      for (const json& e : out) {
+        if (!chunk(e)) return;
+      }
+      if (!out.empty() && bookmarks) next_bookmark = std::chrono::steady_clock::now() + bookmark_every;
+      if (end || std::chrono::steady_clock::now() >= deadline) break;
+    }
+    SendAll(fd, "0\r\n\r\n");
+  }
+
+  const Options options_;
+  int listen_fd_ = -1;
+  int port_ = 0;
+  std::thread accept_thread_;
+
+  std::mutex conn_mu_;
+  std::list<std::unique_ptr<Connection>> connections_;  // guarded by conn_mu_
+
+  mutable std::mutex mu_;  // guards everything below
+  std::condition_variable watch_cv_;
+  bool stopping_ = false;
+  int64_t rv_ = 1000;
+  int64_t compacted_rv_ = 0;
+  std::deque<WatchEvent> history_;
+  std::map<std::string, ObjectMap> store_ = [] {
+    std::map<std::string, ObjectMap> m;
+    for (const ResourceInfo& r : kResources) m[std::string(r.plural)];
+    return m;
+  }();
+  std::mt19937_64 uid_rng_{std::random_device{}()};
+  uint64_t drop_generation_ = 0;
+  uint64_t compact_generation_ = 0;
+  int fail_next_ = 0;
+  int fail_code_ = 500;
+  absl::Duration latency_ = absl::ZeroDuration();
+  int open_watches_ = 0;
+  std::map<std::string, int64_t> request_counts_;
+};
+
+namespace {
+
+absl::Status ToStatus(const Reply& reply) {
+  if (reply.code < 400) return absl::OkStatus();
+  std::string message = reply.body.value("message", "");
+  switch (reply.code) {
+    case 404: return absl::NotFoundError(message);
+    case 409:
+      return reply.body.value("reason", "") == "AlreadyExists" ? absl::AlreadyExistsError(message)
+                                                               : absl::AbortedError(message);
+    case 400:
+    case 422: return absl::InvalidArgumentError(message);
+    default: return absl::UnknownError(message);
+  }
+}
+
+absl::StatusOr<const ResourceInfo*> Resolve(absl::string_view plural) {
+  const ResourceInfo* res = FindResource(plural);
+  if (res == nullptr) return absl::InvalidArgumentError(absl::StrCat("unknown resource ", plural));
+  return res;
+}
+
+}  // namespace
+
+FakeApiServer::FakeApiServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+FakeApiServer::~FakeApiServer() = default;
+
+absl::StatusOr<std::unique_ptr<FakeApiServer>> FakeApiServer::Start(Options options) {
+  auto impl = std::make_unique<Impl>(options);
+  absl::Status s = impl->Listen();
+  if (!s.ok()) return s;
+  return std::unique_ptr<FakeApiServer>(new FakeApiServer(std::move(impl)));
+}
+
+int FakeApiServer::port() const { return impl_->port(); }
+std::string FakeApiServer::url() const { return absl::StrCat("http://127.0.0.1:", port()); }
+void FakeApiServer::DropWatches() { impl_->DropWatches(); }
+void FakeApiServer::FailNextRequests(int n, int code) { impl_->FailNextRequests(n, code); }
+void FakeApiServer::SetLatency(absl::Duration latency) { impl_->SetLatency(latency); }
+void FakeApiServer::CompactHistory() { impl_->CompactHistory(); }
+std::map<std::string, int64_t> FakeApiServer::RequestCounts() const {
+  return impl_->RequestCounts();
+}
+void FakeApiServer::ResetRequestCounts() { impl_->ResetRequestCounts(); }
+int FakeApiServer::OpenWatchCount() const { return impl_->OpenWatchCount(); }
+int64_t FakeApiServer::CurrentResourceVersion() const { return impl_->CurrentResourceVersion(); }
+
+absl::StatusOr<nlohmann::json> FakeApiServer::Create(absl::string_view resource,
+                                                     absl::string_view ns, nlohmann::json object) {
+  auto res = Resolve(resource);
+  if (!res.ok()) return res.status();
+  Reply r = impl_->Create(**res, std::string(ns), std::move(object));
+  if (r.code >= 400) return ToStatus(r);
+  return r.body;
+}
+
+absl::StatusOr<nlohmann::json> FakeApiServer::Get(absl::string_view resource, absl::string_view ns,
+                                                  absl::string_view name) const {
+  auto res = Resolve(resource);
+  if (!res.ok()) return res.status();
+  Reply r = impl_->Get(**res, std::string(ns), std::string(name));
+  if (r.code >= 400) return ToStatus(r);
+  return r.body;
+}
+
+absl::StatusOr<nlohmann::json> FakeApiServer::MergePatch(absl::string_view resource,
+                                                         absl::string_view ns,
+                                                         absl::string_view name,
+                                                         const nlohmann::json& patch,
+                                                         absl::string_view subresource) {
+  auto res = Resolve(resource);
+  if (!res.ok()) return res.status();
+  Reply r = impl_->MergePatch(**res, std::string(ns), std::string(name), patch,
+                              subresource == "status");
+  if (r.code >= 400) return ToStatus(r);
+  return r.body;
+}
+
+absl::Status FakeApiServer::Delete(absl::string_view resource, absl::string_view ns,
+                                   absl::string_view name) {
+  auto res = Resolve(resource);
+  if (!res.ok()) return res.status();
+  return ToStatus(impl_->Delete(**res, std::string(ns), std::string(name), false));
+}
+
+std::vector<nlohmann::json> FakeApiServer::List(absl::string_view resource,
+                                                absl::string_view ns) const {
+  const ResourceInfo* res = FindResource(resource);
+  if (res == nullptr) return {};
+  return impl_->ListAll(*res, std::string(ns));
+}
+
+size_t FakeApiServer::Count(absl::string_view resource) const {
+  const ResourceInfo* res = FindResource(resource);
+  return res == nullptr ? 0 : impl_->Count(*res);
+}
+
+}  // namespace kubetrain::fake_apiserver

@@ -1,0 +1,125 @@
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "nlohmann/json.hpp"
+
+namespace kubetrain::fake_apiserver {
+
+// An in-process fake Kubernetes API server that speaks the real REST protocol
+// over HTTP/1.1 on 127.0.0.1 (port 0 by default), so that the operator's real
+// HTTP client, informers and leader election can be tested without a cluster.
+//
+// Resources (all namespaced):
+//   /apis/kubetrain.io/v1/namespaces/NS/trainingjobs[/NAME[/status]]
+//   /api/v1/namespaces/NS/pods[/NAME[/status]]
+//   /api/v1/namespaces/NS/services[/NAME]
+//   /api/v1/namespaces/NS/events[/NAME]
+//   /apis/coordination.k8s.io/v1/namespaces/NS/leases[/NAME]
+// and the all-namespace collections (/api/v1/pods, /apis/kubetrain.io/v1/trainingjobs, ...).
+//
+// Verbs: GET (get, list with labelSelector / fieldSelector metadata.name|namespace /
+// limit+continue, watch with ?watch=true&resourceVersion=N&allowWatchBookmarks=true),
+// POST (create), PUT (update; status subresource for trainingjobs and pods), PATCH
+// with application/merge-patch+json (RFC 7386, main resource or /status), DELETE.
+//
+// Semantics kept from the real server:
+//  - one global, monotonic resourceVersion; metadata.uid, creationTimestamp,
+//    generation, resourceVersion are set by the server;
+//  - create of an existing name -> 409 with a Status of reason AlreadyExists;
+//    update/patch carrying a stale metadata.resourceVersion -> 409 reason Conflict;
+//  - on trainingjobs and pods, writes to the main resource ignore `status` and
+//    writes to /status ignore everything but `status`; generation increases
+//    when the spec changes; a created pod starts in phase Pending;
+//  - watch events are newline-delimited JSON {type, object} in a chunked
+//    response; a watch from a resourceVersion older than the compacted history
+//    gets HTTP 200 with one ERROR event carrying a 410 Status (as the real
+//    server does), a list/watch without a resourceVersion (or "0") starts
+//    with synthetic ADDED events; selector watches turn label changes into
+//    ADDED/DELETED as the real watch cache does; BOOKMARK events every
+//    `bookmark_interval` when asked for.
+//  - errors come back as a v1 Status body with code, reason and message.
+//
+// Not implemented (on purpose; documented so tests do not rely on it):
+//  - authentication/authorization, TLS, admission, schema validation of spec
+//    fields, defaulting other than pod phase;
+//  - strategic-merge-patch, JSON patch, server-side apply, dryRun;
+//  - graceful deletion: DELETE removes the object at once (no
+//    deletionTimestamp, no finalizers). Owner-referenced dependents in the same
+//    namespace are removed with their owner unless propagationPolicy=Orphan
+//    (a synchronous stand-in for the garbage collector);
+//  - consistent list snapshots across pages (each page reads the current
+//    state; the continue token is the last name returned);
+//  - resourceVersionMatch, sendInitialEvents, timeouts other than
+//    timeoutSeconds on watches, protobuf encoding, HTTP/2.
+//
+// Thread safety: every public method may be called from any thread while
+// requests are being served.
+class FakeApiServer {
+ public:
+  struct Options {
+    int port = 0;  // 0: pick a free port
+    absl::Duration bookmark_interval = absl::Seconds(1);
+    // Watch events kept for watches that resume from a resourceVersion; older
+    // ones are compacted away (-> 410 Gone).
+    size_t history_limit = 200000;
+  };
+
+  static absl::StatusOr<std::unique_ptr<FakeApiServer>> Start(Options options);
+  static absl::StatusOr<std::unique_ptr<FakeApiServer>> Start() { return Start(Options()); }
+  ~FakeApiServer();  // stops serving, closes every connection, joins threads
+
+  int port() const;
+  std::string url() const;  // "http://127.0.0.1:PORT"
+
+  // --- Fault injection ---
+  // Ends every open watch stream now (the client sees the connection close).
+  void DropWatches();
+  // The next `n` requests (watches included) fail with `code` and a Status body,
+  // without touching the store.
+  void FailNextRequests(int n, int code = 500);
+  // Every request waits this long before it is handled.
+  void SetLatency(absl::Duration latency);
+  // Forgets the event history up to now: watches resuming from an older
+  // resourceVersion get 410 Gone; open watches are ended with an ERROR 410
+  // event, as when the real watch cache falls behind.
+  void CompactHistory();
+
+  // --- Observation ---
+  // Requests served, keyed "VERB RESOURCE[/SUBRESOURCE]" with VERB one of get, list,
+  // watch, create, update, patch, delete (e.g. "create pods", "update trainingjobs/status").
+  std::map<std::string, int64_t> RequestCounts() const;
+  void ResetRequestCounts();
+  int OpenWatchCount() const;
+  int64_t CurrentResourceVersion() const;
+
+  // --- Direct store access for tests (no HTTP, same semantics and events) ---
+  // `resource` is the plural ("pods"); `subresource` "" or "status".
+  absl::StatusOr<nlohmann::json> Create(absl::string_view resource, absl::string_view ns,
+                                        nlohmann::json object);
+  absl::StatusOr<nlohmann::json> Get(absl::string_view resource, absl::string_view ns,
+                                     absl::string_view name) const;
+  absl::StatusOr<nlohmann::json> MergePatch(absl::string_view resource, absl::string_view ns,
+                                            absl::string_view name, const nlohmann::json& patch,
+                                            absl::string_view subresource = "");
+  absl::Status Delete(absl::string_view resource, absl::string_view ns, absl::string_view name);
+  // Every object of `resource` in `ns` ("" = all namespaces), sorted by namespace/name.
+  std::vector<nlohmann::json> List(absl::string_view resource, absl::string_view ns = "") const;
+  size_t Count(absl::string_view resource) const;
+
+  class Impl;
+
+ private:
+  explicit FakeApiServer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kubetrain::fake_apiserver

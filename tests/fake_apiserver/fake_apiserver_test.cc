@@ -1,0 +1,335 @@
+#include "tests/fake_apiserver/fake_apiserver.h"
+
+#define _TURN_OFF_PLATFORM_STRING  // cpprest's U() macro breaks gtest
+#include <cpprest/containerstream.h>
+#include <cpprest/http_client.h>
+
+#include <memory>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+
+namespace kubetrain::fake_apiserver {
+namespace {
+
+using nlohmann::json;
+namespace http = web::http;
+
+struct Response {
+  int code;
+  json body;
+};
+
+// The tests talk to the server with a real HTTP client (cpprestsdk), as the
+// operator does, so the wire protocol is what is under test.
+class FakeApiServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    FakeApiServer::Options options;
+    options.bookmark_interval = absl::Milliseconds(50);
+    auto server = FakeApiServer::Start(options);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = *std::move(server);
+    client_ = std::make_unique<http::client::http_client>(server_->url());
+  }
+
+  Response Call(const http::method& method, const std::string& path, const json& body = nullptr,
+                const std::string& content_type = "application/json") {
+    http::http_request req(method);
+    req.set_request_uri(path);
+    if (!body.is_null()) req.set_body(body.dump(), content_type);
+    http::http_response resp = client_->request(req).get();
+    std::string text = resp.extract_utf8string(true).get();
+    return Response{resp.status_code(), json::parse(text)};
+  }
+
+  static json Pod(const std::string& name, const std::string& job = "j1") {
+    return {{"apiVersion", "v1"},
+            {"kind", "Pod"},
+            {"metadata", {{"name", name}, {"labels", {{"kubetrain.io/job-name", job}}}}},
+            {"spec", {{"containers", json::array({{{"name", "c"}, {"image", "x"}}})}}}};
+  }
+
+  std::unique_ptr<FakeApiServer> server_;
+  std::unique_ptr<http::client::http_client> client_;
+};
+
+// Reads one newline-delimited watch event; null at the end of the stream.
+class WatchReader {
+ public:
+  explicit WatchReader(http::http_response response) : response_(std::move(response)) {}
+  json Next() {
+    concurrency::streams::container_buffer<std::string> line;
+    size_t n = response_.body().read_line(line).get();
+    if (n == 0 && line.collection().empty()) return nullptr;
+    return json::parse(line.collection());
+  }
+  // Skips bookmarks.
+  json NextNonBookmark() {
+    for (;;) {
+      json e = Next();
+      if (e.is_null() || e["type"] != "BOOKMARK") return e;
+    }
+  }
+
+ private:
+  http::http_response response_;
+};
+
+TEST_F(FakeApiServerTest, CreateSetsServerFieldsAndRejectsDuplicates) {
+  Response created = Call(http::methods::POST, "/api/v1/namespaces/ns1/pods", Pod("p1"));
+  ASSERT_EQ(created.code, 201) << created.body;
+  EXPECT_EQ(created.body["metadata"]["namespace"], "ns1");
+  EXPECT_FALSE(created.body["metadata"]["uid"].get<std::string>().empty());
+  EXPECT_FALSE(created.body["metadata"]["creationTimestamp"].get<std::string>().empty());
+  EXPECT_EQ(created.body["metadata"]["generation"], 1);
+  EXPECT_EQ(created.body["status"]["phase"], "Pending");
+
+  Response again = Call(http::methods::POST, "/api/v1/namespaces/ns1/pods", Pod("p1"));
+  EXPECT_EQ(again.code, 409);
+  EXPECT_EQ(again.body["kind"], "Status");
+  EXPECT_EQ(again.body["reason"], "AlreadyExists");
+
+  Response got = Call(http::methods::GET, "/api/v1/namespaces/ns1/pods/p1");
+  EXPECT_EQ(got.code, 200);
+  EXPECT_EQ(got.body["metadata"]["uid"], created.body["metadata"]["uid"]);
+
+  Response missing = Call(http::methods::GET, "/api/v1/namespaces/ns1/pods/nope");
+  EXPECT_EQ(missing.code, 404);
+  EXPECT_EQ(missing.body["reason"], "NotFound");
+  EXPECT_EQ(Call(http::methods::GET, "/api/v1/namespaces/ns1/widgets").code, 404);
+}
+
+TEST_F(FakeApiServerTest, StaleResourceVersionIsAConflict) {
+  json pod = Call(http::methods::POST, "/api/v1/namespaces/ns1/pods", Pod("p1")).body;
+  json changed = pod;
+  changed["metadata"]["labels"]["x"] = "1";
+  Response ok = Call(http::methods::PUT, "/api/v1/namespaces/ns1/pods/p1", changed);
+  ASSERT_EQ(ok.code, 200) << ok.body;
+  EXPECT_GT(std::stoll(ok.body["metadata"]["resourceVersion"].get<std::string>()),
+            std::stoll(pod["metadata"]["resourceVersion"].get<std::string>()));
+
+  changed["metadata"]["labels"]["x"] = "2";  // still carries the old resourceVersion
+  Response stale = Call(http::methods::PUT, "/api/v1/namespaces/ns1/pods/p1", changed);
+  EXPECT_EQ(stale.code, 409);
+  EXPECT_EQ(stale.body["reason"], "Conflict");
+  EXPECT_EQ(server_->Get("pods", "ns1", "p1")->at("metadata").at("labels").at("x"), "1");
+}
+
+TEST_F(FakeApiServerTest, StatusSubresourceSeparatesSpecAndStatus) {
+  json job = {{"apiVersion", "kubetrain.io/v1"},
+              {"kind", "TrainingJob"},
+              {"metadata", {{"name", "j1"}}},
+              {"spec", {{"trainingInput", {{"scaleTier", "BASIC"}}}}},
+              {"status", {{"state", "SUCCEEDED"}}}};
+  const std::string base = "/apis/kubetrain.io/v1/namespaces/ns1/trainingjobs";
+  Response created = Call(http::methods::POST, base, job);
+  ASSERT_EQ(created.code, 201) << created.body;
+  EXPECT_FALSE(created.body.contains("status")) << "status is dropped on create";
+
+  json update = created.body;
+  update["status"] = {{"state", "RUNNING"}};
+  update["spec"]["trainingInput"]["scaleTier"] = "STANDARD_1";
+  Response status = Call(http::methods::PUT, base + "/j1/status", update);
+  ASSERT_EQ(status.code, 200) << status.body;
+  EXPECT_EQ(status.body["status"]["state"], "RUNNING");
+  EXPECT_EQ(status.body["spec"]["trainingInput"]["scaleTier"], "BASIC");
+  EXPECT_EQ(status.body["metadata"]["generation"], 1);
+
+  json main = status.body;
+  main["status"] = {{"state", "FAILED"}};
+  main["spec"]["trainingInput"]["scaleTier"] = "STANDARD_1";
+  Response spec = Call(http::methods::PUT, base + "/j1", main);
+  ASSERT_EQ(spec.code, 200) << spec.body;
+  EXPECT_EQ(spec.body["status"]["state"], "RUNNING");
+  EXPECT_EQ(spec.body["spec"]["trainingInput"]["scaleTier"], "STANDARD_1");
+  EXPECT_EQ(spec.body["metadata"]["generation"], 2);
+
+  // Writing the same status again is a no-op: the resourceVersion stays.
+  Response same = Call(http::methods::PUT, base + "/j1/status", spec.body);
+  EXPECT_EQ(same.body["metadata"]["resourceVersion"], spec.body["metadata"]["resourceVersion"]);
+}
+
+TEST_F(FakeApiServerTest, MergePatchSetsPodPhase) {
+  Call(http::methods::POST, "/api/v1/namespaces/ns1/pods", Pod("p1"));
+  json patch = {{"status", {{"phase", "Running"}}}};
+  Response wrong = Call(http::methods::PATCH, "/api/v1/namespaces/ns1/pods/p1/status", patch);
+  EXPECT_EQ(wrong.code, 415);
+  Response ok = Call(http::methods::PATCH, "/api/v1/namespaces/ns1/pods/p1/status", patch,
+                     "application/merge-patch+json");
+  ASSERT_EQ(ok.code, 200) << ok.body;
+  EXPECT_EQ(ok.body["status"]["phase"], "Running");
+  EXPECT_EQ(ok.body["spec"]["containers"][0]["name"], "c");
+
+  // On the main resource the status part of a patch is ignored.
+  Response main = Call(http::methods::PATCH, "/api/v1/namespaces/ns1/pods/p1",
+                       {{"status", {{"phase", "Failed"}}}, {"metadata", {{"labels", {{"a", "b"}}}}}},
+                       "application/merge-patch+json");
+  EXPECT_EQ(main.body["status"]["phase"], "Running");
+  EXPECT_EQ(main.body["metadata"]["labels"]["a"], "b");
+}
+
+TEST_F(FakeApiServerTest, ListFiltersByLabelAndPages) {
+  for (int i = 0; i < 5; ++i) {
+    Call(http::methods::POST, "/api/v1/namespaces/ns1/pods",
+         Pod(absl::StrCat("p", i), i % 2 == 0 ? "even" : "odd"));
+  }
+  Call(http::methods::POST, "/api/v1/namespaces/ns2/pods", Pod("q", "even"));
+
+  Response even = Call(http::methods::GET,
+                       "/api/v1/namespaces/ns1/pods?labelSelector=kubetrain.io%2Fjob-name%3Deven");
+  ASSERT_EQ(even.code, 200);
+  EXPECT_EQ(even.body["kind"], "PodList");
+  EXPECT_EQ(even.body["items"].size(), 3u);
+  Response all = Call(http::methods::GET, "/api/v1/pods?labelSelector=kubetrain.io/job-name=even");
+  EXPECT_EQ(all.body["items"].size(), 4u);
+
+  std::vector<std::string> names;
+  std::string cont;
+  do {
+    Response page = Call(http::methods::GET,
+                         "/api/v1/namespaces/ns1/pods?limit=2" +
+                             (cont.empty() ? "" : "&continue=" + web::uri::encode_data_string(cont)));
+    ASSERT_EQ(page.code, 200);
+    EXPECT_LE(page.body["items"].size(), 2u);
+    for (const json& item : page.body["items"]) names.push_back(item["metadata"]["name"]);
+    cont = page.body["metadata"].value("continue", "");
+  } while (!cont.empty());
+  EXPECT_EQ(names, (std::vector<std::string>{"p0", "p1", "p2", "p3", "p4"}));
+}
+
+TEST_F(FakeApiServerTest, WatchStreamsEventsInOrderWithSelectorSemantics) {
+  Call(http::methods::POST, "/api/v1/namespaces/ns1/pods", Pod("before"));
+  Response list = Call(http::methods::GET, "/api/v1/namespaces/ns1/pods?labelSelector=kubetrain.io/job-name=j1");
+  std::string rv = list.body["metadata"]["resourceVersion"];
+
+  http::http_request req(http::methods::GET);
+  req.set_request_uri("/api/v1/namespaces/ns1/pods?watch=true&labelSelector=kubetrain.io/job-name%3Dj1&"
+                      "allowWatchBookmarks=true&resourceVersion=" + rv);
+  WatchReader watch(client_->request(req).get());
+
+  Call(http::methods::POST, "/api/v1/namespaces/ns1/pods", Pod("p1"));
+  Call(http::methods::POST, "/api/v1/namespaces/ns1/pods", Pod("other", "j2"));
+  Call(http::methods::PATCH, "/api/v1/namespaces/ns1/pods/p1/status", {{"status", {{"phase", "Running"}}}},
+       "application/merge-patch+json");
+  // Relabelling a pod out of the selector is a DELETED for this watch.
+  Call(http::methods::PATCH, "/api/v1/namespaces/ns1/pods/before",
+       {{"metadata", {{"labels", {{"kubetrain.io/job-name", "j3"}}}}}}, "application/merge-patch+json");
+  Call(http::methods::DEL, "/api/v1/namespaces/ns1/pods/p1");
+
+  json e1 = watch.NextNonBookmark();
+  EXPECT_EQ(e1["type"], "ADDED");
+  EXPECT_EQ(e1["object"]["metadata"]["name"], "p1");
+  json e2 = watch.NextNonBookmark();
+  EXPECT_EQ(e2["type"], "MODIFIED");
+  EXPECT_EQ(e2["object"]["status"]["phase"], "Running");
+  json e3 = watch.NextNonBookmark();
+  EXPECT_EQ(e3["type"], "DELETED");
+  EXPECT_EQ(e3["object"]["metadata"]["name"], "before");
+  json e4 = watch.NextNonBookmark();
+  EXPECT_EQ(e4["type"], "DELETED");
+  EXPECT_EQ(e4["object"]["metadata"]["name"], "p1");
+
+  // With nothing else happening, bookmarks carry the latest resourceVersion.
+  json bookmark = watch.Next();
+  EXPECT_EQ(bookmark["type"], "BOOKMARK");
+  EXPECT_EQ(bookmark["object"]["metadata"]["resourceVersion"],
+            std::to_string(server_->CurrentResourceVersion()));
+}
+
+TEST_F(FakeApiServerTest, WatchWithoutResourceVersionStartsWithTheCurrentObjects) {
+  Call(http::methods::POST, "/api/v1/namespaces/ns1/pods", Pod("a"));
+  Call(http::methods::POST, "/api/v1/namespaces/ns1/pods", Pod("b"));
+  http::http_request req(http::methods::GET);
+  req.set_request_uri("/api/v1/namespaces/ns1/pods?watch=1");
+  WatchReader watch(client_->request(req).get());
+  EXPECT_EQ(watch.Next()["object"]["metadata"]["name"], "a");
+  EXPECT_EQ(watch.Next()["object"]["metadata"]["name"], "b");
+}
+
+TEST_F(FakeApiServerTest, CompactedHistoryAnswersGone) {
+  std::string rv = Call(http::methods::GET, "/api/v1/namespaces/ns1/pods").body["metadata"]["resourceVersion"];
+  http::http_request open_req(http::methods::GET);
+  open_req.set_request_uri("/api/v1/namespaces/ns1/pods?watch=true&resourceVersion=" + rv);
+  WatchReader open_watch(client_->request(open_req).get());
+
+  Call(http::methods::POST, "/api/v1/namespaces/ns1/pods", Pod("a"));
+  EXPECT_EQ(open_watch.Next()["type"], "ADDED");
+  server_->CompactHistory();
+  json ended = open_watch.Next();
+  EXPECT_EQ(ended["type"], "ERROR");
+  EXPECT_EQ(ended["object"]["code"], 410);
+  EXPECT_TRUE(open_watch.Next().is_null());
+
+  http::http_request req(http::methods::GET);
+  req.set_request_uri("/api/v1/namespaces/ns1/pods?watch=true&resourceVersion=" + rv);
+  WatchReader watch(client_->request(req).get());
+  json error = watch.Next();
+  EXPECT_EQ(error["type"], "ERROR");
+  EXPECT_EQ(error["object"]["code"], 410);
+  EXPECT_EQ(error["object"]["reason"], "Expired");
+  EXPECT_TRUE(watch.Next().is_null());
+}
+
+TEST_F(FakeApiServerTest, DropWatchesEndsStreams) {
+  http::http_request req(http::methods::GET);
+  req.set_request_uri("/api/v1/namespaces/ns1/pods?watch=true&resourceVersion=" +
+                      std::to_string(server_->CurrentResourceVersion()));
+  WatchReader watch(client_->request(req).get());
+  Call(http::methods::POST, "/api/v1/namespaces/ns1/pods", Pod("a"));
+  EXPECT_EQ(watch.Next()["type"], "ADDED");
+  EXPECT_EQ(server_->OpenWatchCount(), 1);
+  server_->DropWatches();
+  EXPECT_TRUE(watch.Next().is_null());
+}
+
+TEST_F(FakeApiServerTest, InjectedFailuresThenRecovery) {
+  server_->FailNextRequests(2, 503);
+  EXPECT_EQ(Call(http::methods::GET, "/api/v1/namespaces/ns1/pods").code, 503);
+  Response second = Call(http::methods::POST, "/api/v1/namespaces/ns1/pods", Pod("a"));
+  EXPECT_EQ(second.code, 503);
+  EXPECT_EQ(second.body["kind"], "Status");
+  EXPECT_EQ(server_->Count("pods"), 0u) << "a failed request changes nothing";
+  EXPECT_EQ(Call(http::methods::GET, "/api/v1/namespaces/ns1/pods").code, 200);
+}
+
+TEST_F(FakeApiServerTest, DeletingAnOwnerDeletesItsDependents) {
+  json job = {{"metadata", {{"name", "j1"}}}, {"spec", json::object()}};
+  json created = Call(http::methods::POST, "/apis/kubetrain.io/v1/namespaces/ns1/trainingjobs", job).body;
+  json pod = Pod("j1-worker-0");
+  pod["metadata"]["ownerReferences"] = {{{"apiVersion", "kubetrain.io/v1"},
+                                         {"kind", "TrainingJob"},
+                                         {"name", "j1"},
+                                         {"uid", created["metadata"]["uid"]},
+                                         {"controller", true}}};
+  Call(http::methods::POST, "/api/v1/namespaces/ns1/pods", pod);
+  Call(http::methods::POST, "/api/v1/namespaces/ns1/pods", Pod("unowned"));
+  EXPECT_EQ(Call(http::methods::DEL, "/apis/kubetrain.io/v1/namespaces/ns1/trainingjobs/j1").code, 200);
+  EXPECT_EQ(server_->Count("pods"), 1u);
+  EXPECT_TRUE(server_->Get("pods", "ns1", "unowned").ok());
+  EXPECT_EQ(Call(http::methods::DEL, "/apis/kubetrain.io/v1/namespaces/ns1/trainingjobs/j1").code, 404);
+}
+
+TEST_F(FakeApiServerTest, CountsRequestsByVerbAndResource) {
+  Call(http::methods::POST, "/api/v1/namespaces/ns1/pods", Pod("a"));
+  Call(http::methods::GET, "/api/v1/namespaces/ns1/pods/a");
+  Call(http::methods::GET, "/api/v1/namespaces/ns1/pods");
+  Call(http::methods::PATCH, "/api/v1/namespaces/ns1/pods/a/status", {{"status", {{"phase", "Running"}}}},
+       "application/merge-patch+json");
+  auto counts = server_->RequestCounts();
+  EXPECT_EQ(counts["create pods"], 1);
+  EXPECT_EQ(counts["get pods"], 1);
+  EXPECT_EQ(counts["list pods"], 1);
+  EXPECT_EQ(counts["patch pods/status"], 1);
+}
+
+TEST_F(FakeApiServerTest, LeasesLiveInTheCoordinationGroup) {
+  json lease = {{"metadata", {{"name", "kubetrain-operator"}}},
+                {"spec", {{"holderIdentity", "a"}, {"leaseDurationSeconds", 15}}}};
+  EXPECT_EQ(Call(http::methods::POST, "/apis/coordination.k8s.io/v1/namespaces/ns1/leases", lease).code, 201);
+  EXPECT_EQ(Call(http::methods::POST, "/api/v1/namespaces/ns1/leases", lease).code, 404);
+}
+
+}  // namespace
+}  // namespace kubetrain::fake_apiserver
