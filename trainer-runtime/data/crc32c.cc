@@ -1,0 +1,52 @@
+#include "trainer-runtime/data/crc32c.h"
+
+#include <array>
+#include <cstring>
+
+namespace kubetrain::runtime::data {
+namespace {
+
+constexpr uint32_t kPolynomial = 0x82f63b78u;
+
+// tables[k][b]: the CRC of byte b followed by k zero bytes, so eight input
+// bytes are folded with eight lookups instead of eight dependent steps.
+using Tables = std::array<std::array<uint32_t, 256>, 8>;
+
+constexpr Tables MakeTables() {
+  Tables t{};
+  for (uint32_t b = 0; b < 256; ++b) {
+    uint32_t crc = b;
+    for (int i = 0; i < 8; ++i) crc = (crc >> 1) ^ ((crc & 1) ? kPolynomial : 0);
+    t[0][b] = crc;
+  }
+  for (int k = 1; k < 8; ++k) {
+    for (uint32_t b = 0; b < 256; ++b) t[k][b] = (t[k - 1][b] >> 8) ^ t[0][t[k - 1][b] & 0xff];
+  }
+  return t;
+}
+
+constexpr Tables kTables = MakeTables();
+
+inline uint32_t LoadLittleEndian32(const unsigned char* p) {
+  return uint32_t{p[0]} | uint32_t{p[1]} << 8 | uint32_t{p[2]} << 16 | uint32_t{p[3]} << 24;
+}
+
+}  // namespace
+
+uint32_t Crc32cExtend(uint32_t crc, const char* data, size_t size) {
+  const auto* p = reinterpret_cast<const unsigned char*>(data);
+  uint32_t c = ~crc;
+  while (size >= 8) {
+    const uint32_t lo = LoadLittleEndian32(p) ^ c;
+    const uint32_t hi = LoadLittleEndian32(p + 4);
+    c = kTables[7][lo & 0xff] ^ kTables[6][(lo >> 8) & 0xff] ^ kTables[5][(lo >> 16) & 0xff] ^
+        kTables[4][lo >> 24] ^ kTables[3][hi & 0xff] ^ kTables[2][(hi >> 8) & 0xff] ^
+        kTables[1][(hi >> 16) & 0xff] ^ kTables[0][hi >> 24];
+    p += 8;
+    size -= 8;
+  }
+  while (size-- > 0) c = (c >> 8) ^ kTables[0][(c ^ *p++) & 0xff];
+  return ~c;
+}
+
+}  // namespace kubetrain::runtime::data
