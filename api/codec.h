@@ -1,12 +1,15 @@
 #pragma once
 
+#include <map>
 #include <string>
+#include <utility>
 #include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "api/field_error.h"
 #include "google/protobuf/message.h"
+#include "nlohmann/json.hpp"
 #include "kubetrain/v1/training_job.pb.h"
 
 namespace kubetrain::api {
@@ -20,7 +23,17 @@ namespace kubetrain::api {
 struct DecodeResult {
   v1::TrainingJob job;
   std::vector<FieldError> errors;  // empty on success
+  // The input was a bare Cloud ML config (top-level trainingInput), so its
+  // paths start at "trainingInput" rather than "spec.trainingInput".
+  bool bare_config = false;
+  // Where each decoded field path starts in the text (1-based line, column),
+  // so later validation errors can point into the file too.
+  std::map<std::string, std::pair<int, int>> positions;
   bool ok() const { return errors.empty(); }
+
+  // Fills line/column of errors that have none from `positions` (the longest
+  // decoded prefix of the error's path).
+  void Locate(std::vector<FieldError>* located) const;
 };
 
 // Accepts a full TrainingJob manifest (apiVersion/kind/metadata/spec) or a bare
@@ -39,7 +52,9 @@ std::vector<FieldError> DecodeMessage(std::string_view text, google::protobuf::M
 // keys in field order. `pretty` indents by two spaces.
 std::string EncodeJson(const google::protobuf::Message& message, bool pretty = false);
 
-// The same content as YAML with keys sorted, as `gcloud ... describe` prints.
+// The same content as YAML with keys sorted, as `gcloud ... describe` prints:
+// block style, strings quoted only where YAML would misread them.
 std::string EncodeYaml(const google::protobuf::Message& message);
+std::string EncodeYaml(const nlohmann::json& value);
 
 }  // namespace kubetrain::api

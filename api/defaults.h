@@ -11,8 +11,10 @@ inline constexpr int kDefaultPort = 2222;
 inline constexpr int kDefaultBackoffLimit = 3;
 inline constexpr int64_t kDefaultMaxRunningTimeSeconds = 7 * 24 * 3600;
 
-// Fills what Cloud ML Engine and Kubeflow would fill: scale tier BASIC, the
-// tier's replica counts and machine types, goal MAXIMIZE, maxTrials 1,
+// Fills what Cloud ML Engine and Kubeflow would fill: scale tier BASIC (the
+// tier's replica counts and machine types come from ReplicaGroups in
+// scale_tiers.h, so the echoed trainingInput stays as the user wrote it),
+// one GPU for BASIC_GPU's master, goal MAXIMIZE, maxTrials 1,
 // maxParallelTrials 1, the default metric tag, maxRunningTime 7 days,
 // restartPolicy Never, backoffLimit 3, cleanPodPolicy Running, port 2222.
 // Idempotent. Call after validation has passed: defaults never hide an error.

@@ -1,0 +1,403 @@
+#include "api/validation.h"
+
+#include <cmath>
+#include <map>
+#include <set>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "api/defaults.h"
+#include "api/roles.h"
+#include "api/scale_tiers.h"
+
+namespace kubetrain::api {
+namespace {
+
+using v1::HyperparameterSpec;
+using v1::ParameterSpec;
+using v1::TrainingInput;
+
+// Pod and service names are "<job>-t<trial>-<role>-<index>" and must fit a
+// DNS-1035 label (63 characters): "-t10000-evaluator-999" takes 21, leaving 42.
+constexpr size_t kMaxJobNameLength = 40;
+// Far beyond what a study needs; stops a typo from scheduling a million trials.
+constexpr int kMaxTrialsLimit = 10000;
+constexpr size_t kMaxDiscreteValues = 1000;
+constexpr int64_t kMaxAcceleratorsPerReplica = 16;
+
+class Validator {
+ public:
+  explicit Validator(std::vector<FieldError>* errors) : errors_(errors) {}
+
+  void Error(std::string path, std::string reason) {
+    errors_->push_back({std::move(path), std::move(reason)});
+  }
+
+  void ValidateInput(const TrainingInput& input, const std::string& path) {
+    ValidateTier(input, path);
+    ValidateReplicaConfig(input.master_config(), path + ".masterConfig");
+    ValidateReplicaConfig(input.worker_config(), path + ".workerConfig");
+    ValidateReplicaConfig(input.parameter_server_config(), path + ".parameterServerConfig");
+    ValidateReplicaConfig(input.evaluator_config(), path + ".evaluatorConfig");
+    for (int i = 0; i < input.args_size(); ++i) {
+      if (input.args(i).empty()) Error(absl::StrCat(path, ".args[", i, "]"), "must not be empty");
+    }
+    if (!input.package_uris().empty() && input.python_module().empty()) {
+      Error(path + ".pythonModule", "required when packageUris is set");
+    }
+    if (!input.python_module().empty() && !IsPythonModuleName(input.python_module())) {
+      Error(path + ".pythonModule",
+            "must be a dotted Python module name such as trainer.task, got \"" +
+                input.python_module() + "\"");
+    }
+    const auto& scheduling = input.scheduling();
+    if (scheduling.has_max_running_time() && (scheduling.max_running_time().seconds() < 0 ||
+                                              (scheduling.max_running_time().seconds() == 0 &&
+                                               scheduling.max_running_time().nanos() <= 0))) {
+      Error(path + ".scheduling.maxRunningTime", "must be positive");
+    }
+    if (scheduling.has_max_wait_time() && (scheduling.max_wait_time().seconds() < 0 ||
+                                           scheduling.max_wait_time().nanos() < 0)) {
+      Error(path + ".scheduling.maxWaitTime", "must not be negative");
+    }
+    if (input.has_hyperparameters()) {
+      ValidateHyperparameters(input.hyperparameters(), input, path + ".hyperparameters");
+    }
+  }
+
+  void ValidateSpec(const v1::TrainingJobSpec& spec) {
+    ValidateInput(spec.training_input(), "spec.trainingInput");
+    const auto& policy = spec.run_policy();
+    if (policy.has_backoff_limit() && policy.backoff_limit() < 0) {
+      Error("spec.runPolicy.backoffLimit", "must be >= 0");
+    }
+    if (policy.has_active_deadline_seconds() && policy.active_deadline_seconds() <= 0) {
+      Error("spec.runPolicy.activeDeadlineSeconds", "must be > 0");
+    }
+    if (policy.has_ttl_seconds_after_finished() && policy.ttl_seconds_after_finished() < 0) {
+      Error("spec.runPolicy.ttlSecondsAfterFinished", "must be >= 0");
+    }
+    if (spec.has_port() && (spec.port() < 1 || spec.port() > 65535)) {
+      Error("spec.port", absl::StrCat("must be between 1 and 65535, got ", spec.port()));
+    }
+    for (const auto& [role, unused] : spec.replica_templates()) {
+      if (!RoleFromName(role) || role == "chief") {
+        Error("spec.replicaTemplates[" + role + "]",
+              "unknown role; expected master, worker, ps or evaluator");
+      }
+    }
+  }
+
+ private:
+  static bool IsPythonModuleName(const std::string& name) {
+    bool at_start = true;
+    for (char c : name) {
+      if (c == '.') {
+        if (at_start) return false;
+        at_start = true;
+      } else if (absl::ascii_isalpha(c) || c == '_' || (!at_start && absl::ascii_isdigit(c))) {
+        at_start = false;
+      } else {
+        return false;
+      }
+    }
+    return !at_start;
+  }
+
+  void ValidateTier(const TrainingInput& input, const std::string& path) {
+    const auto tier = input.scale_tier();
+    if (tier == TrainingInput::BASIC_TPU) {
+      Error(path + ".scaleTier", "BASIC_TPU is not supported: kubetrain has no TPUs");
+      return;
+    }
+    struct Role {
+      const char* type_field;
+      const std::string& type;
+      const char* count_field;
+      bool has_count;
+      int64_t count;
+    };
+    const Role roles[] = {
+        {"workerType", input.worker_type(), "workerCount", input.has_worker_count(),
+         input.worker_count()},
+        {"parameterServerType", input.parameter_server_type(), "parameterServerCount",
+         input.has_parameter_server_count(), input.parameter_server_count()},
+        {"evaluatorType", input.evaluator_type(), "evaluatorCount", input.has_evaluator_count(),
+         input.evaluator_count()},
+    };
+    for (const Role& role : roles) {
+      const std::string count_path = path + "." + role.count_field;
+      if (role.has_count && role.count < 0) {
+        Error(count_path, absl::StrCat("must be >= 0, got ", role.count));
+      } else if (role.has_count && role.count > kMaxReplicasPerRole) {
+        Error(count_path, absl::StrCat("must be <= ", kMaxReplicasPerRole, ", got ", role.count));
+      }
+      ValidateMachineType(role.type, path + "." + role.type_field);
+    }
+    ValidateMachineType(input.master_type(), path + ".masterType");
+    if (tier == TrainingInput::CUSTOM) {
+      if (input.master_type().empty()) Error(path + ".masterType", "required when scaleTier is CUSTOM");
+      for (const Role& role : roles) {
+        if (role.count > 0 && role.type.empty() && std::string(role.count_field) != "evaluatorCount") {
+          Error(path + "." + role.type_field,
+                absl::StrCat("required when ", role.count_field, " is > 0"));
+        }
+      }
+      return;
+    }
+    // Predefined tiers fix the cluster; only evaluators may be added.
+    const std::string tier_name = TrainingInput::ScaleTier_Name(
+        tier == TrainingInput::SCALE_TIER_UNSPECIFIED ? TrainingInput::BASIC : tier);
+    if (!input.master_type().empty()) {
+      Error(path + ".masterType", absl::StrCat("only valid with scaleTier CUSTOM (got ", tier_name, ")"));
+    }
+    for (const Role& role : roles) {
+      if (std::string(role.count_field) == "evaluatorCount") continue;
+      if (role.has_count) {
+        Error(path + "." + role.count_field,
+              absl::StrCat("only valid with scaleTier CUSTOM (got ", tier_name, ")"));
+      }
+      if (!role.type.empty()) {
+        Error(path + "." + role.type_field,
+              absl::StrCat("only valid with scaleTier CUSTOM (got ", tier_name, ")"));
+      }
+    }
+  }
+
+  void ValidateMachineType(const std::string& type, const std::string& path) {
+    if (type.empty() || LookupMachineType(type)) return;
+    std::vector<std::string> names;
+    for (const auto& machine : MachineTypes()) names.push_back(machine.machine_type);
+    Error(path, "unknown machine type \"" + type + "\"; known types: " + absl::StrJoin(names, ", "));
+  }
+
+  void ValidateReplicaConfig(const v1::ReplicaConfig& config, const std::string& path) {
+    const auto& accelerator = config.accelerator_config();
+    const std::string accelerator_path = path + ".acceleratorConfig";
+    if (accelerator.has_count()) {
+      if (accelerator.count() < 0 || accelerator.count() > kMaxAcceleratorsPerReplica) {
+        Error(accelerator_path + ".count",
+              absl::StrCat("must be between 0 and ", kMaxAcceleratorsPerReplica, ", got ",
+                           accelerator.count()));
+      } else if (accelerator.count() > 0 &&
+                 accelerator.type() == v1::AcceleratorConfig::ACCELERATOR_TYPE_UNSPECIFIED) {
+        Error(accelerator_path + ".type", "required when count is > 0");
+      }
+    } else if (accelerator.type() != v1::AcceleratorConfig::ACCELERATOR_TYPE_UNSPECIFIED) {
+      Error(accelerator_path + ".count", "required when type is set");
+    }
+    for (int i = 0; i < config.container_command_size(); ++i) {
+      if (config.container_command(i).empty()) {
+        Error(absl::StrCat(path, ".containerCommand[", i, "]"), "must not be empty");
+      }
+    }
+  }
+
+  void ValidateHyperparameters(const HyperparameterSpec& spec, const TrainingInput& input,
+                               const std::string& path) {
+    if (spec.params().empty()) {
+      Error(path + ".params", "at least one parameter is required for hyperparameter tuning");
+    }
+    if (spec.has_max_trials() && (spec.max_trials() < 1 || spec.max_trials() > kMaxTrialsLimit)) {
+      Error(path + ".maxTrials", absl::StrCat("must be between 1 and ", kMaxTrialsLimit, ", got ",
+                                              spec.max_trials()));
+    }
+    const int max_trials = spec.has_max_trials() ? spec.max_trials() : 1;
+    if (spec.has_max_parallel_trials()) {
+      if (spec.max_parallel_trials() < 1) {
+        Error(path + ".maxParallelTrials",
+              absl::StrCat("must be >= 1, got ", spec.max_parallel_trials()));
+      } else if (spec.max_parallel_trials() > max_trials) {
+        Error(path + ".maxParallelTrials", absl::StrCat("must be <= maxTrials (", max_trials,
+                                                        "), got ", spec.max_parallel_trials()));
+      }
+    }
+    if (spec.has_max_failed_trials() && spec.max_failed_trials() < 0) {
+      Error(path + ".maxFailedTrials", absl::StrCat("must be >= 0, got ", spec.max_failed_trials()));
+    }
+    if (!spec.resume_previous_job_id().empty()) {
+      if (std::string reason = ValidateJobName(spec.resume_previous_job_id()); !reason.empty()) {
+        Error(path + ".resumePreviousJobId", reason);
+      }
+    }
+    std::map<std::string, int> names;
+    for (int i = 0; i < spec.params_size(); ++i) {
+      const std::string param_path = absl::StrCat(path, ".params[", i, "]");
+      const ParameterSpec& param = spec.params(i);
+      ValidateParameter(param, param_path);
+      if (spec.algorithm() == HyperparameterSpec::GRID_SEARCH &&
+          param.type() == ParameterSpec::DOUBLE) {
+        Error(param_path + ".type",
+              "GRID_SEARCH needs INTEGER, DISCRETE or CATEGORICAL parameters, got DOUBLE");
+      }
+      if (param.parameter_name().empty()) continue;
+      auto [it, inserted] = names.emplace(param.parameter_name(), i);
+      if (!inserted) {
+        Error(param_path + ".parameterName",
+              absl::StrCat("duplicate name \"", param.parameter_name(), "\" (also params[",
+                           it->second, "])"));
+      }
+    }
+    // The tuner appends --name=value to each trial's args; the same flag
+    // already in args would be given twice with different values.
+    for (int i = 0; i < input.args_size(); ++i) {
+      const std::string& arg = input.args(i);
+      for (const auto& [name, index] : names) {
+        if (arg == "--" + name || absl::StartsWith(arg, "--" + name + "=")) {
+          Error(absl::StrCat(path.substr(0, path.rfind('.')), ".args[", i, "]"),
+                absl::StrCat("sets \"", name, "\", which params[", index,
+                             "] tunes; remove it from args"));
+        }
+      }
+    }
+  }
+
+  void ValidateParameter(const ParameterSpec& param, const std::string& path) {
+    if (param.parameter_name().empty()) {
+      Error(path + ".parameterName", "required");
+    } else if (!IsFlagName(param.parameter_name())) {
+      Error(path + ".parameterName",
+            "must start with a letter and hold only letters, digits, '_' and '-', got \"" +
+                param.parameter_name() + "\"");
+    }
+    const auto type = param.type();
+    const bool numeric_range = type == ParameterSpec::DOUBLE || type == ParameterSpec::INTEGER;
+    const std::string type_name = ParameterSpec::ParameterType_Name(type);
+    if (type == ParameterSpec::PARAMETER_TYPE_UNSPECIFIED) {
+      Error(path + ".type", "required: one of DOUBLE, INTEGER, CATEGORICAL, DISCRETE");
+      return;
+    }
+    if (!numeric_range) {
+      if (param.has_min_value()) Error(path + ".minValue", "only valid for DOUBLE and INTEGER parameters");
+      if (param.has_max_value()) Error(path + ".maxValue", "only valid for DOUBLE and INTEGER parameters");
+    }
+    if (type != ParameterSpec::CATEGORICAL && !param.categorical_values().empty()) {
+      Error(path + ".categoricalValues", "only valid for CATEGORICAL parameters, not " + type_name);
+    }
+    if (type != ParameterSpec::DISCRETE && !param.discrete_values().empty()) {
+      Error(path + ".discreteValues", "only valid for DISCRETE parameters, not " + type_name);
+    }
+    if (type == ParameterSpec::CATEGORICAL && param.scale_type() != ParameterSpec::NONE) {
+      Error(path + ".scaleType", "not valid for CATEGORICAL parameters");
+    }
+    const bool log_scale = param.scale_type() == ParameterSpec::UNIT_LOG_SCALE ||
+                           param.scale_type() == ParameterSpec::UNIT_REVERSE_LOG_SCALE;
+    const std::string scale_name = ParameterSpec::ScaleType_Name(param.scale_type());
+
+    if (numeric_range) {
+      if (!param.has_min_value()) Error(path + ".minValue", "required for " + type_name + " parameters");
+      if (!param.has_max_value()) Error(path + ".maxValue", "required for " + type_name + " parameters");
+      if (!param.has_min_value() || !param.has_max_value()) return;
+      const double lo = param.min_value();
+      const double hi = param.max_value();
+      if (type == ParameterSpec::INTEGER) {
+        if (lo != std::floor(lo)) Error(path + ".minValue", "must be an integer for INTEGER parameters");
+        if (hi != std::floor(hi)) Error(path + ".maxValue", "must be an integer for INTEGER parameters");
+      }
+      if (lo >= hi) {
+        Error(path + ".minValue", absl::StrCat("must be less than maxValue (", hi, "), got ", lo));
+      }
+      if (log_scale && lo <= 0) {
+        Error(path + ".minValue", absl::StrCat("must be > 0 for ", scale_name, ", got ", lo));
+      }
+      return;
+    }
+    if (type == ParameterSpec::CATEGORICAL) {
+      if (param.categorical_values().empty()) {
+        Error(path + ".categoricalValues", "required: at least one value for CATEGORICAL parameters");
+      }
+      std::set<std::string> seen;
+      for (int i = 0; i < param.categorical_values_size(); ++i) {
+        const std::string& value = param.categorical_values(i);
+        const std::string value_path = absl::StrCat(path, ".categoricalValues[", i, "]");
+        if (value.empty()) Error(value_path, "must not be empty");
+        if (!seen.insert(value).second) Error(value_path, "duplicate value \"" + value + "\"");
+      }
+      return;
+    }
+    // DISCRETE
+    if (param.discrete_values().empty()) {
+      Error(path + ".discreteValues", "required: at least one value for DISCRETE parameters");
+    }
+    if (param.discrete_values_size() > static_cast<int>(kMaxDiscreteValues)) {
+      Error(path + ".discreteValues", absl::StrCat("at most ", kMaxDiscreteValues,
+                                                   " values, got ", param.discrete_values_size()));
+    }
+    for (int i = 0; i < param.discrete_values_size(); ++i) {
+      const std::string value_path = absl::StrCat(path, ".discreteValues[", i, "]");
+      const double value = param.discrete_values(i);
+      if (i > 0 && value <= param.discrete_values(i - 1)) {
+        Error(value_path, absl::StrCat("values must be strictly increasing: ", value,
+                                       " follows ", param.discrete_values(i - 1)));
+      }
+      if (log_scale && value <= 0) {
+        Error(value_path, absl::StrCat("must be > 0 for ", scale_name, ", got ", value));
+      }
+    }
+  }
+
+  static bool IsFlagName(const std::string& name) {
+    if (name.empty() || !absl::ascii_isalpha(name[0])) return false;
+    for (char c : name) {
+      if (!absl::ascii_isalnum(c) && c != '_' && c != '-') return false;
+    }
+    return true;
+  }
+
+  std::vector<FieldError>* errors_;
+};
+
+}  // namespace
+
+std::string ValidateJobName(std::string_view name) {
+  if (name.empty()) return "required";
+  if (name.size() > kMaxJobNameLength) {
+    return absl::StrCat("at most ", kMaxJobNameLength,
+                        " characters (pod names derived from it must fit 63), got ", name.size());
+  }
+  if (!absl::ascii_isalpha(name[0])) return "must start with a letter";
+  for (char c : name) {
+    if (!absl::ascii_isalnum(c) && c != '_' && c != '-') {
+      return absl::StrCat("may hold only letters, digits, '_' and '-', found '",
+                          std::string(1, c), "'");
+    }
+  }
+  if (name.back() == '_' || name.back() == '-') return "must end with a letter or digit";
+  return "";
+}
+
+std::string KubernetesName(std::string_view job_name) {
+  std::string out(job_name);
+  for (char& c : out) {
+    c = c == '_' ? '-' : absl::ascii_tolower(c);
+  }
+  return out;
+}
+
+std::vector<FieldError> Validate(const v1::TrainingJob& job, const ValidateOptions& options) {
+  std::vector<FieldError> errors;
+  Validator validator(&errors);
+  if (!job.api_version().empty() && job.api_version() != kApiVersion) {
+    validator.Error("apiVersion", absl::StrCat("must be ", kApiVersion, ", got \"",
+                                               job.api_version(), "\""));
+  }
+  if (!job.kind().empty() && job.kind() != kKind) {
+    validator.Error("kind", absl::StrCat("must be ", kKind, ", got \"", job.kind(), "\""));
+  }
+  if (options.require_name || !job.metadata().name().empty()) {
+    if (std::string reason = ValidateJobName(job.metadata().name()); !reason.empty()) {
+      validator.Error("metadata.name", reason);
+    }
+  }
+  validator.ValidateSpec(job.spec());
+  if (options.bare_config) {
+    for (FieldError& error : errors) {
+      if (absl::StartsWith(error.path, "spec.")) error.path = error.path.substr(5);
+    }
+  }
+  return errors;
+}
+
+}  // namespace kubetrain::api

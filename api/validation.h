@@ -1,5 +1,6 @@
 #pragma once
 
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -8,10 +9,18 @@
 
 namespace kubetrain::api {
 
+struct ValidateOptions {
+  // A manifest must name its job; a bare Cloud ML config gets its name from
+  // the command line (`jobs submit training JOB`).
+  bool require_name = true;
+  // Report paths as a bare Cloud ML config spells them ("trainingInput...").
+  bool bare_config = false;
+};
+
 // Checks a decoded (not yet defaulted) TrainingJob. Every error names its field
 // path, e.g. "spec.trainingInput.hyperparameters.params[1].minValue: must be >
 // 0 for UNIT_LOG_SCALE". Returns all errors, not just the first.
-std::vector<FieldError> Validate(const v1::TrainingJob& job);
+std::vector<FieldError> Validate(const v1::TrainingJob& job, const ValidateOptions& options = {});
 
 // Job names: Cloud ML's rule (a letter first, then letters, digits and
 // underscores, at most 128) or a DNS-1123 label (lowercase letters, digits,

@@ -1,0 +1,215 @@
+#include "api/codec.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "api/defaults.h"
+#include "api/job_file.h"
+#include "api/scale_tiers.h"
+#include "google/protobuf/util/message_differencer.h"
+
+namespace kubetrain::api {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::vector<fs::path> Examples() {
+  std::vector<fs::path> files;
+  for (const auto& entry : fs::directory_iterator(fs::path(KUBETRAIN_SOURCE_DIR) / "examples")) {
+    if (entry.path().extension() == ".yaml") files.push_back(entry.path());
+  }
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+TEST(CodecTest, EveryExampleIsValid) {
+  const auto files = Examples();
+  ASSERT_GE(files.size(), 6u);
+  for (const fs::path& file : files) {
+    absl::StatusOr<std::string> text = ReadTextFile(file.string());
+    ASSERT_TRUE(text.ok()) << text.status();
+    CheckedJob checked = CheckTrainingJob(*text);
+    EXPECT_TRUE(checked.ok()) << file << "\n" << FormatErrors(checked.errors);
+  }
+}
+
+// YAML -> proto -> JSON -> proto is lossless.
+TEST(CodecTest, RoundTripThroughJsonIsLossless) {
+  for (const fs::path& file : Examples()) {
+    DecodeResult first = DecodeTrainingJob(*ReadTextFile(file.string()));
+    ASSERT_TRUE(first.ok()) << file;
+    ApplyDefaults(&first.job);  // exercise every defaulted field too
+    const std::string json = EncodeJson(first.job);
+    DecodeResult second = DecodeTrainingJob(json);
+    ASSERT_TRUE(second.ok()) << file << ": " << FormatErrors(second.errors) << json;
+    EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(first.job, second.job))
+        << file << "\n" << json << "\n" << EncodeJson(second.job);
+    // And the YAML we print reads back to the same message.
+    DecodeResult third = DecodeTrainingJob(EncodeYaml(first.job));
+    ASSERT_TRUE(third.ok()) << FormatErrors(third.errors) << EncodeYaml(first.job);
+    EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(first.job, third.job)) << file;
+  }
+}
+
+TEST(CodecTest, CloudMlConfigIsABareTrainingInput) {
+  DecodeResult result = DecodeTrainingJob(*ReadTextFile(std::string(KUBETRAIN_SOURCE_DIR) +
+                                                         "/examples/cloudml-config.yaml"));
+  ASSERT_TRUE(result.ok()) << FormatErrors(result.errors);
+  EXPECT_TRUE(result.bare_config);
+  const auto& input = result.job.spec().training_input();
+  EXPECT_EQ(input.scale_tier(), v1::TrainingInput::STANDARD_1);
+  const auto& hp = input.hyperparameters();
+  EXPECT_EQ(hp.goal(), v1::HyperparameterSpec::MAXIMIZE);
+  EXPECT_EQ(hp.max_trials(), 10);
+  EXPECT_EQ(hp.max_parallel_trials(), 2);
+  ASSERT_EQ(hp.params_size(), 2);
+  EXPECT_EQ(hp.params(0).parameter_name(), "hidden1");
+  EXPECT_EQ(hp.params(0).type(), v1::ParameterSpec::INTEGER);
+  EXPECT_EQ(hp.params(0).min_value(), 40);
+  EXPECT_EQ(hp.params(0).max_value(), 400);
+  EXPECT_EQ(hp.params(1).scale_type(), v1::ParameterSpec::UNIT_LOG_SCALE);
+  EXPECT_DOUBLE_EQ(hp.params(1).min_value(), 0.0001);
+}
+
+TEST(CodecTest, JsonIsAcceptedAndInt64PrintsAsString) {
+  DecodeResult result = DecodeTrainingJob(
+      R"({"trainingInput": {"scaleTier": "CUSTOM", "masterType": "standard",
+          "workerType": "standard", "workerCount": "9", "parameterServerCount": 3}})");
+  ASSERT_TRUE(result.ok()) << FormatErrors(result.errors);
+  EXPECT_EQ(result.job.spec().training_input().worker_count(), 9);
+  EXPECT_EQ(result.job.spec().training_input().parameter_server_count(), 3);
+  EXPECT_THAT(EncodeJson(result.job), ::testing::HasSubstr(R"("workerCount":"9")"));
+}
+
+TEST(CodecTest, ErrorsCarryLineAndColumn) {
+  DecodeResult result = DecodeTrainingJob("trainingInput:\n  scaleTier: BASIC\n  workerCont: 3\n");
+  ASSERT_EQ(result.errors.size(), 1u);
+  EXPECT_EQ(result.errors[0].line, 3);
+  EXPECT_EQ(result.errors[0].column, 3);
+  EXPECT_EQ(FormatErrors(result.errors, "config.yaml"),
+            "config.yaml:3:3: trainingInput.workerCont: unknown field \"workerCont\"; did you mean "
+            "\"workerCount\"?\n");
+}
+
+TEST(CodecTest, YamlOutputSortsKeysAndQuotesAmbiguousStrings) {
+  v1::TrainingJob job;
+  job.mutable_metadata()->set_name("job1");
+  auto* input = job.mutable_spec()->mutable_training_input();
+  input->set_worker_count(4);
+  input->set_region("us-central1");
+  input->add_args("--lr=0.1");
+  input->add_args("true");
+  input->set_job_dir("");
+  EXPECT_EQ(EncodeYaml(job),
+            "metadata:\n"
+            "  name: job1\n"
+            "spec:\n"
+            "  trainingInput:\n"
+            "    args:\n"
+            "    - --lr=0.1\n"
+            "    - 'true'\n"
+            "    region: us-central1\n"
+            "    workerCount: '4'\n");
+}
+
+TEST(CodecTest, ListsOfMappingsPrintInGcloudStyle) {
+  v1::HyperparameterSpec spec;
+  auto* p = spec.add_params();
+  p->set_parameter_name("lr");
+  p->set_type(v1::ParameterSpec::DOUBLE);
+  p->set_min_value(0.5);
+  EXPECT_EQ(EncodeYaml(spec),
+            "params:\n"
+            "- minValue: 0.5\n"
+            "  parameterName: lr\n"
+            "  type: DOUBLE\n");
+}
+
+TEST(CodecTest, TemplatesKeepTheirYamlTypes) {
+  DecodeResult result = DecodeTrainingJob(
+      "kind: TrainingJob\nmetadata: {name: a}\nspec:\n  template:\n    spec:\n"
+      "      nodeSelector: {pool: 'gpu'}\n      priority: 3\n      hostNetwork: false\n");
+  ASSERT_TRUE(result.ok()) << FormatErrors(result.errors);
+  EXPECT_EQ(nlohmann::json::parse(EncodeJson(result.job.spec().template_())),
+            nlohmann::json::parse(
+                R"({"spec":{"hostNetwork":false,"nodeSelector":{"pool":"gpu"},"priority":3}})"));
+}
+
+TEST(DefaultsTest, FillsCloudMlDefaults) {
+  DecodeResult result = DecodeTrainingJob(
+      "trainingInput:\n  hyperparameters:\n    params:\n      - {parameterName: x, type: DOUBLE,"
+      " minValue: 0, maxValue: 1}\n");
+  ASSERT_TRUE(result.ok());
+  ApplyDefaults(&result.job);
+  const auto& input = result.job.spec().training_input();
+  EXPECT_EQ(input.scale_tier(), v1::TrainingInput::BASIC);
+  EXPECT_EQ(input.hyperparameters().goal(), v1::HyperparameterSpec::MAXIMIZE);
+  EXPECT_EQ(input.hyperparameters().max_trials(), 1);
+  EXPECT_EQ(input.hyperparameters().max_parallel_trials(), 1);
+  EXPECT_EQ(input.hyperparameters().hyperparameter_metric_tag(), "training/hptuning/metric");
+  EXPECT_EQ(input.scheduling().max_running_time().seconds(), 7 * 24 * 3600);
+  EXPECT_EQ(result.job.spec().run_policy().restart_policy(), v1::RunPolicy::Never);
+  EXPECT_EQ(result.job.spec().run_policy().backoff_limit(), 3);
+  EXPECT_EQ(result.job.spec().run_policy().clean_pod_policy(), v1::RunPolicy::Running);
+  EXPECT_EQ(result.job.spec().port(), 2222);
+  v1::TrainingJob twice = result.job;
+  ApplyDefaults(&twice);
+  EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(result.job, twice));
+}
+
+TEST(DefaultsTest, MaxFailedTrialsRule) {
+  v1::HyperparameterSpec spec;
+  spec.set_max_trials(1);
+  EXPECT_EQ(EffectiveMaxFailedTrials(spec), 1);
+  spec.set_max_trials(10);
+  EXPECT_EQ(EffectiveMaxFailedTrials(spec), 3);
+  spec.set_max_trials(100);
+  EXPECT_EQ(EffectiveMaxFailedTrials(spec), 25);
+  spec.set_max_failed_trials(7);
+  EXPECT_EQ(EffectiveMaxFailedTrials(spec), 7);
+}
+
+struct TierCase {
+  v1::TrainingInput::ScaleTier tier;
+  std::vector<std::pair<Role, int64_t>> groups;
+  int64_t master_gpus;
+};
+
+TEST(ScaleTiersTest, TiersMapToClusters) {
+  const TierCase cases[] = {
+      {v1::TrainingInput::BASIC, {{Role::kMaster, 1}}, 0},
+      {v1::TrainingInput::BASIC_GPU, {{Role::kMaster, 1}}, 1},
+      {v1::TrainingInput::STANDARD_1,
+       {{Role::kMaster, 1}, {Role::kWorker, 4}, {Role::kParameterServer, 3}}, 0},
+      {v1::TrainingInput::PREMIUM_1,
+       {{Role::kMaster, 1}, {Role::kWorker, 19}, {Role::kParameterServer, 11}}, 0},
+  };
+  for (const TierCase& c : cases) {
+    v1::TrainingJob job;
+    job.mutable_spec()->mutable_training_input()->set_scale_tier(c.tier);
+    ApplyDefaults(&job);
+    const auto groups = ReplicaGroups(job.spec().training_input());
+    std::vector<std::pair<Role, int64_t>> got;
+    for (const auto& g : groups) got.emplace_back(g.role, g.count);
+    EXPECT_EQ(got, c.groups) << v1::TrainingInput::ScaleTier_Name(c.tier);
+    EXPECT_EQ(groups[0].resources.gpus, c.master_gpus);
+  }
+}
+
+TEST(ScaleTiersTest, CustomUsesTypesCountsAndAccelerators) {
+  CheckedJob checked = CheckTrainingJob(*ReadTextFile(std::string(KUBETRAIN_SOURCE_DIR) +
+                                                      "/examples/custom-gpu.yaml"));
+  ASSERT_TRUE(checked.ok());
+  const auto groups = ReplicaGroups(checked.job.spec().training_input());
+  ASSERT_EQ(groups.size(), 2u);
+  EXPECT_EQ(groups[1].role, Role::kWorker);
+  EXPECT_EQ(groups[1].count, 2);
+  EXPECT_EQ(groups[1].resources.machine_type, "standard_gpu");
+  EXPECT_EQ(groups[1].resources.gpus, 1);
+  EXPECT_EQ(groups[1].resources.cpu, 8);
+}
+
+}  // namespace
+}  // namespace kubetrain::api

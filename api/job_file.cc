@@ -1,0 +1,48 @@
+#include "api/job_file.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "absl/status/status.h"
+#include "api/codec.h"
+#include "api/validation.h"
+
+namespace kubetrain::api {
+
+CheckedJob CheckTrainingJob(std::string_view text, bool require_name) {
+  DecodeResult decoded = DecodeTrainingJob(text);
+  CheckedJob checked;
+  checked.bare_config = decoded.bare_config;
+  if (!decoded.ok()) {
+    checked.errors = std::move(decoded.errors);
+    return checked;
+  }
+  ValidateOptions options;
+  options.require_name = require_name && !decoded.bare_config;
+  options.bare_config = decoded.bare_config;
+  checked.errors = Validate(decoded.job, options);
+  decoded.Locate(&checked.errors);
+  // Errors in file order read best; validation found them field by field.
+  std::stable_sort(checked.errors.begin(), checked.errors.end(),
+                   [](const FieldError& a, const FieldError& b) {
+                     return std::make_pair(a.line, a.column) < std::make_pair(b.line, b.column);
+                   });
+  checked.job = std::move(decoded.job);
+  return checked;
+}
+
+absl::StatusOr<std::string> ReadTextFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return absl::NotFoundError(path + ": cannot open: " + std::strerror(errno));
+  }
+  std::ostringstream content;
+  content << in.rdbuf();
+  if (in.bad()) return absl::DataLossError(path + ": read failed: " + std::strerror(errno));
+  return content.str();
+}
+
+}  // namespace kubetrain::api

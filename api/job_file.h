@@ -1,0 +1,29 @@
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "api/field_error.h"
+#include "kubetrain/v1/training_job.pb.h"
+
+namespace kubetrain::api {
+
+// What every entry point (CLI, local backend, operator) does with a job
+// someone wrote: decode, then validate, errors pointing into the text.
+struct CheckedJob {
+  v1::TrainingJob job;              // decoded, not defaulted
+  std::vector<FieldError> errors;   // decode errors, or else validation errors
+  bool bare_config = false;         // a Cloud ML config.yaml, not a manifest
+  bool ok() const { return errors.empty(); }
+};
+
+// `require_name`: a manifest must carry metadata.name; a bare config never
+// has to (the name comes from the command line).
+CheckedJob CheckTrainingJob(std::string_view text, bool require_name = true);
+
+// Reads a whole file; the error names the file and the reason.
+absl::StatusOr<std::string> ReadTextFile(const std::string& path);
+
+}  // namespace kubetrain::api

@@ -1,0 +1,289 @@
+#include "api/validation.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "api/job_file.h"
+
+namespace kubetrain::api {
+namespace {
+
+struct InvalidCase {
+  std::string name;
+  std::string yaml;
+  std::string path;
+  std::string reason;
+  int line = 0;  // 0: not checked
+};
+
+// Prints the case name in failures.
+void PrintTo(const InvalidCase& c, std::ostream* os) { *os << c.name; }
+
+const char kJobHead[] = R"(apiVersion: kubetrain.io/v1
+kind: TrainingJob
+metadata:
+  name: job1
+spec:
+  trainingInput:
+)";
+
+std::string Job(const std::string& training_input_body) {
+  return std::string(kJobHead) + training_input_body;
+}
+
+// A tuning job whose params block is `params` (indented for spec.trainingInput.hyperparameters).
+std::string Tuning(const std::string& params, const std::string& extra = "") {
+  return Job("    scaleTier: BASIC\n    hyperparameters:\n      maxTrials: 4\n" + extra +
+             "      params:\n" + params);
+}
+
+const char kLr[] = R"(        - parameterName: lr
+          type: DOUBLE
+          minValue: 0.001
+          maxValue: 0.1
+)";
+
+class InvalidInputTest : public ::testing::TestWithParam<InvalidCase> {};
+
+TEST_P(InvalidInputTest, ReportsExactPathAndReason) {
+  const InvalidCase& c = GetParam();
+  CheckedJob checked = CheckTrainingJob(c.yaml);
+  ASSERT_FALSE(checked.ok()) << "accepted:\n" << c.yaml;
+  std::vector<std::string> got;
+  for (const FieldError& e : checked.errors) got.push_back(e.path + ": " + e.reason);
+  EXPECT_THAT(got, ::testing::Contains(c.path + ": " + c.reason)) << c.yaml;
+  if (c.line > 0) {
+    bool found_line = false;
+    for (const FieldError& e : checked.errors) {
+      if (e.path == c.path && e.reason == c.reason) found_line = e.line == c.line;
+    }
+    EXPECT_TRUE(found_line) << "expected line " << c.line;
+  }
+}
+
+std::vector<InvalidCase> Cases() {
+  return {
+      // Syntax and document shape.
+      {"empty_file", "", "", "the file is empty: expected a TrainingJob or a config with trainingInput"},
+      {"only_comment", "# nothing here\n", "",
+       "the file is empty: expected a TrainingJob or a config with trainingInput"},
+      {"malformed_yaml", "trainingInput:\n  scaleTier: [BASIC\n", "",
+       "end of sequence flow not found", 3},
+      {"multi_document", Job("    scaleTier: BASIC\n") + "---\n" + Job("    scaleTier: BASIC\n"), "",
+       "expected one YAML document, found 2 (split them into files)", 9},
+      {"not_utf8", "trainingInput:\n  region: \"caf\xe9\"\n", "",
+       "input is not valid UTF-8 (byte offset 29)", 2},
+      {"top_level_list", "- a\n- b\n", "",
+       "expected a TrainingJob or a config with trainingInput, got a list"},
+      // Unknown fields and enum values, wrong types.
+      {"unknown_field_hint", Job("    scaleTeir: BASIC\n"), "spec.trainingInput.scaleTeir",
+       "unknown field \"scaleTeir\"; did you mean \"scaleTier\"?", 7},
+      {"snake_case_field", Job("    scale_tier: BASIC\n"), "spec.trainingInput.scale_tier",
+       "unknown field \"scale_tier\"; did you mean \"scaleTier\"?"},
+      {"unknown_top_level_in_config", "trainingInput:\n  scaleTier: BASIC\nfoo: 1\n", "foo",
+       "unknown field \"foo\"; a Cloud ML config holds trainingInput, labels and jobId", 3},
+      {"unknown_enum", Job("    scaleTier: STANDARD_2\n"), "spec.trainingInput.scaleTier",
+       "unknown value \"STANDARD_2\"; expected one of BASIC, STANDARD_1, PREMIUM_1, BASIC_GPU, "
+       "BASIC_TPU, CUSTOM"},
+      {"wrong_type_count", Job("    scaleTier: CUSTOM\n    masterType: standard\n    workerCount: many\n"),
+       "spec.trainingInput.workerCount", "expected an integer, got \"many\""},
+      {"fractional_count", Job("    scaleTier: CUSTOM\n    masterType: standard\n    workerCount: 1.5\n"),
+       "spec.trainingInput.workerCount", "expected an integer, got \"1.5\""},
+      {"args_not_list", Job("    args: --lr=0.1\n"), "spec.trainingInput.args",
+       "expected a list, got \"--lr=0.1\""},
+      {"bool_wrong", Job("    useChiefInTfConfig: yes\n"), "spec.trainingInput.useChiefInTfConfig",
+       "expected true or false, got \"yes\""},
+      {"scalar_for_message", Job("    hyperparameters: 3\n"), "spec.trainingInput.hyperparameters",
+       "expected a mapping, got \"3\""},
+      {"duplicate_key", Job("    region: a\n    region: b\n"), "spec.trainingInput.region",
+       "duplicate key"},
+      {"bad_duration", Job("    scheduling:\n      maxRunningTime: 2 hours\n"),
+       "spec.trainingInput.scheduling.maxRunningTime",
+       "expected a duration in seconds such as \"3600s\", got \"2 hours\""},
+      {"infinite_number", Tuning("        - parameterName: lr\n          type: DOUBLE\n"
+                                 "          minValue: .inf\n          maxValue: 1\n"),
+       "spec.trainingInput.hyperparameters.params[0].minValue", "expected a number, got \".inf\""},
+      // Resource identity.
+      {"wrong_api_version", "apiVersion: kubeflow.org/v1\nkind: TrainingJob\nmetadata: {name: a}\n"
+                            "spec: {}\n",
+       "apiVersion", "must be kubetrain.io/v1, got \"kubeflow.org/v1\""},
+      {"wrong_kind", "apiVersion: kubetrain.io/v1\nkind: TFJob\nmetadata: {name: a}\nspec: {}\n",
+       "kind", "must be TrainingJob, got \"TFJob\""},
+      {"missing_name", "apiVersion: kubetrain.io/v1\nkind: TrainingJob\nspec: {}\n", "metadata.name",
+       "required"},
+      {"name_digit_first", "kind: TrainingJob\nmetadata: {name: 1job}\nspec: {}\n", "metadata.name",
+       "must start with a letter"},
+      {"name_bad_char", "kind: TrainingJob\nmetadata: {name: my.job}\nspec: {}\n", "metadata.name",
+       "may hold only letters, digits, '_' and '-', found '.'"},
+      {"name_trailing_underscore", "kind: TrainingJob\nmetadata: {name: job_}\nspec: {}\n",
+       "metadata.name", "must end with a letter or digit"},
+      {"name_too_long", "kind: TrainingJob\nmetadata: {name: " + std::string(41, 'a') + "}\nspec: {}\n",
+       "metadata.name", "at most 40 characters (pod names derived from it must fit 63), got 41"},
+      // Scale tiers and replicas.
+      {"custom_without_master", Job("    scaleTier: CUSTOM\n"), "spec.trainingInput.masterType",
+       "required when scaleTier is CUSTOM"},
+      {"custom_workers_without_type",
+       Job("    scaleTier: CUSTOM\n    masterType: standard\n    workerCount: 2\n"),
+       "spec.trainingInput.workerType", "required when workerCount is > 0"},
+      {"negative_count", Job("    scaleTier: CUSTOM\n    masterType: standard\n    workerCount: -1\n"),
+       "spec.trainingInput.workerCount", "must be >= 0, got -1"},
+      {"absurd_count",
+       Job("    scaleTier: CUSTOM\n    masterType: standard\n    parameterServerType: standard\n"
+           "    parameterServerCount: 100000\n"),
+       "spec.trainingInput.parameterServerCount", "must be <= 1000, got 100000"},
+      {"count_on_predefined_tier", Job("    scaleTier: STANDARD_1\n    workerCount: 2\n"),
+       "spec.trainingInput.workerCount", "only valid with scaleTier CUSTOM (got STANDARD_1)"},
+      {"master_type_on_basic", Job("    masterType: standard\n"), "spec.trainingInput.masterType",
+       "only valid with scaleTier CUSTOM (got BASIC)"},
+      {"unknown_machine_type", Job("    scaleTier: CUSTOM\n    masterType: huge\n"),
+       "spec.trainingInput.masterType", "unknown machine type \"huge\"; known types: standard, "
+       "large_model, complex_model_s, complex_model_m, complex_model_l, standard_gpu, "
+       "complex_model_m_gpu, complex_model_l_gpu, standard_p100, complex_model_m_p100, "
+       "standard_v100, large_model_v100, complex_model_m_v100, complex_model_l_v100, "
+       "n1-standard-4, n1-standard-8, n1-standard-16, n1-standard-32, n1-highmem-2, "
+       "n1-highmem-4, n1-highmem-8, n1-highmem-16, n1-highmem-32, n1-highcpu-16, n1-highcpu-32"},
+      {"tpu_tier", Job("    scaleTier: BASIC_TPU\n"), "spec.trainingInput.scaleTier",
+       "BASIC_TPU is not supported: kubetrain has no TPUs"},
+      {"accelerator_without_type", Job("    masterConfig:\n      acceleratorConfig: {count: 2}\n"),
+       "spec.trainingInput.masterConfig.acceleratorConfig.type", "required when count is > 0"},
+      {"accelerator_too_many",
+       Job("    masterConfig:\n      acceleratorConfig: {count: 64, type: NVIDIA_TESLA_T4}\n"),
+       "spec.trainingInput.masterConfig.acceleratorConfig.count", "must be between 0 and 16, got 64"},
+      {"package_without_module", Job("    packageUris: [trainer-0.1.tar.gz]\n"),
+       "spec.trainingInput.pythonModule", "required when packageUris is set"},
+      {"bad_python_module", Job("    pythonModule: trainer/task.py\n"),
+       "spec.trainingInput.pythonModule",
+       "must be a dotted Python module name such as trainer.task, got \"trainer/task.py\""},
+      {"empty_arg", Job("    args: ['']\n"), "spec.trainingInput.args[0]", "must not be empty"},
+      {"zero_running_time", Job("    scheduling: {maxRunningTime: 0s}\n"),
+       "spec.trainingInput.scheduling.maxRunningTime", "must be positive"},
+      // Hyperparameters.
+      {"no_params", Job("    hyperparameters:\n      maxTrials: 3\n"),
+       "spec.trainingInput.hyperparameters.params",
+       "at least one parameter is required for hyperparameter tuning"},
+      {"min_greater_than_max",
+       Tuning("        - parameterName: lr\n          type: DOUBLE\n          minValue: 0.5\n"
+              "          maxValue: 0.1\n"),
+       "spec.trainingInput.hyperparameters.params[0].minValue",
+       "must be less than maxValue (0.1), got 0.5"},
+      {"log_scale_nonpositive",
+       Tuning(std::string(kLr) + "        - parameterName: wd\n          type: DOUBLE\n"
+                                 "          minValue: 0\n          maxValue: 0.1\n"
+                                 "          scaleType: UNIT_LOG_SCALE\n"),
+       "spec.trainingInput.hyperparameters.params[1].minValue",
+       "must be > 0 for UNIT_LOG_SCALE, got 0", 17},
+      {"reverse_log_negative",
+       Tuning("        - parameterName: m\n          type: DOUBLE\n          minValue: -1\n"
+              "          maxValue: 0.9\n          scaleType: UNIT_REVERSE_LOG_SCALE\n"),
+       "spec.trainingInput.hyperparameters.params[0].minValue",
+       "must be > 0 for UNIT_REVERSE_LOG_SCALE, got -1"},
+      {"missing_min", Tuning("        - parameterName: lr\n          type: DOUBLE\n          maxValue: 1\n"),
+       "spec.trainingInput.hyperparameters.params[0].minValue", "required for DOUBLE parameters"},
+      {"integer_fraction",
+       Tuning("        - parameterName: units\n          type: INTEGER\n          minValue: 1.5\n"
+              "          maxValue: 10\n"),
+       "spec.trainingInput.hyperparameters.params[0].minValue",
+       "must be an integer for INTEGER parameters"},
+      {"missing_type", Tuning("        - parameterName: lr\n          minValue: 0\n          maxValue: 1\n"),
+       "spec.trainingInput.hyperparameters.params[0].type",
+       "required: one of DOUBLE, INTEGER, CATEGORICAL, DISCRETE"},
+      {"categorical_without_values", Tuning("        - parameterName: opt\n          type: CATEGORICAL\n"),
+       "spec.trainingInput.hyperparameters.params[0].categoricalValues",
+       "required: at least one value for CATEGORICAL parameters"},
+      {"categorical_duplicate",
+       Tuning("        - parameterName: opt\n          type: CATEGORICAL\n"
+              "          categoricalValues: [adam, sgd, adam]\n"),
+       "spec.trainingInput.hyperparameters.params[0].categoricalValues[2]",
+       "duplicate value \"adam\""},
+      {"categorical_with_range",
+       Tuning("        - parameterName: opt\n          type: CATEGORICAL\n"
+              "          categoricalValues: [adam]\n          minValue: 1\n"),
+       "spec.trainingInput.hyperparameters.params[0].minValue",
+       "only valid for DOUBLE and INTEGER parameters"},
+      {"discrete_unsorted",
+       Tuning("        - parameterName: batch\n          type: DISCRETE\n"
+              "          discreteValues: [32, 128, 64]\n"),
+       "spec.trainingInput.hyperparameters.params[0].discreteValues[2]",
+       "values must be strictly increasing: 64 follows 128"},
+      {"discrete_empty",
+       Tuning("        - parameterName: batch\n          type: DISCRETE\n          discreteValues: []\n"),
+       "spec.trainingInput.hyperparameters.params[0].discreteValues",
+       "required: at least one value for DISCRETE parameters"},
+      {"discrete_values_on_double",
+       Tuning("        - parameterName: lr\n          type: DOUBLE\n          minValue: 0.1\n"
+              "          maxValue: 1\n          discreteValues: [1, 2]\n"),
+       "spec.trainingInput.hyperparameters.params[0].discreteValues",
+       "only valid for DISCRETE parameters, not DOUBLE"},
+      {"duplicate_param_names", Tuning(std::string(kLr) + kLr),
+       "spec.trainingInput.hyperparameters.params[1].parameterName",
+       "duplicate name \"lr\" (also params[0])"},
+      {"bad_param_name",
+       Tuning("        - parameterName: 'learning rate'\n          type: DOUBLE\n"
+              "          minValue: 0.1\n          maxValue: 1\n"),
+       "spec.trainingInput.hyperparameters.params[0].parameterName",
+       "must start with a letter and hold only letters, digits, '_' and '-', got \"learning rate\""},
+      {"param_also_in_args",
+       Job("    args: [--epochs=3, --lr=0.5]\n    hyperparameters:\n      params:\n" + std::string(kLr)),
+       "spec.trainingInput.args[1]", "sets \"lr\", which params[0] tunes; remove it from args"},
+      {"parallel_above_max",
+       Tuning(kLr, "      maxParallelTrials: 8\n"),
+       "spec.trainingInput.hyperparameters.maxParallelTrials", "must be <= maxTrials (4), got 8"},
+      {"zero_max_trials", Job("    hyperparameters:\n      maxTrials: 0\n      params:\n" + std::string(kLr)),
+       "spec.trainingInput.hyperparameters.maxTrials", "must be between 1 and 10000, got 0"},
+      {"negative_failed_trials", Tuning(kLr, "      maxFailedTrials: -2\n"),
+       "spec.trainingInput.hyperparameters.maxFailedTrials", "must be >= 0, got -2"},
+      {"grid_with_double", Tuning(kLr, "      algorithm: GRID_SEARCH\n"),
+       "spec.trainingInput.hyperparameters.params[0].type",
+       "GRID_SEARCH needs INTEGER, DISCRETE or CATEGORICAL parameters, got DOUBLE"},
+      {"unknown_goal", Tuning(kLr, "      goal: BIGGER\n"),
+       "spec.trainingInput.hyperparameters.goal",
+       "unknown value \"BIGGER\"; expected one of MAXIMIZE, MINIMIZE"},
+      {"bad_resume_id", Tuning(kLr, "      resumePreviousJobId: 9lives\n"),
+       "spec.trainingInput.hyperparameters.resumePreviousJobId", "must start with a letter"},
+      // Run policy and kubetrain extensions.
+      {"negative_backoff", std::string(kJobHead) + "    scaleTier: BASIC\n  runPolicy: {backoffLimit: -1}\n",
+       "spec.runPolicy.backoffLimit", "must be >= 0"},
+      {"zero_deadline", std::string(kJobHead) + "    scaleTier: BASIC\n  runPolicy: {activeDeadlineSeconds: 0}\n",
+       "spec.runPolicy.activeDeadlineSeconds", "must be > 0"},
+      {"unknown_restart_policy",
+       std::string(kJobHead) + "    scaleTier: BASIC\n  runPolicy: {restartPolicy: Sometimes}\n",
+       "spec.runPolicy.restartPolicy",
+       "unknown value \"Sometimes\"; expected one of Never, OnFailure, ExitCode, Always"},
+      {"bad_port", std::string(kJobHead) + "    scaleTier: BASIC\n  port: 70000\n", "spec.port",
+       "must be between 1 and 65535, got 70000"},
+      {"bad_replica_template_role",
+       std::string(kJobHead) + "    scaleTier: BASIC\n  replicaTemplates:\n    chief: {spec: {}}\n",
+       "spec.replicaTemplates[chief]", "unknown role; expected master, worker, ps or evaluator"},
+      // Bare Cloud ML configs report paths as written.
+      {"bare_config_paths",
+       "trainingInput:\n  hyperparameters:\n    params:\n      - parameterName: lr\n"
+       "        type: DOUBLE\n        minValue: 0\n        maxValue: 1\n"
+       "        scaleType: UNIT_LOG_SCALE\n",
+       "trainingInput.hyperparameters.params[0].minValue", "must be > 0 for UNIT_LOG_SCALE, got 0", 6},
+  };
+}
+
+INSTANTIATE_TEST_SUITE_P(Table, InvalidInputTest, ::testing::ValuesIn(Cases()),
+                         [](const auto& info) { return info.param.name; });
+
+TEST(ValidationTest, TableHoldsAtLeastFortyCases) { EXPECT_GE(Cases().size(), 40u); }
+
+TEST(ValidationTest, ReportsEveryErrorNotJustTheFirst) {
+  CheckedJob checked = CheckTrainingJob(Job(
+      "    scaleTier: CUSTOM\n    workerCount: -3\n    hyperparameters:\n      maxTrials: 0\n"));
+  EXPECT_EQ(checked.errors.size(), 4u) << FormatErrors(checked.errors);
+}
+
+TEST(ValidationTest, ValidJobHasNoErrors) {
+  CheckedJob checked = CheckTrainingJob(Tuning(kLr, "      maxParallelTrials: 2\n"));
+  EXPECT_TRUE(checked.ok()) << FormatErrors(checked.errors);
+}
+
+TEST(JobNameTest, KubernetesNameLowercasesAndReplacesUnderscores) {
+  EXPECT_EQ(KubernetesName("fmnist_HPTuning_2"), "fmnist-hptuning-2");
+  EXPECT_EQ(ValidateJobName("fmnist_hptuning"), "");
+  EXPECT_EQ(ValidateJobName("census-job"), "");
+}
+
+}  // namespace
+}  // namespace kubetrain::api

@@ -1,0 +1,111 @@
+#include "cli/cli.h"
+
+#include <algorithm>
+#include <ostream>
+
+#include "absl/strings/str_join.h"
+#include "cli/commands.h"
+
+namespace kubetrain::cli {
+
+const std::string* ParsedArgs::Flag(const std::string& name) const {
+  for (auto it = flags.rbegin(); it != flags.rend(); ++it) {
+    if (it->first == name) return &it->second;
+  }
+  return nullptr;
+}
+
+ParsedArgs ParseArgs(const std::vector<std::string>& args, const std::vector<std::string>& value_flags,
+                     const std::vector<std::string>& bool_flags) {
+  ParsedArgs parsed;
+  auto known = [](const std::vector<std::string>& list, const std::string& name) {
+    return std::find(list.begin(), list.end(), name) != list.end();
+  };
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    if (arg == "--") {
+      parsed.after_double_dash.assign(args.begin() + i + 1, args.end());
+      break;
+    }
+    if (arg.size() < 3 || arg.compare(0, 2, "--") != 0) {
+      parsed.positional.push_back(arg);
+      continue;
+    }
+    const size_t eq = arg.find('=');
+    const std::string name = arg.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
+    if (known(bool_flags, name)) {
+      if (eq != std::string::npos) {
+        const std::string value = arg.substr(eq + 1);
+        if (value != "true" && value != "false") {
+          parsed.error = "flag --" + name + " takes true or false, got \"" + value + "\"";
+          return parsed;
+        }
+        parsed.flags.emplace_back(name, value);
+      } else {
+        parsed.flags.emplace_back(name, "true");
+      }
+    } else if (known(value_flags, name)) {
+      if (eq != std::string::npos) {
+        parsed.flags.emplace_back(name, arg.substr(eq + 1));
+      } else if (i + 1 < args.size()) {
+        parsed.flags.emplace_back(name, args[++i]);
+      } else {
+        parsed.error = "flag --" + name + " needs a value";
+        return parsed;
+      }
+    } else {
+      parsed.error = "unknown flag --" + name;
+      return parsed;
+    }
+  }
+  return parsed;
+}
+
+namespace {
+
+std::vector<Command> AllCommands() {
+  std::vector<Command> commands;
+  for (auto list : {ValidateCommands}) {
+    for (Command& command : list()) commands.push_back(std::move(command));
+  }
+  return commands;
+}
+
+void PrintUsage(const std::vector<Command>& commands, std::ostream& out) {
+  out << "Usage: kubetrain COMMAND [FLAGS] [ARGS]\n\nCommands:\n";
+  for (const Command& command : commands) {
+    std::string words = absl::StrJoin(command.words, " ");
+    words.resize(std::max<size_t>(words.size(), 28), ' ');
+    out << "  " << words << command.summary << "\n";
+  }
+}
+
+}  // namespace
+
+int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  const std::vector<Command> commands = AllCommands();
+  if (args.empty() || args[0] == "help" || args[0] == "--help" || args[0] == "-h") {
+    PrintUsage(commands, args.empty() ? err : out);
+    return args.empty() ? kExitUsage : kExitOk;
+  }
+  // The longest command whose words start the command line.
+  const Command* best = nullptr;
+  for (const Command& command : commands) {
+    if (command.words.size() > args.size()) continue;
+    if (!std::equal(command.words.begin(), command.words.end(), args.begin())) continue;
+    if (best == nullptr || command.words.size() > best->words.size()) best = &command;
+  }
+  if (best == nullptr) {
+    err << "kubetrain: unknown command \"" << absl::StrJoin(args.begin(),
+                                                            args.begin() + std::min<size_t>(
+                                                                               args.size(), 3),
+                                                            " ")
+        << "\"\n";
+    PrintUsage(commands, err);
+    return kExitUsage;
+  }
+  const std::vector<std::string> rest(args.begin() + best->words.size(), args.end());
+  return best->run(rest, out, err);
+}
+
+}  // namespace kubetrain::cli

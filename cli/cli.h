@@ -1,0 +1,15 @@
+#pragma once
+
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+namespace kubetrain::cli {
+
+// Runs one `kubetrain` command line (args without the program name), writing
+// to `out` and `err`. Returns the process exit code: 0 success, 1 the command
+// ran and failed (a job did not succeed, a job was not found), 2 bad input
+// (usage, invalid files).
+int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+
+}  // namespace kubetrain::cli
