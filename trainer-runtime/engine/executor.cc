@@ -1,0 +1,155 @@
+#include "trainer-runtime/engine/executor.h"
+
+#include "absl/strings/str_cat.h"
+#include "trainer-runtime/engine/op_registry.h"
+
+namespace kubetrain::runtime::engine {
+
+Executor::Executor(const Graph& graph, Device& device, VariableStore& variables)
+    : graph_(graph), device_(device), variables_(variables) {}
+
+const Executor::Plan& Executor::GetPlan(std::span<const Feed> feeds, std::span<const Output> fetches) {
+  std::vector<int> key;
+  for (const Feed& f : feeds) key.push_back(f.output.node);
+  key.push_back(-1);
+  for (const Output& o : fetches) {
+    key.push_back(o.node);
+    key.push_back(o.index);
+  }
+  auto it = plans_.find(key);
+  if (it != plans_.end()) return it->second;
+
+  std::vector<char> needed(static_cast<size_t>(graph_.num_nodes()), 0);
+  std::vector<char> fed(needed.size(), 0);
+  for (const Feed& f : feeds) fed[f.output.node] = 1;
+  std::vector<int> stack;
+  for (const Output& o : fetches) stack.push_back(o.node);
+  while (!stack.empty()) {
+    int id = stack.back();
+    stack.pop_back();
+    if (needed[id]) continue;
+    needed[id] = 1;
+    if (fed[id]) continue;  // a fed node's inputs are not computed
+    for (const Output& in : graph_.node(id).inputs) stack.push_back(in.node);
+  }
+  Plan plan;
+  for (int id = 0; id < graph_.num_nodes(); ++id) {
+    if (needed[id]) plan.nodes.push_back(id);
+  }
+  return plans_.emplace(std::move(key), std::move(plan)).first->second;
+}
+
+absl::Status Executor::Run(std::span<const Feed> feeds, std::span<const Output> fetches,
+                           std::vector<Tensor>* results, const RunContext& run) {
+  if (!graph_.status().ok()) return graph_.status();
+  size_t n = static_cast<size_t>(graph_.num_nodes());
+  if (values_.size() != n) {
+    values_.resize(n);
+    fed_.assign(n, 0);
+    owned_.assign(n, 0);
+  }
+  for (const Output& o : fetches) {
+    if (o.node < 0 || o.node >= graph_.num_nodes() || o.index >= graph_.node(o.node).num_outputs) {
+      return absl::InvalidArgumentError(absl::StrCat("fetch ", o.node, ":", o.index, " is not in the graph"));
+    }
+  }
+  std::fill(fed_.begin(), fed_.end(), 0);
+  for (const Feed& f : feeds) {
+    if (f.output.node < 0 || f.output.node >= graph_.num_nodes()) {
+      return absl::InvalidArgumentError("feed for a node that is not in the graph");
+    }
+    const Node& node = graph_.node(f.output.node);
+    if (node.op == "Placeholder") {
+      Shape want = node.GetInts("shape");
+      const Shape& got = f.value.shape();
+      bool ok = want.size() == got.size();
+      for (size_t i = 0; ok && i < want.size(); ++i) ok = want[i] < 0 || want[i] == got[i];
+      if (!ok) {
+        return absl::InvalidArgumentError(absl::StrCat("feed for '", node.name, "' has shape ",
+                                                       ShapeString(got), ", expected ",
+                                                       ShapeString(want)));
+      }
+    }
+    if (!f.value.valid()) {
+      return absl::InvalidArgumentError(absl::StrCat("feed for '", node.name, "' is empty"));
+    }
+    values_[f.output.node].resize(static_cast<size_t>(node.num_outputs));
+    values_[f.output.node][f.output.index] = f.value;
+    fed_[f.output.node] = 1;
+    owned_[f.output.node] = 0;
+  }
+  const Plan& plan = GetPlan(feeds, fetches);
+  for (int id : plan.nodes) {
+    if (fed_[id]) continue;
+    if (absl::Status s = RunNode(graph_.node(id), run); !s.ok()) return s;
+  }
+  results->clear();
+  for (const Output& o : fetches) results->push_back(values_[o.node][o.index]);
+  return absl::OkStatus();
+}
+
+absl::Status Executor::RunNode(const Node& node, const RunContext& run) {
+  std::vector<Tensor>& outs = values_[node.id];
+  outs.resize(static_cast<size_t>(node.num_outputs));
+  if (node.op == "Placeholder") {
+    return absl::InvalidArgumentError(absl::StrCat("placeholder '", node.name, "' was not fed"));
+  }
+  if (node.op == "Variable") {
+    Tensor* value = variables_.Find(node.name);
+    if (value == nullptr) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("variable '", node.name, "' has no value (not initialised or restored)"));
+    }
+    Shape want = node.GetInts("shape");
+    if (value->shape() != want) {
+      return absl::InvalidArgumentError(absl::StrCat("variable '", node.name, "' has shape ",
+                                                     ShapeString(value->shape()), ", the graph wants ",
+                                                     ShapeString(want)));
+    }
+    outs[0] = *value;
+    return absl::OkStatus();
+  }
+  const OpDef* def = FindOpDef(node.op);
+  input_scratch_.clear();
+  shape_scratch_.clear();
+  for (const Output& in : node.inputs) {
+    const Tensor& t = values_[in.node][in.index];
+    input_scratch_.push_back(&t);
+    shape_scratch_.push_back(&t.shape());
+  }
+  absl::StatusOr<std::vector<Shape>> shapes = def->shape_fn(node, shape_scratch_);
+  if (!shapes.ok()) return shapes.status();
+  if (def->is_view) {
+    absl::StatusOr<Tensor> view = input_scratch_[0]->Reshaped((*shapes)[0]);
+    if (!view.ok()) return view.status();
+    outs[0] = *std::move(view);
+    owned_[node.id] = 0;
+    return absl::OkStatus();
+  }
+  Kernel kernel = device_.FindKernel(node.op);
+  if (kernel == nullptr) {
+    return absl::UnimplementedError(
+        absl::StrCat("no ", device_.name(), " kernel for op ", node.op, " (node '", node.name, "')"));
+  }
+  if (!owned_[node.id]) {
+    for (Tensor& t : outs) t = Tensor();
+    owned_[node.id] = 1;
+  }
+  for (size_t i = 0; i < outs.size(); ++i) {
+    const Shape& shape = (*shapes)[i];
+    size_t bytes = static_cast<size_t>(NumElements(shape)) * sizeof(float);
+    Tensor& out = outs[i];
+    if (out.valid() && out.shape() == shape) continue;
+    // Reuse the cached buffer when it is large enough (a smaller last batch
+    // or an eval batch), else allocate.
+    if (out.valid() && out.buffer()->size() >= bytes) {
+      out = Tensor(shape, out.buffer());
+    } else {
+      out = device_.Allocate(shape);
+    }
+  }
+  KernelContext ctx{node, input_scratch_, outs, device_, run};
+  return kernel(ctx);
+}
+
+}  // namespace kubetrain::runtime::engine
