@@ -66,6 +66,7 @@ absl::string_view ReasonPhrase(int code) {
     case 200: return "OK";
     case 201: return "Created";
     case 400: return "Bad Request";
+    case 401: return "Unauthorized";
     case 404: return "Not Found";
     case 405: return "Method Not Allowed";
     case 409: return "Conflict";
@@ -694,6 +695,10 @@ class FakeApiServer::Impl {
       }
     }
     if (latency > absl::ZeroDuration()) absl::SleepFor(latency);
+    if (!options_.bearer_token.empty() &&
+        req.headers["authorization"] != absl::StrCat("Bearer ", options_.bearer_token)) {
+      return SendReply(fd, Error(401, "Unauthorized", "Unauthorized"));
+    }
     if (fail_code != 0) {
       return SendReply(fd, Error(fail_code, fail_code == 429 ? "TooManyRequests" : "InternalError",
                                  "injected failure"));

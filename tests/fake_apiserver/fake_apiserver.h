@@ -49,7 +49,7 @@ namespace kubetrain::fake_apiserver {
 //  - errors come back as a v1 Status body with code, reason and message.
 //
 // Not implemented (on purpose; documented so tests do not rely on it):
-//  - authentication/authorization, TLS, admission, schema validation of spec
+//  - authentication other than one bearer token, authorization, TLS, admission, schema validation of spec
 //    fields, defaulting other than pod phase;
 //  - strategic-merge-patch, JSON patch, server-side apply, dryRun;
 //  - graceful deletion: DELETE removes the object at once (no
@@ -71,6 +71,8 @@ class FakeApiServer {
     // Watch events kept for watches that resume from a resourceVersion; older
     // ones are compacted away (-> 410 Gone).
     size_t history_limit = 200000;
+    // When set, requests must carry "Authorization: Bearer <token>" (else 401).
+    std::string bearer_token;
   };
 
   static absl::StatusOr<std::unique_ptr<FakeApiServer>> Start(Options options);

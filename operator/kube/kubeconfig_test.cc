@@ -1,0 +1,158 @@
+#include "operator/kube/kubeconfig.h"
+
+#include <map>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+
+namespace kubetrain::kube {
+namespace {
+
+class FakeFiles {
+ public:
+  std::map<std::string, std::string> files;
+  FileReader reader() {
+    return [this](const std::string& path) -> absl::StatusOr<std::string> {
+      auto it = files.find(path);
+      if (it == files.end()) return absl::NotFoundError(path + ": no such file");
+      return it->second;
+    };
+  }
+};
+
+constexpr char kTwoContexts[] = R"(
+apiVersion: v1
+kind: Config
+current-context: prod
+clusters:
+- name: prod-cluster
+  cluster:
+    server: https://10.0.0.1:6443/
+    certificate-authority-data: CA_DATA
+- name: dev-cluster
+  cluster:
+    server: https://dev.example:443
+    certificate-authority: certs/ca.pem
+    insecure-skip-tls-verify: true
+contexts:
+- name: prod
+  context: {cluster: prod-cluster, user: robot, namespace: training}
+- name: dev
+  context: {cluster: dev-cluster, user: alice}
+users:
+- name: robot
+  user:
+    token: abc.def
+- name: alice
+  user:
+    client-certificate: /etc/alice.crt
+    client-key-data: KEY_DATA
+)";
+
+std::string WithData(std::string text) {
+  auto replace = [&](const std::string& from, const std::string& to) {
+    text.replace(text.find(from), from.size(), to);
+  };
+  replace("CA_DATA", absl::Base64Escape("CA PEM"));
+  replace("KEY_DATA", absl::Base64Escape("KEY PEM"));
+  return text;
+}
+
+TEST(KubeconfigTest, CurrentContextWithTokenAndInlineCa) {
+  FakeFiles fs;
+  auto config = ParseKubeconfig(WithData(kTwoContexts), "/home/u/.kube", fs.reader());
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->server, "https://10.0.0.1:6443");
+  EXPECT_EQ(config->ca_pem, "CA PEM");
+  EXPECT_EQ(config->bearer_token, "abc.def");
+  EXPECT_EQ(config->namespace_name, "training");
+  EXPECT_FALSE(config->insecure_skip_tls_verify);
+}
+
+TEST(KubeconfigTest, NamedContextWithFilesAndClientCertificate) {
+  FakeFiles fs;
+  fs.files["/home/u/.kube/certs/ca.pem"] = "DEV CA";
+  fs.files["/etc/alice.crt"] = "ALICE CERT";
+  auto config = ParseKubeconfig(WithData(kTwoContexts), "/home/u/.kube", fs.reader(), "dev");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->server, "https://dev.example:443");
+  EXPECT_EQ(config->ca_pem, "DEV CA");
+  EXPECT_TRUE(config->insecure_skip_tls_verify);
+  EXPECT_EQ(config->client_certificate_pem, "ALICE CERT");
+  EXPECT_EQ(config->client_key_pem, "KEY PEM");
+  EXPECT_EQ(config->namespace_name, "default");
+  EXPECT_TRUE(config->bearer_token.empty());
+}
+
+TEST(KubeconfigTest, ErrorsNameTheField) {
+  FakeFiles fs;
+  auto missing_file = ParseKubeconfig(WithData(kTwoContexts), "/x", fs.reader(), "dev");
+  ASSERT_FALSE(missing_file.ok());
+  EXPECT_NE(missing_file.status().message().find("clusters[dev-cluster].cluster.certificate-authority"),
+            std::string::npos)
+      << missing_file.status();
+
+  auto no_context = ParseKubeconfig(WithData(kTwoContexts), "/x", fs.reader(), "staging");
+  ASSERT_FALSE(no_context.ok());
+  EXPECT_NE(no_context.status().message().find("contexts[staging]"), std::string::npos);
+
+  auto bad_base64 = ParseKubeconfig(R"(
+current-context: c
+contexts: [{name: c, context: {cluster: k}}]
+clusters: [{name: k, cluster: {server: "https://a", certificate-authority-data: "%%%"}}]
+)", "", fs.reader());
+  ASSERT_FALSE(bad_base64.ok());
+  EXPECT_NE(bad_base64.status().message().find("certificate-authority-data: not valid base64"),
+            std::string::npos)
+      << bad_base64.status();
+
+  auto exec = ParseKubeconfig(R"(
+current-context: c
+contexts: [{name: c, context: {cluster: k, user: u}}]
+clusters: [{name: k, cluster: {server: "https://a"}}]
+users: [{name: u, user: {exec: {command: aws}}}]
+)", "", fs.reader());
+  EXPECT_EQ(exec.status().code(), absl::StatusCode::kUnimplemented);
+
+  auto syntax = ParseKubeconfig("clusters: [", "", fs.reader());
+  ASSERT_FALSE(syntax.ok());
+  EXPECT_NE(syntax.status().message().find("line"), std::string::npos);
+
+  EXPECT_FALSE(ParseKubeconfig("just a string", "", fs.reader()).ok());
+  EXPECT_FALSE(ParseKubeconfig("", "", fs.reader()).ok());
+  EXPECT_FALSE(ParseKubeconfig("current-context: [1]", "", fs.reader()).ok());
+}
+
+TEST(KubeconfigTest, InClusterReadsServiceAccount) {
+  FakeFiles unused;
+  std::string dir = ::testing::TempDir() + "/sa";
+  ASSERT_EQ(system(("mkdir -p " + dir).c_str()), 0);
+  auto write = [&](const std::string& name, const std::string& text) {
+    FILE* f = fopen((dir + "/" + name).c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    fputs(text.c_str(), f);
+    fclose(f);
+  };
+  write("token", "sa-token\n");
+  write("ca.crt", "CLUSTER CA");
+  write("namespace", "kubetrain-system\n");
+  std::map<std::string, std::string> env = {{"KUBERNETES_SERVICE_HOST", "10.96.0.1"},
+                                            {"KUBERNETES_SERVICE_PORT", "443"}};
+  auto getenv = [&](const char* name) -> const char* {
+    auto it = env.find(name);
+    return it == env.end() ? nullptr : it->second.c_str();
+  };
+  auto config = LoadInCluster(dir, getenv);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->server, "https://10.96.0.1:443");
+  EXPECT_EQ(config->bearer_token, "sa-token");
+  EXPECT_EQ(config->ca_pem, "CLUSTER CA");
+  EXPECT_EQ(config->namespace_name, "kubetrain-system");
+
+  env.clear();
+  EXPECT_EQ(LoadInCluster(dir, getenv).status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+}  // namespace
+}  // namespace kubetrain::kube

@@ -1,0 +1,293 @@
+#define _TURN_OFF_PLATFORM_STRING  // cpprest's U() macro collides with other headers
+#include "operator/kube/rest_client.h"
+
+#include <boost/asio/ssl.hpp>
+#include <cpprest/containerstream.h>
+#include <cpprest/http_client.h>
+
+#include <chrono>
+#include <exception>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "operator/kube/api_status.h"
+#include "operator/kube/rate_limiter.h"
+
+namespace kubetrain::kube {
+namespace {
+
+namespace http = web::http;
+using nlohmann::json;
+
+std::string Query(const std::vector<std::pair<std::string, std::string>>& params) {
+  std::string out;
+  for (const auto& [key, value] : params) {
+    if (value.empty()) continue;
+    absl::StrAppend(&out, out.empty() ? "?" : "&", key, "=", web::uri::encode_data_string(value));
+  }
+  return out;
+}
+
+// Installs the CA, client certificate and key into an OpenSSL context.
+// Throws boost::system::system_error on bad PEM (callers catch).
+void ConfigureTls(const ClusterConfig& config, boost::asio::ssl::context& ctx) {
+  if (!config.ca_pem.empty()) {
+    ctx.add_certificate_authority(boost::asio::buffer(config.ca_pem));
+  } else {
+    ctx.set_default_verify_paths();
+  }
+  if (!config.client_certificate_pem.empty()) {
+    ctx.use_certificate_chain(boost::asio::buffer(config.client_certificate_pem));
+    ctx.use_private_key(boost::asio::buffer(config.client_key_pem),
+                        boost::asio::ssl::context::pem);
+  }
+}
+
+class RestWatchStream : public WatchStream {
+ public:
+  RestWatchStream(http::http_response response, pplx::cancellation_token_source cancel,
+                  std::string context)
+      : response_(std::move(response)), cancel_(std::move(cancel)), context_(std::move(context)) {}
+  ~RestWatchStream() override { Cancel(); }
+
+  absl::StatusOr<std::optional<WatchEvent>> Next() override {
+    for (;;) {
+      concurrency::streams::container_buffer<std::string> line;
+      try {
+        response_.body().read_line(line).get();
+      } catch (const std::exception& e) {
+        if (cancel_.get_token().is_canceled()) return std::optional<WatchEvent>();
+        return absl::UnavailableError(absl::StrCat(context_, ": watch stream: ", e.what()));
+      }
+      const std::string& text = line.collection();
+      if (text.empty() || text == "\r") {
+        if (response_.body().is_eof() || cancel_.get_token().is_canceled()) {
+          return std::optional<WatchEvent>();
+        }
+        continue;
+      }
+      json event = json::parse(text, nullptr, /*allow_exceptions=*/false);
+      if (event.is_discarded() || !event.is_object() || !event.contains("type") ||
+          !event["type"].is_string() || !event.contains("object")) {
+        return absl::DataLossError(
+            absl::StrCat(context_, ": malformed watch event: ", text.substr(0, 200)));
+      }
+      return std::optional<WatchEvent>(
+          WatchEvent{event["type"].get<std::string>(), std::move(event["object"])});
+    }
+  }
+
+  void Cancel() override { cancel_.cancel(); }
+
+ private:
+  http::http_response response_;
+  pplx::cancellation_token_source cancel_;
+  std::string context_;
+};
+
+}  // namespace
+
+std::string ResourcePath(const Resource& resource, const std::string& ns, const std::string& name,
+                         bool status) {
+  std::string path = absl::StrCat("/", resource.api_prefix);
+  if (!ns.empty()) absl::StrAppend(&path, "/namespaces/", web::uri::encode_data_string(ns));
+  absl::StrAppend(&path, "/", resource.plural);
+  if (!name.empty()) absl::StrAppend(&path, "/", web::uri::encode_data_string(name));
+  if (status) absl::StrAppend(&path, "/status");
+  return path;
+}
+
+class RestClusterClient::Impl {
+ public:
+  Impl(ClusterConfig config, RestClientOptions options)
+      : config_(std::move(config)),
+        options_(std::move(options)),
+        limiter_(options_.qps, options_.burst) {}
+
+  absl::Status Init() {
+    try {
+      web::uri base(config_.server);
+      if (base.scheme() != "http" && base.scheme() != "https") {
+        return absl::InvalidArgumentError(
+            absl::StrCat("server ", config_.server, ": not an http(s) URL"));
+      }
+      if (base.scheme() == "https") {
+        // Fail early on unusable PEM rather than on every connection.
+        boost::asio::ssl::context probe(boost::asio::ssl::context::sslv23);
+        ConfigureTls(config_, probe);
+      }
+      client_ = std::make_unique<http::client::http_client>(base, MakeConfig(options_.request_timeout));
+      watch_client_ = std::make_unique<http::client::http_client>(
+          base, MakeConfig(absl::Seconds(options_.watch_timeout_seconds + 30)));
+    } catch (const std::exception& e) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("cluster ", config_.server, ": ", e.what()));
+    }
+    if (!config_.bearer_token.empty()) {
+      authorization_ = absl::StrCat("Bearer ", config_.bearer_token);
+    } else if (!config_.username.empty()) {
+      authorization_ =
+          absl::StrCat("Basic ", absl::Base64Escape(config_.username + ":" + config_.password));
+    }
+    return absl::OkStatus();
+  }
+
+  http::client::http_client_config MakeConfig(absl::Duration timeout) const {
+    http::client::http_client_config cfg;
+    cfg.set_timeout(std::chrono::microseconds(absl::ToInt64Microseconds(timeout)));
+    cfg.set_validate_certificates(!config_.insecure_skip_tls_verify);
+    ClusterConfig tls = config_;
+    cfg.set_ssl_context_callback([tls](boost::asio::ssl::context& ctx) {
+      try {
+        ConfigureTls(tls, ctx);
+      } catch (const std::exception&) {
+        // Validated in Init(); a failure here leaves verification to fail.
+      }
+    });
+    return cfg;
+  }
+
+  http::http_request NewRequest(const http::method& method, const std::string& uri) const {
+    http::http_request req(method);
+    req.set_request_uri(uri);
+    req.headers().add("Accept", "application/json");
+    req.headers().add("User-Agent", options_.user_agent);
+    if (!authorization_.empty()) req.headers().add("Authorization", authorization_);
+    return req;
+  }
+
+  absl::StatusOr<json> Do(const http::method& method, const std::string& uri, const json* body,
+                          const std::string& content_type = "application/json") {
+    limiter_.Wait();
+    std::string context = absl::StrCat(method, " ", uri);
+    http::http_request req = NewRequest(method, uri);
+    if (body != nullptr) req.set_body(body->dump(), content_type);
+    int code;
+    std::string text;
+    try {
+      http::http_response resp = client_->request(req).get();
+      code = resp.status_code();
+      text = resp.extract_utf8string(true).get();
+    } catch (const std::exception& e) {
+      return absl::UnavailableError(absl::StrCat(context, ": ", e.what()));
+    }
+    json parsed = json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (parsed.is_discarded()) parsed = json();
+    absl::Status status = StatusFromHttp(code, parsed, context);
+    if (!status.ok()) return status;
+    if (!parsed.is_object()) {
+      return absl::DataLossError(absl::StrCat(context, ": the answer is not a JSON object"));
+    }
+    return parsed;
+  }
+
+  absl::StatusOr<std::unique_ptr<WatchStream>> Watch(const Resource& resource,
+                                                     const std::string& ns,
+                                                     const WatchOptions& options) {
+    limiter_.Wait();
+    int timeout = options.timeout_seconds > 0 ? options.timeout_seconds
+                                              : options_.watch_timeout_seconds;
+    std::string uri = ResourcePath(resource, ns) +
+                      Query({{"watch", "true"},
+                             {"resourceVersion", options.resource_version},
+                             {"labelSelector", options.label_selector},
+                             {"allowWatchBookmarks", options.allow_bookmarks ? "true" : ""},
+                             {"timeoutSeconds", std::to_string(timeout)}});
+    std::string context = absl::StrCat("GET ", uri);
+    pplx::cancellation_token_source cancel;
+    try {
+      http::http_response resp =
+          watch_client_->request(NewRequest(http::methods::GET, uri), cancel.get_token()).get();
+      if (resp.status_code() != 200) {
+        std::string text = resp.extract_utf8string(true).get();
+        json parsed = json::parse(text, nullptr, false);
+        return StatusFromHttp(resp.status_code(), parsed.is_discarded() ? json() : parsed,
+                              context);
+      }
+      return std::unique_ptr<WatchStream>(
+          new RestWatchStream(std::move(resp), std::move(cancel), context));
+    } catch (const std::exception& e) {
+      return absl::UnavailableError(absl::StrCat(context, ": ", e.what()));
+    }
+  }
+
+ private:
+  const ClusterConfig config_;
+  const RestClientOptions options_;
+  TokenBucket limiter_;
+  std::string authorization_;
+  std::unique_ptr<http::client::http_client> client_;
+  std::unique_ptr<http::client::http_client> watch_client_;
+
+  friend class RestClusterClient;
+};
+
+RestClusterClient::RestClusterClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+RestClusterClient::~RestClusterClient() = default;
+
+absl::StatusOr<std::unique_ptr<RestClusterClient>> RestClusterClient::Create(
+    const ClusterConfig& config, const RestClientOptions& options) {
+  auto impl = std::make_unique<Impl>(config, options);
+  absl::Status status = impl->Init();
+  if (!status.ok()) return status;
+  return std::unique_ptr<RestClusterClient>(new RestClusterClient(std::move(impl)));
+}
+
+absl::StatusOr<json> RestClusterClient::Get(const Resource& resource, const std::string& ns,
+                                            const std::string& name) {
+  return impl_->Do(http::methods::GET, ResourcePath(resource, ns, name), nullptr);
+}
+
+absl::StatusOr<json> RestClusterClient::List(const Resource& resource, const std::string& ns,
+                                             const ListOptions& options) {
+  std::string uri =
+      ResourcePath(resource, ns) +
+      Query({{"labelSelector", options.label_selector},
+             {"fieldSelector", options.field_selector},
+             {"limit", options.limit > 0 ? std::to_string(options.limit) : ""},
+             {"continue", options.continue_token}});
+  return impl_->Do(http::methods::GET, uri, nullptr);
+}
+
+absl::StatusOr<json> RestClusterClient::Create(const Resource& resource, const std::string& ns,
+                                               const json& object) {
+  return impl_->Do(http::methods::POST, ResourcePath(resource, ns), &object);
+}
+
+absl::StatusOr<json> RestClusterClient::Update(const Resource& resource, const std::string& ns,
+                                               const json& object, bool status) {
+  std::string name;
+  if (object.is_object() && object.contains("metadata") && object["metadata"].is_object() &&
+      object["metadata"].contains("name") && object["metadata"]["name"].is_string()) {
+    name = object["metadata"]["name"].get<std::string>();
+  }
+  if (name.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("update ", resource.plural, ": metadata.name is required"));
+  }
+  return impl_->Do(http::methods::PUT, ResourcePath(resource, ns, name, status), &object);
+}
+
+absl::StatusOr<json> RestClusterClient::MergePatch(const Resource& resource, const std::string& ns,
+                                                   const std::string& name, const json& patch,
+                                                   bool status) {
+  return impl_->Do(http::methods::PATCH, ResourcePath(resource, ns, name, status), &patch,
+                   "application/merge-patch+json");
+}
+
+absl::Status RestClusterClient::Delete(const Resource& resource, const std::string& ns,
+                                       const std::string& name) {
+  json options = {{"kind", "DeleteOptions"},
+                  {"apiVersion", "v1"},
+                  {"propagationPolicy", "Background"}};
+  return impl_->Do(http::methods::DEL, ResourcePath(resource, ns, name), &options).status();
+}
+
+absl::StatusOr<std::unique_ptr<WatchStream>> RestClusterClient::Watch(
+    const Resource& resource, const std::string& ns, const WatchOptions& options) {
+  return impl_->Watch(resource, ns, options);
+}
+
+}  // namespace kubetrain::kube

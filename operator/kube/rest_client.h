@@ -1,0 +1,65 @@
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "operator/kube/cluster_client.h"
+#include "operator/kube/kubeconfig.h"
+
+namespace kubetrain::kube {
+
+struct RestClientOptions {
+  double qps = 50;   // client-side limit on requests per second (<= 0: none)
+  int burst = 100;
+  absl::Duration request_timeout = absl::Seconds(30);
+  // Server-side timeout asked for on watches; the client gives up on a silent
+  // watch connection a little after it.
+  int watch_timeout_seconds = 300;
+  std::string user_agent = "kubetrain-operator";
+};
+
+// ClusterClient over the Kubernetes REST API, on cpprestsdk's http_client.
+// TLS: the CA bundle, client certificate and key of `config` are installed
+// through the http_client's SSL context callback; insecure-skip-tls-verify
+// turns verification off. Watches stream: each event is read as the line it
+// is, as it arrives (response.body().read_line), and Cancel() closes the
+// connection. No retries inside: callers (informers, the work queue) retry
+// with backoff. cpprest exceptions are caught here and come back as
+// Unavailable. Thread-safe.
+class RestClusterClient : public ClusterClient {
+ public:
+  // InvalidArgument when the server URL or PEM material is unusable.
+  static absl::StatusOr<std::unique_ptr<RestClusterClient>> Create(
+      const ClusterConfig& config, const RestClientOptions& options = RestClientOptions());
+  ~RestClusterClient() override;
+
+  absl::StatusOr<nlohmann::json> Get(const Resource& resource, const std::string& ns,
+                                     const std::string& name) override;
+  absl::StatusOr<nlohmann::json> List(const Resource& resource, const std::string& ns,
+                                      const ListOptions& options) override;
+  absl::StatusOr<nlohmann::json> Create(const Resource& resource, const std::string& ns,
+                                        const nlohmann::json& object) override;
+  absl::StatusOr<nlohmann::json> Update(const Resource& resource, const std::string& ns,
+                                        const nlohmann::json& object, bool status) override;
+  absl::StatusOr<nlohmann::json> MergePatch(const Resource& resource, const std::string& ns,
+                                            const std::string& name, const nlohmann::json& patch,
+                                            bool status) override;
+  absl::Status Delete(const Resource& resource, const std::string& ns,
+                      const std::string& name) override;
+  absl::StatusOr<std::unique_ptr<WatchStream>> Watch(const Resource& resource,
+                                                     const std::string& ns,
+                                                     const WatchOptions& options) override;
+
+  class Impl;
+
+ private:
+  explicit RestClusterClient(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// The request path of a collection or object: /api/v1/namespaces/NS/pods[/NAME[/status]].
+std::string ResourcePath(const Resource& resource, const std::string& ns,
+                         const std::string& name = "", bool status = false);
+
+}  // namespace kubetrain::kube
