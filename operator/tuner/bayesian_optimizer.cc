@@ -1,0 +1,351 @@
+#include "operator/tuner/bayesian_optimizer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <optional>
+
+#include "operator/tuner/box_minimizer.h"
+#include "operator/tuner/history.h"
+
+namespace kubetrain::tuner {
+namespace {
+
+std::vector<int> FirstPrimes(int n) {
+  std::vector<int> primes;
+  for (int c = 2; static_cast<int>(primes.size()) < n; ++c) {
+    bool prime = true;
+    for (int p : primes) {
+      if (p * p > c) break;
+      if (c % p == 0) {
+        prime = false;
+        break;
+      }
+    }
+    if (prime) primes.push_back(c);
+  }
+  return primes;
+}
+
+double RadicalInverse(uint64_t index, int base) {
+  double result = 0, f = 1.0 / base;
+  while (index > 0) {
+    result += f * static_cast<double>(index % base);
+    index /= base;
+    f /= base;
+  }
+  return result;
+}
+
+Eigen::VectorXd ToEigen(const std::vector<double>& v) {
+  return Eigen::Map<const Eigen::VectorXd>(v.data(), static_cast<Eigen::Index>(v.size()));
+}
+
+// Indices of up to `limit` points: the best half by loss (ties by index), then
+// a seeded uniform sample of the rest. All of them when there are few.
+std::vector<int> SelectPoints(const std::vector<double>& loss, int limit, Rng& rng) {
+  const int n = static_cast<int>(loss.size());
+  std::vector<int> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  if (n <= limit) return order;
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return loss[a] < loss[b]; });
+  const int best = limit / 2;
+  std::vector<int> chosen(order.begin(), order.begin() + best);
+  std::vector<int> rest(order.begin() + best, order.end());
+  // Partial Fisher-Yates shuffle of the rest.
+  for (int i = 0; i < limit - best; ++i) {
+    const int j = i + static_cast<int>(rng.UniformInt(rest.size() - i));
+    std::swap(rest[i], rest[j]);
+    chosen.push_back(rest[i]);
+  }
+  std::sort(chosen.begin(), chosen.end());
+  return chosen;
+}
+
+Eigen::MatrixXd Rows(const std::vector<std::vector<double>>& points, const std::vector<int>& idx,
+                     int dims) {
+  Eigen::MatrixXd m(idx.size(), dims);
+  for (size_t i = 0; i < idx.size(); ++i) m.row(i) = ToEigen(points[idx[i]]).transpose();
+  return m;
+}
+
+// The fitted surrogate and the acquisition over it, for one Suggest call.
+class Model {
+ public:
+  static std::optional<Model> Build(const SearchSpace& space, const BayesianOptions& options,
+                                    const ParsedHistory& history, Rng& rng) {
+    const int dims = space.num_features();
+    Model m(space, options);
+    std::vector<int> train =
+        SelectPoints(history.observed_loss, options.max_training_points, rng);
+    Eigen::VectorXd loss(train.size());
+    for (size_t i = 0; i < train.size(); ++i) loss[i] = history.observed_loss[train[i]];
+    const double mean = loss.mean();
+    double sd = std::sqrt((loss.array() - mean).square().mean());
+    if (!(sd > 1e-12 * std::max(1.0, std::abs(mean)))) sd = 1.0;
+    Eigen::VectorXd y = (loss.array() - mean) / sd;
+    Eigen::MatrixXd x = Rows(history.observed_x, train, dims);
+
+    std::vector<double> y_train(y.data(), y.data() + y.size());
+    std::vector<int> fit_idx = SelectPoints(y_train, options.max_fit_points, rng);
+    Eigen::MatrixXd x_fit(fit_idx.size(), dims);
+    Eigen::VectorXd y_fit(fit_idx.size());
+    for (size_t i = 0; i < fit_idx.size(); ++i) {
+      x_fit.row(i) = x.row(fit_idx[i]);
+      y_fit[i] = y[fit_idx[i]];
+    }
+    GpHyperparameters h = FitHyperparameters(x_fit, y_fit, rng, options.fit);
+    absl::StatusOr<GaussianProcess> gp = GaussianProcess::Fit(x, y, h);
+    if (!gp.ok()) return std::nullopt;
+    m.best_ = y.minCoeff();
+
+    // Local candidates start from the best observed points.
+    std::vector<int> order(train.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return y[a] < y[b]; });
+    for (size_t i = 0; i < order.size() && i < 5; ++i) m.anchors_.push_back(x.row(order[i]));
+
+    // Pending trials enter as kriging believers: their value is the mean the
+    // model already predicts, so they shrink the variance around them without
+    // pretending to know the outcome.
+    m.x_ = std::move(x);
+    m.y_ = std::move(y);
+    m.gp_.emplace(*std::move(gp));
+    if (!history.pending_x.empty()) {
+      Eigen::MatrixXd px(history.pending_x.size(), dims);
+      for (size_t i = 0; i < history.pending_x.size(); ++i) {
+        px.row(i) = ToEigen(history.pending_x[i]).transpose();
+      }
+      m.AddBelievers(px);
+    }
+    return m;
+  }
+
+  // The unused assignment with the highest expected improvement, or nullopt
+  // when no candidate is unused.
+  std::optional<Assignment> Next(Rng& rng, const std::unordered_set<std::string>& used) const {
+    const int dims = space_->num_features();
+    std::optional<uint64_t> finite = space_->FiniteSize();
+    if (finite && *finite <= static_cast<uint64_t>(options_->enumerate_limit)) {
+      std::vector<Assignment> unused;
+      for (uint64_t i = 0; i < *finite; ++i) {
+        Assignment a = space_->GridPoint(i);
+        if (!used.contains(AssignmentKey(a))) unused.push_back(std::move(a));
+      }
+      return BestOf(unused);
+    }
+
+    const int num_random = options_->random_candidates > 0
+                               ? options_->random_candidates
+                               : std::min(4000, 1000 + 250 * dims);
+    const int per_anchor =
+        anchors_.empty() ? 0 : options_->local_candidates / static_cast<int>(anchors_.size());
+    Eigen::MatrixXd cands(num_random + per_anchor * anchors_.size(), dims);
+    Eigen::Index row = 0;
+    for (int i = 0; i < num_random; ++i, ++row) {
+      for (int d = 0; d < dims; ++d) cands(row, d) = rng.Uniform();
+    }
+    static constexpr double kScales[] = {0.003, 0.03, 0.1, 0.3};
+    for (const Eigen::VectorXd& anchor : anchors_) {
+      for (int i = 0; i < per_anchor; ++i, ++row) {
+        const double scale = kScales[i % 4];
+        for (int d = 0; d < dims; ++d) {
+          cands(row, d) = std::clamp(anchor[d] + scale * rng.Normal(), 0.0, 1.0);
+        }
+      }
+    }
+    Eigen::VectorXd scores = Score(cands);
+    std::vector<int> order(cands.rows());
+    std::iota(order.begin(), order.end(), 0);
+    const int keep = std::min<int>(100, static_cast<int>(order.size()));
+    std::partial_sort(order.begin(), order.begin() + keep, order.end(),
+                      [&](int a, int b) { return scores[a] > scores[b]; });
+
+    std::vector<Eigen::VectorXd> pool;
+    for (int s = 0; s < options_->refine_starts && s < keep; ++s) {
+      pool.push_back(Refine(cands.row(order[s]).transpose()));
+    }
+    for (int s = 0; s < keep; ++s) pool.push_back(cands.row(order[s]).transpose());
+    std::vector<Assignment> unused;
+    std::unordered_set<std::string> seen;
+    for (const Eigen::VectorXd& x : pool) {
+      Assignment a = space_->Decode(std::span<const double>(x.data(), x.size()));
+      std::string key = AssignmentKey(a);
+      if (used.contains(key) || !seen.insert(key).second) continue;
+      unused.push_back(std::move(a));
+    }
+    return BestOf(unused);
+  }
+
+  // Conditions the model on `points` at their current posterior means.
+  void AddBelievers(const Eigen::MatrixXd& points) {
+    Eigen::VectorXd mean, var;
+    gp_->Predict(points, &mean, &var);
+    const Eigen::Index n = x_.rows();
+    x_.conservativeResize(n + points.rows(), Eigen::NoChange);
+    y_.conservativeResize(n + points.rows());
+    x_.bottomRows(points.rows()) = points;
+    y_.tail(points.rows()) = mean;
+    // The believed values count as observations for the incumbent too;
+    // otherwise the point just taken keeps its expected improvement and the
+    // batch collapses onto it.
+    best_ = std::min(best_, mean.minCoeff());
+    absl::StatusOr<GaussianProcess> gp = GaussianProcess::Fit(x_, y_, gp_->hyperparameters());
+    // A failed refit keeps the previous model: the batch is then less
+    // diverse, never wrong (duplicates are excluded by key).
+    if (gp.ok()) gp_.emplace(*std::move(gp));
+  }
+
+  void AddBeliever(const Assignment& a) {
+    absl::StatusOr<std::vector<double>> u = space_->Encode(a);
+    if (!u.ok()) return;
+    AddBelievers(ToEigen(*u).transpose());
+  }
+
+ private:
+  Model(const SearchSpace& space, const BayesianOptions& options)
+      : space_(&space), options_(&options) {}
+
+  Eigen::VectorXd Score(const Eigen::MatrixXd& points) const {
+    Eigen::VectorXd mean, var;
+    gp_->Predict(points, &mean, &var);
+    Eigen::VectorXd out(points.rows());
+    for (Eigen::Index i = 0; i < points.rows(); ++i) {
+      out[i] = LogExpectedImprovement(mean[i], var[i], best_, nullptr, nullptr);
+    }
+    return out;
+  }
+
+  // Projected L-BFGS on -log EI from `start`, inside the cube.
+  Eigen::VectorXd Refine(const Eigen::VectorXd& start) const {
+    const Eigen::Index dims = start.size();
+    auto objective = [this](const Eigen::VectorXd& x, Eigen::VectorXd* grad) {
+      double mean, var;
+      Eigen::VectorXd dmean, dvar;
+      gp_->PredictWithGradient(x, &mean, &var, &dmean, &dvar);
+      double dm, dv;
+      const double value = LogExpectedImprovement(mean, var, best_, &dm, &dv);
+      *grad = -(dm * dmean + dv * dvar);
+      return -value;
+    };
+    MinimizeOptions mo;
+    mo.max_iterations = 40;
+    mo.max_evaluations = 80;
+    mo.relative_tolerance = 1e-10;
+    mo.gradient_tolerance = 1e-9;
+    return MinimizeInBox(objective, start, Eigen::VectorXd::Zero(dims),
+                         Eigen::VectorXd::Ones(dims), mo)
+        .x;
+  }
+
+  // Scores assignments at their canonical cube points (rounding inside the
+  // acquisition) and returns the best.
+  std::optional<Assignment> BestOf(std::vector<Assignment>& candidates) const {
+    if (candidates.empty()) return std::nullopt;
+    Eigen::MatrixXd points(candidates.size(), space_->num_features());
+    for (size_t i = 0; i < candidates.size(); ++i) {
+      points.row(i) = ToEigen(*space_->Encode(candidates[i])).transpose();
+    }
+    Eigen::VectorXd scores = Score(points);
+    Eigen::Index best;
+    scores.maxCoeff(&best);
+    return std::move(candidates[best]);
+  }
+
+  const SearchSpace* space_;
+  const BayesianOptions* options_;
+  Eigen::MatrixXd x_;
+  Eigen::VectorXd y_;
+  std::optional<GaussianProcess> gp_;
+  double best_ = 0;
+  std::vector<Eigen::VectorXd> anchors_;
+};
+
+// A uniform unused point, or the first unused grid point of a finite space;
+// nullopt when the space is exhausted (or, for an infinite space, when
+// thousands of draws all collide, which does not happen in practice).
+std::optional<Assignment> AnyUnused(const SearchSpace& space, Rng& rng,
+                                    const std::unordered_set<std::string>& used) {
+  for (int tries = 0; tries < 2000; ++tries) {
+    Assignment a = space.SampleUniform(rng);
+    if (!used.contains(AssignmentKey(a))) return a;
+  }
+  if (std::optional<uint64_t> size = space.FiniteSize()) {
+    for (uint64_t i = 0; i < *size; ++i) {
+      Assignment a = space.GridPoint(i);
+      if (!used.contains(AssignmentKey(a))) return a;
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::vector<double> HaltonPoint(uint64_t index, int dims, const std::vector<double>& shift) {
+  static const std::vector<int> kPrimes = FirstPrimes(1000);
+  std::vector<double> u(dims);
+  for (int d = 0; d < dims; ++d) {
+    const int base = kPrimes[d % kPrimes.size()];
+    double v = RadicalInverse(index, base) + (d < static_cast<int>(shift.size()) ? shift[d] : 0.0);
+    u[d] = v - std::floor(v);
+  }
+  return u;
+}
+
+BayesianOptimizer::BayesianOptimizer(SearchSpace space, v1::HyperparameterSpec spec,
+                                     uint64_t seed, BayesianOptions options)
+    : space_(std::move(space)), spec_(std::move(spec)), seed_(seed), options_(options) {
+  Rng rng(seed_ ^ 0x5851f42d4c957f2dULL);
+  halton_shift_.resize(space_.num_features());
+  for (double& s : halton_shift_) s = rng.Uniform();
+}
+
+std::vector<Assignment> BayesianOptimizer::Suggest(const std::vector<TrialRecord>& history,
+                                                   int count) {
+  std::vector<Assignment> out;
+  if (count <= 0) return out;
+  ParsedHistory h = ParseHistory(space_, spec_, history);
+  if (std::optional<uint64_t> size = space_.FiniteSize(); size && h.distinct_points >= *size) {
+    return out;  // exhausted
+  }
+  Rng rng(CallSeed(seed_, history.size()));
+  const int dims = space_.num_features();
+  const int design_size =
+      options_.initial_design > 0 ? options_.initial_design : std::clamp(dims + 3, 5, 10);
+  int64_t design_index = h.num_records;
+  std::optional<Model> model;
+  bool model_failed = false;
+
+  for (int j = 0; j < count; ++j) {
+    std::optional<Assignment> next;
+    const bool use_design =
+        design_index < design_size || h.observed_x.size() < 2 || model_failed;
+    if (use_design) {
+      for (int tries = 0; tries < 64 && !next; ++tries, ++design_index) {
+        std::vector<double> u = design_index == 0 ? std::vector<double>(dims, 0.5)
+                                                  : HaltonPoint(design_index, dims, halton_shift_);
+        Assignment a = space_.Decode(u);
+        if (!h.used.contains(AssignmentKey(a))) next = std::move(a);
+      }
+    } else {
+      if (!model) {
+        model = Model::Build(space_, options_, h, rng);
+        model_failed = !model.has_value();
+      }
+      if (model) next = model->Next(rng, h.used);
+    }
+    if (!next) next = AnyUnused(space_, rng, h.used);
+    if (!next) break;  // exhausted
+    h.used.insert(AssignmentKey(*next));
+    if (model) {
+      model->AddBeliever(*next);
+    } else if (absl::StatusOr<std::vector<double>> u = space_.Encode(*next); u.ok()) {
+      h.pending_x.push_back(*u);  // seen as pending if the model is built later in this batch
+    }
+    out.push_back(std::move(*next));
+  }
+  return out;
+}
+
+}  // namespace kubetrain::tuner

@@ -1,0 +1,73 @@
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "operator/tuner/gaussian_process.h"
+#include "operator/tuner/search_space.h"
+#include "operator/tuner/tuner.h"
+
+namespace kubetrain::tuner {
+
+struct BayesianOptions {
+  // Quasi-random (Halton) points before the model takes over; 0 picks
+  // clamp(features + 3, 5, 10). The first is the centre of the cube.
+  int initial_design = 0;
+  // Large studies stay fast by bounding the GP's data: past
+  // `max_training_points` completed trials the model sees the best half of
+  // that many plus a seeded uniform sample of the rest (the incumbent is
+  // always in), and the hyperparameters are fitted on a smaller set chosen
+  // the same way (`max_fit_points`); the O(n^3) costs stop growing with the
+  // study while the region that matters keeps its data.
+  int max_training_points = 300;
+  int max_fit_points = 120;
+  // Acquisition maximisation: this many uniform candidates plus
+  // `local_candidates` Gaussian perturbations around the best observed
+  // points, then projected L-BFGS from the best `refine_starts`.
+  int random_candidates = 0;  // 0: min(4000, 1000 + 250 * features)
+  int local_candidates = 500;
+  int refine_starts = 5;
+  // Finite spaces with at most this many unused points are scored whole
+  // (exact maximisation, and exhaustion is detected exactly).
+  int enumerate_limit = 4096;
+  GpFitOptions fit;
+};
+
+// GP-EI Bayesian optimisation (the default algorithm).
+//
+// Each Suggest call:
+//  1. parses the history (ParseHistory): completed/stopped points with their
+//     loss, pending/running points, every point's key;
+//  2. while fewer than `initial_design` records exist, or fewer than two
+//     observations, returns Halton points (Cranley-Patterson shifted by the
+//     seed; index 0 is the centre);
+//  3. otherwise standardises the losses, fits the GP's hyperparameters (MAP,
+//     restarts), and for each requested point maximises log expected
+//     improvement over the canonical (rounded, one-hot) form of the
+//     candidates: a candidate is decoded to an assignment and re-encoded
+//     before it is scored, so integer/discrete/categorical rounding happens
+//     inside the acquisition;
+//  4. skips any candidate whose canonical assignment is already used;
+//  5. adds each chosen point, and every pending one, with the posterior mean
+//     as its value (kriging believer), so a batch spreads out.
+// Deterministic given the seed and the history.
+class BayesianOptimizer : public Tuner {
+ public:
+  BayesianOptimizer(SearchSpace space, v1::HyperparameterSpec spec, uint64_t seed,
+                    BayesianOptions options = {});
+  std::vector<Assignment> Suggest(const std::vector<TrialRecord>& history, int count) override;
+
+ private:
+  SearchSpace space_;
+  v1::HyperparameterSpec spec_;
+  uint64_t seed_;
+  BayesianOptions options_;
+  std::vector<double> halton_shift_;
+};
+
+// The i-th point of a Halton sequence in `dims` dimensions, each coordinate
+// shifted by `shift` modulo 1 (index 0 is the all-zero point before the shift).
+std::vector<double> HaltonPoint(uint64_t index, int dims, const std::vector<double>& shift);
+
+}  // namespace kubetrain::tuner

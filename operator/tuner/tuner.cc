@@ -1,0 +1,140 @@
+#include "operator/tuner/tuner.h"
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "operator/tuner/bayesian_optimizer.h"
+#include "operator/tuner/history.h"
+#include "operator/tuner/search_space.h"
+
+namespace kubetrain::tuner {
+namespace {
+
+using v1::HyperparameterSpec;
+
+// Independent uniform draws (SearchSpace::SampleUniform), redrawn when the
+// point is already used; a finite space that runs short is finished in grid
+// order, so exhaustion is exact.
+class RandomSearch : public Tuner {
+ public:
+  RandomSearch(SearchSpace space, uint64_t seed) : space_(std::move(space)), seed_(seed) {}
+
+  std::vector<Assignment> Suggest(const std::vector<TrialRecord>& history, int count) override {
+    std::vector<Assignment> out;
+    if (count <= 0) return out;
+    HyperparameterSpec unused_spec;
+    ParsedHistory h = ParseHistory(space_, unused_spec, history);
+    Rng rng(CallSeed(seed_, history.size()));
+    uint64_t grid_cursor = 0;
+    const std::optional<uint64_t> size = space_.FiniteSize();
+    for (int j = 0; j < count; ++j) {
+      std::optional<Assignment> next;
+      for (int tries = 0; tries < 200 && !next; ++tries) {
+        Assignment a = space_.SampleUniform(rng);
+        if (!h.used.contains(AssignmentKey(a))) next = std::move(a);
+      }
+      // Draws keep colliding only when the space is nearly used up.
+      for (; !next && size && grid_cursor < *size; ++grid_cursor) {
+        Assignment a = space_.GridPoint(grid_cursor);
+        if (!h.used.contains(AssignmentKey(a))) next = std::move(a);
+      }
+      if (!next) break;
+      h.used.insert(AssignmentKey(*next));
+      out.push_back(std::move(*next));
+    }
+    return out;
+  }
+
+ private:
+  SearchSpace space_;
+  uint64_t seed_;
+};
+
+// Every point of the grid (SearchSpace::GridPoint order) not yet in the
+// history, in order; none once all are used.
+class GridSearch : public Tuner {
+ public:
+  explicit GridSearch(SearchSpace space) : space_(std::move(space)) {}
+
+  std::vector<Assignment> Suggest(const std::vector<TrialRecord>& history, int count) override {
+    std::vector<Assignment> out;
+    HyperparameterSpec unused_spec;
+    ParsedHistory h = ParseHistory(space_, unused_spec, history);
+    const uint64_t size = *space_.FiniteSize();
+    for (uint64_t i = 0; i < size && static_cast<int>(out.size()) < count; ++i) {
+      Assignment a = space_.GridPoint(i);
+      if (!h.used.contains(AssignmentKey(a))) out.push_back(std::move(a));
+    }
+    return out;
+  }
+
+ private:
+  SearchSpace space_;
+};
+
+// The running average of `curve` over reports at steps <= `step`; nullopt
+// when there is none.
+std::optional<double> RunningAverageAt(const std::vector<std::pair<int64_t, double>>& curve,
+                                       int64_t step) {
+  double sum = 0;
+  int n = 0;
+  for (const auto& [s, v] : curve) {
+    if (s > step || !std::isfinite(v)) continue;
+    sum += v;
+    ++n;
+  }
+  if (n == 0) return std::nullopt;
+  return sum / n;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Tuner>> Tuner::Create(const HyperparameterSpec& spec,
+                                                      uint64_t seed) {
+  absl::StatusOr<SearchSpace> space = SearchSpace::Create(spec);
+  if (!space.ok()) return space.status();
+  switch (spec.algorithm()) {
+    case HyperparameterSpec::ALGORITHM_UNSPECIFIED:
+      return std::make_unique<BayesianOptimizer>(*std::move(space), spec, seed);
+    case HyperparameterSpec::RANDOM_SEARCH:
+      return std::make_unique<RandomSearch>(*std::move(space), seed);
+    case HyperparameterSpec::GRID_SEARCH:
+      if (!space->FiniteSize()) {
+        return absl::InvalidArgumentError(
+            "hyperparameters.algorithm: GRID_SEARCH needs INTEGER, DISCRETE or CATEGORICAL "
+            "parameters only, with fewer than 2^63 grid points");
+      }
+      return std::make_unique<GridSearch>(*std::move(space));
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("hyperparameters.algorithm: unsupported value ", spec.algorithm()));
+  }
+}
+
+bool ShouldStopEarly(const HyperparameterSpec& spec, const TrialRecord& running,
+                     const std::vector<TrialRecord>& completed) {
+  const bool maximize = spec.goal() != HyperparameterSpec::MINIMIZE;
+  std::optional<double> best;
+  int64_t step = 0;
+  for (const auto& [s, v] : running.curve) {
+    if (!std::isfinite(v)) continue;
+    if (!best || (maximize ? v > *best : v < *best)) best = v;
+    step = std::max(step, s);
+  }
+  if (!best) return false;
+  std::vector<double> averages;
+  for (const TrialRecord& trial : completed) {
+    if (std::optional<double> avg = RunningAverageAt(trial.curve, step)) averages.push_back(*avg);
+  }
+  if (averages.empty()) return false;
+  // A true median: the middle value, or the mean of the two middle values.
+  std::sort(averages.begin(), averages.end());
+  const size_t n = averages.size();
+  const double median = n % 2 == 1 ? averages[n / 2] : 0.5 * (averages[n / 2 - 1] + averages[n / 2]);
+  return maximize ? *best < median : *best > median;
+}
+
+}  // namespace kubetrain::tuner

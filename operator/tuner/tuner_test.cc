@@ -1,0 +1,365 @@
+#include "operator/tuner/tuner.h"
+
+#include <charconv>
+#include <cmath>
+#include <set>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "operator/tuner/bayesian_optimizer.h"
+#include "operator/tuner/search_space.h"
+
+namespace kubetrain::tuner {
+namespace {
+
+using v1::HyperparameterSpec;
+using v1::ParameterSpec;
+using Status = TrialRecord::Status;
+
+void AddParam(HyperparameterSpec& spec, const std::string& name, ParameterSpec::ParameterType type,
+              double lo, double hi) {
+  ParameterSpec* p = spec.add_params();
+  p->set_parameter_name(name);
+  p->set_type(type);
+  p->set_min_value(lo);
+  p->set_max_value(hi);
+}
+
+void AddCategorical(HyperparameterSpec& spec, const std::string& name,
+                    std::vector<std::string> values) {
+  ParameterSpec* p = spec.add_params();
+  p->set_parameter_name(name);
+  p->set_type(ParameterSpec::CATEGORICAL);
+  for (const auto& v : values) p->add_categorical_values(v);
+}
+
+void AddDiscrete(HyperparameterSpec& spec, const std::string& name, std::vector<double> values) {
+  ParameterSpec* p = spec.add_params();
+  p->set_parameter_name(name);
+  p->set_type(ParameterSpec::DISCRETE);
+  for (double v : values) p->add_discrete_values(v);
+}
+
+// 4 x 3 x 5 = 60 points.
+HyperparameterSpec SmallDiscreteSpec(HyperparameterSpec::Algorithm algorithm) {
+  HyperparameterSpec spec;
+  spec.set_algorithm(algorithm);
+  spec.set_goal(HyperparameterSpec::MAXIMIZE);
+  AddParam(spec, "layers", ParameterSpec::INTEGER, 1, 4);
+  AddCategorical(spec, "opt", {"sgd", "adam", "rmsprop"});
+  AddDiscrete(spec, "batch", {16, 32, 64, 128, 256});
+  return spec;
+}
+
+double Number(const std::string& s) {
+  double v = 0;
+  std::from_chars(s.data(), s.data() + s.size(), v);
+  return v;
+}
+
+// A made-up objective over SmallDiscreteSpec.
+double SmallObjective(const Assignment& a) {
+  return -std::abs(Number(a.at("layers")) - 3) - std::abs(std::log2(Number(a.at("batch"))) - 6) +
+         (a.at("opt") == "adam" ? 1.0 : 0.0);
+}
+
+TrialRecord Record(int id, const Assignment& a, Status status, std::optional<double> objective) {
+  TrialRecord r;
+  r.trial_id = std::to_string(id);
+  r.assignment = a;
+  r.status = status;
+  r.objective = objective;
+  return r;
+}
+
+class AllAlgorithmsTest : public ::testing::TestWithParam<HyperparameterSpec::Algorithm> {};
+
+TEST_P(AllAlgorithmsTest, NeverDuplicatesUntilExhaustedThenReturnsNothing) {
+  const HyperparameterSpec spec = SmallDiscreteSpec(GetParam());
+  absl::StatusOr<std::unique_ptr<Tuner>> tuner = Tuner::Create(spec, 42);
+  ASSERT_TRUE(tuner.ok()) << tuner.status();
+  absl::StatusOr<SearchSpace> space = SearchSpace::Create(spec);
+  ASSERT_TRUE(space.ok());
+  std::vector<TrialRecord> history;
+  std::set<Assignment> seen;
+  int requested = 0, calls_after_exhaustion = 0;
+  // Mixed batch sizes and outcomes: some trials fail, some stay pending.
+  while (requested < 10000) {
+    const int count = history.size() < 60 ? 1 + static_cast<int>(history.size() % 7) : 1000;
+    requested += count;
+    std::vector<Assignment> batch = (*tuner)->Suggest(history, count);
+    ASSERT_LE(static_cast<int>(batch.size()), count);
+    if (history.size() >= 60) {
+      EXPECT_THAT(batch, ::testing::IsEmpty());
+      ++calls_after_exhaustion;
+      continue;
+    }
+    ASSERT_FALSE(batch.empty()) << "only " << history.size() << " of 60 points were suggested";
+    for (const Assignment& a : batch) {
+      ASSERT_TRUE(space->Encode(a).ok()) << AssignmentKey(a);
+      ASSERT_TRUE(seen.insert(a).second) << "duplicate " << AssignmentKey(a);
+      const int id = static_cast<int>(history.size());
+      const Status status = id % 5 == 3 ? Status::kFailed
+                            : id % 7 == 2 ? Status::kRunning
+                                          : Status::kCompleted;
+      history.push_back(Record(id, a, status,
+                               status == Status::kCompleted ? std::optional(SmallObjective(a))
+                                                            : std::nullopt));
+    }
+  }
+  EXPECT_EQ(seen.size(), 60u);
+  EXPECT_GT(calls_after_exhaustion, 0);
+}
+
+TEST_P(AllAlgorithmsTest, SameSeedAndHistoryGiveTheSameSuggestions) {
+  HyperparameterSpec spec;
+  spec.set_algorithm(GetParam());
+  AddParam(spec, "n", ParameterSpec::INTEGER, 1, 50);
+  AddCategorical(spec, "act", {"relu", "tanh"});
+  if (GetParam() != HyperparameterSpec::GRID_SEARCH) {
+    AddParam(spec, "lr", ParameterSpec::DOUBLE, 1e-4, 1e-1);
+    spec.mutable_params(2)->set_scale_type(ParameterSpec::UNIT_LOG_SCALE);
+  }
+  std::vector<TrialRecord> history;
+  auto a = Tuner::Create(spec, 9);
+  auto b = Tuner::Create(spec, 9);
+  ASSERT_TRUE(a.ok() && b.ok());
+  for (int round = 0; round < 4; ++round) {
+    std::vector<Assignment> sa = (*a)->Suggest(history, 3);
+    std::vector<Assignment> sb = (*b)->Suggest(history, 3);
+    ASSERT_EQ(sa, sb);
+    ASSERT_EQ(sa.size(), 3u);
+    for (const Assignment& x : sa) {
+      history.push_back(Record(static_cast<int>(history.size()), x, Status::kCompleted,
+                               Number(x.at("n")) * (x.at("act") == "relu" ? 1 : -1)));
+    }
+  }
+  // The same call again (a tuner keeps no state between calls).
+  EXPECT_EQ((*a)->Suggest(history, 2), (*a)->Suggest(history, 2));
+  if (GetParam() != HyperparameterSpec::GRID_SEARCH) {
+    auto c = Tuner::Create(spec, 10);
+    ASSERT_TRUE(c.ok());
+    // Another seed starts differently (past the shared centre point).
+    EXPECT_NE((*c)->Suggest({}, 3), (*a)->Suggest({}, 3));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Algorithms, AllAlgorithmsTest,
+                         ::testing::Values(HyperparameterSpec::ALGORITHM_UNSPECIFIED,
+                                           HyperparameterSpec::RANDOM_SEARCH,
+                                           HyperparameterSpec::GRID_SEARCH));
+
+TEST(GridSearchTest, WalksTheGridInOrderSkippingTriedPoints) {
+  HyperparameterSpec spec;
+  spec.set_algorithm(HyperparameterSpec::GRID_SEARCH);
+  AddParam(spec, "layers", ParameterSpec::INTEGER, 1, 2);
+  AddCategorical(spec, "act", {"relu", "tanh"});
+  auto tuner = Tuner::Create(spec, 0);
+  ASSERT_TRUE(tuner.ok());
+  std::vector<TrialRecord> history = {
+      Record(0, {{"layers", "1"}, {"act", "tanh"}}, Status::kFailed, std::nullopt)};
+  std::vector<Assignment> s = (*tuner)->Suggest(history, 10);
+  EXPECT_THAT(s, ::testing::ElementsAre(Assignment{{"layers", "1"}, {"act", "relu"}},
+                                        Assignment{{"layers", "2"}, {"act", "relu"}},
+                                        Assignment{{"layers", "2"}, {"act", "tanh"}}));
+  for (const Assignment& a : s) history.push_back(Record(1, a, Status::kRunning, std::nullopt));
+  EXPECT_THAT((*tuner)->Suggest(history, 10), ::testing::IsEmpty());
+}
+
+TEST(TunerTest, GridRejectsContinuousParameters) {
+  HyperparameterSpec spec;
+  spec.set_algorithm(HyperparameterSpec::GRID_SEARCH);
+  AddParam(spec, "lr", ParameterSpec::DOUBLE, 0.1, 0.2);
+  absl::StatusOr<std::unique_ptr<Tuner>> t = Tuner::Create(spec, 0);
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(t.status().message(), ::testing::HasSubstr("GRID_SEARCH"));
+}
+
+TEST(TunerTest, EveryAlgorithmsOutputIsValidForAMixedSpace) {
+  HyperparameterSpec spec;
+  AddParam(spec, "lr", ParameterSpec::DOUBLE, 1e-5, 1.0);
+  spec.mutable_params(0)->set_scale_type(ParameterSpec::UNIT_LOG_SCALE);
+  AddParam(spec, "units", ParameterSpec::INTEGER, 8, 512);
+  spec.mutable_params(1)->set_scale_type(ParameterSpec::UNIT_REVERSE_LOG_SCALE);
+  AddDiscrete(spec, "dropout", {0.0, 0.1, 0.25, 0.5});
+  AddCategorical(spec, "opt", {"sgd", "adam"});
+  absl::StatusOr<SearchSpace> space = SearchSpace::Create(spec);
+  ASSERT_TRUE(space.ok());
+  for (auto algorithm : {HyperparameterSpec::ALGORITHM_UNSPECIFIED,
+                         HyperparameterSpec::RANDOM_SEARCH}) {
+    spec.set_algorithm(algorithm);
+    auto tuner = Tuner::Create(spec, 3);
+    ASSERT_TRUE(tuner.ok());
+    std::vector<TrialRecord> history;
+    for (int round = 0; round < 6; ++round) {
+      for (const Assignment& a : (*tuner)->Suggest(history, 4)) {
+        ASSERT_TRUE(space->Encode(a).ok()) << AssignmentKey(a);
+        EXPECT_EQ(*space->Canonicalize(a), a);
+        EXPECT_THAT(a.at("units"), ::testing::MatchesRegex("[0-9]+"));
+        EXPECT_THAT(a.at("dropout"), ::testing::AnyOf("0", "0.1", "0.25", "0.5"));
+        history.push_back(Record(static_cast<int>(history.size()), a, Status::kCompleted,
+                                 -std::log(Number(a.at("lr"))) + Number(a.at("dropout"))));
+      }
+    }
+    EXPECT_EQ(history.size(), 24u);
+  }
+}
+
+TEST(BayesianOptimizerTest, StartsAtTheCentreOfTheSpace) {
+  HyperparameterSpec spec;
+  AddParam(spec, "x", ParameterSpec::DOUBLE, -2, 4);
+  AddParam(spec, "lr", ParameterSpec::DOUBLE, 1e-4, 1);
+  spec.mutable_params(1)->set_scale_type(ParameterSpec::UNIT_LOG_SCALE);
+  auto tuner = Tuner::Create(spec, 5);
+  ASSERT_TRUE(tuner.ok());
+  std::vector<Assignment> s = (*tuner)->Suggest({}, 3);
+  ASSERT_EQ(s.size(), 3u);
+  EXPECT_EQ(s[0].at("x"), "1");
+  EXPECT_NEAR(Number(s[0].at("lr")), 0.01, 1e-15);
+  EXPECT_NE(s[1], s[2]);
+}
+
+// Runs `trials` sequential steps of the default tuner on f over [0, 1] and
+// returns the best x found per the goal.
+double OptimiseOneDimension(HyperparameterSpec::GoalType goal, double (*f)(double), int trials,
+                            int batch) {
+  HyperparameterSpec spec;
+  spec.set_goal(goal);
+  AddParam(spec, "x", ParameterSpec::DOUBLE, 0, 1);
+  auto tuner = Tuner::Create(spec, 17);
+  EXPECT_TRUE(tuner.ok());
+  std::vector<TrialRecord> history;
+  double best_x = -1, best_y = 0;
+  const bool maximize = goal == HyperparameterSpec::MAXIMIZE;
+  while (static_cast<int>(history.size()) < trials) {
+    std::vector<Assignment> s = (*tuner)->Suggest(history, batch);
+    EXPECT_EQ(static_cast<int>(s.size()), batch);
+    for (const Assignment& a : s) {
+      const double x = Number(a.at("x"));
+      const double y = f(x);
+      if (best_x < 0 || (maximize ? y > best_y : y < best_y)) {
+        best_x = x;
+        best_y = y;
+      }
+      history.push_back(Record(static_cast<int>(history.size()), a, Status::kCompleted, y));
+    }
+  }
+  return best_x;
+}
+
+TEST(BayesianOptimizerTest, FollowsTheGoal) {
+  // The same function, maximised and minimised: the optimiser must find the
+  // peak at 0.2 in one case and the trough at 0.8 in the other.
+  auto f = [](double x) { return std::exp(-50 * (x - 0.2) * (x - 0.2)) - std::exp(-50 * (x - 0.8) * (x - 0.8)); };
+  EXPECT_NEAR(OptimiseOneDimension(HyperparameterSpec::MAXIMIZE, f, 15, 1), 0.2, 1e-3);
+  EXPECT_NEAR(OptimiseOneDimension(HyperparameterSpec::MINIMIZE, f, 15, 1), 0.8, 1e-3);
+  EXPECT_NEAR(OptimiseOneDimension(HyperparameterSpec::MINIMIZE, f, 24, 4), 0.8, 1e-3);
+}
+
+TEST(BayesianOptimizerTest, ParallelSuggestionsSpreadOutAndAvoidPendingPoints) {
+  HyperparameterSpec spec;
+  AddParam(spec, "x", ParameterSpec::DOUBLE, 0, 1);
+  AddParam(spec, "y", ParameterSpec::DOUBLE, 0, 1);
+  auto tuner = Tuner::Create(spec, 1);
+  ASSERT_TRUE(tuner.ok());
+  std::vector<TrialRecord> history;
+  Rng rng(2);
+  for (int i = 0; i < 12; ++i) {
+    Assignment a = {{"x", FormatDouble(rng.Uniform())}, {"y", FormatDouble(rng.Uniform())}};
+    const double x = Number(a["x"]), y = Number(a["y"]);
+    history.push_back(Record(i, a, Status::kCompleted, -(x - 0.5) * (x - 0.5) - (y - 0.5) * (y - 0.5)));
+  }
+  std::vector<Assignment> batch = (*tuner)->Suggest(history, 4);
+  ASSERT_EQ(batch.size(), 4u);
+  double min_distance = 1e9;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    for (size_t j = i + 1; j < batch.size(); ++j) {
+      min_distance = std::min(min_distance, std::hypot(Number(batch[i].at("x")) - Number(batch[j].at("x")),
+                                                       Number(batch[i].at("y")) - Number(batch[j].at("y"))));
+    }
+  }
+  EXPECT_GT(min_distance, 1e-3);
+  // With the first suggestion pending, the next call does not return it.
+  history.push_back(Record(12, batch[0], Status::kPending, std::nullopt));
+  std::vector<Assignment> next = (*tuner)->Suggest(history, 1);
+  ASSERT_EQ(next.size(), 1u);
+  EXPECT_NE(next[0], batch[0]);
+}
+
+TEST(BayesianOptimizerTest, FailedTrialsAreNeverSuggestedAgain) {
+  HyperparameterSpec spec;
+  spec.set_goal(HyperparameterSpec::MINIMIZE);
+  AddParam(spec, "n", ParameterSpec::INTEGER, 0, 9);
+  auto tuner = Tuner::Create(spec, 4);
+  ASSERT_TRUE(tuner.ok());
+  std::vector<TrialRecord> history;
+  // The optimum (n = 5) failed; everything else completed except 4 and 6.
+  for (int n = 0; n < 10; ++n) {
+    if (n == 4 || n == 6) continue;
+    Assignment a = {{"n", std::to_string(n)}};
+    history.push_back(n == 5 ? Record(n, a, Status::kFailed, std::nullopt)
+                             : Record(n, a, Status::kCompleted, std::abs(n - 5.0)));
+  }
+  std::vector<Assignment> s = (*tuner)->Suggest(history, 5);
+  EXPECT_THAT(s, ::testing::UnorderedElementsAre(Assignment{{"n", "4"}}, Assignment{{"n", "6"}}));
+}
+
+// ---- Median stopping rule ----
+
+TrialRecord Curve(std::vector<std::pair<int64_t, double>> points) {
+  TrialRecord r;
+  r.curve = std::move(points);
+  return r;
+}
+
+HyperparameterSpec Goal(HyperparameterSpec::GoalType goal) {
+  HyperparameterSpec spec;
+  spec.set_goal(goal);
+  return spec;
+}
+
+TEST(MedianStoppingTest, ComparesTheBestSoFarWithTheMedianOfRunningAverages) {
+  // Running averages at step 2: A 0.55, B 0.25, C 0.95 -> median 0.55
+  // (their mean would be 0.583).
+  std::vector<TrialRecord> completed = {
+      Curve({{1, 0.5}, {2, 0.6}, {3, 0.7}}),
+      Curve({{1, 0.2}, {2, 0.3}, {3, 0.9}}),
+      Curve({{1, 0.9}, {2, 1.0}}),
+  };
+  const auto maximize = Goal(HyperparameterSpec::MAXIMIZE);
+  EXPECT_TRUE(ShouldStopEarly(maximize, Curve({{1, 0.5}, {2, 0.4}}), completed));
+  // 0.57 is below the mean but above the median: a true median keeps it.
+  EXPECT_FALSE(ShouldStopEarly(maximize, Curve({{1, 0.57}, {2, 0.3}}), completed));
+  // Equal to the median is not strictly worse.
+  EXPECT_FALSE(ShouldStopEarly(maximize, Curve({{1, 0.4}, {2, 0.55}}), completed));
+  // At step 1 the averages are 0.5, 0.2, 0.9 -> median 0.5.
+  EXPECT_TRUE(ShouldStopEarly(maximize, Curve({{1, 0.45}}), completed));
+  EXPECT_FALSE(ShouldStopEarly(maximize, Curve({{1, 0.55}}), completed));
+}
+
+TEST(MedianStoppingTest, MinimiseMirrorsTheRule) {
+  std::vector<TrialRecord> completed = {
+      Curve({{10, 3.0}, {20, 2.0}}),  // 2.5 at step 20
+      Curve({{10, 1.0}, {20, 0.8}}),  // 0.9
+      Curve({{10, 5.0}, {20, 4.0}}),  // 4.5
+      Curve({{10, 2.0}, {20, 1.0}}),  // 1.5 -> median (1.5 + 2.5) / 2 = 2.0
+  };
+  const auto minimize = Goal(HyperparameterSpec::MINIMIZE);
+  EXPECT_TRUE(ShouldStopEarly(minimize, Curve({{10, 2.6}, {20, 2.1}}), completed));
+  EXPECT_FALSE(ShouldStopEarly(minimize, Curve({{10, 2.6}, {20, 1.9}}), completed));
+  // The best so far counts, not the latest value.
+  EXPECT_FALSE(ShouldStopEarly(minimize, Curve({{10, 1.0}, {20, 3.0}}), completed));
+}
+
+TEST(MedianStoppingTest, NeedsDataOnBothSides) {
+  const auto maximize = Goal(HyperparameterSpec::MAXIMIZE);
+  std::vector<TrialRecord> late = {Curve({{100, 1.0}})};
+  // No completed trial has reported by step 5.
+  EXPECT_FALSE(ShouldStopEarly(maximize, Curve({{5, 0.0}}), late));
+  EXPECT_FALSE(ShouldStopEarly(maximize, Curve({}), {Curve({{1, 1.0}})}));
+  EXPECT_FALSE(ShouldStopEarly(maximize, Curve({{1, 0.0}}), {}));
+  EXPECT_TRUE(ShouldStopEarly(maximize, Curve({{100, 0.0}}), late));
+}
+
+}  // namespace
+}  // namespace kubetrain::tuner
