@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cerrno>
 #include <climits>
+#include <cstdio>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -36,6 +37,25 @@ inline void CpuRelax() {
 
 absl::Status Errno(absl::string_view what, const std::string& name) {
   return absl::InternalError(absl::StrCat(what, " ", name, ": ", std::strerror(errno)));
+}
+
+// False once `pid` has exited, including as a zombie its parent has not
+// reaped yet (it holds nothing, and will never write again).
+bool ProcessAlive(int32_t pid) {
+  if (kill(pid, 0) != 0 && errno == ESRCH) return false;
+  char path[64];
+  std::snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+  FILE* f = std::fopen(path, "r");
+  if (f == nullptr) return true;  // no /proc: trust kill()
+  char line[512];
+  size_t n = std::fread(line, 1, sizeof(line) - 1, f);
+  std::fclose(f);
+  line[n] = '\0';
+  // "pid (comm) S ...": the state follows the last ')'.
+  const char* close_paren = std::strrchr(line, ')');
+  if (close_paren == nullptr || close_paren[1] == '\0') return true;
+  const char state = close_paren[2];
+  return state != 'Z' && state != 'X';
 }
 
 }  // namespace
@@ -244,7 +264,7 @@ absl::Status ShmTransport::PeerGone(int peer) const {
     return absl::UnavailableError(
         absl::StrCat("shm rank ", rank_, ": peer rank ", peer, " (pid ", pid, ") closed its transport"));
   }
-  if (pid > 0 && kill(pid, 0) != 0 && errno == ESRCH) {
+  if (pid > 0 && !ProcessAlive(pid)) {
     return absl::UnavailableError(
         absl::StrCat("shm rank ", rank_, ": peer rank ", peer, " (pid ", pid, ") is gone"));
   }
