@@ -66,7 +66,7 @@ absl::Status ValidateBatchOptions(const BatchOptions& options, int64_t num_examp
 }
 
 BatchPlan::BatchPlan(int64_t num_examples, const BatchOptions& options)
-    : num_examples_(num_examples), options_(options) {
+    : options_(options) {
   if (!ValidateBatchOptions(options, num_examples).ok()) return;
   shard_size_ = (num_examples - options.shard_index + options.shard_count - 1) / options.shard_count;
   batches_per_epoch_ = options.drop_remainder

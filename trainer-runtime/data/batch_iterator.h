@@ -65,7 +65,6 @@ class BatchPlan {
   }
 
  private:
-  int64_t num_examples_;
   BatchOptions options_;
   int64_t shard_size_ = 0;
   int64_t batches_per_epoch_ = 0;
