@@ -1,6 +1,7 @@
 #include "trainer-runtime/dist/shm/shm_transport.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <linux/futex.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -400,6 +401,14 @@ absl::Status ShmTransport::WaitForProgress(uint32_t seen, int peer_a, int peer_b
   for (int i = 0; i < options_.spin_iterations; ++i) {
     if (bell.seq.load(std::memory_order_acquire) != seen) return absl::OkStatus();
     CpuRelax();
+  }
+  if (options_.yield_for > absl::ZeroDuration()) {
+    const absl::Time yield_until = std::min(deadline, absl::Now() + options_.yield_for);
+    for (int i = 0;; ++i) {
+      if (bell.seq.load(std::memory_order_acquire) != seen) return absl::OkStatus();
+      sched_yield();
+      if ((i & 15) == 15 && absl::Now() >= yield_until) break;
+    }
   }
   bell.waiting.fetch_add(1, std::memory_order_seq_cst);
   if (bell.seq.load(std::memory_order_seq_cst) == seen) {

@@ -25,7 +25,7 @@ namespace kubetrain::dist {
 // pieces straight out of the ring (a ring all-reduce adds them into its buffer
 // with no intermediate copy) while the sender is still writing.
 //
-// Waiting: a rank spins briefly, then sleeps on a futex in its own doorbell;
+// Waiting: a rank spins briefly, yields the CPU for a while, then sleeps on a futex in its own doorbell;
 // whoever publishes data for it or frees space it waits for rings that
 // doorbell. Sleeps are short slices so that the deadline and the peers'
 // liveness (their pid, and a "closed" flag set by a clean shutdown) are
@@ -43,8 +43,12 @@ class ShmTransport : public Transport {
     // Largest piece a sender publishes at once: smaller pieces let the
     // receiver start sooner, larger ones cost fewer synchronisations.
     size_t piece_bytes = size_t{64} << 10;
-    // Busy-wait iterations before sleeping on the futex.
-    int spin_iterations = 20000;
+    // Waiting for a peer: busy-wait this many iterations, then yield the CPU
+    // (sched_yield) for up to `yield_for`, then sleep on the futex. Yielding
+    // is what keeps latency low when ranks outnumber free cores: the peer we
+    // wait for may need this very core (Open MPI's yield_when_idle).
+    int spin_iterations = 256;
+    absl::Duration yield_for = absl::Milliseconds(5);
   };
 
   // Attaches rank `rank` of `size` to the group `name` (a name unique to this

@@ -1,0 +1,120 @@
+// All-reduce of float32 buffers between ranks that are separate processes,
+// over kubetrain's gRPC or shared-memory transport. Rank 0 prints one line
+// per size:
+//   RESULT <impl> <bytes> <iters> <us_per_op> <busbw_GBps>
+// with bus bandwidth = 2(n-1)/n * bytes / time, as nccl-tests defines it.
+// run.sh starts the ranks and the peers from other libraries.
+#include <algorithm>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "trainer-runtime/dist/collectives.h"
+#include "trainer-runtime/dist/grpc/grpc_transport.h"
+#include "trainer-runtime/dist/shm/shm_transport.h"
+
+namespace {
+
+using namespace kubetrain::dist;
+
+// Iterations per size: enough for a stable mean, short on a busy machine.
+int ItersFor(size_t bytes) {
+  if (bytes <= (64 << 10)) return 2000;
+  if (bytes <= (1 << 20)) return 400;
+  if (bytes <= (16 << 20)) return 60;
+  return 12;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string transport_name = "shm", group = "kubetrain-bench", addresses_flag;
+  int rank = 0, size = 2;
+  std::vector<size_t> sizes = {4 << 10, 256 << 10, 4 << 20, 64 << 20};
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    auto value = [&](const std::string& flag) -> std::optional<std::string> {
+      if (arg.rfind(flag + "=", 0) == 0) return arg.substr(flag.size() + 1);
+      return std::nullopt;
+    };
+    if (auto v = value("--transport")) transport_name = *v;
+    else if (auto v = value("--group")) group = *v;
+    else if (auto v = value("--rank")) rank = std::stoi(*v);
+    else if (auto v = value("--size")) size = std::stoi(*v);
+    else if (auto v = value("--addresses")) addresses_flag = *v;
+    else if (auto v = value("--bytes")) {
+      sizes.clear();
+      for (absl::string_view s : absl::StrSplit(*v, ',')) sizes.push_back(std::stoul(std::string(s)));
+    } else {
+      std::cerr << "unknown flag " << arg << std::endl;
+      return 2;
+    }
+  }
+  const absl::Time connect_deadline = absl::Now() + absl::Seconds(60);
+  std::unique_ptr<Transport> transport;
+  if (transport_name == "grpc") {
+    std::vector<std::string> addresses = absl::StrSplit(addresses_flag, ',');
+    if (static_cast<int>(addresses.size()) != size) {
+      std::cerr << "--addresses must list " << size << " host:port" << std::endl;
+      return 2;
+    }
+    GrpcTransport::Options options;
+    options.group = group;
+    auto t = GrpcTransport::Listen(rank, size, addresses[rank], options);
+    if (!t.ok()) {
+      std::cerr << t.status() << std::endl;
+      return 1;
+    }
+    if (absl::Status s = (*t)->Connect(addresses, connect_deadline); !s.ok()) {
+      std::cerr << s << std::endl;
+      return 1;
+    }
+    transport = std::move(*t);
+  } else {
+    auto t = ShmTransport::Connect(group, rank, size, connect_deadline);
+    if (!t.ok()) {
+      std::cerr << t.status() << std::endl;
+      return 1;
+    }
+    transport = std::move(*t);
+  }
+
+  uint64_t op = 0;
+  for (size_t bytes : sizes) {
+    std::vector<float> data(bytes / sizeof(float), 1.0f);
+    // Touch the pages, warm the path, then line the ranks up.
+    const absl::Time deadline = absl::Now() + absl::Minutes(5);
+    for (int i = 0; i < 3; ++i) {
+      if (absl::Status s = RingAllReduce(*transport, absl::MakeSpan(data), op++, deadline); !s.ok()) {
+        std::cerr << s << std::endl;
+        return 1;
+      }
+    }
+    if (absl::Status s = Barrier(*transport, op++, deadline); !s.ok()) {
+      std::cerr << s << std::endl;
+      return 1;
+    }
+    const int iters = ItersFor(bytes);
+    const absl::Time start = absl::Now();
+    for (int i = 0; i < iters; ++i) {
+      if (absl::Status s = RingAllReduce(*transport, absl::MakeSpan(data), op++, deadline); !s.ok()) {
+        std::cerr << s << std::endl;
+        return 1;
+      }
+    }
+    const double seconds = absl::ToDoubleSeconds(absl::Now() - start) / iters;
+    const double busbw = 2.0 * (size - 1) / size * bytes / seconds / 1e9;
+    if (rank == 0) {
+      std::printf("RESULT kubetrain-%s %zu %d %.2f %.3f\n", transport_name.c_str(), bytes, iters,
+                  seconds * 1e6, busbw);
+      std::fflush(stdout);
+    }
+  }
+  return 0;
+}
