@@ -75,10 +75,6 @@ absl::StatusOr<std::string> Informer::ListAndReplace() {
   std::vector<std::pair<ObjectPtr, ObjectPtr>> updates;  // (old, new)
   for (const ObjectPtr& object : objects) updates.emplace_back(cache_.Get(ObjectKey(*object)), object);
   std::vector<ObjectPtr> dropped = cache_.Replace(objects);
-  {
-    absl::MutexLock lock(&mu_);
-    synced_ = true;
-  }
   for (const ObjectPtr& object : dropped) {
     if (handlers_.on_delete) handlers_.on_delete(object);
   }
@@ -89,6 +85,10 @@ absl::StatusOr<std::string> Informer::ListAndReplace() {
       handlers_.on_update(old_object, object);
     }
   }
+  // Synced only once the handlers have seen the first list, so a controller
+  // that waits for sync has every existing object queued.
+  absl::MutexLock lock(&mu_);
+  synced_ = true;
   return rv;
 }
 

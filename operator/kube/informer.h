@@ -58,6 +58,7 @@ class Informer {
   void Start();
   void Stop();
 
+  // True once the first list is in the cache and its events were delivered.
   bool HasSynced() const { return synced_.load(); }
   // Blocks until the first list is in the cache; false after `timeout` or Stop().
   bool WaitForSync(absl::Duration timeout);
