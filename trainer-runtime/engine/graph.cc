@@ -1,5 +1,6 @@
 #include "trainer-runtime/engine/graph.h"
 
+#include <algorithm>
 #include <charconv>
 
 #include "absl/strings/str_cat.h"
@@ -112,10 +113,12 @@ absl::StatusOr<Output> Graph::ParseOutputName(absl::string_view text) const {
   return Output{*id, index};
 }
 
-v1::GraphDef Graph::ToProto() const {
+v1::GraphDef Graph::ToProto(int num_nodes) const {
   v1::GraphDef def;
   def.set_version(1);
-  for (const Node& node : nodes_) {
+  size_t count = num_nodes < 0 ? nodes_.size() : std::min(nodes_.size(), static_cast<size_t>(num_nodes));
+  for (size_t i = 0; i < count; ++i) {
+    const Node& node = nodes_[i];
     v1::NodeDef* n = def.add_nodes();
     n->set_name(node.name);
     n->set_op(node.op);

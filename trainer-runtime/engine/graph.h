@@ -76,7 +76,9 @@ class Graph {
   std::string OutputName(Output output) const;
   absl::StatusOr<Output> ParseOutputName(absl::string_view text) const;
 
-  v1::GraphDef ToProto() const;
+  // The first `num_nodes` nodes (all when negative): since inputs precede
+  // their consumers, any prefix is a valid graph (e.g. the forward pass).
+  v1::GraphDef ToProto(int num_nodes = -1) const;
   // Rebuilds a graph, validating every node (op known, inputs earlier, input
   // counts): a bad GraphDef is an InvalidArgument error naming the node.
   static absl::StatusOr<Graph> FromProto(const v1::GraphDef& def);

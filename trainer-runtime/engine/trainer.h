@@ -1,0 +1,180 @@
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kubetrain/v1/graph.pb.h"
+#include "trainer-runtime/data/batch_iterator.h"
+#include "trainer-runtime/data/dataset.h"
+#include "trainer-runtime/engine/device.h"
+#include "trainer-runtime/engine/executor.h"
+#include "trainer-runtime/engine/model.h"
+#include "trainer-runtime/engine/optimizer.h"
+#include "trainer-runtime/engine/variable_store.h"
+
+namespace kubetrain::runtime::engine {
+
+// The training job's settings: Cloud ML trainer flags (see trainer_flags.h
+// for the flag names) plus model flags.
+struct TrainerOptions {
+  std::string train_data_paths;
+  std::string eval_data_paths;  // empty: final metrics on the training data
+  std::string output_path;      // empty: no checkpoints, summaries or export
+  int64_t batch_size = 128;
+  double learning_rate = 0.001;
+  std::string optimizer = "adam";
+  int64_t max_steps = 0;    // 0: from num_epochs
+  double num_epochs = 0;    // 0 and no max_steps: one epoch
+  double eval_every_secs = 60;
+  int64_t log_every_steps = 100;
+  double save_checkpoints_secs = 60;
+  int64_t save_checkpoints_steps = 0;  // > 0: by steps instead of seconds
+  int keep_checkpoints = 5;
+  uint64_t seed = 0;
+  int threads = 0;  // 0: all cores
+  std::string model = "mlp";  // mlp, cnn, or a model YAML file
+  int64_t hidden1 = 256;
+  int64_t hidden2 = 128;
+  int64_t eval_batch_size = 1000;
+  // Identity of this task in the cluster (TF_CONFIG), for log lines.
+  std::string task_type = "master";
+  int task_index = 0;
+};
+
+// Receives evaluation results: after each evaluation the loop reports
+// "loss", "accuracy" and "training/hptuning/metric" (= the eval accuracy,
+// Cloud ML's default hyperparameter metric tag) with the global step. The
+// operator's gRPC reporter and the cloudml-hypertune file writer implement
+// it. A failed report is logged, never fatal. Called from the training
+// thread only.
+class MetricsSink {
+ public:
+  virtual ~MetricsSink() = default;
+  virtual absl::Status Report(int64_t step, const std::map<std::string, double>& metrics) = 0;
+};
+
+// A batch's loss and accuracy, and the gradient of every variable computed
+// at the current variable values. Gradient tensors alias the executor's
+// buffers: valid until the next graph run.
+struct GradientResult {
+  float loss = 0;
+  float accuracy = 0;
+  std::vector<NamedGradient> gradients;
+};
+
+// What a strategy works with; all owned by the trainer and valid for the
+// whole run.
+class TrainingContext {
+ public:
+  TrainingContext(const TrainerOptions& options, Model& model, Device& device, VariableStore& variables,
+                  Optimizer& optimizer);
+
+  // Forward and backward on `batch` at the variables' current values; no
+  // update. `step` seeds dropout, so a step is reproducible.
+  absl::StatusOr<GradientResult> ComputeGradients(const data::Batch& batch, int64_t step);
+  // Loss and accuracy on `batch` (inference mode: no dropout).
+  absl::StatusOr<std::pair<float, float>> Evaluate(const data::Batch& batch);
+  // The local variables and optimizer state, for a checkpoint.
+  void SnapshotLocal(int64_t global_step, v1::Checkpoint* checkpoint) const;
+  // Loads variables (and optimizer state, when the checkpoint has it).
+  absl::Status RestoreLocal(const v1::Checkpoint& checkpoint);
+
+  const TrainerOptions& options;
+  Model& model;
+  Device& device;
+  VariableStore& variables;
+  Optimizer& optimizer;
+
+ private:
+  absl::Status FeedBatch(const data::Batch& batch);
+  Executor executor_;
+  std::vector<Output> train_fetches_;
+  Tensor labels_;
+  std::vector<engine::Feed> feeds_;
+  std::vector<Tensor> results_;
+};
+
+// How a step updates the variables. The loop is the same for every mode;
+// the strategy decides where variables live and how gradients become
+// updates: locally (LocalStrategy), through parameter servers, or averaged
+// by all-reduce across replicas (trainer-runtime/dist/).
+class TrainingStrategy {
+ public:
+  virtual ~TrainingStrategy() = default;
+
+  // Before the first step: make ctx.variables hold the starting values:
+  // from `restored` (the latest checkpoint, or null for a fresh run) or
+  // freshly initialised from options.seed. Returns the global step to start
+  // from.
+  virtual absl::StatusOr<int64_t> Initialize(TrainingContext& ctx, const v1::Checkpoint* restored) = 0;
+
+  // One training step on `batch`: compute gradients, get them applied, and
+  // return the batch's loss/accuracy and the new global step.
+  struct StepResult {
+    int64_t global_step = 0;
+    float loss = 0;
+    float accuracy = 0;
+  };
+  virtual absl::StatusOr<StepResult> Step(TrainingContext& ctx, const data::Batch& batch,
+                                          int64_t global_step) = 0;
+
+  // Brings ctx.variables up to date (e.g. pulls from parameter servers)
+  // before an evaluation, checkpoint or export.
+  virtual absl::Status SyncVariables(TrainingContext& ctx) { return absl::OkStatus(); }
+  // Fills a checkpoint of the current state.
+  virtual absl::Status Snapshot(TrainingContext& ctx, int64_t global_step, v1::Checkpoint* checkpoint) {
+    ctx.SnapshotLocal(global_step, checkpoint);
+    return absl::OkStatus();
+  }
+  // Whether this task writes checkpoints, summaries and the export, and
+  // runs evaluations (the chief).
+  virtual bool IsChief() const { return true; }
+  // This task's shard of the training data.
+  virtual int shard_index() const { return 0; }
+  virtual int shard_count() const { return 1; }
+  // After the last step (e.g. tell the cluster this worker is done).
+  virtual absl::Status Finish(TrainingContext& ctx) { return absl::OkStatus(); }
+};
+
+// Single process: gradients and updates on the local device.
+class LocalStrategy final : public TrainingStrategy {
+ public:
+  absl::StatusOr<int64_t> Initialize(TrainingContext& ctx, const v1::Checkpoint* restored) override;
+  absl::StatusOr<StepResult> Step(TrainingContext& ctx, const data::Batch& batch,
+                                  int64_t global_step) override;
+};
+
+// What the outside world provides; every field has a working default.
+struct TrainerEnvironment {
+  std::ostream* log = nullptr;  // null: std::cout
+  std::function<double()> now;  // wall clock in seconds; null: the system clock
+  std::vector<MetricsSink*> metrics_sinks;  // not owned
+  std::unique_ptr<TrainingStrategy> strategy;  // null: LocalStrategy
+  // Called after each step with the new global step; an error stops the run
+  // with that error (fault injection in tests, cancellation).
+  std::function<absl::Status(int64_t)> after_step;
+};
+
+struct TrainResult {
+  int64_t global_step = 0;
+  double final_loss = 0;
+  double final_accuracy = 0;
+};
+
+// Parses the --model flag: "mlp" (with hidden1/hidden2), "cnn", or a path to
+// a model YAML file.
+absl::StatusOr<ModelSpec> ResolveModelSpec(const TrainerOptions& options);
+
+// Runs training to completion (see trainer.cc for the loop). Errors carry
+// their exit code (exit_codes.h): bad data or model 3, NaN loss 4, lost
+// peers 138.
+absl::StatusOr<TrainResult> Train(const TrainerOptions& options, TrainerEnvironment env);
+
+}  // namespace kubetrain::runtime::engine

@@ -1,0 +1,28 @@
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "trainer-runtime/engine/trainer.h"
+
+namespace kubetrain::runtime::engine {
+
+// Parses Cloud ML trainer flags into TrainerOptions. Accepts "--name=value"
+// and "--name value"; names may use '-' or '_' (--job-dir, --job_dir).
+//
+//   --train_data_paths --eval_data_paths --output_path (alias --job-dir)
+//   --batch_size --learning_rate --optimizer (sgd|momentum|adagrad|adam)
+//   --max_steps | --num_epochs --eval_every_secs --log_every_steps
+//   --save_checkpoints_secs --save_checkpoints_steps --keep_checkpoints
+//   --seed --threads --model (mlp|cnn|FILE.yaml) --hidden1 --hidden2
+//   --eval_batch_size
+//
+// InvalidArgument (exit code 2: usage) for an unknown flag, a missing value
+// or a value that does not parse, naming the flag.
+absl::StatusOr<TrainerOptions> ParseTrainerFlags(const std::vector<std::string>& args);
+
+// One line per flag, for --help.
+std::string TrainerFlagsHelp();
+
+}  // namespace kubetrain::runtime::engine
