@@ -2,9 +2,8 @@
 
 #include <string>
 
-#include "absl/status/status.h"
 #include "absl/strings/match.h"
-#include "absl/strings/str_cat.h"
+#include "trainer-runtime/data/example_format.h"
 
 namespace kubetrain::runtime::data {
 
@@ -17,7 +16,7 @@ int64_t Dataset::example_size() const {
 absl::StatusOr<Dataset> LoadDataset(const std::string& path) {
   if (absl::EndsWithIgnoreCase(path, ".csv")) return LoadCsv(path);
   if (absl::EndsWithIgnoreCase(path, ".tfrecord")) {
-    return absl::UnimplementedError(absl::StrCat(path, ": TFRecord datasets are not supported yet"));
+    return LoadExampleTFRecord(path);
   }
   return LoadIdx(path);
 }
