@@ -53,7 +53,8 @@ absl::StatusOr<ObservedService> ParseService(const nlohmann::json& service);
 // What `kubetrain render` prints: for every replica of the job (of trial
 // `trial` for a tuning study; the trial's hyperparameters are what the tuner
 // suggests for it when the earlier trials are still running), its Service
-// then its Pod, as the operator would create them in `namespace_name`.
+// then its Pod, as the operator would create them in `namespace_name` (TF_CONFIG
+// addresses included; options.address is not used).
 // `trial` is ignored outside studies and must be >= 1 in a study. Errors: an
 // invalid job (InvalidArgument, every field error), or a tuner that cannot
 // suggest the trial (the tuner's status / OutOfRange when exhausted).

@@ -34,26 +34,31 @@ std::string JobObjectName(const v1::TrainingJob& job) {
   return api::KubernetesName(job.metadata().name());
 }
 
-std::string ReplicaName(std::string_view job_object_name, const ReplicaKey& key) {
-  if (key.trial_id.empty()) {
-    return Shorten(std::string(job_object_name) + "-" + std::string(api::RoleName(key.role)) +
-                   "-" + std::to_string(key.index));
-  }
-  return Shorten(std::string(job_object_name) + "-t" + key.trial_id + "-" +
-                 std::string(api::RoleName(key.role)) + "-" + std::to_string(key.index));
+std::string ReplicaRoleName(api::Role role, bool use_chief) {
+  if (role == api::Role::kMaster && use_chief) return "chief";
+  return std::string(api::RoleName(role));
 }
 
-std::string TaskName(const ReplicaKey& key) {
-  std::string task = std::string(api::RoleName(key.role)) + "-" + std::to_string(key.index);
+std::string ReplicaName(std::string_view job_object_name, const ReplicaKey& key, bool use_chief) {
+  const std::string role = ReplicaRoleName(key.role, use_chief);
+  if (key.trial_id.empty()) {
+    return Shorten(std::string(job_object_name) + "-" + role + "-" + std::to_string(key.index));
+  }
+  return Shorten(std::string(job_object_name) + "-t" + key.trial_id + "-" + role + "-" +
+                 std::to_string(key.index));
+}
+
+std::string TaskName(const ReplicaKey& key, bool use_chief) {
+  std::string task = ReplicaRoleName(key.role, use_chief) + "-" + std::to_string(key.index);
   if (key.trial_id.empty()) return task;
   return "trial " + key.trial_id + " " + task;
 }
 
 std::map<std::string, std::string> ReplicaLabels(std::string_view job_object_name,
-                                                 const ReplicaKey& key) {
+                                                 const ReplicaKey& key, bool use_chief) {
   std::map<std::string, std::string> labels = {
       {kLabelJobName, Shorten(std::string(job_object_name))},
-      {kLabelReplicaType, std::string(api::RoleName(key.role))},
+      {kLabelReplicaType, ReplicaRoleName(key.role, use_chief)},
       {kLabelReplicaIndex, std::to_string(key.index)},
   };
   if (!key.trial_id.empty()) labels[kLabelTrialId] = key.trial_id;
@@ -64,9 +69,6 @@ std::optional<ReplicaKey> ReplicaKeyFromLabels(const std::map<std::string, std::
   auto type = labels.find(kLabelReplicaType);
   auto index = labels.find(kLabelReplicaIndex);
   if (type == labels.end() || index == labels.end()) return std::nullopt;
-  // "chief" is accepted by RoleFromName for TF_CONFIG; labels always say
-  // "master".
-  if (type->second == "chief") return std::nullopt;
   std::optional<api::Role> role = api::RoleFromName(type->second);
   int64_t parsed_index = 0;
   if (!role || !absl::SimpleAtoi(index->second, &parsed_index) || parsed_index < 0) {

@@ -38,22 +38,29 @@ struct ReplicaKey {
   auto operator<=>(const ReplicaKey&) const = default;
 };
 
+// The role as it appears in names, labels and messages: api::RoleName, except
+// that the master is "chief" when the job sets trainingInput.useChiefInTfConfig
+// (so pods, Services and TF_CONFIG agree, as in Kubeflow: "mnist-chief-0").
+std::string ReplicaRoleName(api::Role role, bool use_chief);
+
 // "<job>-<role>-<index>", or "<job>-t<trialId>-<role>-<index>" for a trial.
 // `job_object_name` is JobObjectName(job). Shortened with a hash suffix when
 // longer than kMaxObjectNameLength.
-std::string ReplicaName(std::string_view job_object_name, const ReplicaKey& key);
+std::string ReplicaName(std::string_view job_object_name, const ReplicaKey& key,
+                        bool use_chief = false);
 
 // The task name used in messages and log prefixes: "worker-2" ("master-0"),
 // or "trial 3 worker-2" for trials.
-std::string TaskName(const ReplicaKey& key);
+std::string TaskName(const ReplicaKey& key, bool use_chief = false);
 
 // The four labels above for one replica. Label values longer than 63
 // characters (long job names) are shortened the same way as ReplicaName.
 std::map<std::string, std::string> ReplicaLabels(std::string_view job_object_name,
-                                                 const ReplicaKey& key);
+                                                 const ReplicaKey& key, bool use_chief = false);
 
-// Reads a ReplicaKey back from labels; nullopt when the role or index label is
-// missing or malformed (such objects are not the job's replicas).
+// Reads a ReplicaKey back from labels ("chief" reads as the master); nullopt
+// when the role or index label is missing or malformed (such objects are not
+// the job's replicas).
 std::optional<ReplicaKey> ReplicaKeyFromLabels(const std::map<std::string, std::string>& labels);
 
 // The label selector (in Kubernetes' `labelSelector` syntax) matching every

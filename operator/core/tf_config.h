@@ -25,13 +25,13 @@ AddressFn KubernetesAddresses(std::string namespace_name);
 AddressFn LoopbackAddresses(std::function<int(std::string_view replica_name)> port_of);
 
 struct TfConfigOptions {
-  // The task's trial, "" outside tuning studies. Adds "trial" to "task".
-  std::string trial_id;
   // Adds "job": the trainingInput in protobuf's JSON mapping, as Cloud ML did.
   bool include_job = true;
 };
 
-// TF_CONFIG for one task of a defaulted, valid job whose replicas are
+// TF_CONFIG for one task (for a trial's task, task.trial_id names the trial:
+// the cluster is that trial's replicas and "task" gets "trial") of a
+// defaulted, valid job whose replicas are
 // `groups` (api::ReplicaGroups of its trainingInput), e.g. for worker 1:
 //
 //   {"cluster":{"master":["j-master-0.ns.svc:2222"],"ps":[...],"worker":[...]},

@@ -1,0 +1,228 @@
+#include "operator/core/kube_objects.h"
+
+#include <string>
+
+#include "api/codec.h"
+#include "gmock/gmock.h"
+#include "google/protobuf/util/json_util.h"
+#include "gtest/gtest.h"
+
+namespace kubetrain::core {
+namespace {
+
+using api::Role;
+using nlohmann::json;
+
+v1::TrainingJob Job() {
+  v1::TrainingJob job;
+  job.set_api_version("kubetrain.io/v1");
+  job.set_kind("TrainingJob");
+  job.mutable_metadata()->set_name("mnist");
+  job.mutable_metadata()->set_namespace_("team-a");
+  job.mutable_metadata()->set_uid("uid-123");
+  v1::TrainingInput* input = job.mutable_spec()->mutable_training_input();
+  input->set_scale_tier(v1::TrainingInput::CUSTOM);
+  input->set_master_type("standard_gpu");
+  input->set_worker_type("standard");
+  input->set_worker_count(1);
+  input->add_args("--epochs=2");
+  return job;
+}
+
+ReconcileOptions Options() {
+  ReconcileOptions options;
+  options.address = KubernetesAddresses("team-a");
+  return options;
+}
+
+void SetStruct(const std::string& text, google::protobuf::Struct* out) {
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(text, out).ok()) << text;
+}
+
+TEST(KubeObjectsTest, PodCarriesLabelsOwnerResourcesAndEnv) {
+  const v1::TrainingJob job = Job();
+  const auto replicas = DesiredReplicas(job, "", {}, Options());
+  ASSERT_EQ(replicas.size(), 2u);
+  const json pod = RenderPod(job, "team-a", replicas[0]);
+  EXPECT_EQ(pod["kind"], "Pod");
+  EXPECT_EQ(pod["metadata"]["name"], "mnist-master-0");
+  EXPECT_EQ(pod["metadata"]["namespace"], "team-a");
+  EXPECT_EQ(pod["metadata"]["labels"]["kubetrain.io/job-name"], "mnist");
+  EXPECT_EQ(pod["metadata"]["labels"]["kubetrain.io/replica-type"], "master");
+  EXPECT_EQ(pod["metadata"]["labels"]["kubetrain.io/replica-index"], "0");
+  const json& owner = pod["metadata"]["ownerReferences"][0];
+  EXPECT_EQ(owner["kind"], "TrainingJob");
+  EXPECT_EQ(owner["uid"], "uid-123");
+  EXPECT_EQ(owner["controller"], true);
+  EXPECT_EQ(owner["blockOwnerDeletion"], true);
+  EXPECT_EQ(pod["spec"]["restartPolicy"], "Never");
+  const json& c = pod["spec"]["containers"][0];
+  EXPECT_EQ(c["name"], "kubetrain");
+  EXPECT_EQ(c["command"], json({"kubetrain-runtime", "train"}));
+  EXPECT_EQ(c["args"], json({"--epochs=2"}));
+  EXPECT_EQ(c["ports"][0]["containerPort"], 2222);
+  EXPECT_EQ(c["resources"]["requests"]["cpu"], "8");
+  EXPECT_EQ(c["resources"]["requests"]["memory"], "30720Mi");
+  EXPECT_EQ(c["resources"]["limits"]["nvidia.com/gpu"], "1");
+  EXPECT_EQ(c["securityContext"]["allowPrivilegeEscalation"], false);
+  bool has_tf_config = false;
+  for (const json& e : c["env"]) {
+    if (e["name"] == "TF_CONFIG") {
+      has_tf_config = true;
+      const json config = json::parse(e["value"].get<std::string>());
+      EXPECT_EQ(config["cluster"]["worker"][0], "mnist-worker-0.team-a.svc:2222");
+      EXPECT_EQ(config["task"]["type"], "master");
+    }
+  }
+  EXPECT_TRUE(has_tf_config);
+  EXPECT_FALSE(replicas[1].resources.gpus > 0);
+}
+
+TEST(KubeObjectsTest, ServiceIsHeadlessAndSelectsTheReplica) {
+  const v1::TrainingJob job = Job();
+  const auto replicas = DesiredReplicas(job, "", {}, Options());
+  const json svc = RenderService(job, "team-a", replicas[1]);
+  EXPECT_EQ(svc["kind"], "Service");
+  EXPECT_EQ(svc["metadata"]["name"], "mnist-worker-0");
+  EXPECT_EQ(svc["spec"]["clusterIP"], "None");
+  EXPECT_EQ(svc["spec"]["publishNotReadyAddresses"], true);
+  EXPECT_EQ(svc["spec"]["selector"]["kubetrain.io/replica-type"], "worker");
+  EXPECT_EQ(svc["spec"]["selector"]["kubetrain.io/replica-index"], "0");
+  EXPECT_EQ(svc["spec"]["ports"][0]["port"], 2222);
+  EXPECT_EQ(svc["metadata"]["ownerReferences"][0]["controller"], true);
+}
+
+TEST(KubeObjectsTest, TemplatesMergeButCannotStealLabels) {
+  v1::TrainingJob job = Job();
+  SetStruct(R"({"metadata":{"labels":{"team":"a","kubetrain.io/replica-type":"hijack"}},
+                "spec":{"nodeSelector":{"pool":"gpu"},
+                        "tolerations":[{"key":"gpu","operator":"Exists"}],
+                        "containers":[{"name":"kubetrain",
+                                       "env":[{"name":"EXTRA","value":"1"}],
+                                       "resources":{"limits":{"memory":"64Gi"}}},
+                                      {"name":"sidecar","image":"busybox"}]}})",
+            job.mutable_spec()->mutable_template_());
+  SetStruct(R"({"spec":{"nodeSelector":{"zone":"z1"}}})",
+            &(*job.mutable_spec()->mutable_replica_templates())["worker"]);
+  const auto replicas = DesiredReplicas(job, "", {}, Options());
+  const json master = RenderPod(job, "team-a", replicas[0]);
+  const json worker = RenderPod(job, "team-a", replicas[1]);
+  EXPECT_EQ(master["metadata"]["labels"]["team"], "a");
+  EXPECT_EQ(master["metadata"]["labels"]["kubetrain.io/replica-type"], "master");
+  EXPECT_EQ(master["spec"]["nodeSelector"], json({{"pool", "gpu"}}));
+  EXPECT_EQ(worker["spec"]["nodeSelector"], json({{"pool", "gpu"}, {"zone", "z1"}}));
+  EXPECT_EQ(master["spec"]["tolerations"].size(), 1u);
+  ASSERT_EQ(master["spec"]["containers"].size(), 2u);
+  const json& c = master["spec"]["containers"][0];
+  EXPECT_EQ(c["resources"]["limits"]["memory"], "64Gi");
+  EXPECT_EQ(c["resources"]["limits"]["nvidia.com/gpu"], "1");
+  EXPECT_EQ(c["env"].back(), json({{"name", "EXTRA"}, {"value", "1"}}));
+  EXPECT_EQ(c["env"][0]["name"], "TF_CONFIG");
+}
+
+TEST(KubeObjectsTest, RestartPolicyFollowsRunPolicy) {
+  struct Case {
+    v1::RunPolicy::RestartPolicy policy;
+    std::string want;
+  };
+  for (const Case& c : {Case{v1::RunPolicy::Never, "Never"}, Case{v1::RunPolicy::ExitCode, "Never"},
+                        Case{v1::RunPolicy::OnFailure, "OnFailure"},
+                        Case{v1::RunPolicy::Always, "OnFailure"}}) {
+    v1::TrainingJob job = Job();
+    job.mutable_spec()->mutable_run_policy()->set_restart_policy(c.policy);
+    const auto replicas = DesiredReplicas(job, "", {}, Options());
+    EXPECT_EQ(RenderPod(job, "team-a", replicas[0])["spec"]["restartPolicy"], c.want)
+        << v1::RunPolicy::RestartPolicy_Name(c.policy);
+  }
+}
+
+TEST(KubeObjectsTest, ParsePodTable) {
+  struct Case {
+    std::string name;
+    std::string pod;
+    ReplicaPhase phase;
+    std::optional<int> exit_code;
+    std::string message;
+    int restarts;
+    bool node_lost;
+    bool deleting;
+  };
+  const std::string meta =
+      R"("metadata":{"name":"mnist-worker-1","creationTimestamp":"2026-01-02T03:04:05Z",)"
+      R"("labels":{"kubetrain.io/job-name":"mnist","kubetrain.io/replica-type":"worker",)"
+      R"("kubetrain.io/replica-index":"1"}})";
+  const Case cases[] = {
+      {"fresh", "{" + meta + "}", ReplicaPhase::kPending, std::nullopt, "", 0, false, false},
+      {"running", "{" + meta + R"(,"status":{"phase":"Running","containerStatuses":[{"name":"kubetrain","restartCount":2,"lastState":{"terminated":{"exitCode":137,"reason":"OOMKilled"}}}]}})",
+       ReplicaPhase::kRunning, 137, "", 2, false, false},
+      {"failed", "{" + meta + R"(,"status":{"phase":"Failed","containerStatuses":[{"name":"kubetrain","restartCount":0,"state":{"terminated":{"exitCode":1,"message":"bad flag\n"}}}]}})",
+       ReplicaPhase::kFailed, 1, "bad flag", 0, false, false},
+      {"evicted", "{" + meta + R"(,"status":{"phase":"Failed","reason":"Evicted","message":"low memory"}})",
+       ReplicaPhase::kFailed, std::nullopt, "low memory", 0, false, false},
+      {"node lost", "{" + meta + R"(,"status":{"phase":"Running","reason":"NodeLost"}})",
+       ReplicaPhase::kRunning, std::nullopt, "", 0, true, false},
+      {"deleting", R"({"metadata":{"name":"mnist-worker-1","deletionTimestamp":"2026-01-02T03:05:00Z","labels":{"kubetrain.io/replica-type":"worker","kubetrain.io/replica-index":"1"}},"status":{"phase":"Unknown"}})",
+       ReplicaPhase::kUnknown, std::nullopt, "", 0, false, true},
+  };
+  for (const Case& c : cases) {
+    absl::StatusOr<ObservedReplica> r = ParsePod(json::parse(c.pod));
+    ASSERT_TRUE(r.ok()) << c.name << ": " << r.status();
+    EXPECT_EQ(r->name, "mnist-worker-1") << c.name;
+    EXPECT_EQ(r->key, (ReplicaKey{"", Role::kWorker, 1})) << c.name;
+    EXPECT_EQ(r->phase, c.phase) << c.name;
+    EXPECT_EQ(r->exit_code, c.exit_code) << c.name;
+    EXPECT_EQ(r->termination_message, c.message) << c.name;
+    EXPECT_EQ(r->container_restarts, c.restarts) << c.name;
+    EXPECT_EQ(r->node_lost, c.node_lost) << c.name;
+    EXPECT_EQ(r->deletion_requested, c.deleting) << c.name;
+  }
+}
+
+TEST(KubeObjectsTest, ParsePodRejectsWhatIsNotAReplica) {
+  const char* cases[] = {
+      R"(17)",
+      R"({})",
+      R"({"metadata":{"name":"x"}})",
+      R"({"metadata":{"name":"x","labels":{"kubetrain.io/replica-type":"worker"}}})",
+      R"({"metadata":{"name":"x","labels":{"kubetrain.io/replica-type":"worker","kubetrain.io/replica-index":"0"}},"status":{"phase":"Exploded"}})",
+      R"({"metadata":{"name":"x","creationTimestamp":"yesterday","labels":{"kubetrain.io/replica-type":"worker","kubetrain.io/replica-index":"0"}}})",
+  };
+  for (const char* text : cases) {
+    absl::StatusOr<ObservedReplica> r = ParsePod(json::parse(text));
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << text;
+  }
+}
+
+TEST(KubeObjectsTest, RenderedPodParsesBackToItsSlot) {
+  const v1::TrainingJob job = Job();
+  for (const DesiredReplica& replica : DesiredReplicas(job, "3", {}, Options())) {
+    absl::StatusOr<ObservedReplica> r = ParsePod(RenderPod(job, "team-a", replica));
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->name, replica.name);
+    EXPECT_EQ(r->key, replica.key);
+    absl::StatusOr<ObservedService> s = ParseService(RenderService(job, "team-a", replica));
+    ASSERT_TRUE(s.ok()) << s.status();
+    EXPECT_EQ(s->key, replica.key);
+  }
+}
+
+TEST(KubeObjectsTest, RenderJobListsServiceThenPodPerReplica) {
+  v1::TrainingJob job = Job();
+  absl::StatusOr<std::vector<json>> objects = RenderJob(job, "ns1", 1, Options());
+  ASSERT_TRUE(objects.ok()) << objects.status();
+  ASSERT_EQ(objects->size(), 4u);
+  EXPECT_EQ((*objects)[0]["kind"], "Service");
+  EXPECT_EQ((*objects)[1]["kind"], "Pod");
+  EXPECT_EQ((*objects)[1]["metadata"]["namespace"], "ns1");
+  // The namespace given to render is where the TF_CONFIG addresses point.
+  EXPECT_THAT((*objects)[1]["spec"]["containers"][0]["env"][0]["value"].get<std::string>(),
+              testing::HasSubstr("mnist-worker-0.ns1.svc:2222"));
+
+  v1::TrainingJob invalid = Job();
+  invalid.mutable_spec()->mutable_training_input()->set_master_type("");
+  EXPECT_EQ(RenderJob(invalid, "ns1", 1, Options()).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace kubetrain::core

@@ -1,0 +1,1162 @@
+#include "operator/core/reconciler.h"
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <set>
+#include <utility>
+
+#include "api/defaults.h"
+#include "api/field_error.h"
+#include "api/scale_tiers.h"
+#include "api/validation.h"
+#include "google/protobuf/util/message_differencer.h"
+
+namespace kubetrain::core {
+namespace {
+
+using api::Role;
+
+// Condition types.
+constexpr char kCreated[] = "Created";
+constexpr char kRunning[] = "Running";
+constexpr char kRestarting[] = "Restarting";
+constexpr char kSucceeded[] = "Succeeded";
+constexpr char kFailed[] = "Failed";
+constexpr char kCancelled[] = "Cancelled";
+
+// Termination messages are the user's; keep status small.
+constexpr size_t kMaxMessageLength = 1024;
+
+absl::Time FromProto(const google::protobuf::Timestamp& ts) {
+  return absl::FromUnixSeconds(ts.seconds()) + absl::Nanoseconds(ts.nanos());
+}
+
+void ToProto(absl::Time t, google::protobuf::Timestamp* ts) {
+  const int64_t seconds = absl::ToUnixSeconds(t);
+  ts->set_seconds(seconds);
+  ts->set_nanos(static_cast<int32_t>((t - absl::FromUnixSeconds(seconds)) / absl::Nanoseconds(1)));
+}
+
+absl::Duration FromProto(const google::protobuf::Duration& d) {
+  return absl::Seconds(d.seconds()) + absl::Nanoseconds(d.nanos());
+}
+
+std::string Truncate(std::string text) {
+  if (text.size() > kMaxMessageLength) {
+    text.resize(kMaxMessageLength);
+    text += "...";
+  }
+  return text;
+}
+
+std::string DurationText(absl::Duration d) { return absl::FormatDuration(d); }
+
+bool IsStudy(const v1::TrainingJob& job) {
+  return job.spec().training_input().hyperparameters().params_size() > 0;
+}
+
+// ---- Conditions --------------------------------------------------------
+
+v1::Condition* FindCondition(v1::TrainingJobStatus* status, const std::string& type) {
+  for (v1::Condition& c : *status->mutable_conditions()) {
+    if (c.type() == type) return &c;
+  }
+  return nullptr;
+}
+
+bool ConditionIsTrue(const v1::TrainingJobStatus& status, const std::string& type) {
+  for (const v1::Condition& c : status.conditions()) {
+    if (c.type() == type) return c.status() == "True";
+  }
+  return false;
+}
+
+// Sets a condition; returns true when it became true just now. A condition
+// that never existed is not added as "False": absent reads as false.
+bool SetCondition(v1::TrainingJobStatus* status, const std::string& type, bool value,
+                  const std::string& reason, const std::string& message, absl::Time now) {
+  const std::string value_text = value ? "True" : "False";
+  v1::Condition* c = FindCondition(status, type);
+  if (c == nullptr) {
+    if (!value) return false;
+    c = status->add_conditions();
+    c->set_type(type);
+  } else if (c->status() == value_text && c->reason() == reason && c->message() == message) {
+    return false;
+  }
+  const bool transition = c->status() != value_text;
+  c->set_status(value_text);
+  c->set_reason(reason);
+  c->set_message(message);
+  ToProto(now, c->mutable_last_update_time());
+  if (transition) ToProto(now, c->mutable_last_transition_time());
+  return transition && value;
+}
+
+// ---- Describing replicas -------------------------------------------------
+
+bool IsLost(const ObservedReplica& r) {
+  return r.phase == ReplicaPhase::kUnknown || r.node_lost;
+}
+
+std::string DescribeFailure(const ObservedReplica& r, bool use_chief) {
+  const std::string task = TaskName(r.key, use_chief);
+  std::string text;
+  if (r.node_lost) {
+    text = task + " was lost: its node is unreachable";
+  } else if (r.phase == ReplicaPhase::kUnknown) {
+    text = task + " is in phase Unknown: its node is unreachable";
+  } else if (r.exit_code.has_value()) {
+    text = task + " exited with code " + std::to_string(*r.exit_code);
+    if (!r.reason.empty() && r.reason != "Error") text += " (" + r.reason + ")";
+  } else {
+    text = task + " failed: " + (r.reason.empty() ? std::string("pod failed") : r.reason);
+  }
+  if (!r.termination_message.empty()) text += ": " + r.termination_message;
+  return Truncate(text);
+}
+
+// ---- The reconcile context ---------------------------------------------
+
+struct Context {
+  const v1::TrainingJob& stored;
+  const Observed& observed;
+  absl::Time now;
+  const ReconcileOptions& options;
+
+  v1::TrainingJob job;  // defaulted copy
+  std::vector<api::ReplicaGroup> groups;
+  std::string job_name;
+  ReconcileResult result;
+
+  v1::TrainingJobStatus& status() { return result.status; }
+
+  void Emit(EmitEvent::Type type, std::string reason, std::string message) {
+    result.actions.push_back(EmitEvent{type, std::move(reason), Truncate(std::move(message))});
+  }
+  void RequeueAt(absl::Time t) {
+    absl::Duration after = std::max(t - now, absl::Seconds(1));
+    if (!result.requeue_after || after < *result.requeue_after) result.requeue_after = after;
+  }
+  const v1::RunPolicy& policy() const { return job.spec().run_policy(); }
+  bool use_chief() const { return job.spec().training_input().use_chief_in_tf_config(); }
+  const v1::HyperparameterSpec& hp() const { return job.spec().training_input().hyperparameters(); }
+  bool ServiceObserved(const std::string& name) const {
+    for (const ObservedService& s : observed.services) {
+      if (s.name == name) return true;
+    }
+    return false;
+  }
+};
+
+absl::Duration RecreateBackoff(int restarts) {
+  if (restarts <= 0) return absl::ZeroDuration();
+  absl::Duration delay = kRecreateBackoffBase;
+  for (int i = 1; i < restarts && delay < kRecreateBackoffMax; ++i) delay *= 2;
+  return std::min(delay, kRecreateBackoffMax);
+}
+
+// Deletes a replica (and its Service) unless deletion is already under way;
+// force-deletes one stuck past its grace period.
+void DeleteReplicaOnce(Context& c, const ObservedReplica& r, const std::string& reason,
+                       bool with_service = true) {
+  if (!r.deletion_requested) {
+    c.result.actions.push_back(DeleteReplica{r.name, IsLost(r), reason});
+  } else if (r.phase != ReplicaPhase::kSucceeded && r.phase != ReplicaPhase::kFailed) {
+    if (c.now >= r.deletion_time) {
+      c.result.actions.push_back(DeleteReplica{r.name, true, reason + " (stuck terminating)"});
+    } else {
+      c.RequeueAt(r.deletion_time);
+    }
+  }
+  if (with_service && c.options.services && c.ServiceObserved(r.name)) {
+    c.result.actions.push_back(DeleteService{r.name});
+  }
+}
+
+// What a replica set amounts to after one pass over it.
+struct SetOutcome {
+  enum class Phase { kCreating, kStarting, kRunning, kSucceeded, kFailed };
+  Phase phase = Phase::kCreating;
+  std::string reason;   // for kFailed: the condition reason
+  std::string message;  // for kFailed / kSucceeded
+  int replicas = 0;
+};
+
+// ---- Replicas --------------------------------------------------------------
+
+std::string JoinPath(const std::string& dir, const std::string& leaf) {
+  if (dir.empty()) return leaf;
+  if (dir.back() == '/') return dir + leaf;
+  return dir + "/" + leaf;
+}
+
+std::vector<std::string> ReplicaArgs(const v1::TrainingJob& job, const api::ReplicaGroup& group,
+                                     const std::string& trial_id,
+                                     const tuner::Assignment& hyperparameters) {
+  const v1::TrainingInput& input = job.spec().training_input();
+  std::vector<std::string> args;
+  if (group.config.container_args_size() > 0) {
+    args.assign(group.config.container_args().begin(), group.config.container_args().end());
+  } else {
+    args.assign(input.args().begin(), input.args().end());
+  }
+  if (!trial_id.empty()) {
+    // The spec's parameter order, so the command line reads as the spec does.
+    for (const v1::ParameterSpec& param : input.hyperparameters().params()) {
+      auto it = hyperparameters.find(param.parameter_name());
+      if (it != hyperparameters.end()) {
+        args.push_back("--" + param.parameter_name() + "=" + it->second);
+      }
+    }
+    // A trainer told --output_path=X writes the trial to X/<trial> (the
+    // later flag wins in argparse and absl flags alike).
+    std::optional<std::string> output_path;
+    for (size_t i = 0; i < args.size(); ++i) {
+      if (args[i].rfind("--output_path=", 0) == 0) {
+        output_path = args[i].substr(14);
+      } else if (args[i] == "--output_path" && i + 1 < args.size()) {
+        output_path = args[i + 1];
+      }
+    }
+    if (output_path) args.push_back("--output_path=" + JoinPath(*output_path, trial_id));
+  }
+  if (!input.job_dir().empty()) {
+    args.push_back("--job-dir");
+    args.push_back(trial_id.empty() ? input.job_dir() : JoinPath(input.job_dir(), trial_id));
+  }
+  return args;
+}
+
+DesiredReplica MakeReplica(const v1::TrainingJob& job, const std::vector<api::ReplicaGroup>& groups,
+                           const api::ReplicaGroup& group, int64_t index,
+                           const std::string& trial_id, const tuner::Assignment& hyperparameters,
+                           const ReconcileOptions& options) {
+  const v1::TrainingInput& input = job.spec().training_input();
+  const std::string job_name = JobObjectName(job);
+  DesiredReplica r;
+  r.key = ReplicaKey{trial_id, group.role, index};
+  const bool use_chief = input.use_chief_in_tf_config();
+  r.name = ReplicaName(job_name, r.key, use_chief);
+  r.labels = ReplicaLabels(job_name, r.key, use_chief);
+  r.port = job.spec().has_port() ? job.spec().port() : api::kDefaultPort;
+  r.image = group.config.image_uri().empty() ? options.default_image : group.config.image_uri();
+  if (group.config.container_command_size() > 0) {
+    r.command.assign(group.config.container_command().begin(),
+                     group.config.container_command().end());
+  } else {
+    r.command = {"kubetrain-runtime", "train"};
+  }
+  r.args = ReplicaArgs(job, group, trial_id, hyperparameters);
+  r.resources.machine_type = group.resources.machine_type;
+  r.resources.cpu = group.resources.cpu;
+  r.resources.memory_mib = group.resources.memory_mib;
+  r.resources.gpus = group.resources.gpus;
+  if (group.config.accelerator_config().has_count()) {
+    r.resources.gpus = group.config.accelerator_config().count();
+  }
+  if (r.resources.gpus > 0 && group.config.accelerator_config().type() !=
+                                  v1::AcceleratorConfig::ACCELERATOR_TYPE_UNSPECIFIED) {
+    r.resources.accelerator_type =
+        v1::AcceleratorConfig::AcceleratorType_Name(group.config.accelerator_config().type());
+  }
+  const v1::RunPolicy::RestartPolicy policy = job.spec().run_policy().restart_policy();
+  r.restart_policy = (policy == v1::RunPolicy::OnFailure || policy == v1::RunPolicy::Always)
+                         ? ContainerRestartPolicy::kOnFailure
+                         : ContainerRestartPolicy::kNever;
+
+  AddressFn address = options.address ? options.address : KubernetesAddresses(
+                                                              job.metadata().namespace_().empty()
+                                                                  ? "default"
+                                                                  : job.metadata().namespace_());
+  r.env.emplace_back("TF_CONFIG", BuildTfConfig(job, groups, r.key, address));
+  r.env.emplace_back("CLOUD_ML_JOB_ID", job.metadata().name());
+  if (!trial_id.empty()) r.env.emplace_back("CLOUD_ML_TRIAL_ID", trial_id);
+  r.env.emplace_back("KUBETRAIN_JOB_NAME", job.metadata().name());
+  r.env.emplace_back("KUBETRAIN_NAMESPACE", job.metadata().namespace_());
+  r.env.emplace_back("KUBETRAIN_JOB_UID", job.metadata().uid());
+  r.env.emplace_back("KUBETRAIN_TASK_TYPE", ReplicaRoleName(group.role, use_chief));
+  r.env.emplace_back("KUBETRAIN_TASK_INDEX", std::to_string(index));
+  if (!trial_id.empty()) r.env.emplace_back("KUBETRAIN_TRIAL_ID", trial_id);
+  if (IsStudy(job)) {
+    r.env.emplace_back("KUBETRAIN_METRIC_TAG", input.hyperparameters().hyperparameter_metric_tag());
+  }
+  if (!options.metrics_address.empty()) {
+    r.env.emplace_back("KUBETRAIN_METRICS_ADDR", options.metrics_address);
+  }
+  if (options.trial_token) {
+    r.env.emplace_back("KUBETRAIN_METRICS_TOKEN",
+                       options.trial_token(job.metadata().uid(), trial_id));
+  }
+  return r;
+}
+
+std::vector<DesiredReplica> MakeReplicas(const v1::TrainingJob& job,
+                                         const std::vector<api::ReplicaGroup>& groups,
+                                         const std::string& trial_id,
+                                         const tuner::Assignment& hyperparameters,
+                                         const ReconcileOptions& options) {
+  std::vector<DesiredReplica> replicas;
+  for (const api::ReplicaGroup& group : groups) {
+    for (int64_t i = 0; i < group.count; ++i) {
+      replicas.push_back(MakeReplica(job, groups, group, i, trial_id, hyperparameters, options));
+    }
+  }
+  return replicas;
+}
+
+// ---- One replica set (the job, or one trial) -------------------------------
+
+// Brings one replica set towards its desired state and says where it stands.
+// `set_created`: every replica of the set has been observed at least once
+// (job: the Created condition; trial: state past QUEUED). Only then does a
+// missing replica wait for the recreation backoff.
+SetOutcome ReconcileSet(Context& c, const std::string& trial_id,
+                        const tuner::Assignment& hyperparameters,
+                        const std::map<ReplicaKey, const ObservedReplica*>& observed,
+                        bool set_created) {
+  SetOutcome out;
+  const std::vector<DesiredReplica> desired =
+      MakeReplicas(c.job, c.groups, trial_id, hyperparameters, c.options);
+  out.replicas = static_cast<int>(desired.size());
+  const bool has_master = std::any_of(c.groups.begin(), c.groups.end(), [](const auto& g) {
+    return g.role == Role::kMaster && g.count > 0;
+  });
+  const ReplicaKey deciding{trial_id, has_master ? Role::kMaster : Role::kWorker, 0};
+  const v1::RunPolicy::RestartPolicy policy = c.policy().restart_policy();
+  const int backoff_limit = c.policy().backoff_limit();
+
+  int present = 0, running = 0;
+  bool deciding_succeeded = false;
+  std::optional<std::pair<std::string, std::string>> failure;  // reason, message
+  std::vector<const DesiredReplica*> to_create;
+  std::vector<const DesiredReplica*> service_creates;
+  for (const DesiredReplica& want : desired) {
+    auto it = observed.find(want.key);
+    const ObservedReplica* r = it == observed.end() ? nullptr : it->second;
+    if (r == nullptr) {
+      to_create.push_back(&want);
+      continue;
+    }
+    ++present;
+    if (c.options.services && !c.ServiceObserved(want.name) && !r->deletion_requested) {
+      service_creates.push_back(&want);
+    }
+    ReplicaPhase phase = r->phase;
+    if (r->node_lost) phase = ReplicaPhase::kUnknown;
+    if (r->deletion_requested) {
+      const bool stopped = phase == ReplicaPhase::kSucceeded || phase == ReplicaPhase::kFailed;
+      if (stopped || c.now < r->deletion_time) {
+        // Going away (our restart, or someone else's delete): wait for it.
+        if (!stopped) c.RequeueAt(r->deletion_time);
+        continue;
+      }
+      // Still "running" past its grace period: its node is gone. A failure
+      // like any lost replica (the reconciler only deletes replicas that
+      // have stopped, so this deletion was not a restart of ours).
+      phase = ReplicaPhase::kUnknown;
+    }
+    switch (phase) {
+      case ReplicaPhase::kSucceeded:
+        ++running;  // complete: never run again
+        if (r->key == deciding) deciding_succeeded = true;
+        break;
+      case ReplicaPhase::kRunning:
+        ++running;
+        break;
+      case ReplicaPhase::kFailed:
+      case ReplicaPhase::kUnknown: {
+        const bool pod_level = phase == ReplicaPhase::kUnknown || !r->exit_code.has_value();
+        bool retryable = false;
+        switch (policy) {
+          case v1::RunPolicy::OnFailure:
+          case v1::RunPolicy::Always:
+            retryable = true;
+            break;
+          case v1::RunPolicy::ExitCode:
+            retryable = pod_level || *r->exit_code >= 128;
+            break;
+          default:
+            retryable = false;
+        }
+        const std::string what =
+            r->deletion_requested && !IsLost(*r)
+                ? TaskName(r->key, c.use_chief()) + " is stuck terminating past its grace period: its node is "
+                                     "unreachable"
+                : DescribeFailure(*r, c.use_chief());
+        if (!retryable) {
+          if (!failure) failure = {"ReplicaFailed", what};
+        } else if (c.status().restart_count() >= backoff_limit) {
+          if (!failure) {
+            failure = {"BackoffLimitExceeded",
+                       "backoffLimit " + std::to_string(backoff_limit) + " reached (" +
+                           std::to_string(c.status().restart_count()) + " restarts): " + what};
+          }
+        } else {
+          c.status().set_restart_count(c.status().restart_count() + 1);
+          ToProto(c.now, c.status().mutable_last_restart_time());
+          const std::string message = what + "; restarting (restart " +
+                                      std::to_string(c.status().restart_count()) + " of " +
+                                      std::to_string(backoff_limit) + ")";
+          c.Emit(EmitEvent::Type::kWarning, "Restarting", message);
+          SetCondition(&c.status(), kRestarting, true, "ReplicaRestarting", message, c.now);
+          SetCondition(&c.status(), kRunning, false, "ReplicaRestarting", message, c.now);
+          // The Service stays: the new replica has the same name and labels.
+          c.result.actions.push_back(
+              DeleteReplica{r->name, phase == ReplicaPhase::kUnknown, "restarting"});
+        }
+        break;
+      }
+      case ReplicaPhase::kPending:
+        break;
+    }
+  }
+
+  if (failure) {
+    out.phase = SetOutcome::Phase::kFailed;
+    out.reason = failure->first;
+    out.message = failure->second;
+    return out;
+  }
+  if (deciding_succeeded) {
+    out.phase = SetOutcome::Phase::kSucceeded;
+    out.message = TaskName(deciding, c.use_chief()) + " succeeded";
+    return out;
+  }
+
+  for (const DesiredReplica* want : service_creates) {
+    c.result.actions.push_back(CreateService{*want});
+  }
+  if (!to_create.empty()) {
+    std::optional<absl::Time> due;
+    if (set_created && c.status().restart_count() > 0 && c.status().has_last_restart_time()) {
+      due = FromProto(c.status().last_restart_time()) +
+            RecreateBackoff(c.status().restart_count());
+    }
+    if (due && c.now < *due) {
+      c.RequeueAt(*due);
+    } else {
+      for (const DesiredReplica* want : to_create) {
+        c.result.actions.push_back(CreateReplica{*want});
+        if (c.options.services && !c.ServiceObserved(want->name)) {
+          c.result.actions.push_back(CreateService{*want});
+        }
+      }
+    }
+  }
+
+  if (present < out.replicas) {
+    out.phase = SetOutcome::Phase::kCreating;
+  } else if (running < out.replicas) {
+    out.phase = SetOutcome::Phase::kStarting;
+  } else {
+    out.phase = SetOutcome::Phase::kRunning;
+  }
+  return out;
+}
+
+// ---- Bookkeeping shared by jobs and studies --------------------------------
+
+// Per-role replica counts, and container restarts added to restartCount.
+// Container restart counts only grow within a pod, so a role's sum growing
+// means restarts; a shrinking sum means pods went away and is not counted.
+void CountReplicas(Context& c) {
+  std::map<std::string, v1::ReplicaStatus> counts;
+  for (const ObservedReplica& r : c.observed.replicas) {
+    v1::ReplicaStatus& s = counts[std::string(api::RoleName(r.key.role))];
+    if (r.phase == ReplicaPhase::kSucceeded) {
+      s.set_succeeded(s.succeeded() + 1);
+    } else if (r.phase == ReplicaPhase::kFailed) {
+      s.set_failed(s.failed() + 1);
+    } else if (!r.deletion_requested) {
+      s.set_active(s.active() + 1);
+    }
+    s.set_restarts(s.restarts() + r.container_restarts);
+  }
+  int grown = 0;
+  const ObservedReplica* most_restarted = nullptr;
+  for (const auto& [role, s] : counts) {
+    auto old = c.status().replica_statuses().find(role);
+    const int before = old == c.status().replica_statuses().end() ? 0 : old->second.restarts();
+    grown += std::max(0, s.restarts() - before);
+  }
+  for (const ObservedReplica& r : c.observed.replicas) {
+    if (most_restarted == nullptr || r.container_restarts > most_restarted->container_restarts) {
+      most_restarted = &r;
+    }
+  }
+  c.status().clear_replica_statuses();
+  for (const auto& [role, s] : counts) (*c.status().mutable_replica_statuses())[role] = s;
+  if (grown > 0 && most_restarted != nullptr) {
+    c.status().set_restart_count(c.status().restart_count() + grown);
+    std::string last = TaskName(most_restarted->key, c.use_chief()) + " restarted in place (" +
+                       std::to_string(most_restarted->container_restarts) + " so far)";
+    if (most_restarted->exit_code) {
+      last += ", last exit code " + std::to_string(*most_restarted->exit_code);
+    }
+    if (!most_restarted->termination_message.empty()) {
+      last += ": " + most_restarted->termination_message;
+    }
+    c.Emit(EmitEvent::Type::kWarning, "Restarting",
+           last + " (restart " + std::to_string(c.status().restart_count()) + " of " +
+               std::to_string(c.policy().backoff_limit()) + ")");
+  }
+}
+
+void SetTerminal(Context& c, v1::State state) {
+  c.status().set_state(state);
+  if (!c.status().has_end_time()) ToProto(c.now, c.status().mutable_end_time());
+  SetCondition(&c.status(), kRunning, false, v1::State_Name(state), "", c.now);
+  SetCondition(&c.status(), kRestarting, false, v1::State_Name(state), "", c.now);
+}
+
+void FailJob(Context& c, const std::string& reason, const std::string& message) {
+  SetTerminal(c, v1::FAILED);
+  c.status().set_error_message(Truncate(message));
+  SetCondition(&c.status(), kFailed, true, reason, Truncate(message), c.now);
+  c.Emit(EmitEvent::Type::kWarning, reason, message);
+}
+
+void SucceedJob(Context& c, const std::string& message) {
+  SetTerminal(c, v1::SUCCEEDED);
+  SetCondition(&c.status(), kSucceeded, true, "JobSucceeded", message, c.now);
+  c.Emit(EmitEvent::Type::kNormal, "JobSucceeded", message);
+}
+
+// Moves the job's state forward (never back) from its replicas' progress.
+void AdvanceState(Context& c, SetOutcome::Phase phase, int replicas) {
+  v1::TrainingJobStatus& s = c.status();
+  if (phase >= SetOutcome::Phase::kStarting) {
+    if (SetCondition(&s, kCreated, true, "ReplicasCreated",
+                     std::to_string(replicas) + " replicas created", c.now)) {
+      c.Emit(EmitEvent::Type::kNormal, "ReplicasCreated",
+             std::to_string(replicas) + " replicas created");
+    }
+    if (s.state() == v1::QUEUED) s.set_state(v1::PREPARING);
+  }
+  if (phase == SetOutcome::Phase::kRunning) {
+    if (s.state() == v1::QUEUED || s.state() == v1::PREPARING) {
+      s.set_state(v1::RUNNING);
+      ToProto(c.now, s.mutable_start_time());
+    }
+    if (SetCondition(&s, kRunning, true, "ReplicasRunning",
+                     "all " + std::to_string(replicas) + " replicas running", c.now)) {
+      c.Emit(EmitEvent::Type::kNormal, "Running",
+             "all " + std::to_string(replicas) + " replicas running");
+    }
+    SetCondition(&s, kRestarting, false, "ReplicasRunning", "", c.now);
+  }
+}
+
+// Deletes what the finished job no longer needs, per cleanPodPolicy.
+void CleanUp(Context& c, v1::RunPolicy::CleanPodPolicy policy, const std::string& trial_id,
+             bool only_trial) {
+  for (const ObservedReplica& r : c.observed.replicas) {
+    if (only_trial && r.key.trial_id != trial_id) continue;
+    const bool active = r.phase == ReplicaPhase::kPending || r.phase == ReplicaPhase::kRunning ||
+                        r.phase == ReplicaPhase::kUnknown;
+    if (policy == v1::RunPolicy::All || (policy == v1::RunPolicy::Running && active)) {
+      DeleteReplicaOnce(c, r, "cleanPodPolicy " + v1::RunPolicy::CleanPodPolicy_Name(policy));
+    }
+  }
+  if (policy == v1::RunPolicy::All && c.options.services) {
+    for (const ObservedService& s : c.observed.services) {
+      if (only_trial && s.key.trial_id != trial_id) continue;
+      bool pending = false;
+      for (const Action& a : c.result.actions) {
+        if (auto* d = std::get_if<DeleteService>(&a); d && d->name == s.name) pending = true;
+      }
+      if (!pending) c.result.actions.push_back(DeleteService{s.name});
+    }
+  }
+}
+
+void ApplyTtl(Context& c) {
+  const v1::RunPolicy& policy = c.stored.spec().run_policy();
+  if (!policy.has_ttl_seconds_after_finished() || !c.status().has_end_time()) return;
+  const absl::Time expiry =
+      FromProto(c.status().end_time()) + absl::Seconds(policy.ttl_seconds_after_finished());
+  if (c.now >= expiry) {
+    c.result.delete_job = true;
+  } else {
+    c.RequeueAt(expiry);
+  }
+}
+
+// Fails the job when a deadline has passed; otherwise asks to be woken at the
+// next one. Returns true when the job failed.
+bool CheckDeadlines(Context& c, bool enforce) {
+  const v1::TrainingJobStatus& s = c.status();
+  const absl::Time created = FromProto(s.create_time());
+  struct Deadline {
+    absl::Time at;
+    std::string reason;
+    std::string message;
+  };
+  std::vector<Deadline> deadlines;
+  if (c.policy().has_active_deadline_seconds()) {
+    const absl::Duration limit = absl::Seconds(c.policy().active_deadline_seconds());
+    deadlines.push_back({created + limit, "DeadlineExceeded",
+                         "activeDeadlineSeconds " + DurationText(limit) + " exceeded"});
+  }
+  const v1::Scheduling& scheduling = c.job.spec().training_input().scheduling();
+  if (s.has_start_time() && scheduling.has_max_running_time()) {
+    const absl::Duration limit = FromProto(scheduling.max_running_time());
+    deadlines.push_back({FromProto(s.start_time()) + limit, "MaxRunningTimeExceeded",
+                         "scheduling.maxRunningTime " + DurationText(limit) + " exceeded"});
+  }
+  if (!s.has_start_time() && scheduling.has_max_wait_time()) {
+    const absl::Duration limit = FromProto(scheduling.max_wait_time());
+    deadlines.push_back({created + limit, "MaxWaitTimeExceeded",
+                         "scheduling.maxWaitTime " + DurationText(limit) +
+                             " exceeded before the job started running"});
+  }
+  for (const Deadline& d : deadlines) {
+    if (enforce && c.now >= d.at) {
+      FailJob(c, d.reason, d.message);
+      return true;
+    }
+  }
+  for (const Deadline& d : deadlines) c.RequeueAt(d.at);
+  return false;
+}
+
+std::map<ReplicaKey, const ObservedReplica*> IndexReplicas(Context& c,
+                                                           const std::set<std::string>& trials) {
+  std::map<ReplicaKey, const ObservedReplica*> index;
+  for (const ObservedReplica& r : c.observed.replicas) {
+    if (trials.count(r.key.trial_id) == 0) continue;
+    const std::string expected = ReplicaName(c.job_name, r.key, c.use_chief());
+    bool wanted = false;
+    for (const api::ReplicaGroup& g : c.groups) {
+      if (g.role == r.key.role && r.key.index < g.count) wanted = true;
+    }
+    if (wanted && r.name == expected) {
+      index[r.key] = &r;
+    }
+  }
+  return index;
+}
+
+// Replicas and Services of no current slot: left over from a changed spec,
+// a trial that is gone, or another naming. Deleted. Those of `finished`
+// trials are left to the trial's clean-up.
+void DeleteStrays(Context& c, const std::map<ReplicaKey, const ObservedReplica*>& index,
+                  const std::set<std::string>& active, const std::set<std::string>& finished) {
+  for (const ObservedReplica& r : c.observed.replicas) {
+    if (finished.count(r.key.trial_id) > 0) continue;
+    auto it = index.find(r.key);
+    if (it == index.end() || it->second != &r) DeleteReplicaOnce(c, r, "not part of the job");
+  }
+  if (!c.options.services) return;
+  for (const ObservedService& s : c.observed.services) {
+    if (finished.count(s.key.trial_id) > 0) continue;
+    bool wanted = active.count(s.key.trial_id) > 0 && s.name == ReplicaName(c.job_name, s.key, c.use_chief());
+    if (wanted) {
+      wanted = false;
+      for (const api::ReplicaGroup& g : c.groups) {
+        if (g.role == s.key.role && s.key.index < g.count) wanted = true;
+      }
+    }
+    if (!wanted) c.result.actions.push_back(DeleteService{s.name});
+  }
+}
+
+// ---- A plain job ---------------------------------------------------------
+
+void ReconcileJob(Context& c) {
+  const std::set<std::string> trials = {""};
+  const auto index = IndexReplicas(c, trials);
+  DeleteStrays(c, index, trials, {});
+  const SetOutcome out =
+      ReconcileSet(c, "", {}, index, ConditionIsTrue(c.status(), kCreated));
+  switch (out.phase) {
+    case SetOutcome::Phase::kFailed:
+      FailJob(c, out.reason, out.message);
+      break;
+    case SetOutcome::Phase::kSucceeded:
+      SucceedJob(c, out.message);
+      break;
+    default:
+      AdvanceState(c, out.phase, out.replicas);
+  }
+}
+
+// ---- A tuning study ------------------------------------------------------
+
+bool TrialActive(const v1::HyperparameterOutput& t) { return !IsTerminal(t.state()); }
+
+bool HasObjective(const v1::HyperparameterOutput& t) {
+  return t.state() == v1::SUCCEEDED && t.has_final_metric() && t.error_message().empty();
+}
+
+tuner::TrialRecord ToRecord(const v1::HyperparameterOutput& t) {
+  tuner::TrialRecord record;
+  record.trial_id = t.trial_id();
+  record.assignment.insert(t.hyperparameters().begin(), t.hyperparameters().end());
+  for (const v1::HyperparameterMetric& m : t.all_metrics()) {
+    record.curve.emplace_back(m.training_step(), m.objective_value());
+  }
+  switch (t.state()) {
+    case v1::QUEUED:
+    case v1::PREPARING:
+      record.status = tuner::TrialRecord::Status::kPending;
+      break;
+    case v1::RUNNING:
+      record.status = tuner::TrialRecord::Status::kRunning;
+      break;
+    case v1::SUCCEEDED:
+      if (HasObjective(t)) {
+        record.status = t.is_trial_stopped_early() ? tuner::TrialRecord::Status::kStoppedEarly
+                                                   : tuner::TrialRecord::Status::kCompleted;
+        record.objective = t.final_metric().objective_value();
+      } else {
+        record.status = tuner::TrialRecord::Status::kFailed;
+      }
+      break;
+    default:
+      record.status = tuner::TrialRecord::Status::kFailed;
+  }
+  return record;
+}
+
+// The reports of the metric tag for one trial, in arrival order.
+std::vector<v1::HyperparameterMetric> TagReports(const Context& c, const std::string& trial_id) {
+  std::vector<v1::HyperparameterMetric> reports;
+  auto it = c.observed.trial_metrics.find(trial_id);
+  if (it == c.observed.trial_metrics.end()) return reports;
+  const std::string& tag = c.hp().hyperparameter_metric_tag();
+  for (const MetricReport& report : it->second) {
+    auto value = report.values.find(tag);
+    if (value == report.values.end() || !std::isfinite(value->second)) continue;
+    v1::HyperparameterMetric m;
+    m.set_training_step(report.step);
+    m.set_objective_value(value->second);
+    reports.push_back(m);
+  }
+  return reports;
+}
+
+void UpdateTrialMetrics(const Context& c, v1::HyperparameterOutput* trial) {
+  std::vector<v1::HyperparameterMetric> reports = TagReports(c, trial->trial_id());
+  if (reports.empty()) return;  // keep what status has
+  const size_t skip =
+      reports.size() > kMaxMetricsPerTrial ? reports.size() - kMaxMetricsPerTrial : 0;
+  trial->clear_all_metrics();
+  for (size_t i = skip; i < reports.size(); ++i) *trial->add_all_metrics() = reports[i];
+}
+
+// true when `a` is a better objective than `b` under the study's goal.
+bool Better(const v1::HyperparameterSpec& spec, double a, double b) {
+  return spec.goal() == v1::HyperparameterSpec::MINIMIZE ? a < b : a > b;
+}
+
+int64_t TrialNumber(const std::string& id) {
+  int64_t n = 0;
+  for (char ch : id) {
+    if (ch < '0' || ch > '9') return INT64_MAX;
+    n = n * 10 + (ch - '0');
+  }
+  return n;
+}
+
+// Best first: trials with an objective by goal, then the rest by trial id.
+bool TrialBefore(const v1::HyperparameterSpec& spec, const v1::HyperparameterOutput& a,
+                 const v1::HyperparameterOutput& b) {
+  const bool ha = HasObjective(a), hb = HasObjective(b);
+  if (ha != hb) return ha;
+  if (ha) {
+    const double va = a.final_metric().objective_value(), vb = b.final_metric().objective_value();
+    if (Better(spec, va, vb)) return true;
+    if (Better(spec, vb, va)) return false;
+  }
+  return TrialNumber(a.trial_id()) < TrialNumber(b.trial_id());
+}
+
+void FinishTrial(Context& c, v1::HyperparameterOutput* trial, v1::State state,
+                 const std::string& error, bool stop_replicas) {
+  trial->set_state(state);
+  trial->set_error_message(Truncate(error));
+  ToProto(c.now, trial->mutable_end_time());
+  // A finished trial's ps and evaluators must not run on; a stopped one
+  // stops whatever the cleanPodPolicy.
+  const v1::RunPolicy::CleanPodPolicy policy =
+      stop_replicas && c.policy().clean_pod_policy() == v1::RunPolicy::None
+          ? v1::RunPolicy::Running
+          : c.policy().clean_pod_policy();
+  CleanUp(c, policy, trial->trial_id(), /*only_trial=*/true);
+}
+
+void FinishTrialWithObjective(Context& c, v1::HyperparameterOutput* trial, bool stopped_early) {
+  UpdateTrialMetrics(c, trial);
+  if (trial->all_metrics_size() == 0) {
+    FinishTrial(c, trial, v1::SUCCEEDED,
+                "succeeded without reporting metric '" + c.hp().hyperparameter_metric_tag() +
+                    "': not counted as completed",
+                false);
+    c.Emit(EmitEvent::Type::kWarning, "TrialMetricMissing",
+           "trial " + trial->trial_id() + " " + trial->error_message());
+    return;
+  }
+  // The objective is the last value reported (what the trainer saw last),
+  // not the best one.
+  *trial->mutable_final_metric() = trial->all_metrics(trial->all_metrics_size() - 1);
+  trial->set_is_trial_stopped_early(stopped_early);
+  FinishTrial(c, trial, v1::SUCCEEDED, "", stopped_early);
+  c.Emit(EmitEvent::Type::kNormal, stopped_early ? "TrialStoppedEarly" : "TrialSucceeded",
+         "trial " + trial->trial_id() + ": objective " +
+             std::to_string(trial->final_metric().objective_value()) + " at step " +
+             std::to_string(trial->final_metric().training_step()));
+}
+
+std::string DescribeAssignment(const v1::HyperparameterSpec& spec,
+                               const tuner::Assignment& assignment) {
+  std::string text;
+  for (const v1::ParameterSpec& p : spec.params()) {
+    auto it = assignment.find(p.parameter_name());
+    if (it == assignment.end()) continue;
+    if (!text.empty()) text += " ";
+    text += "--" + p.parameter_name() + "=" + it->second;
+  }
+  return text;
+}
+
+// Evicts the worst finished trials past kMaxTrialsInStatus.
+void CapTrials(Context& c) {
+  auto* trials = c.status().mutable_training_output()->mutable_trials();
+  if (trials->size() <= kMaxTrialsInStatus) return;
+  std::vector<v1::HyperparameterOutput> all(trials->begin(), trials->end());
+  std::vector<size_t> finished;
+  for (size_t i = 0; i < all.size(); ++i) {
+    if (!TrialActive(all[i])) finished.push_back(i);
+  }
+  // Worst first.
+  std::sort(finished.begin(), finished.end(), [&](size_t a, size_t b) {
+    return TrialBefore(c.hp(), all[b], all[a]);
+  });
+  std::set<size_t> evict;
+  for (size_t i : finished) {
+    if (all.size() - evict.size() <= static_cast<size_t>(kMaxTrialsInStatus)) break;
+    evict.insert(i);
+  }
+  trials->Clear();
+  for (size_t i = 0; i < all.size(); ++i) {
+    if (evict.count(i) > 0) {
+      c.result.actions.push_back(ArchiveTrial{all[i]});
+    } else {
+      *trials->Add() = all[i];
+    }
+  }
+}
+
+void StopActiveTrials(Context& c, const std::string& why) {
+  for (v1::HyperparameterOutput& t : *c.status().mutable_training_output()->mutable_trials()) {
+    if (TrialActive(t)) FinishTrial(c, &t, v1::CANCELLED, why, /*stop_replicas=*/true);
+  }
+}
+
+void ReconcileStudy(Context& c) {
+  const v1::HyperparameterSpec& spec = c.hp();
+  v1::TrainingOutput* out = c.status().mutable_training_output();
+  out->set_is_hyperparameter_tuning_job(true);
+  out->set_hyperparameter_metric_tag(spec.hyperparameter_metric_tag());
+  if (out->total_trial_count() < out->trials_size()) out->set_total_trial_count(out->trials_size());
+
+  std::set<std::string> known;  // every trial on record, active or not
+  std::set<std::string> active;
+  for (const v1::HyperparameterOutput& t : out->trials()) {
+    known.insert(t.trial_id());
+    if (TrialActive(t)) active.insert(t.trial_id());
+  }
+  for (const v1::HyperparameterOutput& t : c.observed.archived_trials) known.insert(t.trial_id());
+  std::map<ReplicaKey, const ObservedReplica*> index = IndexReplicas(c, active);
+  // Replicas of unknown trials (or of none) are strays; those of finished
+  // trials are left to the trial's clean-up below.
+  std::set<std::string> finished;
+  for (const std::string& id : known) {
+    if (active.count(id) == 0) finished.insert(id);
+  }
+  DeleteStrays(c, index, active, finished);
+
+  // Trials are finished against the history before new ones are started.
+  std::vector<tuner::TrialRecord> completed;
+  auto collect_completed = [&] {
+    completed.clear();
+    for (const v1::HyperparameterOutput& t : out->trials()) {
+      if (HasObjective(t)) completed.push_back(ToRecord(t));
+    }
+    for (const v1::HyperparameterOutput& t : c.observed.archived_trials) {
+      if (HasObjective(t)) completed.push_back(ToRecord(t));
+    }
+  };
+  collect_completed();
+
+  SetOutcome::Phase best_phase = SetOutcome::Phase::kCreating;
+  int replicas_per_trial = 0;
+  for (v1::HyperparameterOutput& trial : *out->mutable_trials()) {
+    if (!TrialActive(trial)) continue;
+    tuner::Assignment assignment(trial.hyperparameters().begin(), trial.hyperparameters().end());
+    const bool created = trial.state() != v1::QUEUED;
+    const SetOutcome set = ReconcileSet(c, trial.trial_id(), assignment, index, created);
+    replicas_per_trial = set.replicas;
+    UpdateTrialMetrics(c, &trial);
+    switch (set.phase) {
+      case SetOutcome::Phase::kFailed:
+        FinishTrial(c, &trial, v1::FAILED, set.message, /*stop_replicas=*/true);
+        c.Emit(EmitEvent::Type::kWarning, "TrialFailed",
+               "trial " + trial.trial_id() + " failed: " + set.message);
+        continue;
+      case SetOutcome::Phase::kSucceeded:
+        FinishTrialWithObjective(c, &trial, /*stopped_early=*/false);
+        collect_completed();  // later trials are judged against it too
+        best_phase = std::max(best_phase, SetOutcome::Phase::kRunning);
+        continue;
+      default:
+        break;
+    }
+    if (set.phase >= SetOutcome::Phase::kStarting && trial.state() == v1::QUEUED) {
+      trial.set_state(v1::PREPARING);
+    }
+    if (set.phase == SetOutcome::Phase::kRunning && trial.state() == v1::PREPARING) {
+      trial.set_state(v1::RUNNING);
+    }
+    best_phase = std::max(best_phase, set.phase);
+    if (spec.enable_trial_early_stopping() && trial.all_metrics_size() > 0 && !completed.empty()) {
+      const StopRule rule = c.options.stop_rule ? c.options.stop_rule : tuner::ShouldStopEarly;
+      if (rule(spec, ToRecord(trial), completed)) {
+        FinishTrialWithObjective(c, &trial, /*stopped_early=*/true);
+        collect_completed();
+      }
+    }
+  }
+
+  // completedTrialCount counts trials with an objective, archived included.
+  int64_t with_objective = 0;
+  std::vector<std::string> failed_trials;
+  for (const v1::HyperparameterOutput& t : out->trials()) {
+    if (HasObjective(t)) ++with_objective;
+    if (t.state() == v1::FAILED) {
+      failed_trials.push_back("trial " + t.trial_id() + ": " + t.error_message());
+    }
+  }
+  int64_t archived_failed = 0;
+  for (const v1::HyperparameterOutput& t : c.observed.archived_trials) {
+    if (HasObjective(t)) ++with_objective;
+    if (t.state() == v1::FAILED) ++archived_failed;
+  }
+  out->set_completed_trial_count(with_objective);
+
+  const int64_t failed_count = static_cast<int64_t>(failed_trials.size()) + archived_failed;
+  const int max_failed = api::EffectiveMaxFailedTrials(spec);
+  if (failed_count >= max_failed) {
+    std::string message = std::to_string(failed_count) + " trials failed (maxFailedTrials " +
+                          std::to_string(max_failed) + ")";
+    for (size_t i = 0; i < failed_trials.size() && i < 5; ++i) message += "; " + failed_trials[i];
+    StopActiveTrials(c, "stopped: the job failed");
+    FailJob(c, "TrialsFailed", message);
+    return;
+  }
+
+  // Start new trials into the free slots.
+  int running = 0;
+  for (const v1::HyperparameterOutput& t : out->trials()) running += TrialActive(t) ? 1 : 0;
+  const int64_t free_slots = std::min<int64_t>(spec.max_parallel_trials() - running,
+                                               spec.max_trials() - out->total_trial_count());
+  bool exhausted = false;
+  if (free_slots > 0) {
+    std::vector<tuner::TrialRecord> history;
+    for (const v1::HyperparameterOutput& t : c.observed.archived_trials) {
+      history.push_back(ToRecord(t));
+    }
+    for (const v1::HyperparameterOutput& t : out->trials()) history.push_back(ToRecord(t));
+    absl::StatusOr<std::unique_ptr<tuner::Tuner>> tuner =
+        c.options.tuner_factory
+            ? c.options.tuner_factory(spec, StableHash(c.job.metadata().uid()))
+            : tuner::Tuner::Create(spec, StableHash(c.job.metadata().uid()));
+    if (!tuner.ok() || *tuner == nullptr) {
+      StopActiveTrials(c, "stopped: the job failed");
+      FailJob(c, "TunerError",
+              "cannot create the tuner: " +
+                  (tuner.ok() ? std::string("no tuner") : std::string(tuner.status().message())));
+      return;
+    }
+    std::vector<tuner::Assignment> suggestions =
+        (*tuner)->Suggest(history, static_cast<int>(free_slots));
+    exhausted = static_cast<int64_t>(suggestions.size()) < free_slots;
+    for (const tuner::Assignment& assignment : suggestions) {
+      v1::HyperparameterOutput* trial = out->add_trials();
+      out->set_total_trial_count(out->total_trial_count() + 1);
+      trial->set_trial_id(std::to_string(out->total_trial_count()));
+      trial->mutable_hyperparameters()->insert(assignment.begin(), assignment.end());
+      trial->set_state(v1::QUEUED);
+      ToProto(c.now, trial->mutable_start_time());
+      c.Emit(EmitEvent::Type::kNormal, "TrialStarted",
+             "trial " + trial->trial_id() + ": " + DescribeAssignment(spec, assignment));
+      const SetOutcome set = ReconcileSet(c, trial->trial_id(), assignment, {}, false);
+      replicas_per_trial = set.replicas;
+      ++running;
+    }
+  }
+
+  if (running == 0 && (out->total_trial_count() >= spec.max_trials() || exhausted)) {
+    // The study is over: best first.
+    std::vector<v1::HyperparameterOutput> sorted(out->trials().begin(), out->trials().end());
+    std::stable_sort(sorted.begin(), sorted.end(),
+                     [&](const auto& a, const auto& b) { return TrialBefore(spec, a, b); });
+    out->clear_trials();
+    for (v1::HyperparameterOutput& t : sorted) *out->add_trials() = std::move(t);
+    CapTrials(c);
+    const std::string ended =
+        std::to_string(out->total_trial_count()) + " trials run" +
+        (exhausted && out->total_trial_count() < spec.max_trials() ? " (search space exhausted)"
+                                                                   : "");
+    if (with_objective == 0) {
+      FailJob(c, "NoTrialCompleted",
+              ended + ", none reported metric '" + spec.hyperparameter_metric_tag() + "'");
+    } else {
+      const v1::HyperparameterOutput& best = out->trials(0);
+      SucceedJob(c, ended + "; best trial " + best.trial_id() + ": objective " +
+                        std::to_string(best.final_metric().objective_value()));
+    }
+    return;
+  }
+  CapTrials(c);
+  AdvanceState(c, best_phase, replicas_per_trial);
+}
+
+// ---- Cancellation ----------------------------------------------------------
+
+void ReconcileCancel(Context& c) {
+  if (c.status().state() != v1::CANCELLING) {
+    c.status().set_state(v1::CANCELLING);
+    SetCondition(&c.status(), kRunning, false, "Cancelling", "", c.now);
+    c.Emit(EmitEvent::Type::kNormal, "Cancelling", "the job was cancelled; deleting its replicas");
+  }
+  if (c.status().has_training_output()) StopActiveTrials(c, "stopped: the job was cancelled");
+  bool remaining = false;
+  for (const ObservedReplica& r : c.observed.replicas) {
+    DeleteReplicaOnce(c, r, "cancelled");
+    const bool stopped = r.phase == ReplicaPhase::kSucceeded || r.phase == ReplicaPhase::kFailed;
+    // A replica counts as gone once it is asked to go and has stopped, or is
+    // past its grace period (force-deleted above): a lost node never blocks
+    // CANCELLED.
+    if (!r.deletion_requested || !(stopped || c.now >= r.deletion_time)) remaining = true;
+  }
+  if (c.options.services) {
+    for (const ObservedService& s : c.observed.services) {
+      bool pending = false;
+      for (const Action& a : c.result.actions) {
+        if (auto* d = std::get_if<DeleteService>(&a); d && d->name == s.name) pending = true;
+      }
+      if (!pending) c.result.actions.push_back(DeleteService{s.name});
+    }
+  }
+  if (!remaining) {
+    SetTerminal(c, v1::CANCELLED);
+    SetCondition(&c.status(), kCancelled, true, "JobCancelled", "the job was cancelled", c.now);
+    c.Emit(EmitEvent::Type::kNormal, "JobCancelled", "the job was cancelled");
+  }
+}
+
+}  // namespace
+
+bool IsTerminal(v1::State state) {
+  return state == v1::SUCCEEDED || state == v1::FAILED || state == v1::CANCELLED;
+}
+
+std::vector<DesiredReplica> DesiredReplicas(const v1::TrainingJob& job,
+                                            const std::string& trial_id,
+                                            const tuner::Assignment& hyperparameters,
+                                            const ReconcileOptions& options) {
+  v1::TrainingJob defaulted = job;
+  api::ApplyDefaults(&defaulted);
+  const std::vector<api::ReplicaGroup> groups =
+      api::ReplicaGroups(defaulted.spec().training_input());
+  return MakeReplicas(defaulted, groups, trial_id, hyperparameters, options);
+}
+
+ReconcileResult Reconcile(const v1::TrainingJob& job, const Observed& observed, absl::Time now,
+                          const ReconcileOptions& options) {
+  Context c{job, observed, now, options, job, {}, JobObjectName(job), {}};
+  c.result.status = job.status();
+  v1::TrainingJobStatus& s = c.status();
+
+  if (!s.has_create_time()) {
+    absl::Time created = now;
+    std::string error;
+    if (!job.metadata().creation_timestamp().empty() &&
+        !absl::ParseTime(absl::RFC3339_full, job.metadata().creation_timestamp(), &created,
+                         &error)) {
+      created = now;
+    }
+    ToProto(created, s.mutable_create_time());
+  }
+  if (s.state() == v1::STATE_UNSPECIFIED) s.set_state(v1::QUEUED);
+
+  if (IsTerminal(s.state())) {
+    // Finished: only clean-up and TTL. The spec may have changed since; the
+    // policy in force is the one of the stored spec, defaulted.
+    api::ApplyDefaults(&c.job);
+    CleanUp(c,
+            s.state() == v1::CANCELLED ? v1::RunPolicy::All : c.policy().clean_pod_policy(), "",
+            false);
+    ApplyTtl(c);
+  } else if (std::vector<api::FieldError> errors = api::Validate(job); !errors.empty()) {
+    api::ApplyDefaults(&c.job);
+    FailJob(c, "InvalidSpec", "invalid TrainingJob:\n" + api::FormatErrors(errors));
+    CleanUp(c, c.policy().clean_pod_policy(), "", false);
+    ApplyTtl(c);
+  } else {
+    api::ApplyDefaults(&c.job);
+    c.groups = api::ReplicaGroups(c.job.spec().training_input());
+    s.set_observed_generation(job.metadata().generation());
+    CountReplicas(c);
+    if (job.spec().cancel()) {
+      ReconcileCancel(c);
+    } else if (CheckDeadlines(c, /*enforce=*/true)) {
+      StopActiveTrials(c, "stopped: the job failed");
+    } else if (IsStudy(c.job)) {
+      ReconcileStudy(c);
+    } else {
+      ReconcileJob(c);
+    }
+    if (IsTerminal(s.state())) {
+      c.result.requeue_after.reset();
+      CleanUp(c,
+              s.state() == v1::CANCELLED ? v1::RunPolicy::All : c.policy().clean_pod_policy(),
+              "", false);
+      ApplyTtl(c);
+    } else {
+      CheckDeadlines(c, /*enforce=*/false);  // wake-ups, including deadlines set in this pass
+    }
+  }
+
+  // Creates are pointless once the job is over; and a deletion of something
+  // just being created cannot happen (creates only target missing slots).
+  if (IsTerminal(s.state()) || s.state() == v1::CANCELLING) {
+    std::erase_if(c.result.actions, [](const Action& a) {
+      return std::holds_alternative<CreateReplica>(a) || std::holds_alternative<CreateService>(a);
+    });
+  }
+  // One delete per object, whatever several rules asked.
+  std::set<std::string> deleted_replicas, deleted_services;
+  std::erase_if(c.result.actions, [&](const Action& a) {
+    if (auto* d = std::get_if<DeleteReplica>(&a)) return !deleted_replicas.insert(d->name).second;
+    if (auto* d = std::get_if<DeleteService>(&a)) return !deleted_services.insert(d->name).second;
+    return false;
+  });
+  std::set<std::string> created_services;
+  std::erase_if(c.result.actions, [&](const Action& a) {
+    if (auto* cs = std::get_if<CreateService>(&a)) {
+      return !created_services.insert(cs->replica.name).second;
+    }
+    return false;
+  });
+
+  c.result.status_changed =
+      !google::protobuf::util::MessageDifferencer::Equals(job.status(), c.result.status);
+  return std::move(c.result);
+}
+
+}  // namespace kubetrain::core

@@ -1,0 +1,963 @@
+#include "operator/core/reconciler.h"
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace kubetrain::core {
+namespace {
+
+using api::Role;
+using testing::ElementsAre;
+using testing::HasSubstr;
+using testing::IsEmpty;
+using testing::UnorderedElementsAre;
+using testing::UnorderedElementsAreArray;
+
+// ---- Fakes -----------------------------------------------------------------
+
+// Suggests {"x": "<n>"} for n = 1, 2, ... up to `capacity` points.
+class FakeTuner : public tuner::Tuner {
+ public:
+  FakeTuner(int capacity, std::vector<std::pair<size_t, int>>* calls)
+      : capacity_(capacity), calls_(calls) {}
+  std::vector<tuner::Assignment> Suggest(const std::vector<tuner::TrialRecord>& history,
+                                         int count) override {
+    calls_->emplace_back(history.size(), count);
+    std::vector<tuner::Assignment> out;
+    for (int i = 0; i < count; ++i) {
+      const int n = static_cast<int>(history.size()) + i + 1;
+      if (n > capacity_) break;
+      out.push_back({{"x", std::to_string(n)}});
+    }
+    return out;
+  }
+
+ private:
+  int capacity_;
+  std::vector<std::pair<size_t, int>>* calls_;
+};
+
+constexpr absl::Duration kGrace = absl::Seconds(30);
+
+// A job, the cluster it runs on, and a clock. Apply() carries out a result
+// the way a backend would: creates appear Pending, deletes remove the object
+// (or, with `slow_deletes`, mark it terminating for the grace period).
+struct Harness {
+  v1::TrainingJob job;
+  Observed observed;
+  absl::Time now = absl::FromUnixSeconds(1'800'000'000);
+  ReconcileOptions options;
+  int tuner_capacity = 1000;
+  std::vector<std::pair<size_t, int>> suggest_calls;
+  std::vector<uint64_t> seeds;
+  std::set<std::string> stop_trials;  // the fake stop rule stops these
+  bool slow_deletes = false;
+
+  explicit Harness(v1::TrainingJob j) : job(std::move(j)) {
+    options.address = KubernetesAddresses("default");
+    options.tuner_factory = [this](const v1::HyperparameterSpec&, uint64_t seed)
+        -> absl::StatusOr<std::unique_ptr<tuner::Tuner>> {
+      seeds.push_back(seed);
+      return std::make_unique<FakeTuner>(tuner_capacity, &suggest_calls);
+    };
+    options.stop_rule = [this](const v1::HyperparameterSpec&, const tuner::TrialRecord& running,
+                               const std::vector<tuner::TrialRecord>&) {
+      return stop_trials.count(running.trial_id) > 0;
+    };
+  }
+
+  ReconcileResult Reconcile() {
+    ReconcileResult r = core::Reconcile(job, observed, now, options);
+    *job.mutable_status() = r.status;
+    return r;
+  }
+
+  void Apply(const ReconcileResult& r) {
+    for (const Action& a : r.actions) {
+      if (auto* c = std::get_if<CreateReplica>(&a)) {
+        ASSERT_EQ(Find(c->replica.name), nullptr) << "created twice: " << c->replica.name;
+        ObservedReplica o;
+        o.name = c->replica.name;
+        o.key = c->replica.key;
+        o.created = now;
+        observed.replicas.push_back(o);
+      } else if (auto* s = std::get_if<CreateService>(&a)) {
+        for (const ObservedService& existing : observed.services) {
+          ASSERT_NE(existing.name, s->replica.name) << "service created twice";
+        }
+        observed.services.push_back({s->replica.name, s->replica.key});
+      } else if (auto* d = std::get_if<DeleteReplica>(&a)) {
+        ObservedReplica* o = Find(d->name);
+        ASSERT_NE(o, nullptr) << "deleted what is not there: " << d->name;
+        if (slow_deletes && !d->force) {
+          o->deletion_requested = true;
+          o->deletion_time = now + kGrace;
+        } else {
+          std::erase_if(observed.replicas, [&](const auto& x) { return x.name == d->name; });
+        }
+      } else if (auto* ds = std::get_if<DeleteService>(&a)) {
+        const size_t n = std::erase_if(observed.services,
+                                       [&](const auto& x) { return x.name == ds->name; });
+        ASSERT_EQ(n, 1u) << "deleted a service that is not there: " << ds->name;
+      } else if (auto* ar = std::get_if<ArchiveTrial>(&a)) {
+        observed.archived_trials.push_back(ar->trial);
+      }
+    }
+  }
+
+  ReconcileResult Step() {
+    ReconcileResult r = Reconcile();
+    Apply(r);
+    return r;
+  }
+
+  // Steps until a reconcile changes nothing, then checks that one more does
+  // nothing either (sample-controller's TestDoNothing).
+  void Settle() {
+    for (int i = 0; i < 6; ++i) {
+      ReconcileResult r = Step();
+      if (r.actions.empty() && !r.status_changed) return;
+    }
+    ADD_FAILURE() << "did not settle";
+  }
+
+  ObservedReplica* Find(const std::string& name) {
+    for (ObservedReplica& o : observed.replicas) {
+      if (o.name == name) return &o;
+    }
+    return nullptr;
+  }
+  ObservedReplica& Pod(const std::string& name) {
+    ObservedReplica* o = Find(name);
+    if (o == nullptr) {
+      ADD_FAILURE() << "no replica " << name;
+      static ObservedReplica none;
+      return none;
+    }
+    return *o;
+  }
+  void RunAll() {
+    for (ObservedReplica& o : observed.replicas) {
+      if (o.phase == ReplicaPhase::kPending) o.phase = ReplicaPhase::kRunning;
+    }
+  }
+  void Exit(const std::string& name, int code, const std::string& message = "") {
+    ObservedReplica& o = Pod(name);
+    o.phase = code == 0 ? ReplicaPhase::kSucceeded : ReplicaPhase::kFailed;
+    o.exit_code = code;
+    o.termination_message = message;
+  }
+  std::vector<std::string> Names() const {
+    std::vector<std::string> names;
+    for (const ObservedReplica& o : observed.replicas) names.push_back(o.name);
+    return names;
+  }
+  const v1::Condition* Condition(const std::string& type) const {
+    for (const v1::Condition& c : job.status().conditions()) {
+      if (c.type() == type) return &c;
+    }
+    return nullptr;
+  }
+  bool ConditionTrue(const std::string& type) const {
+    const v1::Condition* c = Condition(type);
+    return c != nullptr && c->status() == "True";
+  }
+};
+
+std::vector<std::string> Created(const ReconcileResult& r) {
+  std::vector<std::string> names;
+  for (const Action& a : r.actions) {
+    if (auto* c = std::get_if<CreateReplica>(&a)) names.push_back(c->replica.name);
+  }
+  return names;
+}
+std::vector<std::string> Deleted(const ReconcileResult& r) {
+  std::vector<std::string> names;
+  for (const Action& a : r.actions) {
+    if (auto* d = std::get_if<DeleteReplica>(&a)) names.push_back(d->name);
+  }
+  return names;
+}
+std::vector<std::string> ServicesCreated(const ReconcileResult& r) {
+  std::vector<std::string> names;
+  for (const Action& a : r.actions) {
+    if (auto* c = std::get_if<CreateService>(&a)) names.push_back(c->replica.name);
+  }
+  return names;
+}
+std::vector<std::string> ServicesDeleted(const ReconcileResult& r) {
+  std::vector<std::string> names;
+  for (const Action& a : r.actions) {
+    if (auto* d = std::get_if<DeleteService>(&a)) names.push_back(d->name);
+  }
+  return names;
+}
+std::vector<std::string> EventReasons(const ReconcileResult& r) {
+  std::vector<std::string> reasons;
+  for (const Action& a : r.actions) {
+    if (auto* e = std::get_if<EmitEvent>(&a)) reasons.push_back(e->reason);
+  }
+  return reasons;
+}
+const CreateReplica* CreateOf(const ReconcileResult& r, const std::string& name) {
+  for (const Action& a : r.actions) {
+    if (auto* c = std::get_if<CreateReplica>(&a); c && c->replica.name == name) return c;
+  }
+  return nullptr;
+}
+
+// master + `workers` workers + `ps` parameter servers.
+v1::TrainingJob Job(int workers = 2, int ps = 1) {
+  v1::TrainingJob job;
+  job.mutable_metadata()->set_name("mnist");
+  job.mutable_metadata()->set_namespace_("default");
+  job.mutable_metadata()->set_uid("uid-1");
+  job.mutable_metadata()->set_generation(1);
+  v1::TrainingInput* input = job.mutable_spec()->mutable_training_input();
+  input->set_scale_tier(v1::TrainingInput::CUSTOM);
+  input->set_master_type("standard");
+  if (workers > 0) {
+    input->set_worker_type("standard");
+    input->set_worker_count(workers);
+  }
+  if (ps > 0) {
+    input->set_parameter_server_type("standard");
+    input->set_parameter_server_count(ps);
+  }
+  return job;
+}
+
+// A started job: all replicas exist and run.
+Harness Running(v1::TrainingJob job) {
+  Harness h(std::move(job));
+  h.Settle();
+  h.RunAll();
+  h.Settle();
+  EXPECT_EQ(h.job.status().state(), v1::RUNNING);
+  return h;
+}
+
+// ---- A plain job -----------------------------------------------------------
+
+TEST(ReconcileTest, Standard1LifecycleWithDoNothingAtEveryStep) {
+  v1::TrainingJob job = Job();
+  job.mutable_spec()->mutable_training_input()->clear_master_type();
+  job.mutable_spec()->mutable_training_input()->clear_worker_type();
+  job.mutable_spec()->mutable_training_input()->clear_worker_count();
+  job.mutable_spec()->mutable_training_input()->clear_parameter_server_type();
+  job.mutable_spec()->mutable_training_input()->clear_parameter_server_count();
+  job.mutable_spec()->mutable_training_input()->set_scale_tier(v1::TrainingInput::STANDARD_1);
+  Harness h(job);
+
+  // 1. Recorded as QUEUED; 8 replicas and 8 Services asked for.
+  ReconcileResult r = h.Step();
+  EXPECT_EQ(r.status.state(), v1::QUEUED);
+  EXPECT_TRUE(r.status_changed);
+  EXPECT_TRUE(r.status.has_create_time());
+  EXPECT_THAT(Created(r), UnorderedElementsAre("mnist-master-0", "mnist-worker-0",
+                                               "mnist-worker-1", "mnist-worker-2",
+                                               "mnist-worker-3", "mnist-ps-0", "mnist-ps-1",
+                                               "mnist-ps-2"));
+  EXPECT_THAT(ServicesCreated(r), UnorderedElementsAreArray(Created(r)));
+
+  // 2. Seen to exist: PREPARING, nothing more to do.
+  r = h.Step();
+  EXPECT_EQ(r.status.state(), v1::PREPARING);
+  EXPECT_THAT(Created(r), IsEmpty());
+  EXPECT_TRUE(h.ConditionTrue("Created"));
+  EXPECT_THAT(EventReasons(r), ElementsAre("ReplicasCreated"));
+  r = h.Step();
+  EXPECT_TRUE(r.actions.empty());
+  EXPECT_FALSE(r.status_changed);
+
+  // 3. All running: RUNNING with a start time.
+  h.RunAll();
+  r = h.Step();
+  EXPECT_EQ(r.status.state(), v1::RUNNING);
+  EXPECT_TRUE(r.status.has_start_time());
+  EXPECT_TRUE(h.ConditionTrue("Running"));
+  EXPECT_EQ(r.status.replica_statuses().at("worker").active(), 4);
+  r = h.Step();
+  EXPECT_TRUE(r.actions.empty());
+  EXPECT_FALSE(r.status_changed);
+
+  // 4. A worker finishing does not end the job; the master does.
+  h.Exit("mnist-worker-3", 0);
+  h.Settle();
+  EXPECT_EQ(h.job.status().state(), v1::RUNNING);
+  h.Exit("mnist-master-0", 0);
+  r = h.Step();
+  EXPECT_EQ(r.status.state(), v1::SUCCEEDED);
+  EXPECT_TRUE(r.status.has_end_time());
+  EXPECT_TRUE(h.ConditionTrue("Succeeded"));
+  EXPECT_FALSE(h.ConditionTrue("Running"));
+  EXPECT_EQ(h.Condition("Succeeded")->message(), "master-0 succeeded");
+  // cleanPodPolicy Running (the default): ps and running workers go, with
+  // their Services; completed replicas stay.
+  EXPECT_THAT(Deleted(r), UnorderedElementsAre("mnist-worker-0", "mnist-worker-1",
+                                               "mnist-worker-2", "mnist-ps-0", "mnist-ps-1",
+                                               "mnist-ps-2"));
+  EXPECT_THAT(ServicesDeleted(r), UnorderedElementsAreArray(Deleted(r)));
+  EXPECT_THAT(h.Names(), UnorderedElementsAre("mnist-master-0", "mnist-worker-3"));
+  r = h.Step();
+  EXPECT_TRUE(r.actions.empty());
+  EXPECT_FALSE(r.status_changed);
+  EXPECT_FALSE(r.requeue_after.has_value());
+}
+
+TEST(ReconcileTest, ReplicaCarriesEnvArgsAndResources) {
+  v1::TrainingJob job = Job(1, 0);
+  v1::TrainingInput* input = job.mutable_spec()->mutable_training_input();
+  input->add_args("--epochs=3");
+  input->set_job_dir("/out");
+  input->mutable_worker_config()->set_image_uri("example/trainer:1");
+  input->mutable_worker_config()->mutable_accelerator_config()->set_count(2);
+  input->mutable_worker_config()->mutable_accelerator_config()->set_type(
+      v1::AcceleratorConfig::NVIDIA_TESLA_T4);
+  Harness h(job);
+  h.options.metrics_address = "operator:9090";
+  h.options.trial_token = [](const std::string& uid, const std::string& trial) {
+    return uid + "/" + trial;
+  };
+  ReconcileResult r = h.Reconcile();
+  const CreateReplica* worker = CreateOf(r, "mnist-worker-0");
+  ASSERT_NE(worker, nullptr);
+  const DesiredReplica& w = worker->replica;
+  EXPECT_EQ(w.image, "example/trainer:1");
+  EXPECT_THAT(w.command, ElementsAre("kubetrain-runtime", "train"));
+  EXPECT_THAT(w.args, ElementsAre("--epochs=3", "--job-dir", "/out"));
+  EXPECT_EQ(w.resources.gpus, 2);
+  EXPECT_EQ(w.resources.accelerator_type, "NVIDIA_TESLA_T4");
+  EXPECT_EQ(w.resources.cpu, 4);
+  EXPECT_EQ(w.Env("CLOUD_ML_JOB_ID"), "mnist");
+  EXPECT_EQ(w.Env("CLOUD_ML_TRIAL_ID"), "");
+  EXPECT_EQ(w.Env("KUBETRAIN_TASK_TYPE"), "worker");
+  EXPECT_EQ(w.Env("KUBETRAIN_TASK_INDEX"), "0");
+  EXPECT_EQ(w.Env("KUBETRAIN_METRICS_ADDR"), "operator:9090");
+  EXPECT_EQ(w.Env("KUBETRAIN_METRICS_TOKEN"), "uid-1/");
+  EXPECT_THAT(w.Env("TF_CONFIG"), HasSubstr(R"("task":{"type":"worker","index":0})"));
+  EXPECT_EQ(w.env[0].first, "TF_CONFIG");
+  EXPECT_EQ(w.labels.at("kubetrain.io/replica-type"), "worker");
+}
+
+TEST(ReconcileTest, LocalBackendGetsNoServices) {
+  Harness h(Job());
+  h.options.services = false;
+  ReconcileResult r = h.Step();
+  EXPECT_EQ(Created(r).size(), 4u);
+  EXPECT_THAT(ServicesCreated(r), IsEmpty());
+  h.Settle();
+}
+
+// Each restart policy against each kind of failure.
+TEST(ReconcileTest, RestartPolicies) {
+  enum class Failure { kExit1, kExit137, kEvicted, kNodeLost, kUnknownPhase };
+  struct Case {
+    v1::RunPolicy::RestartPolicy policy;
+    Failure failure;
+    bool restarts;
+    std::string message;  // the job's error when it does not restart
+  };
+  const Case cases[] = {
+      {v1::RunPolicy::Never, Failure::kExit1, false, "worker-1 exited with code 1: boom"},
+      {v1::RunPolicy::Never, Failure::kExit137, false, "worker-1 exited with code 137: boom"},
+      {v1::RunPolicy::Never, Failure::kNodeLost, false,
+       "worker-1 was lost: its node is unreachable"},
+      {v1::RunPolicy::OnFailure, Failure::kExit1, true, ""},
+      {v1::RunPolicy::OnFailure, Failure::kEvicted, true, ""},
+      {v1::RunPolicy::Always, Failure::kExit1, true, ""},
+      {v1::RunPolicy::ExitCode, Failure::kExit1, false, "worker-1 exited with code 1: boom"},
+      {v1::RunPolicy::ExitCode, Failure::kExit137, true, ""},
+      {v1::RunPolicy::ExitCode, Failure::kEvicted, true, ""},
+      {v1::RunPolicy::ExitCode, Failure::kNodeLost, true, ""},
+      {v1::RunPolicy::ExitCode, Failure::kUnknownPhase, true, ""},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(v1::RunPolicy::RestartPolicy_Name(c.policy) + " " +
+                 std::to_string(static_cast<int>(c.failure)));
+    v1::TrainingJob job = Job();
+    job.mutable_spec()->mutable_run_policy()->set_restart_policy(c.policy);
+    Harness h = Running(job);
+    ObservedReplica& w = h.Pod("mnist-worker-1");
+    const bool lost = c.failure == Failure::kNodeLost || c.failure == Failure::kUnknownPhase;
+    switch (c.failure) {
+      case Failure::kExit1:
+        h.Exit("mnist-worker-1", 1, "boom");
+        break;
+      case Failure::kExit137:
+        h.Exit("mnist-worker-1", 137, "boom");
+        break;
+      case Failure::kEvicted:
+        w.phase = ReplicaPhase::kFailed;
+        w.reason = "Evicted";
+        break;
+      case Failure::kNodeLost:
+        w.node_lost = true;
+        break;
+      case Failure::kUnknownPhase:
+        w.phase = ReplicaPhase::kUnknown;
+        break;
+    }
+    ReconcileResult r = h.Reconcile();
+    if (!c.restarts) {
+      EXPECT_EQ(r.status.state(), v1::FAILED);
+      EXPECT_EQ(r.status.error_message(), c.message);
+      EXPECT_EQ(h.Condition("Failed")->reason(), "ReplicaFailed");
+      EXPECT_EQ(h.Condition("Failed")->message(), c.message);
+      EXPECT_THAT(EventReasons(r), ElementsAre("ReplicaFailed"));
+      // Running replicas stop (cleanPodPolicy Running); the failed one stays
+      // for its logs unless it is lost.
+      std::vector<std::string> want = {"mnist-master-0", "mnist-worker-0", "mnist-ps-0"};
+      if (lost) want.push_back("mnist-worker-1");
+      EXPECT_THAT(Deleted(r), UnorderedElementsAreArray(want));
+      h.Apply(r);
+      r = h.Step();
+      EXPECT_TRUE(r.actions.empty());
+      EXPECT_FALSE(r.status_changed);
+      continue;
+    }
+    EXPECT_EQ(r.status.state(), v1::RUNNING);
+    EXPECT_EQ(r.status.restart_count(), 1);
+    ASSERT_THAT(Deleted(r), ElementsAre("mnist-worker-1"));
+    EXPECT_EQ(std::get<DeleteReplica>(r.actions[std::distance(
+                  r.actions.begin(), std::find_if(r.actions.begin(), r.actions.end(),
+                                                  [](const Action& a) {
+                                                    return std::holds_alternative<DeleteReplica>(a);
+                                                  }))])
+                  .force,
+              lost);
+    EXPECT_THAT(EventReasons(r), ElementsAre("Restarting"));
+    EXPECT_TRUE(h.ConditionTrue("Restarting"));
+    EXPECT_FALSE(h.ConditionTrue("Running"));
+    h.Apply(r);
+    // Recreated after the backoff (10 s for the first restart), not before.
+    r = h.Step();
+    EXPECT_THAT(Created(r), IsEmpty());
+    ASSERT_TRUE(r.requeue_after.has_value());
+    EXPECT_EQ(*r.requeue_after, absl::Seconds(10));
+    h.now += absl::Seconds(10);
+    r = h.Step();
+    EXPECT_THAT(Created(r), ElementsAre("mnist-worker-1"));
+    EXPECT_THAT(ServicesCreated(r), IsEmpty());  // the Service stayed
+    h.Settle();
+    h.RunAll();
+    h.Settle();
+    EXPECT_EQ(h.job.status().state(), v1::RUNNING);
+    EXPECT_EQ(h.job.status().restart_count(), 1);
+    EXPECT_TRUE(h.ConditionTrue("Running"));
+    EXPECT_FALSE(h.ConditionTrue("Restarting"));
+  }
+}
+
+TEST(ReconcileTest, BackoffLimitCountsRecreationsAndContainerRestarts) {
+  v1::TrainingJob job = Job();
+  job.mutable_spec()->mutable_run_policy()->set_restart_policy(v1::RunPolicy::OnFailure);
+  job.mutable_spec()->mutable_run_policy()->set_backoff_limit(3);
+  Harness h = Running(job);
+
+  // The kubelet restarts worker-0 in place twice: counted.
+  h.Pod("mnist-worker-0").container_restarts = 2;
+  h.Pod("mnist-worker-0").exit_code = 1;
+  ReconcileResult r = h.Step();
+  EXPECT_EQ(r.status.restart_count(), 2);
+  EXPECT_THAT(EventReasons(r), ElementsAre("Restarting"));
+  h.Settle();
+
+  // worker-1 is evicted: recreated, counted (3 of 3).
+  h.Pod("mnist-worker-1").phase = ReplicaPhase::kFailed;
+  h.Pod("mnist-worker-1").reason = "Evicted";
+  r = h.Step();
+  EXPECT_EQ(r.status.restart_count(), 3);
+  EXPECT_THAT(Deleted(r), ElementsAre("mnist-worker-1"));
+  // The backoff doubles with each restart: 10 s * 2^(3-1).
+  r = h.Step();
+  EXPECT_EQ(r.requeue_after, absl::Seconds(40));
+  h.now += absl::Seconds(40);
+  h.Settle();
+  h.RunAll();
+  h.Settle();
+
+  // Recreation reset worker-1's container restarts; nothing was lost from
+  // the count. One more failure is past the limit.
+  EXPECT_EQ(h.job.status().restart_count(), 3);
+  h.Exit("mnist-ps-0", 1, "oops");
+  r = h.Step();
+  EXPECT_EQ(r.status.state(), v1::FAILED);
+  EXPECT_EQ(h.Condition("Failed")->reason(), "BackoffLimitExceeded");
+  EXPECT_EQ(r.status.error_message(),
+            "backoffLimit 3 reached (3 restarts): ps-0 exited with code 1: oops");
+  h.Settle();
+}
+
+TEST(ReconcileTest, ContainerRestartsBeyondTheLimitFailTheJob) {
+  v1::TrainingJob job = Job();
+  job.mutable_spec()->mutable_run_policy()->set_restart_policy(v1::RunPolicy::OnFailure);
+  job.mutable_spec()->mutable_run_policy()->set_backoff_limit(1);
+  Harness h = Running(job);
+  h.Pod("mnist-worker-0").container_restarts = 1;
+  h.Settle();
+  EXPECT_EQ(h.job.status().state(), v1::RUNNING);
+  // Crash-looping in place: the kubelet restarted it again, and it failed.
+  h.Pod("mnist-worker-0").container_restarts = 2;
+  h.Exit("mnist-worker-0", 2, "crash");
+  ReconcileResult r = h.Step();
+  EXPECT_EQ(r.status.state(), v1::FAILED);
+  EXPECT_THAT(r.status.error_message(), HasSubstr("backoffLimit 1 reached (2 restarts)"));
+}
+
+TEST(ReconcileTest, CompletedReplicasAreNeverRunAgain) {
+  v1::TrainingJob job = Job();
+  job.mutable_spec()->mutable_run_policy()->set_restart_policy(v1::RunPolicy::Always);
+  Harness h = Running(job);
+  h.Exit("mnist-worker-0", 0);
+  h.Settle();
+  EXPECT_EQ(h.Pod("mnist-worker-0").phase, ReplicaPhase::kSucceeded);
+  EXPECT_EQ(h.job.status().restart_count(), 0);
+  EXPECT_EQ(h.job.status().state(), v1::RUNNING);
+  EXPECT_EQ(h.job.status().replica_statuses().at("worker").succeeded(), 1);
+}
+
+TEST(ReconcileTest, VanishedReplicaIsRecreatedWithoutCounting) {
+  Harness h = Running(Job());
+  std::erase_if(h.observed.replicas, [](const auto& o) { return o.name == "mnist-ps-0"; });
+  ReconcileResult r = h.Step();
+  EXPECT_THAT(Created(r), ElementsAre("mnist-ps-0"));
+  EXPECT_EQ(r.status.restart_count(), 0);
+  h.Settle();
+}
+
+TEST(ReconcileTest, ReplicaStuckTerminatingOnALostNodeNeverHangsTheJob) {
+  for (const auto policy : {v1::RunPolicy::Never, v1::RunPolicy::OnFailure}) {
+    SCOPED_TRACE(v1::RunPolicy::RestartPolicy_Name(policy));
+    v1::TrainingJob job = Job();
+    job.mutable_spec()->mutable_run_policy()->set_restart_policy(policy);
+    Harness h = Running(job);
+    // Someone (the node lifecycle controller) deletes it; it stays "Running".
+    ObservedReplica& w = h.Pod("mnist-worker-0");
+    w.deletion_requested = true;
+    w.deletion_time = h.now + kGrace;
+    ReconcileResult r = h.Step();
+    EXPECT_TRUE(r.actions.empty());
+    EXPECT_EQ(r.requeue_after, kGrace);
+    h.now += kGrace;
+    r = h.Step();
+    if (policy == v1::RunPolicy::Never) {
+      EXPECT_EQ(r.status.state(), v1::FAILED);
+      EXPECT_THAT(r.status.error_message(), HasSubstr("worker-0 is stuck terminating"));
+    } else {
+      EXPECT_EQ(r.status.restart_count(), 1);
+      EXPECT_THAT(Deleted(r), ElementsAre("mnist-worker-0"));
+    }
+  }
+}
+
+TEST(ReconcileTest, StrayReplicasAndServicesAreDeleted) {
+  Harness h = Running(Job());
+  ObservedReplica stray;
+  stray.name = "mnist-worker-7";
+  stray.key = {"", Role::kWorker, 7};
+  h.observed.replicas.push_back(stray);
+  ObservedReplica trial = stray;
+  trial.name = "mnist-t1-worker-0";
+  trial.key = {"1", Role::kWorker, 0};
+  h.observed.replicas.push_back(trial);
+  h.observed.services.push_back({"mnist-worker-9", {"", Role::kWorker, 9}});
+  ReconcileResult r = h.Step();
+  EXPECT_THAT(Deleted(r), UnorderedElementsAre("mnist-worker-7", "mnist-t1-worker-0"));
+  EXPECT_THAT(ServicesDeleted(r), ElementsAre("mnist-worker-9"));
+  h.Settle();
+}
+
+TEST(ReconcileTest, InvalidSpecFailsOnceWithFieldErrors) {
+  v1::TrainingJob job = Job();
+  job.mutable_spec()->mutable_training_input()->clear_master_type();
+  Harness h(job);
+  ReconcileResult r = h.Step();
+  EXPECT_EQ(r.status.state(), v1::FAILED);
+  EXPECT_THAT(r.status.error_message(), HasSubstr("spec.trainingInput.masterType"));
+  EXPECT_EQ(h.Condition("Failed")->reason(), "InvalidSpec");
+  EXPECT_THAT(EventReasons(r), ElementsAre("InvalidSpec"));
+  EXPECT_THAT(Created(r), IsEmpty());
+  r = h.Step();
+  EXPECT_TRUE(r.actions.empty());
+  EXPECT_FALSE(r.status_changed);
+  EXPECT_FALSE(r.requeue_after.has_value());
+}
+
+// ---- Deadlines -------------------------------------------------------------
+
+TEST(ReconcileTest, ActiveDeadlineFiresWithNoOtherEvent) {
+  v1::TrainingJob job = Job();
+  job.mutable_spec()->mutable_run_policy()->set_active_deadline_seconds(600);
+  Harness h = Running(job);
+  const absl::Time created = absl::FromUnixSeconds(h.job.status().create_time().seconds());
+  ReconcileResult r = h.Reconcile();
+  ASSERT_TRUE(r.requeue_after.has_value());
+  EXPECT_EQ(h.now + *r.requeue_after, created + absl::Seconds(600));
+  // Nothing happens in the cluster; the timer alone brings the next call.
+  h.now += *r.requeue_after;
+  r = h.Step();
+  EXPECT_EQ(r.status.state(), v1::FAILED);
+  EXPECT_EQ(h.Condition("Failed")->reason(), "DeadlineExceeded");
+  EXPECT_EQ(Deleted(r).size(), 4u);
+  h.Settle();
+}
+
+TEST(ReconcileTest, MaxRunningTimeCountsFromRunning) {
+  v1::TrainingJob job = Job();
+  job.mutable_spec()->mutable_training_input()->mutable_scheduling()->mutable_max_running_time()
+      ->set_seconds(3600);
+  Harness h(job);
+  h.Settle();
+  h.now += absl::Minutes(30);  // pending for a while: does not count
+  h.RunAll();
+  h.Settle();
+  ReconcileResult r = h.Reconcile();
+  EXPECT_EQ(r.requeue_after, absl::Seconds(3600));
+  h.now += absl::Seconds(3600);
+  r = h.Step();
+  EXPECT_EQ(r.status.state(), v1::FAILED);
+  EXPECT_EQ(h.Condition("Failed")->reason(), "MaxRunningTimeExceeded");
+}
+
+TEST(ReconcileTest, MaxWaitTimeFailsAJobThatNeverRuns) {
+  v1::TrainingJob job = Job();
+  job.mutable_spec()->mutable_training_input()->mutable_scheduling()->mutable_max_wait_time()
+      ->set_seconds(300);
+  Harness h(job);
+  h.Settle();  // replicas stay Pending (no room in the cluster)
+  h.now += absl::Seconds(300);
+  ReconcileResult r = h.Step();
+  EXPECT_EQ(r.status.state(), v1::FAILED);
+  EXPECT_EQ(h.Condition("Failed")->reason(), "MaxWaitTimeExceeded");
+  EXPECT_EQ(Deleted(r).size(), 4u);  // pending replicas go (cleanPodPolicy Running)
+}
+
+// ---- Cancel, clean-up, TTL -------------------------------------------------
+
+TEST(ReconcileTest, CancelDeletesEverythingThenEndsCancelled) {
+  Harness h = Running(Job());
+  h.slow_deletes = true;
+  h.job.mutable_spec()->set_cancel(true);
+  ReconcileResult r = h.Step();
+  EXPECT_EQ(r.status.state(), v1::CANCELLING);
+  EXPECT_EQ(Deleted(r).size(), 4u);
+  EXPECT_EQ(ServicesDeleted(r).size(), 4u);
+  EXPECT_THAT(EventReasons(r), ElementsAre("Cancelling"));
+  // Terminating within the grace period: wait, without deleting again.
+  r = h.Step();
+  EXPECT_EQ(r.status.state(), v1::CANCELLING);
+  EXPECT_THAT(Deleted(r), IsEmpty());
+  EXPECT_EQ(r.requeue_after, kGrace);
+  // Three exit; one hangs on a lost node and is force-deleted.
+  for (const char* name : {"mnist-master-0", "mnist-worker-0", "mnist-ps-0"}) {
+    std::erase_if(h.observed.replicas, [&](const auto& o) { return o.name == name; });
+  }
+  h.now += kGrace;
+  r = h.Step();
+  EXPECT_THAT(Deleted(r), ElementsAre("mnist-worker-1"));
+  EXPECT_EQ(r.status.state(), v1::CANCELLED);
+  EXPECT_TRUE(h.ConditionTrue("Cancelled"));
+  h.Settle();
+  EXPECT_THAT(h.Names(), IsEmpty());
+}
+
+TEST(ReconcileTest, CleanPodPolicies) {
+  struct Case {
+    v1::RunPolicy::CleanPodPolicy policy;
+    std::vector<std::string> remaining;
+    size_t services_left;
+  };
+  const Case cases[] = {
+      {v1::RunPolicy::Running, {"mnist-master-0", "mnist-worker-0"}, 2},
+      {v1::RunPolicy::All, {}, 0},
+      {v1::RunPolicy::None, {"mnist-master-0", "mnist-worker-0", "mnist-worker-1", "mnist-ps-0"},
+       4},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(v1::RunPolicy::CleanPodPolicy_Name(c.policy));
+    v1::TrainingJob job = Job();
+    job.mutable_spec()->mutable_run_policy()->set_clean_pod_policy(c.policy);
+    Harness h = Running(job);
+    h.Exit("mnist-worker-0", 0);
+    h.Exit("mnist-master-0", 0);
+    h.Settle();
+    EXPECT_EQ(h.job.status().state(), v1::SUCCEEDED);
+    EXPECT_THAT(h.Names(), UnorderedElementsAreArray(c.remaining));
+    EXPECT_EQ(h.observed.services.size(), c.services_left);
+  }
+}
+
+TEST(ReconcileTest, TtlAfterFinishedDeletesTheJob) {
+  v1::TrainingJob job = Job();
+  job.mutable_spec()->mutable_run_policy()->set_ttl_seconds_after_finished(60);
+  Harness h = Running(job);
+  h.Exit("mnist-master-0", 0);
+  ReconcileResult r = h.Step();
+  EXPECT_FALSE(r.delete_job);
+  EXPECT_EQ(r.requeue_after, absl::Seconds(60));
+  h.now += absl::Seconds(60);
+  r = h.Step();
+  EXPECT_TRUE(r.delete_job);
+}
+
+// ---- Tuning studies --------------------------------------------------------
+
+v1::TrainingJob Study(int max_trials, int parallel) {
+  v1::TrainingJob job = Job(1, 0);  // master + 1 worker per trial
+  job.mutable_spec()->mutable_training_input()->set_job_dir("/out");
+  v1::HyperparameterSpec* hp = job.mutable_spec()->mutable_training_input()->mutable_hyperparameters();
+  hp->set_goal(v1::HyperparameterSpec::MAXIMIZE);
+  hp->set_max_trials(max_trials);
+  hp->set_max_parallel_trials(parallel);
+  hp->set_hyperparameter_metric_tag("accuracy");
+  v1::ParameterSpec* p = hp->add_params();
+  p->set_parameter_name("x");
+  p->set_type(v1::ParameterSpec::INTEGER);
+  p->set_min_value(1);
+  p->set_max_value(1000);
+  p->set_scale_type(v1::ParameterSpec::UNIT_LINEAR_SCALE);
+  return job;
+}
+
+void Report(Harness& h, const std::string& trial, int64_t step, double value) {
+  h.observed.trial_metrics[trial].push_back({step, {{"accuracy", value}, {"loss", 1 - value}}});
+}
+
+const v1::HyperparameterOutput* Trial(const Harness& h, const std::string& id) {
+  for (const auto& t : h.job.status().training_output().trials()) {
+    if (t.trial_id() == id) return &t;
+  }
+  return nullptr;
+}
+
+TEST(StudyTest, TrialIsOnRecordInTheSameResultThatCreatesItsReplicas) {
+  Harness h(Study(5, 2));
+  ReconcileResult r = h.Reconcile();
+  ASSERT_EQ(r.status.training_output().trials_size(), 2);
+  EXPECT_EQ(r.status.training_output().trials(0).trial_id(), "1");
+  EXPECT_EQ(r.status.training_output().trials(0).hyperparameters().at("x"), "1");
+  EXPECT_EQ(r.status.training_output().trials(0).state(), v1::QUEUED);
+  EXPECT_EQ(r.status.training_output().total_trial_count(), 2);
+  EXPECT_TRUE(r.status.training_output().is_hyperparameter_tuning_job());
+  EXPECT_THAT(Created(r), UnorderedElementsAre("mnist-t1-master-0", "mnist-t1-worker-0",
+                                               "mnist-t2-master-0", "mnist-t2-worker-0"));
+  ASSERT_EQ(h.seeds.size(), 1u);
+  EXPECT_EQ(h.seeds[0], StableHash("uid-1"));
+  const DesiredReplica& m = CreateOf(r, "mnist-t2-master-0")->replica;
+  EXPECT_THAT(m.args, ElementsAre("--x=2", "--job-dir", "/out/2"));
+  EXPECT_EQ(m.Env("CLOUD_ML_TRIAL_ID"), "2");
+  EXPECT_EQ(m.Env("KUBETRAIN_METRIC_TAG"), "accuracy");
+  EXPECT_THAT(m.Env("TF_CONFIG"), HasSubstr(R"("trial":"2")"));
+  EXPECT_THAT(m.Env("TF_CONFIG"), HasSubstr("mnist-t2-worker-0.default.svc:2222"));
+
+  // The operator dies after writing status, before creating anything: the
+  // next reconcile creates the same trials' replicas and asks for no new one.
+  ReconcileResult again = h.Reconcile();
+  EXPECT_THAT(Created(again), UnorderedElementsAreArray(Created(r)));
+  EXPECT_EQ(again.status.training_output().trials_size(), 2);
+  EXPECT_EQ(h.suggest_calls.size(), 1u);
+  h.Apply(again);
+  h.Settle();
+  EXPECT_EQ(h.suggest_calls.size(), 1u);
+  EXPECT_EQ(h.job.status().state(), v1::PREPARING);
+}
+
+TEST(StudyTest, ParallelismAndTotalCapsThenSortedBestFirst) {
+  Harness h(Study(5, 2));
+  h.Settle();
+  h.RunAll();
+  h.Settle();
+  EXPECT_EQ(h.job.status().state(), v1::RUNNING);
+  const double objective[] = {0, 0.5, 0.9, 0.2, 0.7, 0.8};  // by trial number
+  int finished = 0;
+  while (h.job.status().state() == v1::RUNNING && finished < 10) {
+    // Never more than 2 trials at once.
+    int active = 0;
+    for (const auto& t : h.job.status().training_output().trials()) {
+      if (!IsTerminal(t.state())) ++active;
+    }
+    EXPECT_LE(active, 2);
+    // Finish the lowest-numbered running trial.
+    std::string id;
+    for (const auto& t : h.job.status().training_output().trials()) {
+      if (!IsTerminal(t.state())) {
+        id = t.trial_id();
+        break;
+      }
+    }
+    ASSERT_FALSE(id.empty());
+    Report(h, id, 100, objective[std::stoi(id)] / 2);
+    Report(h, id, 200, objective[std::stoi(id)]);  // the last report counts
+    h.Exit("mnist-t" + id + "-master-0", 0);
+    h.Settle();
+    h.RunAll();
+    h.Settle();
+    ++finished;
+  }
+  const v1::TrainingJobStatus& s = h.job.status();
+  EXPECT_EQ(s.state(), v1::SUCCEEDED);
+  EXPECT_EQ(finished, 5);
+  EXPECT_EQ(s.training_output().total_trial_count(), 5);
+  EXPECT_EQ(s.training_output().completed_trial_count(), 5);
+  std::vector<std::string> order;
+  for (const auto& t : s.training_output().trials()) order.push_back(t.trial_id());
+  EXPECT_THAT(order, ElementsAre("2", "5", "4", "1", "3"));
+  const auto& best = s.training_output().trials(0);
+  EXPECT_EQ(best.final_metric().objective_value(), 0.9);
+  EXPECT_EQ(best.final_metric().training_step(), 200);
+  EXPECT_EQ(best.all_metrics_size(), 2);
+  EXPECT_EQ(best.state(), v1::SUCCEEDED);
+  EXPECT_THAT(h.Condition("Succeeded")->message(), HasSubstr("best trial 2"));
+  // Each trial's worker was stopped when its master finished.
+  for (const ObservedReplica& o : h.observed.replicas) {
+    EXPECT_EQ(o.phase, ReplicaPhase::kSucceeded) << o.name;
+  }
+}
+
+TEST(StudyTest, MinimizeSortsAscending) {
+  v1::TrainingJob job = Study(2, 2);
+  job.mutable_spec()->mutable_training_input()->mutable_hyperparameters()->set_goal(
+      v1::HyperparameterSpec::MINIMIZE);
+  Harness h(job);
+  h.Settle();
+  h.RunAll();
+  Report(h, "1", 10, 0.3);
+  Report(h, "2", 10, 0.1);
+  h.Exit("mnist-t1-master-0", 0);
+  h.Exit("mnist-t2-master-0", 0);
+  h.Settle();
+  ASSERT_EQ(h.job.status().state(), v1::SUCCEEDED);
+  EXPECT_EQ(h.job.status().training_output().trials(0).trial_id(), "2");
+}
+
+TEST(StudyTest, FailedTrialLimitFailsTheJobAndStopsRunningTrials) {
+  v1::TrainingJob job = Study(10, 3);
+  job.mutable_spec()->mutable_training_input()->mutable_hyperparameters()->set_max_failed_trials(2);
+  Harness h(job);
+  h.Settle();
+  h.RunAll();
+  h.Settle();
+  h.Exit("mnist-t1-worker-0", 1, "nan loss");
+  h.Settle();
+  EXPECT_EQ(Trial(h, "1")->state(), v1::FAILED);
+  EXPECT_EQ(Trial(h, "1")->error_message(), "trial 1 worker-0 exited with code 1: nan loss");
+  EXPECT_EQ(h.job.status().state(), v1::RUNNING);  // 1 of 2: a fourth trial took its place
+  EXPECT_NE(Trial(h, "4"), nullptr);
+  EXPECT_EQ(h.Find("mnist-t1-master-0"), nullptr);  // its running master was stopped
+
+  h.Exit("mnist-t2-master-0", 3, "bad flag");
+  ReconcileResult r = h.Step();
+  EXPECT_EQ(r.status.state(), v1::FAILED);
+  EXPECT_EQ(h.Condition("Failed")->reason(), "TrialsFailed");
+  EXPECT_EQ(r.status.error_message(),
+            "2 trials failed (maxFailedTrials 2); trial 1: trial 1 worker-0 exited with code 1: "
+            "nan loss; trial 2: trial 2 master-0 exited with code 3: bad flag");
+  EXPECT_EQ(Trial(h, "3")->state(), v1::CANCELLED);
+  EXPECT_EQ(Trial(h, "4")->state(), v1::CANCELLED);
+  h.Settle();
+  for (const ObservedReplica& o : h.observed.replicas) {
+    EXPECT_NE(o.phase, ReplicaPhase::kRunning) << o.name;
+    EXPECT_NE(o.phase, ReplicaPhase::kPending) << o.name;
+  }
+}
+
+TEST(StudyTest, EarlyStoppingStopsFlaggedTrials) {
+  v1::TrainingJob job = Study(4, 2);
+  job.mutable_spec()->mutable_training_input()->mutable_hyperparameters()
+      ->set_enable_trial_early_stopping(true);
+  Harness h(job);
+  h.stop_trials = {"2"};
+  h.Settle();
+  h.RunAll();
+  Report(h, "2", 10, 0.1);
+  h.Settle();
+  // The rule needs a completed trial to compare with.
+  EXPECT_EQ(Trial(h, "2")->state(), v1::RUNNING);
+  Report(h, "1", 10, 0.8);
+  h.Exit("mnist-t1-master-0", 0);
+  ReconcileResult r = h.Step();
+  const v1::HyperparameterOutput* t2 = Trial(h, "2");
+  EXPECT_EQ(t2->state(), v1::SUCCEEDED);
+  EXPECT_TRUE(t2->is_trial_stopped_early());
+  EXPECT_EQ(t2->final_metric().objective_value(), 0.1);
+  EXPECT_THAT(Deleted(r), UnorderedElementsAre("mnist-t1-worker-0", "mnist-t2-master-0",
+                                               "mnist-t2-worker-0"));
+  EXPECT_EQ(r.status.training_output().completed_trial_count(), 2);
+  h.Settle();
+}
+
+TEST(StudyTest, TrialWithoutTheMetricIsMarkedAndNotCounted) {
+  Harness h(Study(2, 1));
+  h.Settle();
+  h.RunAll();
+  h.Exit("mnist-t1-master-0", 0);
+  h.Settle();
+  const v1::HyperparameterOutput* t1 = Trial(h, "1");
+  EXPECT_EQ(t1->state(), v1::SUCCEEDED);
+  EXPECT_EQ(t1->error_message(),
+            "succeeded without reporting metric 'accuracy': not counted as completed");
+  EXPECT_EQ(h.job.status().training_output().completed_trial_count(), 0);
+  // The second trial has no metric either: the study has nothing to show.
+  h.RunAll();
+  h.Exit("mnist-t2-master-0", 0);
+  h.Settle();
+  EXPECT_EQ(h.job.status().state(), v1::FAILED);
+  EXPECT_EQ(h.Condition("Failed")->reason(), "NoTrialCompleted");
+}
+
+TEST(StudyTest, ExhaustedSearchSpaceEndsTheStudy) {
+  Harness h(Study(10, 2));
+  h.tuner_capacity = 2;
+  h.Settle();
+  h.RunAll();
+  for (const char* id : {"1", "2"}) {
+    Report(h, id, 1, 0.5);
+    h.Exit(std::string("mnist-t") + id + "-master-0", 0);
+  }
+  h.Settle();
+  EXPECT_EQ(h.job.status().state(), v1::SUCCEEDED);
+  EXPECT_EQ(h.job.status().training_output().total_trial_count(), 2);
+  EXPECT_THAT(h.Condition("Succeeded")->message(), HasSubstr("search space exhausted"));
+}
+
+TEST(StudyTest, CancelStopsTrials) {
+  Harness h(Study(4, 2));
+  h.Settle();
+  h.RunAll();
+  h.Settle();
+  h.job.mutable_spec()->set_cancel(true);
+  h.Settle();
+  EXPECT_EQ(h.job.status().state(), v1::CANCELLED);
+  EXPECT_EQ(Trial(h, "1")->state(), v1::CANCELLED);
+  EXPECT_THAT(h.Names(), IsEmpty());
+}
+
+TEST(StudyTest, StatusKeepsTheBestTrialsAndArchivesTheRest) {
+  const int kTrials = kMaxTrialsInStatus + 20;
+  Harness h(Study(kTrials, kTrials));
+  h.options.services = false;
+  h.Settle();
+  ASSERT_EQ(h.job.status().training_output().trials_size(), kTrials);
+  h.RunAll();
+  for (int i = 1; i <= kTrials; ++i) {
+    Report(h, std::to_string(i), 1, i / 1000.0);  // higher id, better
+    h.Exit("mnist-t" + std::to_string(i) + "-master-0", 0);
+  }
+  h.Settle();
+  const v1::TrainingOutput& out = h.job.status().training_output();
+  EXPECT_EQ(h.job.status().state(), v1::SUCCEEDED);
+  EXPECT_EQ(out.trials_size(), kMaxTrialsInStatus);
+  EXPECT_EQ(out.total_trial_count(), kTrials);
+  EXPECT_EQ(out.completed_trial_count(), kTrials);
+  EXPECT_EQ(out.trials(0).trial_id(), std::to_string(kTrials));
+  ASSERT_EQ(h.observed.archived_trials.size(), 20u);
+  for (const auto& t : h.observed.archived_trials) EXPECT_LE(std::stoi(t.trial_id()), 20);
+}
+
+}  // namespace
+}  // namespace kubetrain::core
