@@ -1,0 +1,125 @@
+"""PyTorch and numpy peers of train_throughput_bench: the same MLP
+(784-256-128-10, ReLU, softmax cross-entropy), SGD lr 0.1, batch 128,
+float32, on the same Fashion-MNIST training images, shuffled each epoch.
+
+    peers.py torch|numpy THREADS STEPS [IMAGES.gz]
+
+Thread counts must be fixed before numpy/torch load (OMP_NUM_THREADS,
+OPENBLAS_NUM_THREADS): run.sh sets them. Prints one "key=value" line.
+"""
+import gzip
+import os
+import sys
+import time
+
+import numpy as np
+
+
+def load(images_path):
+    labels_path = images_path.replace("-images-idx3-ubyte", "-labels-idx1-ubyte")
+    with gzip.open(images_path, "rb") as f:
+        x = np.frombuffer(f.read(), np.uint8, offset=16).reshape(-1, 784).astype(np.float32) / 255.0
+    with gzip.open(labels_path, "rb") as f:
+        y = np.frombuffer(f.read(), np.uint8, offset=8).astype(np.int64)
+    return x, y
+
+
+def batches(x, y, batch, seed):
+    rng = np.random.default_rng(seed)
+    while True:
+        order = rng.permutation(len(x))
+        for i in range(0, len(x), batch):
+            idx = order[i:i + batch]
+            yield x[idx], y[idx]
+
+
+def glorot(rng, fan_in, fan_out):
+    limit = np.sqrt(6.0 / (fan_in + fan_out))
+    return rng.uniform(-limit, limit, (fan_in, fan_out)).astype(np.float32)
+
+
+def run_numpy(x, y, steps, lr=0.1):
+    rng = np.random.default_rng(1)
+    sizes = [784, 256, 128, 10]
+    w = [glorot(rng, a, b) for a, b in zip(sizes, sizes[1:])]
+    b = [np.zeros(s, np.float32) for s in sizes[1:]]
+    it = batches(x, y, 128, 1)
+
+    def step():
+        xb, yb = next(it)
+        n = xb.shape[0]
+        h1 = np.maximum(xb @ w[0] + b[0], 0)
+        h2 = np.maximum(h1 @ w[1] + b[1], 0)
+        z = h2 @ w[2] + b[2]
+        z -= z.max(axis=1, keepdims=True)
+        p = np.exp(z)
+        p /= p.sum(axis=1, keepdims=True)
+        loss = -np.log(p[np.arange(n), yb]).mean()
+        dz = p
+        dz[np.arange(n), yb] -= 1
+        dz /= n
+        dw2 = h2.T @ dz
+        dh2 = dz @ w[2].T
+        dh2 *= h2 > 0
+        dw1 = h1.T @ dh2
+        dh1 = dh2 @ w[1].T
+        dh1 *= h1 > 0
+        dw0 = xb.T @ dh1
+        for wi, g in zip(w, (dw0, dw1, dw2)):
+            wi -= lr * g
+        for bi, g in zip(b, (dh1.sum(0), dh2.sum(0), dz.sum(0))):
+            bi -= lr * g
+        return loss
+
+    for _ in range(50):
+        step()
+    start = time.perf_counter()
+    for _ in range(steps):
+        loss = step()
+    return steps * 128 / (time.perf_counter() - start), float(loss)
+
+
+def run_torch(x, y, steps, threads, lr=0.1):
+    import torch
+    torch.set_num_threads(threads)
+    torch.manual_seed(1)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(784, 256), torch.nn.ReLU(),
+        torch.nn.Linear(256, 128), torch.nn.ReLU(),
+        torch.nn.Linear(128, 10))
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    xt = torch.from_numpy(x)
+    yt = torch.from_numpy(y)
+    it = batches(x, y, 128, 1)
+
+    def step():
+        xb, yb = next(it)
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn(model(torch.from_numpy(xb)), torch.from_numpy(yb))
+        loss.backward()
+        opt.step()
+        return loss
+
+    for _ in range(50):
+        step()
+    start = time.perf_counter()
+    for _ in range(steps):
+        loss = step()
+    return steps * 128 / (time.perf_counter() - start), float(loss.item())
+
+
+def main():
+    which, threads, steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    path = sys.argv[4] if len(sys.argv) > 4 else \
+        "/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz"
+    x, y = load(path)
+    if which == "numpy":
+        rate, loss = run_numpy(x, y, steps)
+    else:
+        rate, loss = run_torch(x, y, steps, threads)
+    print(f"{which} threads={threads} samples_per_sec={rate:.1f} loss={loss:.6f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
