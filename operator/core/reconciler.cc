@@ -317,9 +317,26 @@ SetOutcome ReconcileSet(Context& c, const std::string& trial_id,
                         const std::map<ReplicaKey, const ObservedReplica*>& observed,
                         bool set_created) {
   SetOutcome out;
-  const std::vector<DesiredReplica> desired =
-      MakeReplicas(c.job, c.groups, trial_id, hyperparameters, c.options);
-  out.replicas = static_cast<int>(desired.size());
+  // Slots first; DesiredReplicas (TF_CONFIG and all) are built only for what
+  // must be created, which a settled job never needs.
+  struct Slot {
+    ReplicaKey key;
+    std::string name;
+    const api::ReplicaGroup* group;
+  };
+  std::vector<Slot> slots;
+  for (const api::ReplicaGroup& group : c.groups) {
+    for (int64_t i = 0; i < group.count; ++i) {
+      ReplicaKey key{trial_id, group.role, i};
+      std::string name = ReplicaName(c.job_name, key, c.use_chief());
+      slots.push_back({std::move(key), std::move(name), &group});
+    }
+  }
+  auto build = [&](const Slot& slot) {
+    return MakeReplica(c.job, c.groups, *slot.group, slot.key.index, trial_id, hyperparameters,
+                       c.options);
+  };
+  out.replicas = static_cast<int>(slots.size());
   const bool has_master = std::any_of(c.groups.begin(), c.groups.end(), [](const auto& g) {
     return g.role == Role::kMaster && g.count > 0;
   });
@@ -330,9 +347,9 @@ SetOutcome ReconcileSet(Context& c, const std::string& trial_id,
   int present = 0, running = 0;
   bool deciding_succeeded = false;
   std::optional<std::pair<std::string, std::string>> failure;  // reason, message
-  std::vector<const DesiredReplica*> to_create;
-  std::vector<const DesiredReplica*> service_creates;
-  for (const DesiredReplica& want : desired) {
+  std::vector<const Slot*> to_create;
+  std::vector<const Slot*> service_creates;
+  for (const Slot& want : slots) {
     auto it = observed.find(want.key);
     const ObservedReplica* r = it == observed.end() ? nullptr : it->second;
     if (r == nullptr) {
@@ -340,7 +357,7 @@ SetOutcome ReconcileSet(Context& c, const std::string& trial_id,
       continue;
     }
     ++present;
-    if (c.options.services && !c.ServiceObserved(want.name) && !r->deletion_requested) {
+    if (c.options.services && !r->deletion_requested && !c.ServiceObserved(want.name)) {
       service_creates.push_back(&want);
     }
     ReplicaPhase phase = r->phase;
@@ -367,7 +384,10 @@ SetOutcome ReconcileSet(Context& c, const std::string& trial_id,
         break;
       case ReplicaPhase::kFailed:
       case ReplicaPhase::kUnknown: {
-        const bool pod_level = phase == ReplicaPhase::kUnknown || !r->exit_code.has_value();
+        // A failed pod whose container did not fail (no exit code, or 0) failed
+        // at the pod level: eviction, preemption, a lost node.
+        const bool pod_level =
+            phase == ReplicaPhase::kUnknown || !r->exit_code.has_value() || *r->exit_code == 0;
         bool retryable = false;
         switch (policy) {
           case v1::RunPolicy::OnFailure:
@@ -425,9 +445,7 @@ SetOutcome ReconcileSet(Context& c, const std::string& trial_id,
     return out;
   }
 
-  for (const DesiredReplica* want : service_creates) {
-    c.result.actions.push_back(CreateService{*want});
-  }
+  for (const Slot* want : service_creates) c.result.actions.push_back(CreateService{build(*want)});
   if (!to_create.empty()) {
     std::optional<absl::Time> due;
     if (set_created && c.status().restart_count() > 0 && c.status().has_last_restart_time()) {
@@ -437,11 +455,12 @@ SetOutcome ReconcileSet(Context& c, const std::string& trial_id,
     if (due && c.now < *due) {
       c.RequeueAt(*due);
     } else {
-      for (const DesiredReplica* want : to_create) {
-        c.result.actions.push_back(CreateReplica{*want});
+      for (const Slot* want : to_create) {
+        DesiredReplica replica = build(*want);
         if (c.options.services && !c.ServiceObserved(want->name)) {
-          c.result.actions.push_back(CreateService{*want});
+          c.result.actions.push_back(CreateService{replica});
         }
+        c.result.actions.push_back(CreateReplica{std::move(replica)});
       }
     }
   }
@@ -822,21 +841,24 @@ std::string DescribeAssignment(const v1::HyperparameterSpec& spec,
   return text;
 }
 
-// Evicts the worst finished trials past kMaxTrialsInStatus.
-void CapTrials(Context& c) {
+// Evicts the worst finished trials past kMaxTrialsInStatus. While the study
+// runs only trials with an objective leave (failed and metric-less trials
+// stay, so the failure count never depends on the job store); once it is
+// over, any finished trial may.
+void CapTrials(Context& c, bool study_over) {
   auto* trials = c.status().mutable_training_output()->mutable_trials();
   if (trials->size() <= kMaxTrialsInStatus) return;
   std::vector<v1::HyperparameterOutput> all(trials->begin(), trials->end());
-  std::vector<size_t> finished;
+  std::vector<size_t> candidates;
   for (size_t i = 0; i < all.size(); ++i) {
-    if (!TrialActive(all[i])) finished.push_back(i);
+    if (!TrialActive(all[i]) && (study_over || HasObjective(all[i]))) candidates.push_back(i);
   }
   // Worst first.
-  std::sort(finished.begin(), finished.end(), [&](size_t a, size_t b) {
+  std::sort(candidates.begin(), candidates.end(), [&](size_t a, size_t b) {
     return TrialBefore(c.hp(), all[b], all[a]);
   });
   std::set<size_t> evict;
-  for (size_t i : finished) {
+  for (size_t i : candidates) {
     if (all.size() - evict.size() <= static_cast<size_t>(kMaxTrialsInStatus)) break;
     evict.insert(i);
   }
@@ -945,6 +967,9 @@ void ReconcileStudy(Context& c) {
     if (HasObjective(t)) ++with_objective;
     if (t.state() == v1::FAILED) ++archived_failed;
   }
+  // Monotone: a backend without a job store passes no archived trials, and a
+  // completed trial stays completed.
+  with_objective = std::max(with_objective, out->completed_trial_count());
   out->set_completed_trial_count(with_objective);
 
   const int64_t failed_count = static_cast<int64_t>(failed_trials.size()) + archived_failed;
@@ -1006,7 +1031,7 @@ void ReconcileStudy(Context& c) {
                      [&](const auto& a, const auto& b) { return TrialBefore(spec, a, b); });
     out->clear_trials();
     for (v1::HyperparameterOutput& t : sorted) *out->add_trials() = std::move(t);
-    CapTrials(c);
+    CapTrials(c, /*study_over=*/true);
     const std::string ended =
         std::to_string(out->total_trial_count()) + " trials run" +
         (exhausted && out->total_trial_count() < spec.max_trials() ? " (search space exhausted)"
@@ -1021,7 +1046,7 @@ void ReconcileStudy(Context& c) {
     }
     return;
   }
-  CapTrials(c);
+  CapTrials(c, /*study_over=*/false);
   AdvanceState(c, best_phase, replicas_per_trial);
 }
 

@@ -58,8 +58,9 @@ namespace kubetrain::core {
 // requeue_after. A replica whose pod vanished without the reconciler deleting
 // it is created again without being counted.
 //
-// Deadlines: activeDeadlineSeconds (from status.startTime),
-// scheduling.maxRunningTime (from the Running transition) and
+// Deadlines: activeDeadlineSeconds (from status.createTime, as Kubeflow
+// counts from the job's start), scheduling.maxRunningTime (from
+// status.startTime, set when the job enters RUNNING) and
 // scheduling.maxWaitTime (from status.createTime until RUNNING) fail the job
 // when passed; requeue_after always names the next deadline, so they fire with
 // no other event (Kubeflow's #3358).
@@ -92,10 +93,15 @@ namespace kubetrain::core {
 // goal. backoffLimit is one budget for the whole study (status.restartCount);
 // a trial that exceeds it fails, not the job.
 //
-// Trials kept in status: at most kMaxTrialsInStatus. Past that, the worst
-// finished trials leave status through ArchiveTrial actions; the backend keeps
-// them in its job store and passes them back in Observed::archived_trials, so
-// the tuner still sees the whole study.
+// Trials kept in status: at most kMaxTrialsInStatus (with at most
+// kMaxMetricsPerTrial metric points each, status stays well under etcd's
+// object size limit). Past that, the worst finished trials with an objective
+// leave status through ArchiveTrial actions (failed and metric-less trials
+// stay until the study is over, so failure counting never depends on the
+// store); the backend keeps them in its job store and passes them back in
+// Observed::archived_trials, so the tuner still sees the whole study. A
+// backend without a store loses only their hyperparameters for the tuner:
+// completedTrialCount never decreases.
 inline constexpr int kMaxTrialsInStatus = 100;
 inline constexpr int kMaxMetricsPerTrial = 100;
 inline constexpr absl::Duration kRecreateBackoffBase = absl::Seconds(10);

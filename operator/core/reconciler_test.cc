@@ -959,5 +959,62 @@ TEST(StudyTest, StatusKeepsTheBestTrialsAndArchivesTheRest) {
   for (const auto& t : h.observed.archived_trials) EXPECT_LE(std::stoi(t.trial_id()), 20);
 }
 
+TEST(StudyTest, LongStudyKeepsStatusCappedAndTheTunerSeesEverything) {
+  const int kTrials = kMaxTrialsInStatus + 5;
+  v1::TrainingJob job = Study(kTrials, 1);
+  job.mutable_spec()->mutable_training_input()->clear_worker_type();
+  job.mutable_spec()->mutable_training_input()->clear_worker_count();
+  job.mutable_spec()->mutable_training_input()->mutable_hyperparameters()->set_max_failed_trials(5);
+  Harness h(job);
+  h.options.services = false;
+  for (int i = 1; i <= kTrials; ++i) {
+    const std::string id = std::to_string(i);
+    h.Settle();
+    h.RunAll();
+    if (i == 1) {
+      h.Exit("mnist-t1-master-0", 1, "diverged");  // the worst trial of all
+    } else {
+      Report(h, id, 1, i);
+      h.Exit("mnist-t" + id + "-master-0", 0);
+    }
+    h.Settle();
+    EXPECT_LE(h.job.status().training_output().trials_size(), kMaxTrialsInStatus);
+    if (i < kTrials) {
+      // Failed trials are not archived while the study runs.
+      ASSERT_NE(Trial(h, "1"), nullptr) << "after trial " << i;
+      EXPECT_EQ(Trial(h, "1")->state(), v1::FAILED);
+    }
+  }
+  EXPECT_EQ(h.job.status().state(), v1::SUCCEEDED);
+  EXPECT_EQ(h.job.status().training_output().completed_trial_count(), kTrials - 1);
+  // One suggestion per trial, each seeing every earlier trial.
+  ASSERT_EQ(h.suggest_calls.size(), static_cast<size_t>(kTrials));
+  for (int i = 0; i < kTrials; ++i) {
+    EXPECT_EQ(h.suggest_calls[i], (std::pair<size_t, int>(i, 1)));
+  }
+  // Trials 2..6, the worst with an objective, left as 101..105 arrived.
+  std::vector<std::string> archived;
+  for (const auto& t : h.observed.archived_trials) archived.push_back(t.trial_id());
+  EXPECT_THAT(archived, ElementsAre("2", "3", "4", "5", "6"));
+  const auto& trials = h.job.status().training_output().trials();
+  EXPECT_EQ(trials.size(), kMaxTrialsInStatus);
+  EXPECT_EQ(trials[0].trial_id(), std::to_string(kTrials));  // best first
+  EXPECT_EQ(trials[trials.size() - 1].trial_id(), "1");      // failed last
+}
+
+TEST(ReconcileTest, FailedPodWithoutContainerFailureIsPodLevel) {
+  v1::TrainingJob job = Job();
+  job.mutable_spec()->mutable_run_policy()->set_restart_policy(v1::RunPolicy::ExitCode);
+  Harness h = Running(job);
+  ObservedReplica& w = h.Pod("mnist-worker-0");
+  w.phase = ReplicaPhase::kFailed;
+  w.exit_code = 0;
+  w.reason = "Preempting";
+  ReconcileResult r = h.Step();
+  EXPECT_EQ(r.status.state(), v1::RUNNING);
+  EXPECT_EQ(r.status.restart_count(), 1);
+  EXPECT_THAT(Deleted(r), ElementsAre("mnist-worker-0"));
+}
+
 }  // namespace
 }  // namespace kubetrain::core
