@@ -534,56 +534,91 @@ absl::StatusOr<PoolGeometry> GetPoolGeometry(const KernelContext& c, const Shape
   return g;
 }
 
-// Calls f(output_index, argmax_input_index) for every pooled element. The
-// first maximum wins ties, in forward and backward alike.
-template <typename F>
-void ForEachPoolMax(const PoolGeometry& g, const float* x, F f) {
+absl::Status MaxPoolKernel(KernelContext& c) {
+  const Tensor& x = c.input(0);
+  auto gs = GetPoolGeometry(c, x.shape());
+  if (!gs.ok()) return gs.status();
+  const PoolGeometry& g = *gs;
+  const float* __restrict px = x.data();
+  float* __restrict y = c.output(0).data();
+  // Values only (no arg-max bookkeeping): the first valid pixel of the
+  // window initialises the row, the rest are maxed in, channels innermost.
   for (int64_t b = 0; b < g.n; ++b) {
     for (int64_t oy = 0; oy < g.oh; ++oy) {
       for (int64_t ox = 0; ox < g.ow; ++ox) {
-        for (int64_t ci = 0; ci < g.c; ++ci) {
-          int64_t best = -1;
-          float best_value = -std::numeric_limits<float>::infinity();
-          for (int64_t ky = 0; ky < g.k; ++ky) {
-            int64_t iy = oy * g.stride + ky - g.pad_h;
-            if (iy < 0 || iy >= g.h) continue;
-            for (int64_t kx = 0; kx < g.k; ++kx) {
-              int64_t ix = ox * g.stride + kx - g.pad_w;
-              if (ix < 0 || ix >= g.w) continue;
-              int64_t i = ((b * g.h + iy) * g.w + ix) * g.c + ci;
-              if (best < 0 || x[i] > best_value) {
-                best = i;
-                best_value = x[i];
-              }
+        float* __restrict out = y + ((b * g.oh + oy) * g.ow + ox) * g.c;
+        bool first = true;
+        for (int64_t ky = 0; ky < g.k; ++ky) {
+          int64_t iy = oy * g.stride + ky - g.pad_h;
+          if (iy < 0 || iy >= g.h) continue;
+          for (int64_t kx = 0; kx < g.k; ++kx) {
+            int64_t ix = ox * g.stride + kx - g.pad_w;
+            if (ix < 0 || ix >= g.w) continue;
+            const float* __restrict in = px + ((b * g.h + iy) * g.w + ix) * g.c;
+            if (first) {
+              std::memcpy(out, in, sizeof(float) * static_cast<size_t>(g.c));
+              first = false;
+            } else {
+              for (int64_t ci = 0; ci < g.c; ++ci) out[ci] = in[ci] > out[ci] ? in[ci] : out[ci];
             }
           }
-          f(((b * g.oh + oy) * g.ow + ox) * g.c + ci, best);
+        }
+        if (first) std::fill_n(out, g.c, 0.0f);
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Routes each pooled gradient to the first maximum of its window (the same
+// element the forward pass picked): one vectorised pass finds the maxima,
+// a second finds, per channel, the first pixel holding it.
+absl::Status MaxPoolGradKernel(KernelContext& c) {
+  const Tensor& x = c.input(0);
+  const float* __restrict dy = c.input(1).data();
+  auto gs = GetPoolGeometry(c, x.shape());
+  if (!gs.ok()) return gs.status();
+  const PoolGeometry& g = *gs;
+  const float* __restrict px = x.data();
+  float* __restrict dx = c.output(0).data();
+  std::fill_n(dx, x.num_elements(), 0.0f);
+  std::vector<float> best(static_cast<size_t>(g.c));
+  std::vector<char> done(static_cast<size_t>(g.c));
+  std::vector<int64_t> window;
+  for (int64_t b = 0; b < g.n; ++b) {
+    for (int64_t oy = 0; oy < g.oh; ++oy) {
+      for (int64_t ox = 0; ox < g.ow; ++ox) {
+        window.clear();
+        for (int64_t ky = 0; ky < g.k; ++ky) {
+          int64_t iy = oy * g.stride + ky - g.pad_h;
+          if (iy < 0 || iy >= g.h) continue;
+          for (int64_t kx = 0; kx < g.k; ++kx) {
+            int64_t ix = ox * g.stride + kx - g.pad_w;
+            if (ix >= 0 && ix < g.w) window.push_back(((b * g.h + iy) * g.w + ix) * g.c);
+          }
+        }
+        if (window.empty()) continue;
+        float* __restrict bv = best.data();
+        std::memcpy(bv, px + window[0], sizeof(float) * static_cast<size_t>(g.c));
+        for (size_t w = 1; w < window.size(); ++w) {
+          const float* __restrict in = px + window[w];
+          for (int64_t ci = 0; ci < g.c; ++ci) bv[ci] = in[ci] > bv[ci] ? in[ci] : bv[ci];
+        }
+        const float* __restrict grad = dy + ((b * g.oh + oy) * g.ow + ox) * g.c;
+        char* __restrict dn = done.data();
+        std::fill_n(dn, g.c, 0);
+        for (int64_t base : window) {
+          const float* __restrict in = px + base;
+          float* __restrict out = dx + base;
+          for (int64_t ci = 0; ci < g.c; ++ci) {
+            bool hit = !dn[ci] && in[ci] == bv[ci];
+            out[ci] += hit ? grad[ci] : 0.0f;
+            dn[ci] |= hit;
+          }
         }
       }
     }
   }
-}
-
-absl::Status MaxPoolKernel(KernelContext& c) {
-  const Tensor& x = c.input(0);
-  auto g = GetPoolGeometry(c, x.shape());
-  if (!g.ok()) return g.status();
-  const float* px = x.data();
-  float* y = c.output(0).data();
-  ForEachPoolMax(*g, px, [&](int64_t o, int64_t i) { y[o] = i >= 0 ? px[i] : 0.0f; });
-  return absl::OkStatus();
-}
-
-absl::Status MaxPoolGradKernel(KernelContext& c) {
-  const Tensor& x = c.input(0);
-  const float* dy = c.input(1).data();
-  auto g = GetPoolGeometry(c, x.shape());
-  if (!g.ok()) return g.status();
-  float* dx = c.output(0).data();
-  std::fill_n(dx, x.num_elements(), 0.0f);
-  ForEachPoolMax(*g, x.data(), [&](int64_t o, int64_t i) {
-    if (i >= 0) dx[i] += dy[o];
-  });
   return absl::OkStatus();
 }
 
