@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <iostream>
 #include <filesystem>
 #include <map>
 #include <regex>
@@ -175,6 +176,7 @@ TEST_P(ParameterServerTrainingTest, MasterTwoWorkersOnePsReach085) {
   std::vector<std::string> lines = ExpectAllExitZero(run, "master");
   std::optional<double> accuracy = FinalAccuracy(lines);
   ASSERT_TRUE(accuracy.has_value()) << absl::StrJoin(lines, "\n");
+  std::cout << (sync ? "sync" : "async") << " ps: test accuracy " << *accuracy << std::endl;
   EXPECT_GE(*accuracy, 0.85) << absl::StrJoin(lines, "\n");
 }
 
@@ -205,6 +207,9 @@ TEST_F(DistributedTrainingTest, ThreeAllReduceWorkersFollowTheSingleProcessCurve
     ASSERT_TRUE(b.count(step)) << "step " << step;
     EXPECT_NEAR(b[step], loss, 0.05) << "window ending at step " << step;
   }
+  std::cout << "loss windows (single vs 3 replicas):";
+  for (const auto& [step, loss] : a) std::cout << " " << step << ": " << loss << "/" << b[step];
+  std::cout << std::endl;
   EXPECT_NEAR(*FinalAccuracy(three_lines), *FinalAccuracy(single_lines), 0.02);
 }
 

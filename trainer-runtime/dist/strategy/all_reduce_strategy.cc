@@ -25,8 +25,13 @@ AllReduceStrategy::~AllReduceStrategy() {
 
 absl::Status AllReduceStrategy::Fail(absl::Status status, absl::string_view what,
                                      int64_t step) const {
+  std::string ranks;
+  for (size_t r = 0; r < options_.replica_names.size(); ++r) {
+    absl::StrAppend(&ranks, r == 0 ? " [" : ", ", "rank ", r, " is ", options_.replica_names[r]);
+  }
+  if (!ranks.empty()) ranks += "]";
   absl::Status out(status.code(), absl::StrCat("replica ", transport_->rank(), ": ", what,
-                                               " at step ", step, ": ", status.message()));
+                                               " at step ", step, ": ", status.message(), ranks));
   const bool transient = status.code() == absl::StatusCode::kUnavailable ||
                          status.code() == absl::StatusCode::kDeadlineExceeded;
   return runtime::WithExitCode(out, transient ? runtime::kExitRetryable : runtime::kExitInternal);

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "trainer-runtime/dist/transport.h"
@@ -32,6 +33,8 @@ class AllReduceStrategy final : public runtime::engine::TrainingStrategy {
     size_t bucket_bytes = size_t{4} << 20;
     // How long one collective may wait for the slowest replica.
     absl::Duration step_timeout = absl::Minutes(5);
+    // "/job:worker/task:2 (host:port)" per rank, for error messages.
+    std::vector<std::string> replica_names;
   };
 
   // `transport` connects the replicas, rank 0 being the chief. `keepalive`

@@ -24,7 +24,7 @@ using runtime::engine::NamedGradient;
 using runtime::engine::Tensor;
 using runtime::engine::TrainingContext;
 
-enum RequestType : uint64_t { kInit = 1, kPull = 2, kPush = 3, kSnapshot = 4, kDone = 5 };
+enum RequestType : uint64_t { kInit = 1, kPull = 2, kPush = 3, kSnapshot = 4, kDone = 5, kLeave = 6 };
 enum ReplyFlags : uint64_t { kOk = 0, kDropped = 1, kFinished = 2, kFailed = 4 };
 
 constexpr Tag kRequestTag = 1;
@@ -168,8 +168,9 @@ class ParameterShardServer {
 
   void Lost(int replica, const absl::Status& why) {
     absl::MutexLock lock(&mu_);
-    // A worker that leaves after the chief is done is just finishing.
-    if (done_) return;
+    // A worker that said goodbye, or leaves after the chief is done, is just
+    // finishing.
+    if (done_ || departed_.count(replica) > 0) return;
     const bool fatal = replica == 0 || ps_options_.sync_replicas;
     if (fatal && failure_.ok()) {
       failure_ = absl::UnavailableError(
@@ -235,6 +236,9 @@ class ParameterShardServer {
       }
       case kDone:
         done_ = true;
+        break;
+      case kLeave:
+        departed_.insert(replica);
         break;
       default:
         return absl::InvalidArgumentError(absl::StrCat("unknown request ", request.type));
@@ -324,6 +328,7 @@ class ParameterShardServer {
   int64_t global_step_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<float> accumulated_ ABSL_GUARDED_BY(mu_);
   std::set<int> contributors_ ABSL_GUARDED_BY(mu_);
+  std::set<int> departed_ ABSL_GUARDED_BY(mu_);  // replicas that sent LEAVE
   absl::Status failure_ ABSL_GUARDED_BY(mu_);
 };
 
@@ -412,7 +417,11 @@ class ParameterServerStrategy final : public runtime::engine::TrainingStrategy {
     return StepResult{std::max(new_step, step + 1), g.loss, g.accuracy};
   }
 
-  absl::Status SyncVariables(TrainingContext& ctx) override { return Pull(ctx).status(); }
+  absl::Status SyncVariables(TrainingContext& ctx) override {
+    absl::Status pulled = Pull(ctx).status();
+    // Once the chief is done the ps tasks may be gone: keep the last values.
+    return finished_ ? absl::OkStatus() : pulled;
+  }
 
   absl::Status Snapshot(TrainingContext& ctx, int64_t global_step, v1::Checkpoint* checkpoint) override {
     checkpoint->Clear();
@@ -432,12 +441,15 @@ class ParameterServerStrategy final : public runtime::engine::TrainingStrategy {
     return absl::OkStatus();
   }
 
+  // The chief ends the run (DONE); a worker says it leaves on purpose
+  // (LEAVE), so that a sync ps does not take its exit for a crash. A ps that
+  // is already gone after the chief is done is no error.
   absl::Status Finish(TrainingContext& ctx) override {
-    if (rank_ != 0) return absl::OkStatus();
     for (int p = 0; p < num_ps_; ++p) {
       Header reply;
       std::string ignored;
-      RETURN_IF_ERROR(Request(p, Header{kDone}, "", &reply, &ignored));
+      absl::Status s = Request(p, Header{rank_ == 0 ? kDone : kLeave}, "", &reply, &ignored);
+      if (!s.ok() && (rank_ == 0 || !finished_)) return s;
     }
     return absl::OkStatus();
   }

@@ -50,6 +50,8 @@ std::vector<int> PlaceVariables(const std::vector<std::pair<std::string, int64_t
 //             given one the mean is applied and the step advances; the reply
 //             waits for that. A gradient for an older step is dropped.
 //   SNAPSHOT  the shard as a v1::Checkpoint, for the chief's checkpoints.
+//   LEAVE     worker -> each ps at its end: its stream closing next is no
+//             crash.
 //   DONE      chief -> each ps at the end: the ps answers every later request
 //             with the final global step (so workers end their loops) and
 //             exits once every worker has left, or after finish_grace.

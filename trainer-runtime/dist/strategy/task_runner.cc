@@ -63,9 +63,12 @@ absl::StatusOr<std::unique_ptr<runtime::engine::TrainingStrategy>> MakeAllReduce
   bool same_host = true;
   for (const auto& a : addresses) same_host &= HostOf(a) == HostOf(addresses[0]);
   const bool use_shm = flags.transport == "shm" || (flags.transport == "auto" && same_host);
-  if (!use_shm) {
-    return std::make_unique<AllReduceStrategy>(std::move(grpc), AllReduceStrategy::Options());
+  AllReduceStrategy::Options options;
+  for (const TaskId& t : cluster.Replicas()) {
+    options.replica_names.push_back(
+        absl::StrCat(cluster.TaskName(t), " (", cluster.Address(t).value_or("?"), ")"));
   }
+  if (!use_shm) return std::make_unique<AllReduceStrategy>(std::move(grpc), options);
   // The segment's name must be new for every run: the chief draws it and
   // sends it over gRPC.
   uint64_t nonce[2] = {0, 0};
@@ -81,7 +84,7 @@ absl::StatusOr<std::unique_ptr<runtime::engine::TrainingStrategy>> MakeAllReduce
   ASSIGN_OR_RETURN(std::unique_ptr<ShmTransport> shm,
                    ShmTransport::Connect(name, rank, static_cast<int>(addresses.size()), deadline));
   std::shared_ptr<GrpcTransport> keep(std::move(grpc));
-  return std::make_unique<AllReduceStrategy>(std::move(shm), AllReduceStrategy::Options(), keep);
+  return std::make_unique<AllReduceStrategy>(std::move(shm), options, keep);
 }
 
 }  // namespace
