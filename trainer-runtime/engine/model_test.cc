@@ -1,5 +1,8 @@
 #include "trainer-runtime/engine/model.h"
 
+#include <fstream>
+#include <sstream>
+
 #include "gtest/gtest.h"
 #include "trainer-runtime/engine/executor.h"
 #include "trainer-runtime/engine/model_yaml.h"
@@ -73,6 +76,32 @@ TEST(ModelTest, BuiltinsBuild) {
                                       "dense_2/kernel", "dense_2/bias"}));
   absl::StatusOr<Model> cnn = BuildModel(CnnSpec(), {28, 28, 1}, 10);
   ASSERT_TRUE(cnn.ok()) << cnn.status();
+}
+
+std::string ReadExample(const std::string& name) {
+  std::ifstream in(std::string(KUBETRAIN_SOURCE_DIR) + "/examples/models/" + name);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+std::vector<Shape> VariableShapes(const Model& m) {
+  std::vector<Shape> shapes;
+  for (const Output& v : m.variables) shapes.push_back(m.graph.node(v.node).GetInts("shape"));
+  return shapes;
+}
+
+TEST(ModelTest, ExampleModelFilesMatchTheBuiltins) {
+  for (const char* name : {"mlp.yaml", "cnn.yaml", "small_mlp_dropout.yaml"}) {
+    absl::StatusOr<ModelSpec> spec = ParseModelYaml(ReadExample(name), name);
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    absl::StatusOr<Model> m = BuildModel(*spec, {28, 28, 1}, 10);
+    ASSERT_TRUE(m.ok()) << name << ": " << m.status();
+  }
+  auto mlp_file = BuildModel(*ParseModelYaml(ReadExample("mlp.yaml"), "mlp.yaml"), {28, 28, 1}, 10);
+  auto cnn_file = BuildModel(*ParseModelYaml(ReadExample("cnn.yaml"), "cnn.yaml"), {28, 28, 1}, 10);
+  EXPECT_EQ(VariableShapes(*mlp_file), VariableShapes(*BuildModel(MlpSpec(), {28, 28, 1}, 10)));
+  EXPECT_EQ(VariableShapes(*cnn_file), VariableShapes(*BuildModel(CnnSpec(), {28, 28, 1}, 10)));
 }
 
 // The classic end-to-end check: a 2-8-2 MLP learns XOR.
