@@ -74,7 +74,7 @@ Eigen::MatrixXd Rows(const std::vector<std::vector<double>>& points, const std::
 class Model {
  public:
   static std::optional<Model> Build(const SearchSpace& space, const BayesianOptions& options,
-                                    const ParsedHistory& history, Rng& rng) {
+                                    const ParsedHistory& history, Rng& rng, bool explore) {
     const int dims = space.num_features();
     Model m(space, options);
     std::vector<int> train =
@@ -96,9 +96,14 @@ class Model {
       y_fit[i] = y[fit_idx[i]];
     }
     GpHyperparameters h = FitHyperparameters(x_fit, y_fit, rng, options.fit);
+    if (explore) h.length_scales *= options.explore_length_factor;
     absl::StatusOr<GaussianProcess> gp = GaussianProcess::Fit(x, y, h);
     if (!gp.ok()) return std::nullopt;
-    m.best_ = y.minCoeff();
+    m.best_ = y.minCoeff() - (explore ? options.explore_margin : 0.0);
+    if (explore) {
+      m.lo_ = options.explore_inset;
+      m.hi_ = 1.0 - options.explore_inset;
+    }
 
     // Local candidates start from the best observed points.
     std::vector<int> order(train.size());
@@ -144,14 +149,14 @@ class Model {
     Eigen::MatrixXd cands(num_random + per_anchor * anchors_.size(), dims);
     Eigen::Index row = 0;
     for (int i = 0; i < num_random; ++i, ++row) {
-      for (int d = 0; d < dims; ++d) cands(row, d) = rng.Uniform();
+      for (int d = 0; d < dims; ++d) cands(row, d) = lo_ + (hi_ - lo_) * rng.Uniform();
     }
     static constexpr double kScales[] = {0.003, 0.03, 0.1, 0.3};
     for (const Eigen::VectorXd& anchor : anchors_) {
       for (int i = 0; i < per_anchor; ++i, ++row) {
         const double scale = kScales[i % 4];
         for (int d = 0; d < dims; ++d) {
-          cands(row, d) = std::clamp(anchor[d] + scale * rng.Normal(), 0.0, 1.0);
+          cands(row, d) = std::clamp(anchor[d] + scale * rng.Normal(), lo_, hi_);
         }
       }
     }
@@ -234,8 +239,8 @@ class Model {
     mo.max_evaluations = 80;
     mo.relative_tolerance = 1e-10;
     mo.gradient_tolerance = 1e-9;
-    return MinimizeInBox(objective, start, Eigen::VectorXd::Zero(dims),
-                         Eigen::VectorXd::Ones(dims), mo)
+    return MinimizeInBox(objective, start, Eigen::VectorXd::Constant(dims, lo_),
+                         Eigen::VectorXd::Constant(dims, hi_), mo)
         .x;
   }
 
@@ -259,6 +264,7 @@ class Model {
   Eigen::VectorXd y_;
   std::optional<GaussianProcess> gp_;
   double best_ = 0;
+  double lo_ = 0.0, hi_ = 1.0;  // the box candidates are drawn from
   std::vector<Eigen::VectorXd> anchors_;
 };
 
@@ -330,7 +336,9 @@ std::vector<Assignment> BayesianOptimizer::Suggest(const std::vector<TrialRecord
       }
     } else {
       if (!model) {
-        model = Model::Build(space_, options_, h, rng);
+        const bool explore = options_.explore_every > 0 &&
+                             design_index % options_.explore_every == options_.explore_every - 1;
+        model = Model::Build(space_, options_, h, rng, explore);
         model_failed = !model.has_value();
       }
       if (model) next = model->Next(rng, h.used);

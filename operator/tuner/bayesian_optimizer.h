@@ -31,6 +31,19 @@ struct BayesianOptions {
   // Finite spaces with at most this many unused points are scored whole
   // (exact maximisation, and exhaustion is detected exactly).
   int enumerate_limit = 4096;
+  // Exploration: every `explore_every`-th model step (by the index of the
+  // trial being suggested) maximises EI under the fitted GP with its length
+  // scales multiplied by `explore_length_factor` (< 1: more uncertainty away
+  // from the data). 0 turns it off.
+  int explore_every = 0;
+  double explore_length_factor = 1.0;
+  // ... and asks for an improvement of at least this many standard
+  // deviations of the observed losses over the best (EI's xi).
+  double explore_margin = 0.5;
+  // ... and draws its candidates from [inset, 1 - inset]^d: GP variance
+  // peaks on the cube's faces, and unrestricted EI spends exploration on
+  // corners.
+  double explore_inset = 0.1;
   GpFitOptions fit;
 };
 

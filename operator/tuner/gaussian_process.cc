@@ -19,7 +19,6 @@ constexpr double kSqrt5 = 2.23606797749978969640;
 inline double Matern52(double r) {
   return (1.0 + kSqrt5 * r + 5.0 / 3.0 * r * r) * std::exp(-kSqrt5 * r);
 }
-inline double Matern52G(double r) { return 5.0 / 3.0 * (1.0 + kSqrt5 * r) * std::exp(-kSqrt5 * r); }
 
 double NormalPdf(double z) { return std::exp(-0.5 * z * z) / std::sqrt(2.0 * std::numbers::pi); }
 double NormalCdf(double z) { return 0.5 * std::erfc(-z / std::numbers::sqrt2); }
@@ -244,29 +243,22 @@ void GaussianProcess::Predict(const Eigen::MatrixXd& xs, Eigen::VectorXd* mean,
 void GaussianProcess::PredictWithGradient(const Eigen::VectorXd& x, double* mean, double* variance,
                                           Eigen::VectorXd* dmean,
                                           Eigen::VectorXd* dvariance) const {
-  const Eigen::Index n = x_.rows(), dims = x_.cols();
-  const Eigen::VectorXd inv_l2 = h_.length_scales.array().square().inverse();
-  Eigen::VectorXd k(n);
-  Eigen::VectorXd g(n);
-  Eigen::VectorXd xs = x.cwiseQuotient(h_.length_scales);
-  for (Eigen::Index i = 0; i < n; ++i) {
-    const double r = (x_scaled_.row(i).transpose() - xs).norm();
-    k[i] = h_.signal_variance * Matern52(r);
-    g[i] = h_.signal_variance * Matern52G(r);
-  }
-  // dk_i/dx = -g_i (x - x_i) / l^2.
-  Eigen::VectorXd w = llt_.solve(k);
+  const Eigen::VectorXd xs = x.cwiseQuotient(h_.length_scales);
+  // diff.row(i) = (x - x_i) / l, in scaled coordinates.
+  const Eigen::MatrixXd diff = (-x_scaled_).rowwise() + xs.transpose();
+  const Eigen::ArrayXd r = diff.rowwise().norm().array();
+  const Eigen::ArrayXd e = (-kSqrt5 * r).exp();
+  const Eigen::VectorXd k = (h_.signal_variance * (1.0 + kSqrt5 * r + 5.0 / 3.0 * r.square()) * e).matrix();
+  // dk_i/dx = -g_i (x - x_i) / l^2 with g = sf2 * 5/3 (1 + sqrt5 r) exp(-sqrt5 r).
+  const Eigen::ArrayXd g = h_.signal_variance * 5.0 / 3.0 * (1.0 + kSqrt5 * r) * e;
+  const Eigen::VectorXd w = llt_.solve(k);
   *mean = k.dot(alpha_);
   const double raw_var = h_.signal_variance - k.dot(w);
   const double floor = 1e-12 * h_.signal_variance;
   *variance = std::max(raw_var, floor);
-  dmean->setZero(dims);
-  dvariance->setZero(dims);
-  for (Eigen::Index i = 0; i < n; ++i) {
-    const Eigen::VectorXd dk = -g[i] * (x - x_.row(i).transpose()).cwiseProduct(inv_l2);
-    *dmean += alpha_[i] * dk;
-    *dvariance += -2.0 * w[i] * dk;
-  }
+  const Eigen::VectorXd inv_l = h_.length_scales.cwiseInverse();
+  *dmean = -(diff.transpose() * (alpha_.array() * g).matrix()).cwiseProduct(inv_l);
+  *dvariance = 2.0 * (diff.transpose() * (w.array() * g).matrix()).cwiseProduct(inv_l);
   if (raw_var <= floor) dvariance->setZero();
 }
 

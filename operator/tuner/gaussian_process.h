@@ -29,10 +29,10 @@ GpHyperparameters FromLogParams(const Eigen::VectorXd& theta);
 // everything); with many points the likelihood dominates.
 struct GpPrior {
   double log_signal_mean = 0.0, log_signal_sd = 1.0;
-  double log_length_mean = -1.0, log_length_sd = 1.0;   // mode near 0.37
+  double log_length_mean = -1.0, log_length_sd = 0.75;  // mode near 0.37
   double log_noise_mean = -9.0, log_noise_sd = 3.0;     // mode near 1e-4
   double min_log_signal = -7.0, max_log_signal = 5.0;
-  double min_log_length = -5.0, max_log_length = 3.0;   // 0.0067 .. 20
+  double min_log_length = -5.0, max_log_length = 0.7;   // 0.0067 .. 2
   double min_log_noise = -16.0, max_log_noise = 0.0;    // 1e-7 .. 1
 };
 
@@ -48,9 +48,9 @@ struct GpFitOptions {
   // Starting points drawn from the prior and scored with one evaluation
   // each; the best `restarts` of them (the prior's mode always among the
   // candidates) are optimised with L-BFGS.
-  int random_starts = 16;
-  int restarts = 3;
-  int max_iterations = 60;
+  int random_starts = 10;
+  int restarts = 2;
+  int max_iterations = 50;
 };
 
 // Maximum a posteriori hyperparameters, with restarts.

@@ -152,7 +152,9 @@ TEST(ExpectedImprovementTest, MatchesTheClosedFormAndIsNonNegative) {
       const double log_ei = LogExpectedImprovement(mean, var, best, &dm, &dv);
       ASSERT_TRUE(std::isfinite(log_ei));
       EXPECT_GE(std::exp(log_ei), 0.0);
-      if (ei > 1e-300) EXPECT_NEAR(log_ei, std::log(ei), 1e-9 * std::max(1.0, std::abs(log_ei)));
+      if (ei > 1e-300) {
+        EXPECT_NEAR(log_ei, std::log(ei), 1e-9 * std::max(1.0, std::abs(log_ei)));
+      }
       const double eps = 1e-7;
       const double num_dm = (LogExpectedImprovement(mean + eps, var, best, nullptr, nullptr) -
                              LogExpectedImprovement(mean - eps, var, best, nullptr, nullptr)) /
