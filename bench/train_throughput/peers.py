@@ -3,6 +3,7 @@
 float32, on the same Fashion-MNIST training images, shuffled each epoch.
 
     peers.py torch|numpy THREADS STEPS [IMAGES.gz]
+    peers.py torch-accuracy THREADS EPOCHS   (Adam lr 0.001, test accuracy)
 
 Thread counts must be fixed before numpy/torch load (OMP_NUM_THREADS,
 OPENBLAS_NUM_THREADS): run.sh sets them. Prints one "key=value" line.
@@ -109,8 +110,39 @@ def run_torch(x, y, steps, threads, lr=0.1):
     return steps * 128 / (time.perf_counter() - start), float(loss.item())
 
 
+def torch_accuracy(threads, epochs, folder="/usr/share/datasets/fashion-mnist"):
+    """The accuracy reference for the engine: the same MLP and settings as
+    `kubetrain-runtime train --model=mlp --optimizer=adam
+    --learning_rate=0.001 --batch_size=128`, test accuracy per epoch."""
+    import torch
+    torch.set_num_threads(threads)
+    torch.manual_seed(1)
+    x, y = load(folder + "/train-images-idx3-ubyte.gz")
+    tx, ty = load(folder + "/t10k-images-idx3-ubyte.gz")
+    model = torch.nn.Sequential(
+        torch.nn.Linear(784, 256), torch.nn.ReLU(),
+        torch.nn.Linear(256, 128), torch.nn.ReLU(),
+        torch.nn.Linear(128, 10))
+    opt = torch.optim.Adam(model.parameters(), lr=0.001)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    rng = np.random.default_rng(1)
+    for epoch in range(1, epochs + 1):
+        order = rng.permutation(len(x))
+        for i in range(0, len(x), 128):
+            idx = order[i:i + 128]
+            opt.zero_grad(set_to_none=True)
+            loss_fn(model(torch.from_numpy(x[idx])), torch.from_numpy(y[idx])).backward()
+            opt.step()
+        with torch.no_grad():
+            acc = (model(torch.from_numpy(tx)).argmax(1).numpy() == ty).mean()
+        print(f"torch epoch={epoch} test_accuracy={acc:.4f}", flush=True)
+
+
 def main():
     which, threads, steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    if which == "torch-accuracy":
+        torch_accuracy(threads, steps)
+        return
     path = sys.argv[4] if len(sys.argv) > 4 else \
         "/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz"
     x, y = load(path)

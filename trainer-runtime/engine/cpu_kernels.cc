@@ -430,6 +430,7 @@ absl::StatusOr<ConvGeometry> GetConvGeometry(const KernelContext& c, const Shape
 
 // cols[(n,oy,ox), (ky,kx,ci)] = x[n, oy*s+ky-pad, ox*s+kx-pad, ci] (0 outside).
 void Im2Col(const ConvGeometry& g, const float* __restrict x, float* __restrict cols) {
+  // Called per layer per step; the loops below are the whole cost.
   for (int64_t b = 0; b < g.n; ++b) {
     for (int64_t oy = 0; oy < g.oh; ++oy) {
       for (int64_t ox = 0; ox < g.ow; ++ox) {
@@ -440,9 +441,12 @@ void Im2Col(const ConvGeometry& g, const float* __restrict x, float* __restrict 
             int64_t ix = ox * g.stride + kx - g.pad_w;
             float* dst = row + (ky * g.kw + kx) * g.c;
             if (iy < 0 || iy >= g.h || ix < 0 || ix >= g.w) {
-              std::fill_n(dst, g.c, 0.0f);
+              for (int64_t ci = 0; ci < g.c; ++ci) dst[ci] = 0.0f;
             } else {
-              std::memcpy(dst, x + ((b * g.h + iy) * g.w + ix) * g.c, sizeof(float) * g.c);
+              // A plain loop: rows are short (one channel for the first
+              // layer), too short for a memcpy call to pay.
+              const float* __restrict src = x + ((b * g.h + iy) * g.w + ix) * g.c;
+              for (int64_t ci = 0; ci < g.c; ++ci) dst[ci] = src[ci];
             }
           }
         }
