@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# The test command: installs dependencies, builds everything and runs every
+# test that does not need a GPU (GPU tests report themselves as skipped).
+#   scripts/test.sh               gcc build in build/, all unit + integration tests
+#   scripts/test.sh --sanitize    clang-14 ASan+UBSan build in build-asan/, unit tests,
+#                                 plus every libFuzzer target for $FUZZ_SECONDS (default 60) s
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+mode=default
+if [[ "${1:-}" == "--sanitize" ]]; then mode=sanitize; fi
+jobs=$(nproc)
+
+scripts/install-deps.sh
+
+if [[ $mode == default ]]; then
+  cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKUBETRAIN_CUDA=AUTO
+  cmake --build build -j "$jobs"
+  ctest --test-dir build --output-on-failure -j "$jobs" -LE 'bench' --timeout 600
+  exit 0
+fi
+
+CC=clang-14 CXX=clang++-14 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug \
+  -DKUBETRAIN_CUDA=OFF -DKUBETRAIN_SANITIZE=ON -DKUBETRAIN_FUZZ=ON -DKUBETRAIN_BENCH=OFF \
+  -DCMAKE_CXX_FLAGS=-O1
+cmake --build build-asan -j "$jobs"
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
+export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+ctest --test-dir build-asan --output-on-failure -j "$jobs" -L unit --timeout 600
+
+seconds=${FUZZ_SECONDS:-60}
+for fuzzer in $(find build-asan -type f -name '*_fuzzer' -perm -u+x | sort); do
+  name=$(basename "$fuzzer")
+  work=$(mktemp -d)
+  # Seed each fuzzer with the corpus folder next to its source, when there is one.
+  src_corpus=$(grep -rl --include=CMakeLists.txt "NAME $name" . 2>/dev/null | head -n1 | xargs -r dirname)
+  if [[ -n "$src_corpus" && -d "$src_corpus/fuzz/corpus/$name" ]]; then
+    cp -r "$src_corpus/fuzz/corpus/$name/." "$work/"
+  elif [[ -n "$src_corpus" && -d "$src_corpus/fuzz/corpus" ]]; then
+    cp -r "$src_corpus/fuzz/corpus/." "$work/"
+  fi
+  echo "fuzz: $name for ${seconds}s"
+  "$fuzzer" -max_total_time="$seconds" -rss_limit_mb=2048 -max_len=16384 -print_final_stats=1 "$work" \
+    2>&1 | tail -n 12
+  rm -rf "$work"
+done
