@@ -380,7 +380,20 @@ SetOutcome ReconcileSet(Context& c, const std::string& trial_id,
         if (r->key == deciding) deciding_succeeded = true;
         break;
       case ReplicaPhase::kRunning:
-        ++running;
+      case ReplicaPhase::kPending:
+        if (phase == ReplicaPhase::kRunning) ++running;
+        // Restarted in place by the kubelet (OnFailure/Always) once too often:
+        // the budget is spent, so a crash loop ends instead of running on.
+        if (r->container_restarts > 0 && c.status().restart_count() > backoff_limit && !failure) {
+          std::string what = TaskName(r->key, c.use_chief()) + " restarted in place " +
+                             std::to_string(r->container_restarts) + " times";
+          if (r->exit_code) what += ", last exit code " + std::to_string(*r->exit_code);
+          if (!r->termination_message.empty()) what += ": " + r->termination_message;
+          failure = {"BackoffLimitExceeded",
+                     "backoffLimit " + std::to_string(backoff_limit) + " exceeded (" +
+                         std::to_string(c.status().restart_count()) + " restarts): " +
+                         Truncate(what)};
+        }
         break;
       case ReplicaPhase::kFailed:
       case ReplicaPhase::kUnknown: {
@@ -428,8 +441,6 @@ SetOutcome ReconcileSet(Context& c, const std::string& trial_id,
         }
         break;
       }
-      case ReplicaPhase::kPending:
-        break;
     }
   }
 

@@ -52,7 +52,9 @@ namespace kubetrain::core {
 //              (eviction, node loss, Unknown phase) are retried; 1-127 fail the
 //              job.
 // backoffLimit (default 3) bounds status.restartCount = recreations +
-// container restarts (Kubeflow counts only one of them: their #2342). A
+// container restarts (Kubeflow counts only one of them: their #2342): a
+// failure that would need restart number backoffLimit+1 fails the job, and so
+// does a replica restarted in place once the count is past the limit. A
 // recreation waits an exponential backoff after the previous one
 // (kRecreateBackoffBase * 2^(n-1), at most kRecreateBackoffMax), enforced with
 // requeue_after. A replica whose pod vanished without the reconciler deleting

@@ -1,11 +1,13 @@
 #include "operator/core/reconciler.h"
 
 #include <algorithm>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "operator/core/kube_objects.h"
 
 namespace kubetrain::core {
 namespace {
@@ -507,6 +509,26 @@ TEST(ReconcileTest, ContainerRestartsBeyondTheLimitFailTheJob) {
   ReconcileResult r = h.Step();
   EXPECT_EQ(r.status.state(), v1::FAILED);
   EXPECT_THAT(r.status.error_message(), HasSubstr("backoffLimit 1 reached (2 restarts)"));
+}
+
+TEST(ReconcileTest, CrashLoopInPlacePastTheLimitFailsTheJob) {
+  v1::TrainingJob job = Job();
+  job.mutable_spec()->mutable_run_policy()->set_restart_policy(v1::RunPolicy::OnFailure);
+  job.mutable_spec()->mutable_run_policy()->set_backoff_limit(2);
+  Harness h = Running(job);
+  ObservedReplica& w = h.Pod("mnist-worker-1");
+  w.container_restarts = 2;  // the kubelet restarted it twice; it runs again
+  w.exit_code = 1;
+  w.termination_message = "segfault";
+  h.Settle();
+  EXPECT_EQ(h.job.status().state(), v1::RUNNING);  // 2 of 2: still within the limit
+  h.Pod("mnist-worker-1").container_restarts = 3;
+  ReconcileResult r = h.Step();
+  EXPECT_EQ(r.status.state(), v1::FAILED);
+  EXPECT_EQ(r.status.error_message(),
+            "backoffLimit 2 exceeded (3 restarts): worker-1 restarted in place 3 times, last "
+            "exit code 1: segfault");
+  h.Settle();
 }
 
 TEST(ReconcileTest, CompletedReplicasAreNeverRunAgain) {
@@ -1014,6 +1036,105 @@ TEST(ReconcileTest, FailedPodWithoutContainerFailureIsPodLevel) {
   EXPECT_EQ(r.status.state(), v1::RUNNING);
   EXPECT_EQ(r.status.restart_count(), 1);
   EXPECT_THAT(Deleted(r), ElementsAre("mnist-worker-0"));
+}
+
+// Random walks through cluster events under every restart and clean-up
+// policy: the backend contract holds at every step (nothing created twice,
+// nothing deleted that is not there: Harness::Apply checks), the state never
+// moves backwards, and every walk settles to a reconcile that does nothing.
+TEST(ReconcileTest, RandomWalksKeepTheInvariants) {
+  const v1::RunPolicy::RestartPolicy policies[] = {v1::RunPolicy::Never, v1::RunPolicy::OnFailure,
+                                                   v1::RunPolicy::ExitCode, v1::RunPolicy::Always};
+  const v1::RunPolicy::CleanPodPolicy cleans[] = {v1::RunPolicy::Running, v1::RunPolicy::All,
+                                                  v1::RunPolicy::None};
+  auto rank = [](v1::State s) {
+    switch (s) {
+      case v1::QUEUED:
+        return 0;
+      case v1::PREPARING:
+        return 1;
+      case v1::RUNNING:
+        return 2;
+      case v1::CANCELLING:
+        return 3;
+      default:
+        return 4;
+    }
+  };
+  for (uint32_t seed = 1; seed <= 40; ++seed) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    std::mt19937 rng(seed);
+    v1::TrainingJob job = seed % 3 == 0 ? Study(4, 2) : Job(2, 1);
+    job.mutable_spec()->mutable_run_policy()->set_restart_policy(policies[seed % 4]);
+    job.mutable_spec()->mutable_run_policy()->set_clean_pod_policy(cleans[seed % 3]);
+    job.mutable_spec()->mutable_run_policy()->set_backoff_limit(4);
+    job.mutable_spec()->mutable_run_policy()->set_active_deadline_seconds(3600);
+    Harness h(job);
+    h.slow_deletes = seed % 2 == 0;
+    int last_rank = 0;
+    for (int step = 0; step < 60 && !HasFatalFailure(); ++step) {
+      if (!h.observed.replicas.empty()) {
+        ObservedReplica& r = h.observed.replicas[rng() % h.observed.replicas.size()];
+        switch (rng() % 9) {
+          case 0:
+          case 1:
+          case 2:
+            if (r.phase == ReplicaPhase::kPending) r.phase = ReplicaPhase::kRunning;
+            break;
+          case 3:
+            r.phase = ReplicaPhase::kSucceeded;
+            r.exit_code = 0;
+            break;
+          case 4:
+            r.phase = ReplicaPhase::kFailed;
+            r.exit_code = (rng() % 2) ? 1 : 137;
+            break;
+          case 5:
+            r.node_lost = true;
+            break;
+          case 6:
+            r.container_restarts += 1;
+            break;
+          case 7: {
+            const std::string name = r.name;
+            std::erase_if(h.observed.replicas, [&](const auto& o) { return o.name == name; });
+            break;
+          }
+          default:
+            Report(h, r.key.trial_id, step, (rng() % 100) / 100.0);
+        }
+      }
+      if (rng() % 4 == 0) h.now += absl::Seconds(rng() % 120);
+      if (rng() % 50 == 0) h.job.mutable_spec()->set_cancel(true);
+      const v1::State before = h.job.status().state();
+      h.Step();
+      const v1::State after = h.job.status().state();
+      EXPECT_GE(rank(after), last_rank) << v1::State_Name(before) << " -> " << v1::State_Name(after);
+      if (IsTerminal(before)) EXPECT_EQ(after, before);
+      last_rank = rank(after);
+    }
+    // Let time pass (backoffs, grace periods, the deadline), then settle.
+    for (int i = 0; i < 4; ++i) {
+      h.now += absl::Hours(1);
+      h.Step();
+    }
+    h.Settle();
+  }
+}
+
+TEST(KubeObjectsStudyTest, RenderJobShowsTheRequestedTrial) {
+  Harness h(Study(5, 1));
+  absl::StatusOr<std::vector<nlohmann::json>> objects = RenderJob(h.job, "ns", 2, h.options);
+  ASSERT_TRUE(objects.ok()) << objects.status();
+  ASSERT_EQ(objects->size(), 4u);  // master and worker, each a Service and a Pod
+  const nlohmann::json& pod = (*objects)[1];
+  EXPECT_EQ(pod["metadata"]["name"], "mnist-t2-master-0");
+  EXPECT_EQ(pod["spec"]["containers"][0]["args"],
+            nlohmann::json({"--x=2", "--job-dir", "/out/2"}));
+  EXPECT_EQ(RenderJob(h.job, "ns", 0, h.options).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  h.tuner_capacity = 1;
+  EXPECT_EQ(RenderJob(h.job, "ns", 2, h.options).status().code(), absl::StatusCode::kOutOfRange);
 }
 
 }  // namespace
