@@ -1,0 +1,87 @@
+// Runs the kubetrain-runtime binary as a replica would: exit codes, and a
+// restart that resumes from the latest checkpoint and ends with the same
+// weights as an uninterrupted run.
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+
+#include "gtest/gtest.h"
+#include "trainer-runtime/engine/checkpoint.h"
+#include "trainer-runtime/exit_codes.h"
+
+namespace kubetrain::runtime {
+namespace {
+
+namespace fs = std::filesystem;
+
+int RunBinary(const std::string& args, const std::string& log) {
+  std::string command = std::string(KUBETRAIN_RUNTIME_BINARY) + " " + args + " > " + log + " 2>&1";
+  int status = std::system(command.c_str());
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+class RuntimeCliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::path(::testing::TempDir()) / ("runtime-cli-" + std::to_string(::getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    std::mt19937 rng(3);
+    std::normal_distribution<double> noise(0.0, 0.5);
+    std::ofstream out(dir_ / "train.csv");
+    for (int i = 0; i < 200; ++i) {
+      int label = i % 2;
+      out << (label ? 1.5 : -1.5) + noise(rng) << "," << noise(rng) << "," << label << "\n";
+    }
+  }
+  std::string Flags(const std::string& out, int max_steps) const {
+    return "train --train_data_paths=" + (dir_ / "train.csv").string() + " --output_path=" +
+           (dir_ / out).string() + " --max_steps=" + std::to_string(max_steps) +
+           " --batch_size=20 --hidden1=8 --hidden2=4 --threads=1 --seed=5 --eval_every_secs=0";
+  }
+  fs::path dir_;
+};
+
+TEST_F(RuntimeCliTest, ExitCodes) {
+  std::string log = (dir_ / "log").string();
+  EXPECT_EQ(RunBinary("", log), kExitUsage);
+  EXPECT_EQ(RunBinary("frobnicate", log), kExitUsage);
+  EXPECT_EQ(RunBinary("train --no_such_flag=1", log), kExitUsage);
+  EXPECT_NE(Slurp(log).find("--no_such_flag"), std::string::npos) << Slurp(log);
+  EXPECT_EQ(RunBinary("train --train_data_paths=" + (dir_ / "missing.csv").string(), log), kExitBadInput);
+  EXPECT_NE(Slurp(log).find("missing.csv"), std::string::npos) << Slurp(log);
+  EXPECT_EQ(RunBinary(Flags("nan", 40) + " --optimizer=sgd --learning_rate=1e30", log), kExitNonFiniteLoss)
+      << Slurp(log);
+  EXPECT_EQ(RunBinary(Flags("ok", 5), log), kExitOk) << Slurp(log);
+  EXPECT_NE(Slurp(log).find("Final metrics after 5 steps, loss: "), std::string::npos) << Slurp(log);
+}
+
+TEST_F(RuntimeCliTest, RestartResumesFromLatestCheckpoint) {
+  std::string log = (dir_ / "log").string();
+  ASSERT_EQ(RunBinary(Flags("straight", 60), log), kExitOk) << Slurp(log);
+  // The first process stops at step 25 (as if killed right after its
+  // checkpoint), the restarted one resumes there.
+  ASSERT_EQ(RunBinary(Flags("restarted", 25), log), kExitOk) << Slurp(log);
+  ASSERT_EQ(RunBinary(Flags("restarted", 60), log), kExitOk) << Slurp(log);
+  EXPECT_NE(Slurp(log).find("Restored checkpoint at step 25"), std::string::npos) << Slurp(log);
+  auto a = engine::ReadCheckpoint((dir_ / "straight" / "model.ckpt-60").string());
+  auto b = engine::ReadCheckpoint((dir_ / "restarted" / "model.ckpt-60").string());
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(b.ok()) << b.status();
+  ASSERT_EQ(a->variables_size(), b->variables_size());
+  for (int i = 0; i < a->variables_size(); ++i) {
+    EXPECT_EQ(a->variables(i).value().data(), b->variables(i).value().data()) << a->variables(i).name();
+  }
+}
+
+}  // namespace
+}  // namespace kubetrain::runtime
