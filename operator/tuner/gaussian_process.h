@@ -29,10 +29,10 @@ GpHyperparameters FromLogParams(const Eigen::VectorXd& theta);
 // everything); with many points the likelihood dominates.
 struct GpPrior {
   double log_signal_mean = 0.0, log_signal_sd = 1.0;
-  double log_length_mean = -1.0, log_length_sd = 0.75;  // mode near 0.37
+  double log_length_mean = -1.0, log_length_sd = 1.0;   // mode near 0.37
   double log_noise_mean = -9.0, log_noise_sd = 3.0;     // mode near 1e-4
   double min_log_signal = -7.0, max_log_signal = 5.0;
-  double min_log_length = -5.0, max_log_length = 0.7;   // 0.0067 .. 2
+  double min_log_length = -5.0, max_log_length = 3.0;   // 0.0067 .. 20
   double min_log_noise = -16.0, max_log_noise = 0.0;    // 1e-7 .. 1
 };
 
