@@ -13,12 +13,12 @@ int64_t Dataset::example_size() const {
   return size;
 }
 
-absl::StatusOr<Dataset> LoadDataset(const std::string& path) {
+absl::StatusOr<Dataset> LoadDataset(const std::string& path) { return LoadDataset(path, ""); }
+
+absl::StatusOr<Dataset> LoadDataset(const std::string& path, std::string_view prefer_prefix) {
   if (absl::EndsWithIgnoreCase(path, ".csv")) return LoadCsv(path);
-  if (absl::EndsWithIgnoreCase(path, ".tfrecord")) {
-    return LoadExampleTFRecord(path);
-  }
-  return LoadIdx(path);
+  if (absl::EndsWithIgnoreCase(path, ".tfrecord")) return LoadExampleTFRecord(path);
+  return LoadIdx(path, prefer_prefix);
 }
 
 }  // namespace kubetrain::runtime::data

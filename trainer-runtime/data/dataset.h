@@ -49,6 +49,10 @@ absl::StatusOr<Dataset> LoadCsv(const std::string& path);
 // Chooses the loader by name: *.csv -> LoadCsv, *.tfrecord -> LoadExampleTFRecord
 // (see example_format.h), anything else (a file or a directory) -> LoadIdx.
 absl::StatusOr<Dataset> LoadDataset(const std::string& path);
+// Same, passing `prefer_prefix` to LoadIdx for a directory holding several
+// IDX pairs (e.g. "train" for training data, "t10k" for Fashion-MNIST's test
+// set).
+absl::StatusOr<Dataset> LoadDataset(const std::string& path, std::string_view prefer_prefix);
 
 // In-memory entry points, used by the loaders above and by fuzzers. They never
 // touch the file system; `*_name` only appears in error messages.

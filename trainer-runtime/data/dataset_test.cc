@@ -298,5 +298,13 @@ TEST(LoadDatasetTest, DispatchesOnExtension) {
   EXPECT_EQ(idx.status().code(), absl::StatusCode::kNotFound);
 }
 
+TEST(LoadDatasetTest, PrefixChoosesThePairInADirectory) {
+  if (!HaveFashionMnist()) GTEST_SKIP() << "dataset-fashion-mnist is not installed";
+  auto test = LoadDataset(kFashionDir, "t10k");
+  ASSERT_TRUE(test.ok()) << test.status();
+  EXPECT_EQ(test->num_examples, 10000);
+  EXPECT_EQ(LoadDataset(kFashionDir).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace kubetrain::runtime::data

@@ -190,10 +190,12 @@ absl::StatusOr<std::unique_ptr<TFRecordReader>> TFRecordReader::Open(const std::
   return std::unique_ptr<TFRecordReader>(new TFRecordReader(path, file));
 }
 
-uint64_t TFRecordReader::RemainingBytes() const {
-  struct stat st;
-  if (::fstat(fileno(file_), &st) != 0 || static_cast<uint64_t>(st.st_size) < offset_) return 0;
-  return static_cast<uint64_t>(st.st_size) - offset_;
+uint64_t TFRecordReader::RemainingBytes(uint64_t needed) {
+  if (file_size_ < offset_ || file_size_ - offset_ < needed) {
+    struct stat st;
+    if (::fstat(fileno(file_), &st) == 0) file_size_ = static_cast<uint64_t>(st.st_size);
+  }
+  return file_size_ < offset_ ? 0 : file_size_ - offset_;
 }
 
 absl::StatusOr<bool> TFRecordReader::ReadRecord(std::string* out) {
@@ -218,7 +220,9 @@ absl::StatusOr<bool> TFRecordReader::ReadRecord(std::string* out) {
   if (!error_.ok()) return error_;
   // Checked against the file size before allocating: a corrupt length whose
   // CRC happens to match must not make us allocate terabytes.
-  const uint64_t remaining = RemainingBytes();  // from the start of this record
+  // From the start of this record; saturating sums, `length` is untrusted.
+  const uint64_t needed = length > UINT64_MAX - 16 ? UINT64_MAX : length + 16;
+  const uint64_t remaining = RemainingBytes(needed);
   const uint64_t body = remaining - std::min<uint64_t>(remaining, kTFRecordHeaderBytes);
   if (body < kTFRecordFooterBytes || length > body - kTFRecordFooterBytes) {
     error_ = TruncatedError(path_, offset_,

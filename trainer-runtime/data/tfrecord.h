@@ -94,12 +94,15 @@ class TFRecordReader {
 
  private:
   TFRecordReader(std::string path, std::FILE* file);
-  // Bytes of the file at and after `offset_`, from fstat.
-  uint64_t RemainingBytes() const;
+  // Bytes of the file at and after `offset_`, at least `needed` if the file
+  // has them: the size is cached and re-read (fstat) only when the cached
+  // one falls short, because the file may be growing.
+  uint64_t RemainingBytes(uint64_t needed);
 
   std::string path_;
   std::FILE* file_;
   uint64_t offset_ = 0;
+  uint64_t file_size_ = 0;
   absl::Status error_;
 };
 
