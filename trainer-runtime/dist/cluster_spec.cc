@@ -90,6 +90,9 @@ absl::StatusOr<ClusterSpec> ClusterSpec::FromTfConfig(std::string_view tf_config
     if (at != std::string::npos) why = why.substr(at + 7);
     return absl::InvalidArgumentError(
         absl::StrCat("TF_CONFIG: malformed JSON at byte ", e.byte, ": ", why));
+  } catch (const Json::exception& e) {
+    // E.g. out_of_range for a number too large for a double.
+    return absl::InvalidArgumentError(absl::StrCat("TF_CONFIG: malformed JSON: ", e.what()));
   }
   if (!root.is_object()) return Invalid("(root)", absl::StrCat("want an object, got ", TypeName(root)));
 

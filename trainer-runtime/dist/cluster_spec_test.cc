@@ -106,6 +106,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{R"({"cluster": {"worker": ["a:1",]}})", "malformed JSON at byte 31"},
         BadCase{R"({"cluster":)", "malformed JSON at byte 12"},
         BadCase{R"([1,2])", "(root): want an object, got an array"},
+        // Found by the fuzzer: a number out of double range.
+        BadCase{"9999999E9000008015056820827586", "malformed JSON"},
         BadCase{R"({"cluster":[]})", "cluster: want an object, got an array"},
         BadCase{R"({"cluster":{"boss":["a:1"]}})", "cluster.boss: unknown role"},
         BadCase{R"({"cluster":{"worker":"a:1"}})", "cluster.worker: want a list"},
