@@ -15,6 +15,8 @@ namespace kubetrain::dist {
 
 // Messages between two ranks are matched by tag: a Recv(peer, tag) takes the
 // message the peer sent with the same tag, whatever else arrived first.
+// Messages from one peer with the same tag are received in the order sent
+// (the parameter-server protocol relies on it).
 using Tag = uint64_t;
 
 // Pieces handed to a receiver start at offsets that are multiples of
