@@ -25,7 +25,7 @@ namespace {
 std::string PythonJsonString(std::string_view s) {
   std::string out = "\"";
   const auto escape = [&out](uint32_t unit) {
-    char buf[8];
+    char buf[16];
     std::snprintf(buf, sizeof(buf), "\\u%04x", unit);
     out += buf;
   };
@@ -164,7 +164,7 @@ std::string PythonFloatRepr(double value) {
   }
   out += digits.substr(0, 1);
   if (n > 1) out += "." + digits.substr(1);
-  char exp_buf[8];
+  char exp_buf[16];
   std::snprintf(exp_buf, sizeof(exp_buf), "e%c%02d", exponent < 0 ? '-' : '+', std::abs(exponent));
   return out + exp_buf;
 }
