@@ -1,6 +1,9 @@
 #include "operator/core/kube_objects.h"
 
+#include <algorithm>
+#include <climits>
 #include <cmath>
+#include <cstdint>
 #include <set>
 #include <utility>
 
@@ -316,7 +319,8 @@ absl::StatusOr<ObservedReplica> ParsePod(const json& pod) {
   if (main != nullptr) {
     if (const json* restarts = Field(*main, "restartCount");
         restarts != nullptr && restarts->is_number_integer()) {
-      r.container_restarts = std::max<int64_t>(0, restarts->get<int64_t>());
+      r.container_restarts =
+          static_cast<int>(std::clamp<int64_t>(restarts->get<int64_t>(), 0, INT32_MAX));
     }
     const json* terminated = nullptr;
     for (const char* state : {"state", "lastState"}) {
@@ -330,7 +334,8 @@ absl::StatusOr<ObservedReplica> ParsePod(const json& pod) {
     if (terminated != nullptr) {
       if (const json* code = Field(*terminated, "exitCode");
           code != nullptr && code->is_number_integer()) {
-        r.exit_code = static_cast<int>(code->get<int64_t>());
+        r.exit_code =
+            static_cast<int>(std::clamp<int64_t>(code->get<int64_t>(), INT32_MIN, INT32_MAX));
       }
       r.termination_message = StringField(*terminated, "message");
       if (r.reason.empty()) r.reason = StringField(*terminated, "reason");

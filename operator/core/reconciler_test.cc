@@ -789,6 +789,19 @@ TEST(StudyTest, TrialIsOnRecordInTheSameResultThatCreatesItsReplicas) {
   EXPECT_EQ(h.job.status().state(), v1::PREPARING);
 }
 
+TEST(StudyTest, TrialsWriteToTheirOwnOutputFolder) {
+  v1::TrainingJob job = Study(1, 1);
+  job.mutable_spec()->mutable_training_input()->add_args("--output_path=gs://b/out");
+  job.mutable_spec()->mutable_training_input()->add_args("--lr=0.1");
+  Harness h(job);
+  ReconcileResult r = h.Reconcile();
+  const CreateReplica* m = CreateOf(r, "mnist-t1-master-0");
+  ASSERT_NE(m, nullptr);
+  EXPECT_THAT(m->replica.args,
+              ElementsAre("--output_path=gs://b/out", "--lr=0.1", "--x=1",
+                          "--output_path=gs://b/out/1", "--job-dir", "/out/1"));
+}
+
 TEST(StudyTest, ParallelismAndTotalCapsThenSortedBestFirst) {
   Harness h(Study(5, 2));
   h.Settle();

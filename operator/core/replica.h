@@ -45,8 +45,9 @@ struct DesiredReplica {
   // containerCommand when given, else {"kubetrain-runtime", "train"}.
   std::vector<std::string> command;
   // containerArgs when given, else trainingInput.args; then, for trials, one
-  // "--<name>=<value>" per hyperparameter; then "--job-dir", "<jobDir>[/<trialId>]"
-  // when jobDir is set.
+  // "--<name>=<value>" per hyperparameter (in the spec's order) and, when the
+  // args name an --output_path X, "--output_path=X/<trialId>" (the later flag
+  // wins); then "--job-dir", "<jobDir>[/<trialId>]" when jobDir is set.
   std::vector<std::string> args;
   int port = 2222;
   ReplicaResources resources;
