@@ -175,10 +175,19 @@ absl::StatusOr<Dataset> ParseIdx(std::string_view images_bytes, std::string_view
                                  const ParseLimits& limits) {
   const absl::string_view images_name = ToAbsl(images_name_view);
   const absl::string_view labels_name = ToAbsl(labels_name_view);
-  ASSIGN_OR_RETURN(std::string images,
-                   MaybeGunzip(images_bytes, images_name_view, limits.max_decompressed_bytes));
-  ASSIGN_OR_RETURN(std::string labels,
-                   MaybeGunzip(labels_bytes, labels_name_view, limits.max_decompressed_bytes));
+  // Raw input is parsed in place; only gzip input needs a buffer of its own.
+  std::string images_inflated, labels_inflated;
+  std::string_view images = images_bytes, labels = labels_bytes;
+  if (LooksGzipped(images_bytes)) {
+    ASSIGN_OR_RETURN(images_inflated,
+                     Gunzip(images_bytes, images_name_view, limits.max_decompressed_bytes));
+    images = images_inflated;
+  }
+  if (LooksGzipped(labels_bytes)) {
+    ASSIGN_OR_RETURN(labels_inflated,
+                     Gunzip(labels_bytes, labels_name_view, limits.max_decompressed_bytes));
+    labels = labels_inflated;
+  }
   ASSIGN_OR_RETURN(IdxHeader image_header, ParseHeader(images, images_name, 0, "images"));
   ASSIGN_OR_RETURN(IdxHeader label_header, ParseHeader(labels, labels_name, 1, "labels"));
   const uint64_t n = image_header.dims[0];
