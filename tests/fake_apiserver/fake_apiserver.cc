@@ -450,6 +450,23 @@ class FakeApiServer::Impl {
     return store_.at(std::string(res.plural)).size();
   }
 
+  bool WaitUntil(const std::function<bool()>& predicate, absl::Duration timeout) {
+    auto deadline = std::chrono::steady_clock::now() + absl::ToChronoNanoseconds(timeout);
+    for (;;) {
+      int64_t seen;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        seen = rv_;
+      }
+      if (predicate()) return true;
+      std::unique_lock<std::mutex> lock(mu_);
+      if (!watch_cv_.wait_until(lock, deadline, [&] { return rv_ != seen || stopping_; })) {
+        lock.unlock();
+        return predicate();
+      }
+    }
+  }
+
  private:
   struct Connection {
     int fd;
@@ -1071,6 +1088,10 @@ std::vector<nlohmann::json> FakeApiServer::List(absl::string_view resource,
   const ResourceInfo* res = FindResource(resource);
   if (res == nullptr) return {};
   return impl_->ListAll(*res, std::string(ns));
+}
+
+bool FakeApiServer::WaitUntil(const std::function<bool()>& predicate, absl::Duration timeout) {
+  return impl_->WaitUntil(predicate, timeout);
 }
 
 size_t FakeApiServer::Count(absl::string_view resource) const {

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -116,6 +117,12 @@ class FakeApiServer {
   // Every object of `resource` in `ns` ("" = all namespaces), sorted by namespace/name.
   std::vector<nlohmann::json> List(absl::string_view resource, absl::string_view ns = "") const;
   size_t Count(absl::string_view resource) const;
+
+  // Blocks until `predicate` is true, re-evaluating it after every change to
+  // the store (no polling, no sleeps); false after `timeout`. The predicate
+  // runs without the server's lock and may call the methods above.
+  bool WaitUntil(const std::function<bool()>& predicate,
+                 absl::Duration timeout = absl::Seconds(30));
 
   class Impl;
 

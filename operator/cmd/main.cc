@@ -1,0 +1,260 @@
+// kubetrain-operator: reconciles TrainingJobs on a Kubernetes cluster.
+//
+//   kubetrain-operator [--kubeconfig PATH [--context NAME]] [--namespace NS]
+//                      [--workers 4] [--leader-elect=true|false]
+//                      [--kube-api-qps 50] [--kube-api-burst 100] ...
+//
+// Credentials: --kubeconfig, else the pod's service account, else $KUBECONFIG.
+// Leader election is on by default; --leader-elect=false for a single replica.
+// SIGTERM/SIGINT stop the workers and release the lease.
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <iostream>
+#include <map>
+#include <string>
+#include <thread>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "operator/kube/controller.h"
+#include "operator/kube/kubeconfig.h"
+#include "operator/kube/leader_election.h"
+#include "operator/kube/rest_client.h"
+#include "operator/kube/study_store.h"
+#include "operator/tuner/tuner.h"
+
+namespace {
+
+using kubetrain::kube::ClusterConfig;
+
+constexpr char kUsage[] = R"(usage: kubetrain-operator [flags]
+  --kubeconfig PATH            kubeconfig file (default: in-cluster, then $KUBECONFIG)
+  --context NAME               kubeconfig context (default: current-context)
+  --namespace NS               watch only NS (default: all namespaces)
+  --workers N                  concurrent reconciles (default 4)
+  --leader-elect=BOOL          elect a leader over a Lease (default true)
+  --leader-election-namespace NS  where the Lease lives (default: --namespace, else the
+                               credentials' namespace)
+  --lease-name NAME            (default kubetrain-operator)
+  --lease-duration SECONDS     (default 15)
+  --renew-deadline SECONDS     (default 10)
+  --retry-period SECONDS       (default 2)
+  --kube-api-qps QPS           client-side request rate limit (default 50)
+  --kube-api-burst N           (default 100)
+  --default-image IMAGE        image for replicas without imageUri
+  --metrics-address HOST:PORT  exported to replicas as KUBETRAIN_METRICS_ADDR
+)";
+
+struct Flags {
+  std::string kubeconfig, context, ns, lease_ns, lease_name = "kubetrain-operator";
+  std::string default_image, metrics_address;
+  int workers = 4;
+  bool leader_elect = true;
+  double qps = 50, lease_duration = 15, renew_deadline = 10, retry_period = 2;
+  int burst = 100;
+};
+
+bool ParseFlags(int argc, char** argv, Flags* flags, std::string* error) {
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      *error = "";
+      return false;
+    }
+    if (!absl::StartsWith(arg, "--")) {
+      *error = "unexpected argument " + arg;
+      return false;
+    }
+    std::string name = arg.substr(2), value;
+    bool has_value = false;
+    if (size_t eq = name.find('='); eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+      has_value = true;
+    }
+    auto next = [&]() -> bool {
+      if (has_value) return true;
+      if (i + 1 >= argc) {
+        *error = "--" + name + " needs a value";
+        return false;
+      }
+      value = argv[++i];
+      return true;
+    };
+    auto number = [&](double* out) {
+      if (!next()) return false;
+      if (!absl::SimpleAtod(value, out) || *out < 0) {
+        *error = "--" + name + ": not a non-negative number: " + value;
+        return false;
+      }
+      return true;
+    };
+    auto integer = [&](int* out) {
+      if (!next()) return false;
+      if (!absl::SimpleAtoi(value, out) || *out < 0) {
+        *error = "--" + name + ": not a non-negative integer: " + value;
+        return false;
+      }
+      return true;
+    };
+    std::map<std::string, std::string*> strings = {
+        {"kubeconfig", &flags->kubeconfig},      {"context", &flags->context},
+        {"namespace", &flags->ns},               {"leader-election-namespace", &flags->lease_ns},
+        {"lease-name", &flags->lease_name},      {"default-image", &flags->default_image},
+        {"metrics-address", &flags->metrics_address}};
+    if (auto it = strings.find(name); it != strings.end()) {
+      if (!next()) return false;
+      *it->second = value;
+    } else if (name == "leader-elect") {
+      if (!has_value) value = "true";
+      if (value != "true" && value != "false") {
+        *error = "--leader-elect must be true or false";
+        return false;
+      }
+      flags->leader_elect = value == "true";
+    } else if (name == "workers") {
+      if (!integer(&flags->workers)) return false;
+    } else if (name == "kube-api-burst") {
+      if (!integer(&flags->burst)) return false;
+    } else if (name == "kube-api-qps") {
+      if (!number(&flags->qps)) return false;
+    } else if (name == "lease-duration") {
+      if (!number(&flags->lease_duration)) return false;
+    } else if (name == "renew-deadline") {
+      if (!number(&flags->renew_deadline)) return false;
+    } else if (name == "retry-period") {
+      if (!number(&flags->retry_period)) return false;
+    } else {
+      *error = "unknown flag --" + name;
+      return false;
+    }
+  }
+  return true;
+}
+
+absl::StatusOr<ClusterConfig> LoadCredentials(const Flags& flags) {
+  if (!flags.kubeconfig.empty()) return kubetrain::kube::LoadKubeconfig(flags.kubeconfig, flags.context);
+  auto in_cluster = kubetrain::kube::LoadInCluster();
+  if (in_cluster.ok()) return in_cluster;
+  if (const char* env = std::getenv("KUBECONFIG"); env != nullptr && *env != '\0') {
+    return kubetrain::kube::LoadKubeconfig(env, flags.context);
+  }
+  return in_cluster.status();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Flags flags;
+  std::string error;
+  if (!ParseFlags(argc, argv, &flags, &error)) {
+    if (!error.empty()) std::cerr << "kubetrain-operator: " << error << "\n";
+    std::cerr << kUsage;
+    return error.empty() ? 0 : 2;
+  }
+  auto config = LoadCredentials(flags);
+  if (!config.ok()) {
+    std::cerr << "kubetrain-operator: credentials: " << config.status() << "\n";
+    return 1;
+  }
+  auto client = kubetrain::kube::RestClusterClient::Create(
+      *config, kubetrain::kube::RestClientOptions{.qps = flags.qps, .burst = flags.burst});
+  if (!client.ok()) {
+    std::cerr << "kubetrain-operator: " << client.status() << "\n";
+    return 1;
+  }
+
+  // Signals are taken by one thread with sigwait; block them everywhere else
+  // before any thread starts.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  absl::Mutex mu;
+  bool stop = false, leading = !flags.leader_elect;
+  std::thread([&] {
+    int sig = 0;
+    sigwait(&signals, &sig);
+    absl::MutexLock lock(&mu);
+    stop = true;
+  }).detach();
+
+  kubetrain::kube::InMemoryStudyStore studies;
+  kubetrain::kube::ControllerOptions options;
+  options.ns = flags.ns;
+  options.workers = std::max(1, flags.workers);
+  if (!flags.default_image.empty()) options.reconcile.default_image = flags.default_image;
+  options.reconcile.metrics_address = flags.metrics_address;
+  options.reconcile.tuner_factory = [](const kubetrain::v1::HyperparameterSpec& spec,
+                                       uint64_t seed) {
+    return kubetrain::tuner::Tuner::Create(spec, seed);
+  };
+  options.reconcile.stop_rule = kubetrain::tuner::ShouldStopEarly;
+  kubetrain::kube::Controller controller(client->get(), options, &studies);
+
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  std::string identity = absl::StrCat(host, "_", getpid());
+  std::unique_ptr<kubetrain::kube::LeaderElector> elector;
+  if (flags.leader_elect) {
+    std::string lease_ns = !flags.lease_ns.empty() ? flags.lease_ns
+                           : !flags.ns.empty()     ? flags.ns
+                                                   : config->namespace_name;
+    elector = std::make_unique<kubetrain::kube::LeaderElector>(
+        client->get(),
+        kubetrain::kube::LeaderElectionConfig{
+            .ns = lease_ns,
+            .lease_name = flags.lease_name,
+            .identity = identity,
+            .lease_duration = absl::Seconds(flags.lease_duration),
+            .renew_deadline = absl::Seconds(flags.renew_deadline),
+            .retry_period = absl::Seconds(flags.retry_period)});
+    elector->Start(
+        [&] {
+          absl::MutexLock lock(&mu);
+          leading = true;
+        },
+        [] {
+          // Another replica may be acting already: stop at once, as client-go
+          // controllers do, and let the restart rejoin the election.
+          std::cerr << "kubetrain-operator: lost the leader lease, exiting\n";
+          std::_Exit(1);
+        });
+  }
+
+  struct Wake {
+    const bool* stop;
+    const bool* leading;
+    bool Ready() const { return *stop || *leading; }
+  } wake{&stop, &leading};
+  bool started = false;
+  {
+    absl::MutexLock lock(&mu);
+    mu.Await(absl::Condition(&wake, &Wake::Ready));
+    started = !stop;
+  }
+  if (started) {
+    std::cerr << "kubetrain-operator: " << identity << " starting "
+              << options.workers << " workers on "
+              << (flags.ns.empty() ? std::string("all namespaces") : "namespace " + flags.ns)
+              << "\n";
+    if (!controller.Start()) {
+      std::cerr << "kubetrain-operator: caches did not sync\n";
+      return 1;
+    }
+    std::cerr << "kubetrain-operator: caches synced\n";
+    absl::MutexLock lock(&mu);
+    mu.Await(absl::Condition(&stop));
+  }
+  std::cerr << "kubetrain-operator: stopping\n";
+  controller.Stop();
+  if (elector) elector->Stop();
+  return 0;
+}

@@ -1,0 +1,370 @@
+#include "operator/kube/controller.h"
+
+#include <google/protobuf/util/json_util.h>
+
+#include <iostream>
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "api/codec.h"
+#include "operator/core/kube_objects.h"
+#include "operator/core/naming.h"
+#include "operator/core/tf_config.h"
+#include "operator/kube/api_status.h"
+
+namespace kubetrain::kube {
+
+using nlohmann::json;
+
+namespace {
+
+// The job key an owned pod/service belongs to: its controller ownerReference
+// of kind TrainingJob.
+std::string OwnerJobKey(const json& object) {
+  if (!object.contains("metadata") || !object["metadata"].is_object()) return "";
+  const json& md = object["metadata"];
+  if (!md.contains("ownerReferences") || !md["ownerReferences"].is_array()) return "";
+  for (const json& ref : md["ownerReferences"]) {
+    if (!ref.is_object() || ref.value("kind", "") != "TrainingJob") continue;
+    if (!ref.value("controller", false)) continue;
+    std::string name = ref.value("name", "");
+    if (name.empty()) return "";
+    return absl::StrCat(MetaString(object, "namespace"), "/", name);
+  }
+  return "";
+}
+
+std::string OwnerUid(const json& object) {
+  const json& md = object["metadata"];
+  if (!md.contains("ownerReferences") || !md["ownerReferences"].is_array()) return "";
+  for (const json& ref : md["ownerReferences"]) {
+    if (ref.is_object() && ref.value("controller", false)) return ref.value("uid", "");
+  }
+  return "";
+}
+
+}  // namespace
+
+absl::StatusOr<v1::TrainingJob> JobFromObject(const json& object) {
+  if (!object.is_object()) return absl::InvalidArgumentError("TrainingJob: not an object");
+  json trimmed = json::object();
+  for (const char* field : {"apiVersion", "kind", "spec", "status"}) {
+    if (object.contains(field)) trimmed[field] = object[field];
+  }
+  if (object.contains("metadata") && object["metadata"].is_object()) {
+    json md = json::object();
+    for (const char* field : {"name", "namespace", "uid", "resourceVersion", "generation",
+                              "labels", "annotations", "creationTimestamp",
+                              "deletionTimestamp", "finalizers"}) {
+      if (object["metadata"].contains(field)) md[field] = object["metadata"][field];
+    }
+    trimmed["metadata"] = std::move(md);
+  }
+  v1::TrainingJob job;
+  google::protobuf::util::JsonParseOptions options;
+  options.ignore_unknown_fields = true;
+  auto status = google::protobuf::util::JsonStringToMessage(trimmed.dump(), &job, options);
+  if (!status.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("TrainingJob ", MetaString(object, "namespace"), "/",
+                     MetaString(object, "name"), ": ", status.ToString()));
+  }
+  return job;
+}
+
+json StatusToJson(const v1::TrainingJobStatus& status) {
+  json parsed = json::parse(api::EncodeJson(status), nullptr, false);
+  return parsed.is_discarded() ? json::object() : parsed;
+}
+
+Controller::Controller(ClusterClient* client, ControllerOptions options, StudyStore* studies)
+    : client_(client),
+      options_(std::move(options)),
+      studies_(studies),
+      recorder_(client, "kubetrain-operator"),
+      expectations_(options_.expectations_timeout) {
+  auto enqueue_job = [this](const ObjectPtr& o) {
+    std::string key = ObjectKey(*o);
+    if (!key.empty()) queue_.Add(key);
+  };
+  jobs_ = std::make_unique<Informer>(
+      client_, InformerOptions{.resource = kTrainingJobs, .ns = options_.ns},
+      InformerHandlers{.on_add = enqueue_job,
+                       .on_update = [enqueue_job](const ObjectPtr&, const ObjectPtr& o) {
+                         enqueue_job(o);
+                       },
+                       .on_delete = enqueue_job});
+  // Only our own replicas: everything we create carries the job-name label.
+  auto replica_informer = [this](const Resource& resource, const std::string& kind) {
+    return std::make_unique<Informer>(
+        client_,
+        InformerOptions{.resource = resource,
+                        .ns = options_.ns,
+                        .label_selector = core::kLabelJobName,
+                        .index_label = core::kLabelJobName},
+        InformerHandlers{
+            .on_add = [this, kind](const ObjectPtr& o) { OnReplicaEvent(o, true, false, kind); },
+            .on_update = [this, kind](const ObjectPtr&,
+                                      const ObjectPtr& o) { OnReplicaEvent(o, false, false, kind); },
+            .on_delete = [this, kind](const ObjectPtr& o) { OnReplicaEvent(o, false, true, kind); }});
+  };
+  pods_ = replica_informer(kPods, "pods");
+  services_ = replica_informer(kServices, "services");
+}
+
+Controller::~Controller() { Stop(); }
+
+void Controller::OnReplicaEvent(const ObjectPtr& object, bool added, bool deleted,
+                                const std::string& kind) {
+  std::string job_key = OwnerJobKey(*object);
+  if (job_key.empty()) return;
+  std::string name = absl::StrCat(kind, "/", MetaString(*object, "name"));
+  if (added) expectations_.CreationObserved(job_key, name);
+  if (deleted) expectations_.DeletionObserved(job_key, name);
+  queue_.Add(job_key);
+}
+
+bool Controller::Start(absl::Duration sync_timeout) {
+  jobs_->Start();
+  pods_->Start();
+  services_->Start();
+  absl::Time deadline = absl::Now() + sync_timeout;
+  for (Informer* informer : {pods_.get(), services_.get(), jobs_.get()}) {
+    if (!informer->WaitForSync(deadline - absl::Now())) return false;
+  }
+  for (int i = 0; i < options_.workers; ++i) {
+    workers_.emplace_back([this] { Worker(); });
+  }
+  return true;
+}
+
+void Controller::Stop() {
+  if (stopped_.exchange(true)) return;
+  queue_.ShutDown();
+  for (auto& t : workers_) t.join();
+  workers_.clear();
+  jobs_->Stop();
+  pods_->Stop();
+  services_->Stop();
+}
+
+void Controller::Worker() {
+  while (auto key = queue_.Get()) {
+    absl::Status status = SyncJob(*key);
+    if (status.ok()) {
+      queue_.Forget(*key);
+    } else {
+      std::cerr << "sync " << *key << ": " << status << "\n";
+      queue_.AddRateLimited(*key);
+    }
+    queue_.Done(*key);
+  }
+}
+
+std::vector<ObjectPtr> Controller::Owned(const ObjectCache& cache, const json& job) const {
+  std::string ns = MetaString(job, "namespace");
+  std::string uid = MetaString(job, "uid");
+  // The label value is the job's object name, shortened the way ReplicaLabels does.
+  auto parsed = JobFromObject(job);
+  std::string label;
+  if (parsed.ok()) {
+    label = core::ReplicaLabels(core::JobObjectName(*parsed), core::ReplicaKey{})
+                .at(core::kLabelJobName);
+  }
+  std::vector<ObjectPtr> out;
+  for (ObjectPtr& o : cache.ByIndex(ns, label)) {
+    // Replicas of an earlier job of the same name are not ours (the garbage
+    // collector removes them).
+    if (OwnerUid(*o) == uid) out.push_back(std::move(o));
+  }
+  return out;
+}
+
+absl::Status Controller::WriteStatus(json job_object, const v1::TrainingJobStatus& status) {
+  job_object["status"] = StatusToJson(status);
+  return client_->Update(kTrainingJobs, MetaString(job_object, "namespace"), job_object,
+                         /*status=*/true)
+      .status();
+}
+
+absl::Status Controller::SyncJob(const std::string& key) {
+  ++syncs_;
+  const absl::Time now = absl::Now();
+  ObjectPtr job_object = jobs_->cache().Get(key);
+  if (job_object == nullptr) {
+    expectations_.Forget(key);  // deleted: the garbage collector removes its replicas
+    return absl::OkStatus();
+  }
+  if (!expectations_.Satisfied(key, now)) {
+    // Our own creates/deletes are not in the cache yet; their events requeue
+    // the job. The timeout guards against a lost event.
+    queue_.AddAfter(key, options_.expectations_timeout);
+    return absl::OkStatus();
+  }
+  const std::string ns = MetaString(*job_object, "namespace");
+  auto job = JobFromObject(*job_object);
+  if (!job.ok()) {
+    // A document the schema cannot hold is terminal, like an invalid spec.
+    v1::TrainingJobStatus failed;
+    failed.set_state(v1::FAILED);
+    failed.set_error_message(std::string(job.status().message()));
+    json current = job_object->value("status", json::object());
+    if (current.value("state", "") == "FAILED") return absl::OkStatus();
+    recorder_.Record(*job_object, EventRecorder::Type::kWarning, "InvalidSpec",
+                     std::string(job.status().message()));
+    return WriteStatus(*job_object, failed);
+  }
+
+  core::Observed observed;
+  for (const ObjectPtr& pod : Owned(pods_->cache(), *job_object)) {
+    auto replica = core::ParsePod(*pod);
+    if (replica.ok()) observed.replicas.push_back(*std::move(replica));
+  }
+  for (const ObjectPtr& service : Owned(services_->cache(), *job_object)) {
+    auto parsed = core::ParseService(*service);
+    if (parsed.ok()) observed.services.push_back(*std::move(parsed));
+  }
+  const std::string uid = job->metadata().uid();
+  if (studies_ != nullptr) {
+    observed.trial_metrics = studies_->TrialMetrics(uid);
+    observed.archived_trials = studies_->ArchivedTrials(uid);
+  }
+  core::ReconcileOptions reconcile = options_.reconcile;
+  reconcile.address = core::KubernetesAddresses(ns);
+  core::ReconcileResult result = core::Reconcile(*job, observed, now, reconcile);
+
+  // 1. Status first: a new trial must be on record before its pods exist.
+  json written_job = *job_object;
+  if (result.status_changed) {
+    absl::Status status = WriteStatus(written_job, result.status);
+    if (IsConflict(status)) {
+      // Someone changed the job since our cache saw it: re-read, reconcile
+      // against the fresh object, write once more.
+      auto fresh = client_->Get(kTrainingJobs, ns, MetaString(*job_object, "name"));
+      if (!fresh.ok()) return fresh.status();
+      auto fresh_job = JobFromObject(*fresh);
+      if (!fresh_job.ok()) return fresh_job.status();
+      result = core::Reconcile(*fresh_job, observed, now, reconcile);
+      written_job = *fresh;
+      status = result.status_changed ? WriteStatus(written_job, result.status) : absl::OkStatus();
+    }
+    if (!status.ok()) return status;
+  }
+
+  // 2. Deletes, then 3. creates.
+  std::vector<std::string> delete_names, create_names;
+  for (const core::Action& action : result.actions) {
+    if (auto* d = std::get_if<core::DeleteReplica>(&action)) {
+      delete_names.push_back("pods/" + d->name);
+    } else if (auto* d = std::get_if<core::DeleteService>(&action)) {
+      delete_names.push_back("services/" + d->name);
+    } else if (auto* c = std::get_if<core::CreateReplica>(&action)) {
+      create_names.push_back("pods/" + c->replica.name);
+    } else if (auto* c = std::get_if<core::CreateService>(&action)) {
+      create_names.push_back("services/" + c->replica.name);
+    }
+  }
+  expectations_.ExpectDeletions(key, delete_names, now);
+  absl::Status first_error;
+  std::vector<std::string> deleted_pods;
+  for (const core::Action& action : result.actions) {
+    const Resource* resource = nullptr;
+    std::string name;
+    if (auto* d = std::get_if<core::DeleteReplica>(&action)) {
+      resource = &kPods;
+      name = d->name;
+    } else if (auto* d = std::get_if<core::DeleteService>(&action)) {
+      resource = &kServices;
+      name = d->name;
+    } else {
+      continue;
+    }
+    absl::Status status = client_->Delete(*resource, ns, name);
+    if (status.ok() && resource == &kPods) deleted_pods.push_back(name);
+    if (!status.ok()) {
+      // Nothing will be observed for a failed call; NotFound is done already.
+      expectations_.DeletionObserved(key, absl::StrCat(resource->plural, "/", name));
+      if (status.code() != absl::StatusCode::kNotFound && first_error.ok()) first_error = status;
+    }
+  }
+
+  expectations_.ExpectCreations(key, create_names, now);
+  std::vector<std::string> created_pods;
+  size_t batch = 1, done = 0;
+  std::vector<const core::Action*> creates;
+  for (const core::Action& action : result.actions) {
+    if (std::holds_alternative<core::CreateReplica>(action) ||
+        std::holds_alternative<core::CreateService>(action)) {
+      creates.push_back(&action);
+    }
+  }
+  bool stop_creating = false;
+  while (done < creates.size()) {
+    size_t end = std::min(creates.size(), done + batch);
+    for (; done < end; ++done) {
+      const core::Action& action = *creates[done];
+      const Resource* resource;
+      json object;
+      std::string name;
+      if (auto* c = std::get_if<core::CreateReplica>(&action)) {
+        resource = &kPods;
+        name = c->replica.name;
+        if (!stop_creating) object = core::RenderPod(*job, ns, c->replica);
+      } else {
+        auto& s = std::get<core::CreateService>(action);
+        resource = &kServices;
+        name = s.replica.name;
+        if (!stop_creating) object = core::RenderService(*job, ns, s.replica);
+      }
+      std::string expectation = absl::StrCat(resource->plural, "/", name);
+      if (stop_creating) {
+        expectations_.CreationObserved(key, expectation);
+        continue;
+      }
+      auto created = client_->Create(*resource, ns, object);
+      if (created.ok()) {
+        if (resource == &kPods) created_pods.push_back(name);
+        continue;
+      }
+      expectations_.CreationObserved(key, expectation);
+      if (created.status().code() == absl::StatusCode::kAlreadyExists) continue;
+      if (first_error.ok()) first_error = created.status();
+      stop_creating = true;  // the rest of this pass is skipped; requeued with backoff
+    }
+    batch = std::min<size_t>(batch * 2, std::max(1, options_.max_create_batch));
+  }
+
+  // 4. Events: what the core reports, plus one summary per pass of what we created/deleted.
+  if (!created_pods.empty()) {
+    recorder_.Record(written_job, EventRecorder::Type::kNormal, "SuccessfulCreate",
+                     absl::StrCat("Created pods (and their services): ",
+                                  absl::StrJoin(created_pods, ", ")));
+  }
+  if (!deleted_pods.empty()) {
+    recorder_.Record(written_job, EventRecorder::Type::kNormal, "SuccessfulDelete",
+                     absl::StrCat("Deleted pods: ", absl::StrJoin(deleted_pods, ", ")));
+  }
+  for (const core::Action& action : result.actions) {
+    if (auto* e = std::get_if<core::EmitEvent>(&action)) {
+      recorder_.Record(written_job,
+                       e->type == core::EmitEvent::Type::kWarning ? EventRecorder::Type::kWarning
+                                                                  : EventRecorder::Type::kNormal,
+                       e->reason, e->message);
+    } else if (auto* a = std::get_if<core::ArchiveTrial>(&action)) {
+      if (studies_ != nullptr) studies_->Archive(uid, a->trial);
+    }
+  }
+
+  if (result.delete_job) {
+    absl::Status status = client_->Delete(kTrainingJobs, ns, MetaString(*job_object, "name"));
+    if (!status.ok() && status.code() != absl::StatusCode::kNotFound) return status;
+    if (studies_ != nullptr) studies_->ForgetJob(uid);
+    return first_error;
+  }
+  if (result.requeue_after) queue_.AddAfter(key, *result.requeue_after);
+  return first_error;
+}
+
+}  // namespace kubetrain::kube

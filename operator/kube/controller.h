@@ -1,0 +1,90 @@
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "operator/core/reconciler.h"
+#include "operator/kube/cluster_client.h"
+#include "operator/kube/event_recorder.h"
+#include "operator/kube/expectations.h"
+#include "operator/kube/informer.h"
+#include "operator/kube/study_store.h"
+#include "operator/kube/work_queue.h"
+
+namespace kubetrain::kube {
+
+struct ControllerOptions {
+  std::string ns;  // "" = every namespace
+  int workers = 4;  // 0: caches only, SyncJob is called by the owner (tests)
+  // Everything but `address`, which the controller sets per job namespace
+  // (core::KubernetesAddresses).
+  core::ReconcileOptions reconcile;
+  absl::Duration expectations_timeout = absl::Minutes(5);
+  // Creates are issued in slow-start batches (1, 2, 4, ...) and stop at the
+  // first failure, so a quota error costs one call, not hundreds.
+  int max_create_batch = 64;
+};
+
+// The Kubernetes controller for TrainingJobs: informers (jobs; the operator's
+// own pods and services, selected by label) feed a work queue of job keys;
+// workers run one idempotent SyncJob(key) each:
+//
+//  1. read the job and its pods/services from the caches (pods and services
+//     owned by another incarnation of the same name are ignored);
+//  2. skip while expectations for the job are unsatisfied (the cache has not
+//     yet seen our own earlier creates/deletes);
+//  3. core::Reconcile(job, observed, now);
+//  4. act in the core's order: status (status subresource, only when changed;
+//     409 Conflict -> re-read the job, reconcile again, write once more), then
+//     deletes, then creates (AlreadyExists / NotFound are success), events,
+//     archived trials, the job's own deletion;
+//  5. requeue after the core's requeue_after; a failed sync is requeued with
+//     per-key exponential backoff.
+// Thread-safe. Start() once, Stop() once (also from the destructor).
+class Controller {
+ public:
+  Controller(ClusterClient* client, ControllerOptions options, StudyStore* studies);
+  ~Controller();
+
+  // Starts the informers, waits for their first lists (false after
+  // `sync_timeout`), then the workers.
+  bool Start(absl::Duration sync_timeout = absl::Minutes(2));
+  void Stop();
+
+  // One reconcile of "namespace/name". Public for tests.
+  absl::Status SyncJob(const std::string& key);
+
+  void Enqueue(const std::string& key) { queue_.Add(key); }
+  int64_t sync_count() const { return syncs_.load(); }
+
+ private:
+  void Worker();
+  void OnReplicaEvent(const ObjectPtr& object, bool added, bool deleted, const std::string& kind);
+  std::vector<ObjectPtr> Owned(const ObjectCache& cache, const nlohmann::json& job) const;
+  absl::Status WriteStatus(nlohmann::json job_object, const v1::TrainingJobStatus& status);
+
+  ClusterClient* const client_;
+  const ControllerOptions options_;
+  StudyStore* const studies_;
+  EventRecorder recorder_;
+  Expectations expectations_;
+  WorkQueue queue_;
+  std::unique_ptr<Informer> jobs_, pods_, services_;
+  std::vector<std::thread> workers_;
+  std::atomic<int64_t> syncs_{0};
+  std::atomic<bool> stopped_{false};
+};
+
+// Reads a TrainingJob object from the API into the schema. Unknown fields
+// (managedFields, ownerReferences, ...) are ignored; a malformed document is
+// InvalidArgument with protobuf's message.
+absl::StatusOr<v1::TrainingJob> JobFromObject(const nlohmann::json& object);
+// The job's status in its JSON form, for the status subresource.
+nlohmann::json StatusToJson(const v1::TrainingJobStatus& status);
+
+}  // namespace kubetrain::kube

@@ -1,0 +1,179 @@
+#include "operator/kube/controller.h"
+
+#include <memory>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "operator/kube/rest_client.h"
+#include "tests/fake_apiserver/fake_apiserver.h"
+
+namespace kubetrain::kube {
+namespace {
+
+using fake_apiserver::FakeApiServer;
+using nlohmann::json;
+
+json StandardJob(const std::string& name) {
+  return {{"apiVersion", "kubetrain.io/v1"},
+          {"kind", "TrainingJob"},
+          {"metadata", {{"name", name}}},
+          {"spec",
+           {{"trainingInput", {{"scaleTier", "STANDARD_1"}, {"args", {"--max_steps=10"}}}},
+            {"runPolicy", {{"restartPolicy", "Never"}, {"cleanPodPolicy", "Running"}}}}}};
+}
+
+json Terminated(const std::string& phase, int exit_code) {
+  return {{"status",
+           {{"phase", phase},
+            {"containerStatuses",
+             {{{"name", "kubetrain"},
+               {"restartCount", 0},
+               {"state", {{"terminated", {{"exitCode", exit_code}, {"message", "done"}}}}}}}}}}};
+}
+
+class ControllerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    FakeApiServer::Options server_options;
+    server_options.bookmark_interval = absl::Milliseconds(200);
+    server_ = *FakeApiServer::Start(server_options);
+    ClusterConfig config;
+    config.server = server_->url();
+    client_ = *RestClusterClient::Create(config, RestClientOptions{.qps = 0});
+    ControllerOptions options;
+    options.ns = "ns1";
+    options.workers = 2;
+    controller_ = std::make_unique<Controller>(client_.get(), options, &studies_);
+    ASSERT_TRUE(controller_->Start(absl::Seconds(30)));
+  }
+  void TearDown() override { controller_->Stop(); }
+
+  std::string State(const std::string& job) {
+    auto j = server_->Get("trainingjobs", "ns1", job);
+    if (!j.ok() || !j->contains("status")) return "";
+    return (*j)["status"].value("state", "");
+  }
+  bool WaitForState(const std::string& job, const std::string& state) {
+    return server_->WaitUntil([&] { return State(job) == state; });
+  }
+  std::set<std::string> Names(const std::string& resource) {
+    std::set<std::string> out;
+    for (const json& o : server_->List(resource, "ns1")) out.insert(o["metadata"]["name"]);
+    return out;
+  }
+  int64_t Writes() {
+    int64_t total = 0;
+    for (const auto& [key, count] : server_->RequestCounts()) {
+      if (key.rfind("get", 0) == 0 || key.rfind("list", 0) == 0 || key.rfind("watch", 0) == 0) {
+        continue;
+      }
+      total += count;
+    }
+    return total;
+  }
+
+  std::unique_ptr<FakeApiServer> server_;
+  std::unique_ptr<RestClusterClient> client_;
+  InMemoryStudyStore studies_;
+  std::unique_ptr<Controller> controller_;
+};
+
+TEST_F(ControllerTest, CreatesEveryReplicaOnceOwnedAndLabelled) {
+  auto job = server_->Create("trainingjobs", "ns1", StandardJob("mnist"));
+  ASSERT_TRUE(job.ok());
+  ASSERT_TRUE(server_->WaitUntil(
+      [&] { return server_->Count("pods") == 8 && server_->Count("services") == 8; }));
+  ASSERT_TRUE(WaitForState("mnist", "PREPARING"));
+  std::set<std::string> expected = {"mnist-master-0", "mnist-worker-0", "mnist-worker-1",
+                                    "mnist-worker-2", "mnist-worker-3", "mnist-ps-0",
+                                    "mnist-ps-1",     "mnist-ps-2"};
+  EXPECT_EQ(Names("pods"), expected);
+  EXPECT_EQ(Names("services"), expected);
+  for (const json& pod : server_->List("pods", "ns1")) {
+    const json& ref = pod["metadata"]["ownerReferences"][0];
+    EXPECT_EQ(ref["uid"], (*job)["metadata"]["uid"]);
+    EXPECT_EQ(ref["controller"], true);
+    EXPECT_EQ(pod["metadata"]["labels"]["kubetrain.io/job-name"], "mnist");
+  }
+  auto counts = server_->RequestCounts();
+  EXPECT_EQ(counts["create pods"], 8);
+  EXPECT_EQ(counts["create services"], 8);
+
+  // Once everything is observed, a reconcile writes nothing. A second
+  // controller, synced from the server after the first one stopped, shows it
+  // without racing the first one's workers.
+  ASSERT_TRUE(server_->WaitUntil([&] { return server_->Count("events") >= 2; }));
+  controller_->Stop();
+  int64_t writes = Writes();
+  ControllerOptions options;
+  options.ns = "ns1";
+  options.workers = 0;  // caches only: the test calls SyncJob
+  Controller second(client_.get(), options, &studies_);
+  ASSERT_TRUE(second.Start(absl::Seconds(30)));
+  ASSERT_TRUE(second.SyncJob("ns1/mnist").ok());
+  EXPECT_EQ(Writes(), writes);
+}
+
+TEST_F(ControllerTest, PodPhasesDriveTheJobToSuccessAndCleanUp) {
+  ASSERT_TRUE(server_->Create("trainingjobs", "ns1", StandardJob("j")).ok());
+  ASSERT_TRUE(server_->WaitUntil([&] { return server_->Count("pods") == 8; }));
+  for (const std::string& name : Names("pods")) {
+    ASSERT_TRUE(server_->MergePatch("pods", "ns1", name, {{"status", {{"phase", "Running"}}}}, "status").ok());
+  }
+  ASSERT_TRUE(WaitForState("j", "RUNNING"));
+  ASSERT_TRUE(server_->MergePatch("pods", "ns1", "j-master-0", Terminated("Succeeded", 0), "status").ok());
+  ASSERT_TRUE(WaitForState("j", "SUCCEEDED"));
+  // cleanPodPolicy Running: the running workers and ps go, the master stays.
+  ASSERT_TRUE(server_->WaitUntil([&] { return server_->Count("pods") == 1; }));
+  EXPECT_EQ(Names("pods"), std::set<std::string>{"j-master-0"});
+  EXPECT_TRUE(server_->WaitUntil([&] {
+    for (const json& e : server_->List("events", "ns1")) {
+      if (e["involvedObject"]["name"] == "j" && e["reason"] == "JobSucceeded") return true;
+    }
+    return false;
+  }));
+}
+
+TEST_F(ControllerTest, FailedWorkerUnderNeverFailsTheJob) {
+  ASSERT_TRUE(server_->Create("trainingjobs", "ns1", StandardJob("f")).ok());
+  ASSERT_TRUE(server_->WaitUntil([&] { return server_->Count("pods") == 8; }));
+  ASSERT_TRUE(server_->MergePatch("pods", "ns1", "f-worker-2", Terminated("Failed", 1), "status").ok());
+  ASSERT_TRUE(WaitForState("f", "FAILED"));
+  auto job = server_->Get("trainingjobs", "ns1", "f");
+  EXPECT_NE((*job)["status"].value("errorMessage", "").find("worker-2"), std::string::npos)
+      << (*job)["status"];
+}
+
+TEST_F(ControllerTest, CancelDeletesReplicas) {
+  ASSERT_TRUE(server_->Create("trainingjobs", "ns1", StandardJob("c")).ok());
+  ASSERT_TRUE(server_->WaitUntil([&] { return server_->Count("pods") == 8; }));
+  ASSERT_TRUE(server_->MergePatch("trainingjobs", "ns1", "c", {{"spec", {{"cancel", true}}}}).ok());
+  ASSERT_TRUE(WaitForState("c", "CANCELLED"));
+  EXPECT_EQ(server_->Count("pods"), 0u);
+}
+
+TEST_F(ControllerTest, DeletedPodIsRecreatedWithoutDuplicates) {
+  ASSERT_TRUE(server_->Create("trainingjobs", "ns1", StandardJob("d")).ok());
+  ASSERT_TRUE(server_->WaitUntil([&] { return server_->Count("pods") == 8; }));
+  ASSERT_TRUE(server_->Delete("pods", "ns1", "d-ps-1").ok());
+  ASSERT_TRUE(server_->WaitUntil([&] { return server_->Get("pods", "ns1", "d-ps-1").ok(); }));
+  EXPECT_EQ(server_->Count("pods"), 8u);
+  EXPECT_EQ(server_->RequestCounts()["create pods"], 9);
+}
+
+TEST(JobFromObjectTest, IgnoresServerFieldsAndRejectsWrongTypes) {
+  json object = StandardJob("x");
+  object["metadata"]["uid"] = "u-1";
+  object["metadata"]["managedFields"] = json::array({{{"manager", "kubectl"}}});
+  object["metadata"]["ownerReferences"] = json::array();
+  auto job = JobFromObject(object);
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->metadata().uid(), "u-1");
+  EXPECT_EQ(job->spec().training_input().scale_tier(), v1::TrainingInput::STANDARD_1);
+  object["spec"]["trainingInput"]["scaleTier"] = json::array();
+  EXPECT_EQ(JobFromObject(object).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace kubetrain::kube

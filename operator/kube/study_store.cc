@@ -1,0 +1,55 @@
+#include "operator/kube/study_store.h"
+
+namespace kubetrain::kube {
+
+void InMemoryStudyStore::Report(const std::string& job_uid, const std::string& trial_id,
+                                const core::MetricReport& report) {
+  std::function<void(const std::string&)> listener;
+  {
+    absl::MutexLock lock(&mu_);
+    metrics_[job_uid][trial_id].push_back(report);
+    listener = listener_;
+  }
+  if (listener) listener(job_uid);
+}
+
+void InMemoryStudyStore::SetListener(std::function<void(const std::string& job_uid)> listener) {
+  absl::MutexLock lock(&mu_);
+  listener_ = std::move(listener);
+}
+
+std::map<std::string, std::vector<core::MetricReport>> InMemoryStudyStore::TrialMetrics(
+    const std::string& job_uid) {
+  absl::MutexLock lock(&mu_);
+  auto it = metrics_.find(job_uid);
+  return it == metrics_.end() ? std::map<std::string, std::vector<core::MetricReport>>()
+                              : it->second;
+}
+
+std::vector<v1::HyperparameterOutput> InMemoryStudyStore::ArchivedTrials(
+    const std::string& job_uid) {
+  absl::MutexLock lock(&mu_);
+  auto it = archived_.find(job_uid);
+  return it == archived_.end() ? std::vector<v1::HyperparameterOutput>() : it->second;
+}
+
+void InMemoryStudyStore::Archive(const std::string& job_uid,
+                                 const v1::HyperparameterOutput& trial) {
+  absl::MutexLock lock(&mu_);
+  auto& trials = archived_[job_uid];
+  for (auto& t : trials) {
+    if (t.trial_id() == trial.trial_id()) {
+      t = trial;
+      return;
+    }
+  }
+  trials.push_back(trial);
+}
+
+void InMemoryStudyStore::ForgetJob(const std::string& job_uid) {
+  absl::MutexLock lock(&mu_);
+  metrics_.erase(job_uid);
+  archived_.erase(job_uid);
+}
+
+}  // namespace kubetrain::kube

@@ -1,0 +1,53 @@
+#pragma once
+
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "kubetrain/v1/training_job.pb.h"
+#include "operator/core/reconciler.h"
+
+namespace kubetrain::kube {
+
+// What the controller keeps about tuning studies outside the TrainingJob
+// object: the metric reports trials sent (the Metrics gRPC service feeds
+// them) and trials archived out of status (core::ArchiveTrial). Keyed by the
+// job's uid so a job recreated under the same name starts clean.
+// Implementations are thread-safe.
+class StudyStore {
+ public:
+  virtual ~StudyStore() = default;
+  virtual std::map<std::string, std::vector<core::MetricReport>> TrialMetrics(
+      const std::string& job_uid) = 0;
+  virtual std::vector<v1::HyperparameterOutput> ArchivedTrials(const std::string& job_uid) = 0;
+  virtual void Archive(const std::string& job_uid, const v1::HyperparameterOutput& trial) = 0;
+  virtual void ForgetJob(const std::string& job_uid) = 0;
+};
+
+// In memory: lost when the operator restarts (trials already in status keep
+// their final metrics; a running trial reports again).
+class InMemoryStudyStore : public StudyStore {
+ public:
+  // Records a report; then calls the listener (the controller requeues the job).
+  void Report(const std::string& job_uid, const std::string& trial_id,
+              const core::MetricReport& report);
+  void SetListener(std::function<void(const std::string& job_uid)> listener);
+
+  std::map<std::string, std::vector<core::MetricReport>> TrialMetrics(
+      const std::string& job_uid) override;
+  std::vector<v1::HyperparameterOutput> ArchivedTrials(const std::string& job_uid) override;
+  void Archive(const std::string& job_uid, const v1::HyperparameterOutput& trial) override;
+  void ForgetJob(const std::string& job_uid) override;
+
+ private:
+  absl::Mutex mu_;
+  std::map<std::string, std::map<std::string, std::vector<core::MetricReport>>> metrics_
+      ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::vector<v1::HyperparameterOutput>> archived_ ABSL_GUARDED_BY(mu_);
+  std::function<void(const std::string&)> listener_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace kubetrain::kube
