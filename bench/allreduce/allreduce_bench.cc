@@ -91,7 +91,7 @@ int main(int argc, char** argv) {
     // Touch the pages, warm the path, then line the ranks up.
     const absl::Time deadline = absl::Now() + absl::Minutes(5);
     for (int i = 0; i < 3; ++i) {
-      if (absl::Status s = RingAllReduce(*transport, absl::MakeSpan(data), op++, deadline); !s.ok()) {
+      if (absl::Status s = AllReduce(*transport, absl::MakeSpan(data), op++, deadline); !s.ok()) {
         std::cerr << s << std::endl;
         return 1;
       }
@@ -103,7 +103,7 @@ int main(int argc, char** argv) {
     const int iters = ItersFor(bytes);
     const absl::Time start = absl::Now();
     for (int i = 0; i < iters; ++i) {
-      if (absl::Status s = RingAllReduce(*transport, absl::MakeSpan(data), op++, deadline); !s.ok()) {
+      if (absl::Status s = AllReduce(*transport, absl::MakeSpan(data), op++, deadline); !s.ok()) {
         std::cerr << s << std::endl;
         return 1;
       }

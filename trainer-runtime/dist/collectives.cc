@@ -1,6 +1,8 @@
 #include "trainer-runtime/dist/collectives.h"
 
+#include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "api/status_macros.h"
@@ -77,6 +79,41 @@ absl::Status RingAllReduce(Transport& transport, absl::Span<float> data, uint64_
   return absl::OkStatus();
 }
 
+absl::Status ExchangeAllReduce(Transport& transport, absl::Span<float> data, uint64_t op,
+                               absl::Time deadline) {
+  const int n = transport.size();
+  const int r = transport.rank();
+  if (n == 1) return absl::OkStatus();
+  const size_t bytes = data.size() * sizeof(float);
+  // inputs[q]: rank q's buffer; ours is a copy, so the sum can go into data.
+  std::vector<std::vector<float>> inputs(n);
+  inputs[r].assign(data.begin(), data.end());
+  for (int k = 1; k < n; ++k) {
+    const int to = (r + k) % n;
+    const int from = (r - k + n) % n;
+    inputs[from].resize(data.size());
+    std::byte* dst = reinterpret_cast<std::byte*>(inputs[from].data());
+    RETURN_IF_ERROR(transport.SendRecv(
+        to, CollectiveTag(op, k), Bytes(inputs[r].data(), data.size()), from, CollectiveTag(op, k),
+        bytes,
+        [dst](size_t offset, absl::Span<const std::byte> piece) {
+          if (!piece.empty()) std::memcpy(dst + offset, piece.data(), piece.size());
+        },
+        deadline));
+  }
+  std::copy(inputs[0].begin(), inputs[0].end(), data.begin());
+  for (int q = 1; q < n; ++q) AddInto(data.data(), inputs[q].data(), data.size());
+  return absl::OkStatus();
+}
+
+absl::Status AllReduce(Transport& transport, absl::Span<float> data, uint64_t op,
+                       absl::Time deadline) {
+  if (data.size() * sizeof(float) <= kExchangeAllReduceMaxBytes) {
+    return ExchangeAllReduce(transport, data, op, deadline);
+  }
+  return RingAllReduce(transport, data, op, deadline);
+}
+
 absl::Status Broadcast(Transport& transport, int root, absl::Span<std::byte> data, uint64_t op,
                        absl::Time deadline, size_t chunk_bytes) {
   const int n = transport.size();
@@ -113,7 +150,7 @@ absl::Status Barrier(Transport& transport, uint64_t op, absl::Time deadline) {
   // An all-reduce of one value per rank: nobody finishes before everybody
   // has contributed.
   float one = 1.0f;
-  return RingAllReduce(transport, absl::MakeSpan(&one, 1), op, deadline);
+  return AllReduce(transport, absl::MakeSpan(&one, 1), op, deadline);
 }
 
 }  // namespace kubetrain::dist

@@ -33,6 +33,20 @@ Tag CollectiveTag(uint64_t op, uint32_t step);
 absl::Status RingAllReduce(Transport& transport, absl::Span<float> data, uint64_t op,
                            absl::Time deadline);
 
+// Sums small buffers with one exchange round instead of the ring's 2(n-1)
+// steps: every rank sends its whole buffer to every other (one SendRecv per
+// peer distance) and adds the n buffers in rank order, so every rank gets the
+// bit-identical sum. Latency-bound sizes only: it moves (n-1) x the buffer.
+absl::Status ExchangeAllReduce(Transport& transport, absl::Span<float> data, uint64_t op,
+                               absl::Time deadline);
+
+// Up to this many bytes AllReduce uses ExchangeAllReduce, above it the ring.
+inline constexpr size_t kExchangeAllReduceMaxBytes = 16 << 10;
+
+// Sum all-reduce with the algorithm suited to the size.
+absl::Status AllReduce(Transport& transport, absl::Span<float> data, uint64_t op,
+                       absl::Time deadline);
+
 // Copies `data` of rank `root` into `data` of every other rank. Ranks form a
 // chain from the root; the buffer travels in chunks of `chunk_bytes` so that
 // forwarding chunk k overlaps receiving chunk k+1.

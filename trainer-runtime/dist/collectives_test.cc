@@ -36,9 +36,17 @@ std::vector<std::vector<float>> RandomInputs(int ranks, size_t count, uint32_t s
   return inputs;
 }
 
-class RingAllReduceTest : public ::testing::TestWithParam<std::tuple<int, size_t>> {};
+using AllReduceFn = absl::Status (*)(Transport&, absl::Span<float>, uint64_t, absl::Time);
 
-TEST_P(RingAllReduceTest, MatchesReferenceSum) {
+class RingAllReduceTest : public ::testing::TestWithParam<std::tuple<int, size_t>> {
+ protected:
+  void Check(AllReduceFn all_reduce);
+};
+
+TEST_P(RingAllReduceTest, MatchesReferenceSum) { Check(&RingAllReduce); }
+TEST_P(RingAllReduceTest, ExchangeMatchesReferenceSum) { Check(&ExchangeAllReduce); }
+
+void RingAllReduceTest::Check(AllReduceFn all_reduce) {
   const auto [ranks, count] = GetParam();
   auto inputs = RandomInputs(ranks, count, static_cast<uint32_t>(ranks * 7919 + count));
   std::vector<float> expected(count, 0.0f);
@@ -48,7 +56,7 @@ TEST_P(RingAllReduceTest, MatchesReferenceSum) {
   InProcessHub hub(ranks);
   auto data = inputs;
   auto statuses = RunRanks(ranks, [&](int r) {
-    return RingAllReduce(hub.transport(r), absl::MakeSpan(data[r]), /*op=*/1, Soon());
+    return all_reduce(hub.transport(r), absl::MakeSpan(data[r]), /*op=*/1, Soon());
   });
   for (int r = 0; r < ranks; ++r) {
     ASSERT_TRUE(statuses[r].ok()) << "rank " << r << ": " << statuses[r];

@@ -118,7 +118,7 @@ absl::StatusOr<AllReduceStrategy::StepResult> AllReduceStrategy::Step(
       bucket[at] = loss;
       bucket[at + 1] = accuracy;
     }
-    absl::Status s = RingAllReduce(*transport_, absl::MakeSpan(bucket), op_++, deadline);
+    absl::Status s = AllReduce(*transport_, absl::MakeSpan(bucket), op_++, deadline);
     if (!s.ok()) return Fail(s, "gradient all-reduce", global_step);
     for (float& x : bucket) x *= scale;
     at = 0;

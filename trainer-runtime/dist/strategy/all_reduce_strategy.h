@@ -11,7 +11,8 @@ namespace kubetrain::dist {
 
 // Synchronous data parallelism across replicas (MultiWorkerMirroredStrategy):
 // every replica holds all variables, computes gradients on its own shard of
-// the data, and the gradients are averaged with ring all-reduce before each
+// the data, and the gradients are averaged by all-reduce (AllReduce: the
+// ring, or one exchange round for buckets of a few KiB) before each
 // replica applies the same update with its own optimizer, so the replicas stay
 // identical.
 //
