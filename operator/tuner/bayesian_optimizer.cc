@@ -203,6 +203,9 @@ class Model {
   }
 
   void AddBeliever(const Assignment& a) {
+    // Past this many believers a batch stops refitting the model (each refit
+    // is O(n^3)); the rest of the batch still never repeats a point.
+    if (++believers_ > kMaxBatchBelievers) return;
     absl::StatusOr<std::vector<double>> u = space_->Encode(a);
     if (!u.ok()) return;
     AddBelievers(ToEigen(*u).transpose());
@@ -265,6 +268,8 @@ class Model {
   std::optional<GaussianProcess> gp_;
   double best_ = 0;
   double lo_ = 0.0, hi_ = 1.0;  // the box candidates are drawn from
+  static constexpr int kMaxBatchBelievers = 32;
+  int believers_ = 0;
   std::vector<Eigen::VectorXd> anchors_;
 };
 
