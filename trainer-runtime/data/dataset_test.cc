@@ -82,6 +82,10 @@ TEST(LoadIdxTest, DirectoryWithTwoPairsAndNoPrefixIsAmbiguous) {
 class IdxFilesTest : public ::testing::Test {
  protected:
   void SetUp() override { dir_ = MakeTempDir(); }
+  void TearDown() override {
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
   std::string Path(const std::string& name) const { return dir_ + "/" + name; }
   std::string GoodImages() const {
     return MakeIdx({3, 2, 2}, {0, 51, 255, 102, 1, 2, 3, 4, 255, 255, 0, 0});
