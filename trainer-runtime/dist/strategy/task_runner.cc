@@ -166,6 +166,8 @@ absl::StatusOr<TrainResult> RunTask(const ClusterSpec& cluster, const Distribute
   options.task_type = task.role == api::Role::kMaster ? cluster.master_name()
                                                       : std::string(api::RoleName(task.role));
   options.task_index = task.index;
+  // Only the chief reports metrics (to the operator, the hypertune file).
+  if (!cluster.IsChief()) env.metrics_sinks.clear();
   if (task.role == api::Role::kEvaluator) {
     return absl::UnimplementedError("the evaluator task is not supported yet");
   }

@@ -37,7 +37,8 @@ absl::StatusOr<std::string> ChooseStrategy(const ClusterSpec& cluster, const Dis
 
 // Runs this task's part of the job: the training loop with the chosen
 // strategy for the master and workers, the serving loop for a ps task (which
-// returns when the chief has finished). Errors carry exit codes
+// returns when the chief has finished). `env` is the engine's: its metrics
+// sinks are kept for the chief only. Errors carry exit codes
 // (trainer-runtime/exit_codes.h): 138 for lost peers, naming them.
 absl::StatusOr<runtime::engine::TrainResult> RunTask(const ClusterSpec& cluster,
                                                      const DistributedFlags& flags,
