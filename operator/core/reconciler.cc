@@ -24,6 +24,7 @@ constexpr char kRestarting[] = "Restarting";
 constexpr char kSucceeded[] = "Succeeded";
 constexpr char kFailed[] = "Failed";
 constexpr char kCancelled[] = "Cancelled";
+constexpr char kSuspended[] = "Suspended";
 
 // Termination messages are the user's; keep status small.
 constexpr size_t kMaxMessageLength = 1024;
@@ -1061,6 +1062,24 @@ void ReconcileStudy(Context& c) {
   AdvanceState(c, best_phase, replicas_per_trial);
 }
 
+// ---- Suspension ------------------------------------------------------------
+
+// runPolicy.suspend: every replica goes and none is created until the flag is
+// cleared; state, trials and restartCount stay as they are.
+void ReconcileSuspended(Context& c) {
+  if (SetCondition(&c.status(), kSuspended, true, "JobSuspended",
+                   "runPolicy.suspend is true: replicas deleted", c.now)) {
+    SetCondition(&c.status(), kRunning, false, "JobSuspended", "", c.now);
+    c.Emit(EmitEvent::Type::kNormal, "Suspended", "the job was suspended; deleting its replicas");
+  }
+  for (const ObservedReplica& r : c.observed.replicas) DeleteReplicaOnce(c, r, "suspended");
+  if (c.options.services) {
+    for (const ObservedService& s : c.observed.services) {
+      c.result.actions.push_back(DeleteService{s.name});
+    }
+  }
+}
+
 // ---- Cancellation ----------------------------------------------------------
 
 void ReconcileCancel(Context& c) {
@@ -1152,10 +1171,16 @@ ReconcileResult Reconcile(const v1::TrainingJob& job, const Observed& observed, 
       ReconcileCancel(c);
     } else if (CheckDeadlines(c, /*enforce=*/true)) {
       StopActiveTrials(c, "stopped: the job failed");
+    } else if (c.policy().suspend()) {
+      ReconcileSuspended(c);
     } else if (IsStudy(c.job)) {
       ReconcileStudy(c);
     } else {
       ReconcileJob(c);
+    }
+    if (!c.policy().suspend() && ConditionIsTrue(s, kSuspended)) {
+      SetCondition(&s, kSuspended, false, "JobResumed", "runPolicy.suspend is false", now);
+      c.Emit(EmitEvent::Type::kNormal, "Resumed", "the job was resumed; creating its replicas");
     }
     if (IsTerminal(s.state())) {
       c.result.requeue_after.reset();

@@ -39,7 +39,7 @@ namespace kubetrain::core {
 // the Restarting condition. SUCCEEDED, FAILED, CANCELLED are terminal.
 //
 // Conditions (Kubernetes-shaped, in status.conditions): Created, Running,
-// Restarting, Succeeded, Failed, Cancelled, with reasons and messages naming
+// Restarting, Succeeded, Failed, Cancelled, Suspended, with reasons and messages naming
 // the replica ("worker-2 exited with code 1: <termination message>").
 //
 // Restart policies (runPolicy.restartPolicy):
@@ -70,6 +70,10 @@ namespace kubetrain::core {
 // Lost replicas: phase Unknown, node_lost, or deletion requested and past its
 // grace period count as pod-level failures: replaced (force-deleted, then
 // recreated) when the policy retries, else the job fails. Never left hanging.
+//
+// runPolicy.suspend: every replica (and Service) is deleted and none created
+// while it is true (condition Suspended); the state, trials and restartCount
+// stay; clearing it creates the replicas again. Deadlines keep counting.
 //
 // Success: the master succeeds, or worker 0 when there is no master.
 // At the end cleanPodPolicy applies (default Running: replicas still pending

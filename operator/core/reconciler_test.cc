@@ -688,6 +688,32 @@ TEST(ReconcileTest, CancelDeletesEverythingThenEndsCancelled) {
   EXPECT_THAT(h.Names(), IsEmpty());
 }
 
+TEST(ReconcileTest, SuspendDeletesReplicasUntilResumed) {
+  Harness h = Running(Job());
+  h.job.mutable_spec()->mutable_run_policy()->set_suspend(true);
+  ReconcileResult r = h.Step();
+  EXPECT_EQ(Deleted(r).size(), 4u);
+  EXPECT_EQ(ServicesDeleted(r).size(), 4u);
+  EXPECT_TRUE(h.ConditionTrue("Suspended"));
+  EXPECT_FALSE(h.ConditionTrue("Running"));
+  EXPECT_THAT(EventReasons(r), ElementsAre("Suspended"));
+  h.Settle();
+  EXPECT_THAT(h.Names(), IsEmpty());
+  EXPECT_EQ(h.job.status().state(), v1::RUNNING);
+
+  h.job.mutable_spec()->mutable_run_policy()->set_suspend(false);
+  r = h.Step();
+  EXPECT_EQ(Created(r).size(), 4u);
+  EXPECT_EQ(ServicesCreated(r).size(), 4u);
+  EXPECT_FALSE(h.ConditionTrue("Suspended"));
+  EXPECT_THAT(EventReasons(r), ElementsAre("Resumed"));
+  EXPECT_EQ(r.status.restart_count(), 0);
+  h.Settle();
+  h.RunAll();
+  h.Settle();
+  EXPECT_TRUE(h.ConditionTrue("Running"));
+}
+
 TEST(ReconcileTest, CleanPodPolicies) {
   struct Case {
     v1::RunPolicy::CleanPodPolicy policy;
