@@ -248,6 +248,24 @@ TEST_F(DistributedTrainingTest, KilledWorkerGivesRetryableExitAndTheRestartResum
   EXPECT_THAT(log, HasSubstr("Final metrics after 400 steps"));
 }
 
+TEST_F(DistributedTrainingTest, EvaluatorEvaluatesCheckpointsAndExitsWithTheMaster) {
+  const std::string out = (dir_ / "out").string();
+  ClusterRun run(dir_, {{"master", 1}, {"worker", 1}, {"evaluator", 1}},
+                 Flags(64, 200, {"--output_path=" + out, "--log_every_steps=100",
+                                 "--save_checkpoints_steps=50"}),
+                 "eval");
+  ExpectAllExitZero(run, "master");
+  std::vector<std::string> lines = Lines(run.task("evaluator", 0));
+  const std::string log = absl::StrJoin(lines, "\n");
+  // The final checkpoint is always evaluated; earlier ones when it kept up.
+  EXPECT_THAT(log, HasSubstr("Evaluator, step 200: loss:"));
+  bool events = false;
+  for (const auto& entry : std::filesystem::directory_iterator(out + "/eval_evaluator")) {
+    events |= entry.path().filename().string().rfind("events.out.tfevents.", 0) == 0;
+  }
+  EXPECT_TRUE(events);
+}
+
 TEST_F(DistributedTrainingTest, KilledPsGivesRetryableExitNamingIt) {
   ClusterRun run(dir_, {{"master", 1}, {"worker", 1}, {"ps", 1}},
                  Flags(64, 100000, {"--log_every_steps=50"}), "pskill");

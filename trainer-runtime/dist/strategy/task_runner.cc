@@ -12,6 +12,7 @@
 #include "trainer-runtime/dist/grpc/grpc_transport.h"
 #include "trainer-runtime/dist/shm/shm_transport.h"
 #include "trainer-runtime/dist/strategy/all_reduce_strategy.h"
+#include "trainer-runtime/dist/strategy/evaluator.h"
 #include "trainer-runtime/dist/strategy/parameter_server.h"
 #include "trainer-runtime/engine/trainer_flags.h"
 #include "trainer-runtime/exit_codes.h"
@@ -169,7 +170,8 @@ absl::StatusOr<TrainResult> RunTask(const ClusterSpec& cluster, const Distribute
   // Only the chief reports metrics (to the operator, the hypertune file).
   if (!cluster.IsChief()) env.metrics_sinks.clear();
   if (task.role == api::Role::kEvaluator) {
-    return absl::UnimplementedError("the evaluator task is not supported yet");
+    RETURN_IF_ERROR(RunEvaluator(options, env.log != nullptr ? *env.log : std::cout));
+    return TrainResult{};
   }
   if (strategy == "ps") {
     ParameterServerOptions ps;
