@@ -137,6 +137,7 @@ class Decoder {
 
   void DecodeMessage(const YAML::Node& node, Message* message, const std::string& path) {
     if (IsNullScalar(node)) return;
+    if (!Spend(node, path)) return;
     const Descriptor* descriptor = message->GetDescriptor();
     if (descriptor->full_name() == "google.protobuf.Struct") {
       DecodeStruct(node, static_cast<google::protobuf::Struct*>(message), path);
@@ -180,6 +181,16 @@ class Decoder {
       if (descriptor->field(i)->json_name() == key) return descriptor->field(i);
     }
     return nullptr;
+  }
+
+  // YAML aliases let a small text name a huge tree ("billion laughs"); every
+  // message decoded spends from a budget far above any real job.
+  bool Spend(const YAML::Node& node, const std::string& path) {
+    if (++visited_ <= kMaxMessages) return true;
+    if (visited_ == kMaxMessages + 1) {
+      Fail(node, path, "input expands to more than " + std::to_string(kMaxMessages) + " objects");
+    }
+    return false;
   }
 
   void Remember(const YAML::Node& node, const std::string& path) {
@@ -387,6 +398,7 @@ class Decoder {
 
   void DecodeStructValue(const YAML::Node& node, google::protobuf::Value* out,
                          const std::string& path) {
+    if (!Spend(node, path)) return;
     if (IsNullScalar(node)) {
       out->set_null_value(google::protobuf::NULL_VALUE);
     } else if (node.IsMap()) {
@@ -408,8 +420,10 @@ class Decoder {
     }
   }
 
+  static constexpr int kMaxMessages = 100000;
   std::vector<FieldError>* errors_;
   std::map<std::string, std::pair<int, int>>* positions_;
+  int visited_ = 0;
 };
 
 // Returns the byte offset of the first invalid UTF-8 sequence, or npos.
@@ -464,9 +478,143 @@ FieldError PositionedError(std::string_view text, size_t offset, std::string rea
   return error;
 }
 
+// Limits that keep hostile input from exhausting the stack or memory: a job
+// spec is a few kilobytes and a handful of levels deep.
+constexpr size_t kMaxInputBytes = 4 << 20;
+constexpr int kMaxNesting = 64;
+
+// An upper bound on the nesting of flow collections ("[[[...") and block
+// sequences started on one line ("- - - ..."), checked before yaml-cpp's
+// recursive parser sees the text. Indentation nesting is bounded by line
+// length and needs no check here.
+int ApproximateNesting(std::string_view text) {
+  int flow = 0, deepest = 0, dashes = 0;
+  char quote = 0;
+  bool line_start = true;
+  for (char c : text) {
+    if (quote != 0) {
+      if (c == quote) quote = 0;
+      if (c == '\n') line_start = true;
+      continue;
+    }
+    if (c == '\n') {
+      line_start = true;
+      dashes = 0;
+      continue;
+    }
+    if (line_start && c == '-') {
+      ++dashes;
+    } else if (line_start && c != ' ') {
+      line_start = false;
+    }
+    if (c == '"' || c == '\'') quote = c;
+    if (c == '[' || c == '{') ++flow;
+    if ((c == ']' || c == '}') && flow > 0) --flow;
+    deepest = std::max({deepest, flow, dashes});
+  }
+  return deepest;
+}
+
+// yaml-cpp 0.7 loops forever, allocating, when a ',' starts a token outside
+// any flow collection at document level ("[a] ,", "- a\n,", "&x ,"). A plain
+// scalar never starts with ',', so a ',' that starts a token in block context
+// is an error anyway: find it before yaml-cpp does. Returns the byte offset of
+// such a ',', or npos.
+size_t FindStrayFlowEntry(std::string_view text) {
+  int flow = 0;
+  char quote = 0;
+  size_t line_start = 0;
+  int block_scalar_parent = -1;  // indentation of a `key: |` line, while its body lasts
+  while (line_start < text.size()) {
+    size_t line_end = text.find('\n', line_start);
+    if (line_end == std::string_view::npos) line_end = text.size();
+    const std::string_view line = text.substr(line_start, line_end - line_start);
+    const size_t first = line.find_first_not_of(' ');
+    const int indent = first == std::string_view::npos ? -1 : static_cast<int>(first);
+    if (block_scalar_parent >= 0 && quote == 0) {
+      if (indent < 0 || indent > block_scalar_parent) {
+        line_start = line_end + 1;
+        continue;
+      }
+      block_scalar_parent = -1;
+    }
+    std::string_view previous_word;  // the token before the current position
+    char previous = 0;               // last non-space character on this line
+    for (size_t i = 0; i < line.size(); ++i) {
+      const char c = line[i];
+      if (quote != 0) {
+        if (quote == '"' && c == '\\') {
+          ++i;  // an escaped character, possibly a quote
+        } else if (c == quote) {
+          quote = 0;
+          previous = c;
+        }
+        continue;
+      }
+      if (c == ' ' || c == '\t') continue;
+      if (c == '#' && (i == 0 || line[i - 1] == ' ' || line[i - 1] == '\t')) break;
+      if (c == '"' || c == '\'') {
+        if (flow > 0 || previous == 0 || previous == ':' || previous == '-' || previous == '?' ||
+            previous == ',' || previous == '[' || previous == '{') {
+          quote = c;
+          continue;
+        }
+      }
+      if (c == '[' || c == '{') ++flow;
+      if ((c == ']' || c == '}') && flow > 0) --flow;
+      if (c == ',' && flow == 0) {
+        const bool token_start = i == 0 || line[i - 1] == ' ' || line[i - 1] == '\t';
+        const bool after_terminator = previous == 0 || previous == ']' || previous == '}' ||
+                                      previous == '"' || previous == '\'' ||
+                                      previous_word == ":" || previous_word == "-" ||
+                                      previous_word == "?" || previous_word == "---" ||
+                                      previous_word == "..." ||
+                                      (!previous_word.empty() && (previous_word[0] == '&' ||
+                                                                  previous_word[0] == '!' ||
+                                                                  previous_word[0] == '*'));
+        if (token_start && after_terminator) return line_start + i;
+      }
+      // Track the whitespace-delimited word that ends here.
+      size_t word_end = i;
+      while (word_end + 1 < line.size() && line[word_end + 1] != ' ' && line[word_end + 1] != '\t' &&
+             flow == 0 && line[word_end + 1] != ',') {
+        ++word_end;
+      }
+      if (flow == 0 && (word_end == i || line[i - (i > 0 ? 1 : 0)] == ' ' || i == 0)) {
+        previous_word = line.substr(i, word_end - i + 1);
+        previous = line[word_end];
+        // A block scalar header ends its line: `key: |`, `- >-`.
+        if ((previous_word[0] == '|' || previous_word[0] == '>') &&
+            line.find_first_not_of(' ', word_end + 1) == std::string_view::npos) {
+          block_scalar_parent = indent;
+        }
+        i = word_end;
+        continue;
+      }
+      previous = c;
+    }
+    line_start = line_end + 1;
+  }
+  return std::string_view::npos;
+}
+
 // Parses exactly one YAML document, or reports why not.
 std::optional<YAML::Node> ParseSingleDocument(std::string_view text,
                                               std::vector<FieldError>* errors) {
+  if (text.size() > kMaxInputBytes) {
+    errors->push_back({"", "input is " + std::to_string(text.size()) + " bytes; at most " +
+                               std::to_string(kMaxInputBytes) + " are accepted"});
+    return std::nullopt;
+  }
+  if (ApproximateNesting(text) > kMaxNesting) {
+    errors->push_back({"", "input nests deeper than " + std::to_string(kMaxNesting) + " levels"});
+    return std::nullopt;
+  }
+  if (size_t comma = FindStrayFlowEntry(text); comma != std::string_view::npos) {
+    errors->push_back(PositionedError(
+        text, comma, "unexpected ',' outside a [...] or {...} list (quote the value if it is text)"));
+    return std::nullopt;
+  }
   if (size_t bad = FindInvalidUtf8(text); bad != std::string_view::npos) {
     errors->push_back(PositionedError(text, bad, "input is not valid UTF-8 (byte offset " +
                                                      std::to_string(bad) + ")"));

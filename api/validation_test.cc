@@ -73,6 +73,10 @@ std::vector<InvalidCase> Cases() {
        "expected one YAML document, found 2 (split them into files)", 9},
       {"not_utf8", "trainingInput:\n  region: \"caf\xe9\"\n", "",
        "input is not valid UTF-8 (byte offset 29)", 2},
+      {"stray_comma", "- a\n,\n", "",
+       "unexpected ',' outside a [...] or {...} list (quote the value if it is text)", 2},
+      {"comma_after_flow", "trainingInput: {scaleTier: BASIC} ,\n", "",
+       "unexpected ',' outside a [...] or {...} list (quote the value if it is text)", 1},
       {"top_level_list", "- a\n- b\n", "",
        "expected a TrainingJob or a config with trainingInput, got a list"},
       // Unknown fields and enum values, wrong types.
