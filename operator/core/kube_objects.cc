@@ -205,9 +205,9 @@ json RenderPod(const v1::TrainingJob& job, const std::string& namespace_name,
       {"command", replica.command},
       {"args", replica.args},
       {"env", env},
-      {"ports", json::array({{{"name", "kubetrain"},
-                              {"containerPort", replica.port},
-                              {"protocol", "TCP"}}})},
+      {"ports",
+       json::array(
+           {{{"name", "kubetrain"}, {"containerPort", replica.port}, {"protocol", "TCP"}}})},
       {"resources", {{"requests", requests}, {"limits", limits}}},
       // A crash's last log lines become the termination message, which the
       // reconciler quotes ("worker-2 exited with code 1: <message>").
@@ -361,8 +361,8 @@ absl::StatusOr<ObservedService> ParseService(const json& service) {
   if (!labels.ok()) return labels.status();
   std::optional<ReplicaKey> key = ReplicaKeyFromLabels(*labels);
   if (!key) {
-    return absl::InvalidArgumentError("service " + s.name + ": labels " + kLabelReplicaType +
-                                      "/" + kLabelReplicaIndex + " missing or malformed");
+    return absl::InvalidArgumentError("service " + s.name + ": labels " + kLabelReplicaType + "/" +
+                                      kLabelReplicaIndex + " missing or malformed");
   }
   s.key = *key;
   return s;
@@ -389,8 +389,9 @@ absl::StatusOr<std::vector<json>> RenderJob(const v1::TrainingJob& job,
                                         std::to_string(trial));
     }
     const uint64_t seed = StableHash(defaulted.metadata().uid());
-    absl::StatusOr<std::unique_ptr<tuner::Tuner>> tuner =
-        options.tuner_factory ? options.tuner_factory(spec, seed) : tuner::Tuner::Create(spec, seed);
+    absl::StatusOr<std::unique_ptr<tuner::Tuner>> tuner = options.tuner_factory
+                                                              ? options.tuner_factory(spec, seed)
+                                                              : tuner::Tuner::Create(spec, seed);
     if (!tuner.ok()) return tuner.status();
     if (*tuner == nullptr) return absl::InternalError("the tuner factory returned no tuner");
     // Trials before `trial` count as running: what the operator would
@@ -415,7 +416,8 @@ absl::StatusOr<std::vector<json>> RenderJob(const v1::TrainingJob& job,
   std::vector<json> objects;
   for (const DesiredReplica& replica :
        DesiredReplicas(defaulted, trial_id, assignment, render_options)) {
-    if (render_options.services) objects.push_back(RenderService(defaulted, namespace_name, replica));
+    if (render_options.services)
+      objects.push_back(RenderService(defaulted, namespace_name, replica));
     objects.push_back(RenderPod(defaulted, namespace_name, replica));
   }
   return objects;

@@ -125,9 +125,9 @@ TEST(KubeObjectsTest, RestartPolicyFollowsRunPolicy) {
     v1::RunPolicy::RestartPolicy policy;
     std::string want;
   };
-  for (const Case& c : {Case{v1::RunPolicy::Never, "Never"}, Case{v1::RunPolicy::ExitCode, "Never"},
-                        Case{v1::RunPolicy::OnFailure, "OnFailure"},
-                        Case{v1::RunPolicy::Always, "OnFailure"}}) {
+  for (const Case& c :
+       {Case{v1::RunPolicy::Never, "Never"}, Case{v1::RunPolicy::ExitCode, "Never"},
+        Case{v1::RunPolicy::OnFailure, "OnFailure"}, Case{v1::RunPolicy::Always, "OnFailure"}}) {
     v1::TrainingJob job = Job();
     job.mutable_spec()->mutable_run_policy()->set_restart_policy(c.policy);
     const auto replicas = DesiredReplicas(job, "", {}, Options());
@@ -153,15 +153,21 @@ TEST(KubeObjectsTest, ParsePodTable) {
       R"("kubetrain.io/replica-index":"1"}})";
   const Case cases[] = {
       {"fresh", "{" + meta + "}", ReplicaPhase::kPending, std::nullopt, "", 0, false, false},
-      {"running", "{" + meta + R"(,"status":{"phase":"Running","containerStatuses":[{"name":"kubetrain","restartCount":2,"lastState":{"terminated":{"exitCode":137,"reason":"OOMKilled"}}}]}})",
+      {"running",
+       "{" + meta +
+           R"(,"status":{"phase":"Running","containerStatuses":[{"name":"kubetrain","restartCount":2,"lastState":{"terminated":{"exitCode":137,"reason":"OOMKilled"}}}]}})",
        ReplicaPhase::kRunning, 137, "", 2, false, false},
-      {"failed", "{" + meta + R"(,"status":{"phase":"Failed","containerStatuses":[{"name":"kubetrain","restartCount":0,"state":{"terminated":{"exitCode":1,"message":"bad flag\n"}}}]}})",
+      {"failed",
+       "{" + meta +
+           R"(,"status":{"phase":"Failed","containerStatuses":[{"name":"kubetrain","restartCount":0,"state":{"terminated":{"exitCode":1,"message":"bad flag\n"}}}]}})",
        ReplicaPhase::kFailed, 1, "bad flag", 0, false, false},
-      {"evicted", "{" + meta + R"(,"status":{"phase":"Failed","reason":"Evicted","message":"low memory"}})",
+      {"evicted",
+       "{" + meta + R"(,"status":{"phase":"Failed","reason":"Evicted","message":"low memory"}})",
        ReplicaPhase::kFailed, std::nullopt, "low memory", 0, false, false},
       {"node lost", "{" + meta + R"(,"status":{"phase":"Running","reason":"NodeLost"}})",
        ReplicaPhase::kRunning, std::nullopt, "", 0, true, false},
-      {"deleting", R"({"metadata":{"name":"mnist-worker-1","deletionTimestamp":"2026-01-02T03:05:00Z","labels":{"kubetrain.io/replica-type":"worker","kubetrain.io/replica-index":"1"}},"status":{"phase":"Unknown"}})",
+      {"deleting",
+       R"({"metadata":{"name":"mnist-worker-1","deletionTimestamp":"2026-01-02T03:05:00Z","labels":{"kubetrain.io/replica-type":"worker","kubetrain.io/replica-index":"1"}},"status":{"phase":"Unknown"}})",
        ReplicaPhase::kUnknown, std::nullopt, "", 0, false, true},
   };
   for (const Case& c : cases) {

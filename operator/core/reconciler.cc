@@ -97,9 +97,7 @@ bool SetCondition(v1::TrainingJobStatus* status, const std::string& type, bool v
 
 // ---- Describing replicas -------------------------------------------------
 
-bool IsLost(const ObservedReplica& r) {
-  return r.phase == ReplicaPhase::kUnknown || r.node_lost;
-}
+bool IsLost(const ObservedReplica& r) { return r.phase == ReplicaPhase::kUnknown || r.node_lost; }
 
 std::string DescribeFailure(const ObservedReplica& r, bool use_chief) {
   const std::string task = TaskName(r.key, use_chief);
@@ -267,10 +265,10 @@ DesiredReplica MakeReplica(const v1::TrainingJob& job, const std::vector<api::Re
                          ? ContainerRestartPolicy::kOnFailure
                          : ContainerRestartPolicy::kNever;
 
-  AddressFn address = options.address ? options.address : KubernetesAddresses(
-                                                              job.metadata().namespace_().empty()
-                                                                  ? "default"
-                                                                  : job.metadata().namespace_());
+  AddressFn address = options.address ? options.address
+                                      : KubernetesAddresses(job.metadata().namespace_().empty()
+                                                                ? "default"
+                                                                : job.metadata().namespace_());
   r.env.emplace_back("TF_CONFIG", BuildTfConfig(job, groups, r.key, address));
   r.env.emplace_back("CLOUD_ML_JOB_ID", job.metadata().name());
   if (!trial_id.empty()) r.env.emplace_back("CLOUD_ML_TRIAL_ID", trial_id);
@@ -390,10 +388,10 @@ SetOutcome ReconcileSet(Context& c, const std::string& trial_id,
                              std::to_string(r->container_restarts) + " times";
           if (r->exit_code) what += ", last exit code " + std::to_string(*r->exit_code);
           if (!r->termination_message.empty()) what += ": " + r->termination_message;
-          failure = {"BackoffLimitExceeded",
-                     "backoffLimit " + std::to_string(backoff_limit) + " exceeded (" +
-                         std::to_string(c.status().restart_count()) + " restarts): " +
-                         Truncate(what)};
+          failure = {"BackoffLimitExceeded", "backoffLimit " + std::to_string(backoff_limit) +
+                                                 " exceeded (" +
+                                                 std::to_string(c.status().restart_count()) +
+                                                 " restarts): " + Truncate(what)};
         }
         break;
       case ReplicaPhase::kFailed:
@@ -416,8 +414,9 @@ SetOutcome ReconcileSet(Context& c, const std::string& trial_id,
         }
         const std::string what =
             r->deletion_requested && !IsLost(*r)
-                ? TaskName(r->key, c.use_chief()) + " is stuck terminating past its grace period: its node is "
-                                     "unreachable"
+                ? TaskName(r->key, c.use_chief()) +
+                      " is stuck terminating past its grace period: its node is "
+                      "unreachable"
                 : DescribeFailure(*r, c.use_chief());
         if (!retryable) {
           if (!failure) failure = {"ReplicaFailed", what};
@@ -461,8 +460,7 @@ SetOutcome ReconcileSet(Context& c, const std::string& trial_id,
   if (!to_create.empty()) {
     std::optional<absl::Time> due;
     if (set_created && c.status().restart_count() > 0 && c.status().has_last_restart_time()) {
-      due = FromProto(c.status().last_restart_time()) +
-            RecreateBackoff(c.status().restart_count());
+      due = FromProto(c.status().last_restart_time()) + RecreateBackoff(c.status().restart_count());
     }
     if (due && c.now < *due) {
       c.RequeueAt(*due);
@@ -683,7 +681,8 @@ void DeleteStrays(Context& c, const std::map<ReplicaKey, const ObservedReplica*>
   if (!c.options.services) return;
   for (const ObservedService& s : c.observed.services) {
     if (finished.count(s.key.trial_id) > 0) continue;
-    bool wanted = active.count(s.key.trial_id) > 0 && s.name == ReplicaName(c.job_name, s.key, c.use_chief());
+    bool wanted =
+        active.count(s.key.trial_id) > 0 && s.name == ReplicaName(c.job_name, s.key, c.use_chief());
     if (wanted) {
       wanted = false;
       for (const api::ReplicaGroup& g : c.groups) {
@@ -700,8 +699,7 @@ void ReconcileJob(Context& c) {
   const std::set<std::string> trials = {""};
   const auto index = IndexReplicas(c, trials);
   DeleteStrays(c, index, trials, {});
-  const SetOutcome out =
-      ReconcileSet(c, "", {}, index, ConditionIsTrue(c.status(), kCreated));
+  const SetOutcome out = ReconcileSet(c, "", {}, index, ConditionIsTrue(c.status(), kCreated));
   switch (out.phase) {
     case SetOutcome::Phase::kFailed:
       FailJob(c, out.reason, out.message);
@@ -866,9 +864,8 @@ void CapTrials(Context& c, bool study_over) {
     if (!TrialActive(all[i]) && (study_over || HasObjective(all[i]))) candidates.push_back(i);
   }
   // Worst first.
-  std::sort(candidates.begin(), candidates.end(), [&](size_t a, size_t b) {
-    return TrialBefore(c.hp(), all[b], all[a]);
-  });
+  std::sort(candidates.begin(), candidates.end(),
+            [&](size_t a, size_t b) { return TrialBefore(c.hp(), all[b], all[a]); });
   std::set<size_t> evict;
   for (size_t i : candidates) {
     if (all.size() - evict.size() <= static_cast<size_t>(kMaxTrialsInStatus)) break;
@@ -1008,9 +1005,8 @@ void ReconcileStudy(Context& c) {
     }
     for (const v1::HyperparameterOutput& t : out->trials()) history.push_back(ToRecord(t));
     absl::StatusOr<std::unique_ptr<tuner::Tuner>> tuner =
-        c.options.tuner_factory
-            ? c.options.tuner_factory(spec, StableHash(c.job.metadata().uid()))
-            : tuner::Tuner::Create(spec, StableHash(c.job.metadata().uid()));
+        c.options.tuner_factory ? c.options.tuner_factory(spec, StableHash(c.job.metadata().uid()))
+                                : tuner::Tuner::Create(spec, StableHash(c.job.metadata().uid()));
     if (!tuner.ok() || *tuner == nullptr) {
       StopActiveTrials(c, "stopped: the job failed");
       FailJob(c, "TunerError",
@@ -1120,8 +1116,7 @@ bool IsTerminal(v1::State state) {
   return state == v1::SUCCEEDED || state == v1::FAILED || state == v1::CANCELLED;
 }
 
-std::vector<DesiredReplica> DesiredReplicas(const v1::TrainingJob& job,
-                                            const std::string& trial_id,
+std::vector<DesiredReplica> DesiredReplicas(const v1::TrainingJob& job, const std::string& trial_id,
                                             const tuner::Assignment& hyperparameters,
                                             const ReconcileOptions& options) {
   v1::TrainingJob defaulted = job;
@@ -1153,8 +1148,7 @@ ReconcileResult Reconcile(const v1::TrainingJob& job, const Observed& observed, 
     // Finished: only clean-up and TTL. The spec may have changed since; the
     // policy in force is the one of the stored spec, defaulted.
     api::ApplyDefaults(&c.job);
-    CleanUp(c,
-            s.state() == v1::CANCELLED ? v1::RunPolicy::All : c.policy().clean_pod_policy(), "",
+    CleanUp(c, s.state() == v1::CANCELLED ? v1::RunPolicy::All : c.policy().clean_pod_policy(), "",
             false);
     ApplyTtl(c);
   } else if (std::vector<api::FieldError> errors = api::Validate(job); !errors.empty()) {
@@ -1184,8 +1178,7 @@ ReconcileResult Reconcile(const v1::TrainingJob& job, const Observed& observed, 
     }
     if (IsTerminal(s.state())) {
       c.result.requeue_after.reset();
-      CleanUp(c,
-              s.state() == v1::CANCELLED ? v1::RunPolicy::All : c.policy().clean_pod_policy(),
+      CleanUp(c, s.state() == v1::CANCELLED ? v1::RunPolicy::All : c.policy().clean_pod_policy(),
               "", false);
       ApplyTtl(c);
     } else {

@@ -163,8 +163,8 @@ struct EmitEvent {
 struct ArchiveTrial {
   v1::HyperparameterOutput trial;
 };
-using Action =
-    std::variant<CreateReplica, CreateService, DeleteReplica, DeleteService, EmitEvent, ArchiveTrial>;
+using Action = std::variant<CreateReplica, CreateService, DeleteReplica, DeleteService, EmitEvent,
+                            ArchiveTrial>;
 
 struct ReconcileResult {
   std::vector<Action> actions;
@@ -185,9 +185,9 @@ struct ReconcileResult {
 using TunerFactory = std::function<absl::StatusOr<std::unique_ptr<tuner::Tuner>>(
     const v1::HyperparameterSpec& spec, uint64_t seed)>;
 // The early-stopping rule; production passes tuner::ShouldStopEarly.
-using StopRule = std::function<bool(const v1::HyperparameterSpec& spec,
-                                    const tuner::TrialRecord& running,
-                                    const std::vector<tuner::TrialRecord>& completed)>;
+using StopRule =
+    std::function<bool(const v1::HyperparameterSpec& spec, const tuner::TrialRecord& running,
+                       const std::vector<tuner::TrialRecord>& completed)>;
 
 // Per-process configuration of the reconciler; the same for every job.
 struct ReconcileOptions {
@@ -230,8 +230,7 @@ ReconcileResult Reconcile(const v1::TrainingJob& job, const Observed& observed, 
 // for trial "" outside studies; for a study, trial `trial_id` with
 // `hyperparameters` as its assignment. `job` must be valid; it is defaulted
 // here. Used by Reconcile and by `kubetrain render`.
-std::vector<DesiredReplica> DesiredReplicas(const v1::TrainingJob& job,
-                                            const std::string& trial_id,
+std::vector<DesiredReplica> DesiredReplicas(const v1::TrainingJob& job, const std::string& trial_id,
                                             const tuner::Assignment& hyperparameters,
                                             const ReconcileOptions& options);
 

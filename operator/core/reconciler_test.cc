@@ -61,8 +61,8 @@ struct Harness {
 
   explicit Harness(v1::TrainingJob j) : job(std::move(j)) {
     options.address = KubernetesAddresses("default");
-    options.tuner_factory = [this](const v1::HyperparameterSpec&, uint64_t seed)
-        -> absl::StatusOr<std::unique_ptr<tuner::Tuner>> {
+    options.tuner_factory = [this](const v1::HyperparameterSpec&,
+                                   uint64_t seed) -> absl::StatusOr<std::unique_ptr<tuner::Tuner>> {
       seeds.push_back(seed);
       return std::make_unique<FakeTuner>(tuner_capacity, &suggest_calls);
     };
@@ -102,8 +102,8 @@ struct Harness {
           std::erase_if(observed.replicas, [&](const auto& x) { return x.name == d->name; });
         }
       } else if (auto* ds = std::get_if<DeleteService>(&a)) {
-        const size_t n = std::erase_if(observed.services,
-                                       [&](const auto& x) { return x.name == ds->name; });
+        const size_t n =
+            std::erase_if(observed.services, [&](const auto& x) { return x.name == ds->name; });
         ASSERT_EQ(n, 1u) << "deleted a service that is not there: " << ds->name;
       } else if (auto* ar = std::get_if<ArchiveTrial>(&a)) {
         observed.archived_trials.push_back(ar->trial);
@@ -260,10 +260,9 @@ TEST(ReconcileTest, Standard1LifecycleWithDoNothingAtEveryStep) {
   EXPECT_EQ(r.status.state(), v1::QUEUED);
   EXPECT_TRUE(r.status_changed);
   EXPECT_TRUE(r.status.has_create_time());
-  EXPECT_THAT(Created(r), UnorderedElementsAre("mnist-master-0", "mnist-worker-0",
-                                               "mnist-worker-1", "mnist-worker-2",
-                                               "mnist-worker-3", "mnist-ps-0", "mnist-ps-1",
-                                               "mnist-ps-2"));
+  EXPECT_THAT(Created(r), UnorderedElementsAre("mnist-master-0", "mnist-worker-0", "mnist-worker-1",
+                                               "mnist-worker-2", "mnist-worker-3", "mnist-ps-0",
+                                               "mnist-ps-1", "mnist-ps-2"));
   EXPECT_THAT(ServicesCreated(r), UnorderedElementsAreArray(Created(r)));
 
   // 2. Seen to exist: PREPARING, nothing more to do.
@@ -300,9 +299,8 @@ TEST(ReconcileTest, Standard1LifecycleWithDoNothingAtEveryStep) {
   EXPECT_EQ(h.Condition("Succeeded")->message(), "master-0 succeeded");
   // cleanPodPolicy Running (the default): ps and running workers go, with
   // their Services; completed replicas stay.
-  EXPECT_THAT(Deleted(r), UnorderedElementsAre("mnist-worker-0", "mnist-worker-1",
-                                               "mnist-worker-2", "mnist-ps-0", "mnist-ps-1",
-                                               "mnist-ps-2"));
+  EXPECT_THAT(Deleted(r), UnorderedElementsAre("mnist-worker-0", "mnist-worker-1", "mnist-worker-2",
+                                               "mnist-ps-0", "mnist-ps-1", "mnist-ps-2"));
   EXPECT_THAT(ServicesDeleted(r), UnorderedElementsAreArray(Deleted(r)));
   EXPECT_THAT(h.Names(), UnorderedElementsAre("mnist-master-0", "mnist-worker-3"));
   r = h.Step();
@@ -425,13 +423,15 @@ TEST(ReconcileTest, RestartPolicies) {
     EXPECT_EQ(r.status.state(), v1::RUNNING);
     EXPECT_EQ(r.status.restart_count(), 1);
     ASSERT_THAT(Deleted(r), ElementsAre("mnist-worker-1"));
-    EXPECT_EQ(std::get<DeleteReplica>(r.actions[std::distance(
-                  r.actions.begin(), std::find_if(r.actions.begin(), r.actions.end(),
-                                                  [](const Action& a) {
-                                                    return std::holds_alternative<DeleteReplica>(a);
-                                                  }))])
-                  .force,
-              lost);
+    EXPECT_EQ(
+        std::get<DeleteReplica>(
+            r.actions[std::distance(r.actions.begin(),
+                                    std::find_if(r.actions.begin(), r.actions.end(),
+                                                 [](const Action& a) {
+                                                   return std::holds_alternative<DeleteReplica>(a);
+                                                 }))])
+            .force,
+        lost);
     EXPECT_THAT(EventReasons(r), ElementsAre("Restarting"));
     EXPECT_TRUE(h.ConditionTrue("Restarting"));
     EXPECT_FALSE(h.ConditionTrue("Running"));
@@ -631,7 +631,10 @@ TEST(ReconcileTest, ActiveDeadlineFiresWithNoOtherEvent) {
 
 TEST(ReconcileTest, MaxRunningTimeCountsFromRunning) {
   v1::TrainingJob job = Job();
-  job.mutable_spec()->mutable_training_input()->mutable_scheduling()->mutable_max_running_time()
+  job.mutable_spec()
+      ->mutable_training_input()
+      ->mutable_scheduling()
+      ->mutable_max_running_time()
       ->set_seconds(3600);
   Harness h(job);
   h.Settle();
@@ -648,7 +651,10 @@ TEST(ReconcileTest, MaxRunningTimeCountsFromRunning) {
 
 TEST(ReconcileTest, MaxWaitTimeFailsAJobThatNeverRuns) {
   v1::TrainingJob job = Job();
-  job.mutable_spec()->mutable_training_input()->mutable_scheduling()->mutable_max_wait_time()
+  job.mutable_spec()
+      ->mutable_training_input()
+      ->mutable_scheduling()
+      ->mutable_max_wait_time()
       ->set_seconds(300);
   Harness h(job);
   h.Settle();  // replicas stay Pending (no room in the cluster)
@@ -723,7 +729,8 @@ TEST(ReconcileTest, CleanPodPolicies) {
   const Case cases[] = {
       {v1::RunPolicy::Running, {"mnist-master-0", "mnist-worker-0"}, 2},
       {v1::RunPolicy::All, {}, 0},
-      {v1::RunPolicy::None, {"mnist-master-0", "mnist-worker-0", "mnist-worker-1", "mnist-ps-0"},
+      {v1::RunPolicy::None,
+       {"mnist-master-0", "mnist-worker-0", "mnist-worker-1", "mnist-ps-0"},
        4},
   };
   for (const Case& c : cases) {
@@ -758,7 +765,8 @@ TEST(ReconcileTest, TtlAfterFinishedDeletesTheJob) {
 v1::TrainingJob Study(int max_trials, int parallel) {
   v1::TrainingJob job = Job(1, 0);  // master + 1 worker per trial
   job.mutable_spec()->mutable_training_input()->set_job_dir("/out");
-  v1::HyperparameterSpec* hp = job.mutable_spec()->mutable_training_input()->mutable_hyperparameters();
+  v1::HyperparameterSpec* hp =
+      job.mutable_spec()->mutable_training_input()->mutable_hyperparameters();
   hp->set_goal(v1::HyperparameterSpec::MAXIMIZE);
   hp->set_max_trials(max_trials);
   hp->set_max_parallel_trials(parallel);
@@ -823,9 +831,8 @@ TEST(StudyTest, TrialsWriteToTheirOwnOutputFolder) {
   ReconcileResult r = h.Reconcile();
   const CreateReplica* m = CreateOf(r, "mnist-t1-master-0");
   ASSERT_NE(m, nullptr);
-  EXPECT_THAT(m->replica.args,
-              ElementsAre("--output_path=gs://b/out", "--lr=0.1", "--x=1",
-                          "--output_path=gs://b/out/1", "--job-dir", "/out/1"));
+  EXPECT_THAT(m->replica.args, ElementsAre("--output_path=gs://b/out", "--lr=0.1", "--x=1",
+                                           "--output_path=gs://b/out/1", "--job-dir", "/out/1"));
 }
 
 TEST(StudyTest, ParallelismAndTotalCapsThenSortedBestFirst) {
@@ -929,7 +936,9 @@ TEST(StudyTest, FailedTrialLimitFailsTheJobAndStopsRunningTrials) {
 
 TEST(StudyTest, EarlyStoppingStopsFlaggedTrials) {
   v1::TrainingJob job = Study(4, 2);
-  job.mutable_spec()->mutable_training_input()->mutable_hyperparameters()
+  job.mutable_spec()
+      ->mutable_training_input()
+      ->mutable_hyperparameters()
       ->set_enable_trial_early_stopping(true);
   Harness h(job);
   h.stop_trials = {"2"};
@@ -946,8 +955,8 @@ TEST(StudyTest, EarlyStoppingStopsFlaggedTrials) {
   EXPECT_EQ(t2->state(), v1::SUCCEEDED);
   EXPECT_TRUE(t2->is_trial_stopped_early());
   EXPECT_EQ(t2->final_metric().objective_value(), 0.1);
-  EXPECT_THAT(Deleted(r), UnorderedElementsAre("mnist-t1-worker-0", "mnist-t2-master-0",
-                                               "mnist-t2-worker-0"));
+  EXPECT_THAT(Deleted(r),
+              UnorderedElementsAre("mnist-t1-worker-0", "mnist-t2-master-0", "mnist-t2-worker-0"));
   EXPECT_EQ(r.status.training_output().completed_trial_count(), 2);
   h.Settle();
 }
@@ -1148,7 +1157,8 @@ TEST(ReconcileTest, RandomWalksKeepTheInvariants) {
       const v1::State before = h.job.status().state();
       h.Step();
       const v1::State after = h.job.status().state();
-      EXPECT_GE(rank(after), last_rank) << v1::State_Name(before) << " -> " << v1::State_Name(after);
+      EXPECT_GE(rank(after), last_rank)
+          << v1::State_Name(before) << " -> " << v1::State_Name(after);
       if (IsTerminal(before)) EXPECT_EQ(after, before);
       last_rank = rank(after);
     }
@@ -1168,8 +1178,7 @@ TEST(KubeObjectsStudyTest, RenderJobShowsTheRequestedTrial) {
   ASSERT_EQ(objects->size(), 4u);  // master and worker, each a Service and a Pod
   const nlohmann::json& pod = (*objects)[1];
   EXPECT_EQ(pod["metadata"]["name"], "mnist-t2-master-0");
-  EXPECT_EQ(pod["spec"]["containers"][0]["args"],
-            nlohmann::json({"--x=2", "--job-dir", "/out/2"}));
+  EXPECT_EQ(pod["spec"]["containers"][0]["args"], nlohmann::json({"--x=2", "--job-dir", "/out/2"}));
   EXPECT_EQ(RenderJob(h.job, "ns", 0, h.options).status().code(),
             absl::StatusCode::kInvalidArgument);
   h.tuner_capacity = 1;

@@ -55,7 +55,8 @@ std::string BuildTfConfig(const v1::TrainingJob& job, const std::vector<api::Rep
     std::string input_json;
     google::protobuf::util::JsonPrintOptions print_options;
     if (google::protobuf::util::MessageToJsonString(input, &input_json, print_options).ok()) {
-      config["job"] = nlohmann::ordered_json::parse(input_json, nullptr, /*allow_exceptions=*/false);
+      config["job"] =
+          nlohmann::ordered_json::parse(input_json, nullptr, /*allow_exceptions=*/false);
     }
   }
   return config.dump();

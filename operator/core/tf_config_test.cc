@@ -64,23 +64,33 @@ TEST(TfConfigTest, Table) {
   v1::TrainingJob port = CustomJob(1, 0, 0);
   port.mutable_spec()->set_port(3000);
   const Case cases[] = {
-      {"single replica lists only itself", basic, {"", Role::kMaster, 0},
+      {"single replica lists only itself",
+       basic,
+       {"", Role::kMaster, 0},
        R"({"cluster":{"master":["mnist-master-0.default.svc:2222"]},)"
        R"("task":{"type":"master","index":0},"environment":"cloud"})"},
-      {"evaluator left out of cluster", with_eval, {"", Role::kEvaluator, 0},
+      {"evaluator left out of cluster",
+       with_eval,
+       {"", Role::kEvaluator, 0},
        R"({"cluster":{"master":["mnist-master-0.default.svc:2222"],)"
        R"("worker":["mnist-worker-0.default.svc:2222"]},)"
        R"("task":{"type":"evaluator","index":0},"environment":"cloud"})"},
-      {"evaluator in cluster on request", eval_in_cluster, {"", Role::kMaster, 0},
+      {"evaluator in cluster on request",
+       eval_in_cluster,
+       {"", Role::kMaster, 0},
        R"({"cluster":{"evaluator":["mnist-evaluator-0.default.svc:2222"],)"
        R"("master":["mnist-master-0.default.svc:2222"],)"
        R"("worker":["mnist-worker-0.default.svc:2222"]},)"
        R"("task":{"type":"master","index":0},"environment":"cloud"})"},
-      {"trial names its replicas and task", CustomJob(1, 0, 0), {"4", Role::kWorker, 0},
+      {"trial names its replicas and task",
+       CustomJob(1, 0, 0),
+       {"4", Role::kWorker, 0},
        R"({"cluster":{"master":["mnist-t4-master-0.default.svc:2222"],)"
        R"("worker":["mnist-t4-worker-0.default.svc:2222"]},)"
        R"("task":{"type":"worker","index":0,"trial":"4"},"environment":"cloud"})"},
-      {"spec port", port, {"", Role::kMaster, 0},
+      {"spec port",
+       port,
+       {"", Role::kMaster, 0},
        R"({"cluster":{"master":["mnist-master-0.default.svc:3000"],)"
        R"("worker":["mnist-worker-0.default.svc:3000"]},)"
        R"("task":{"type":"master","index":0},"environment":"cloud"})"},
@@ -92,13 +102,14 @@ TEST(TfConfigTest, LoopbackAddressesUseEachReplicasPort) {
   v1::TrainingJob job = CustomJob(2, 0, 0);
   std::map<std::string, int> ports = {
       {"mnist-master-0", 41000}, {"mnist-worker-0", 41001}, {"mnist-worker-1", 41002}};
-  const std::string config =
-      BuildTfConfig(job, api::ReplicaGroups(job.spec().training_input()), {"", Role::kWorker, 0},
-                    LoopbackAddresses([&](std::string_view name) { return ports.at(std::string(name)); }),
-                    {false});
-  EXPECT_EQ(config,
-            R"({"cluster":{"master":["127.0.0.1:41000"],"worker":["127.0.0.1:41001","127.0.0.1:41002"]},)"
-            R"("task":{"type":"worker","index":0},"environment":"cloud"})");
+  const std::string config = BuildTfConfig(
+      job, api::ReplicaGroups(job.spec().training_input()), {"", Role::kWorker, 0},
+      LoopbackAddresses([&](std::string_view name) { return ports.at(std::string(name)); }),
+      {false});
+  EXPECT_EQ(
+      config,
+      R"({"cluster":{"master":["127.0.0.1:41000"],"worker":["127.0.0.1:41001","127.0.0.1:41002"]},)"
+      R"("task":{"type":"worker","index":0},"environment":"cloud"})");
 }
 
 TEST(TfConfigTest, JobIsTheTrainingInputInCloudMlJson) {
