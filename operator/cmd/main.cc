@@ -150,6 +150,14 @@ absl::StatusOr<ClusterConfig> LoadCredentials(const Flags& flags) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Signals are taken by one thread with sigwait; block them first, so every
+  // thread started later (cpprest's pool included) inherits the mask.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
   Flags flags;
   std::string error;
   if (!ParseFlags(argc, argv, &flags, &error)) {
@@ -168,14 +176,6 @@ int main(int argc, char** argv) {
     std::cerr << "kubetrain-operator: " << client.status() << "\n";
     return 1;
   }
-
-  // Signals are taken by one thread with sigwait; block them everywhere else
-  // before any thread starts.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   absl::Mutex mu;
   bool stop = false, leading = !flags.leader_elect;
