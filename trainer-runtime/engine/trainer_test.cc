@@ -1,5 +1,6 @@
 #include "trainer-runtime/engine/trainer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -8,6 +9,7 @@
 
 #include "gtest/gtest.h"
 #include "trainer-runtime/engine/checkpoint.h"
+#include "trainer-runtime/engine/executor.h"
 #include "trainer-runtime/engine/trainer_flags.h"
 #include "trainer-runtime/exit_codes.h"
 
@@ -120,6 +122,31 @@ TEST(TrainerTest, TrainsLogsEvaluatesAndWritesOutputs) {
   EXPECT_TRUE(fs::exists(fs::path(o.output_path) / "model.ckpt-57"));
   EXPECT_TRUE(fs::exists(fs::path(o.output_path) / "graph.pbtxt"));
   EXPECT_TRUE(fs::exists(fs::path(o.output_path) / "export" / "model.pb"));
+  // The exported model alone (graph + weights) reproduces the final
+  // accuracy on the eval data.
+  {
+    std::ifstream in(fs::path(o.output_path) / "export" / "model.pb", std::ios::binary);
+    v1::ExportedModel exported;
+    ASSERT_TRUE(exported.ParseFromIstream(&in));
+    absl::StatusOr<Graph> graph = Graph::FromProto(exported.graph());
+    ASSERT_TRUE(graph.ok()) << graph.status();
+    VariableStore store;
+    for (const auto& v : exported.variables()) ASSERT_TRUE(store.Create(v.name(), *TensorFromProto(v.value())).ok());
+    absl::StatusOr<data::Dataset> eval = data::LoadDataset(o.eval_data_paths);
+    ASSERT_TRUE(eval.ok());
+    CpuDevice device(1);
+    Executor exec(*graph, device, store);
+    Tensor x = *Tensor::FromVector({eval->num_examples, 4}, eval->features);
+    std::vector<Tensor> out;
+    ASSERT_TRUE(exec.Run({{{*graph->ParseOutputName(exported.input()), x}}},
+                         {{*graph->ParseOutputName(exported.probabilities())}}, &out).ok());
+    int correct = 0;
+    for (int64_t i = 0; i < eval->num_examples; ++i) {
+      const float* p = out[0].data() + i * 3;
+      correct += (std::max_element(p, p + 3) - p) == eval->labels[i];
+    }
+    EXPECT_NEAR(static_cast<double>(correct) / eval->num_examples, r->final_accuracy, 1e-6);
+  }
   bool events = false;
   for (const auto& e : fs::directory_iterator(o.output_path)) {
     events |= e.path().filename().string().rfind("events.out.tfevents.", 0) == 0;
