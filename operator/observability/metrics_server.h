@@ -1,0 +1,77 @@
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "prometheus/collectable.h"
+
+namespace prometheus {
+class Exposer;
+}
+
+namespace kubetrain::observability {
+
+// The HTTP endpoint of a kubetrain process:
+//
+//   GET /metrics  the registries, Prometheus text format (prometheus::Exposer)
+//   GET /healthz  200 "ok" while the liveness check passes, else 500 + reason
+//   GET /readyz   200 "ok" once ready and while the readiness check passes,
+//                 else 503 + reason
+//
+// All three share one port. prometheus::Exposer runs a civetweb server; its
+// begin_request callback answers the two health paths before civetweb routes
+// the request, and leaves every other path to the Exposer.
+//
+// Liveness says "this process is not wedged" (a failing check makes the
+// kubelet restart the container); readiness says "this replica can do its
+// work" (e.g. informers synced). A standby replica under leader election is
+// ready: it is healthy, merely not leading.
+//
+// Thread-safe. The checks run on civetweb's worker threads, so they must be
+// cheap and thread-safe, and must not call back into this server.
+class MetricsServer {
+ public:
+  struct Options {
+    // "HOST:PORT" or ":PORT" (all interfaces); port 0 picks a free port.
+    std::string address = "0.0.0.0:8080";
+    // Worker threads of the HTTP server.
+    size_t threads = 2;
+  };
+
+  // Binds and starts serving. Errors: InvalidArgument for a malformed
+  // address, Unavailable when the address cannot be bound.
+  static absl::StatusOr<std::unique_ptr<MetricsServer>> Start(
+      const Options& options,
+      const std::vector<std::weak_ptr<prometheus::Collectable>>& collectables);
+
+  // Stops serving; in-flight requests finish first.
+  ~MetricsServer();
+
+  MetricsServer(const MetricsServer&) = delete;
+  MetricsServer& operator=(const MetricsServer&) = delete;
+
+  // The bound port (the real one when Options asked for 0).
+  int port() const { return port_; }
+
+  // Ready starts false: /readyz answers 503 until SetReady(true).
+  void SetReady(bool ready);
+  // Optional extra checks; OK means healthy. Default: always OK.
+  void SetLivenessCheck(std::function<absl::Status()> check);
+  void SetReadinessCheck(std::function<absl::Status()> check);
+
+  // Shared with the request callback; public only so the .cc can name it.
+  struct Health;
+
+ private:
+  MetricsServer() = default;
+
+  std::unique_ptr<prometheus::Exposer> exposer_;
+  std::shared_ptr<Health> health_;
+  int port_ = 0;
+};
+
+}  // namespace kubetrain::observability
