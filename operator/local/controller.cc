@@ -1,0 +1,342 @@
+#include "operator/local/controller.h"
+
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/file.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <variant>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "operator/core/tf_config.h"
+
+namespace kubetrain::local {
+namespace {
+
+// The last line the replica wrote to stderr, as its termination message
+// (what a pod's terminationMessagePolicy FallbackToLogsOnError gives).
+std::string LastErrorLine(const std::string& log_path) {
+  std::ifstream in(log_path, std::ios::binary);
+  if (!in) return "";
+  in.seekg(0, std::ios::end);
+  const std::streamoff size = in.tellg();
+  const std::streamoff start = size > 16384 ? size - 16384 : 0;
+  in.seekg(start);
+  std::string line;
+  std::string last;
+  while (std::getline(in, line)) {
+    LogLine parsed = ParseLogLine(line);
+    if (parsed.stderr && !parsed.message.empty()) last = parsed.message;
+  }
+  return last;
+}
+
+core::ObservedReplica Observe(const ReplicaRecord& record, const ProcessStatus& status) {
+  core::ObservedReplica observed;
+  observed.name = record.name;
+  observed.key = record.key;
+  observed.created = record.created;
+  observed.container_restarts = status.restarts;
+  switch (status.state) {
+    case ProcessStatus::State::kRunning:
+      observed.phase = core::ReplicaPhase::kRunning;
+      observed.exit_code = status.last_exit_code;
+      break;
+    case ProcessStatus::State::kExited:
+      observed.phase = *status.exit_code == 0 ? core::ReplicaPhase::kSucceeded
+                                              : core::ReplicaPhase::kFailed;
+      observed.exit_code = status.exit_code;
+      if (*status.exit_code != 0) observed.termination_message = LastErrorLine(record.log_path);
+      break;
+    case ProcessStatus::State::kGone:
+      // Killed from outside with its supervisor: like a pod whose node died.
+      observed.phase = core::ReplicaPhase::kFailed;
+      observed.reason = "ProcessLost";
+      observed.node_lost = true;
+      observed.termination_message = "the replica's process group disappeared";
+      break;
+  }
+  return observed;
+}
+
+bool IsDefaultRuntimeCommand(const std::vector<std::string>& command) {
+  return command.size() == 2 && command[0] == "kubetrain-runtime" && command[1] == "train";
+}
+
+}  // namespace
+
+std::string LogTaskName(const core::ReplicaKey& key) {
+  return absl::StrCat(std::string(api::RoleName(key.role)), "-replica-", key.index);
+}
+
+std::string JobDir(const std::string& home, const std::string& job_name) {
+  return absl::StrCat(home, "/jobs/", job_name);
+}
+
+std::string LogPath(const std::string& home, const std::string& job_name, const std::string& trial_id,
+                    const std::string& task_name) {
+  return absl::StrCat(JobDir(home, job_name), "/logs/",
+                      trial_id.empty() ? "" : absl::StrCat("trial-", trial_id, "/"), task_name, ".log");
+}
+
+absl::StatusOr<bool> AnyReplicaRunning(JobStore& store, ProcessLauncher& launcher, const std::string& job) {
+  absl::StatusOr<std::vector<ReplicaRecord>> records = store.ListReplicas(job);
+  if (!records.ok()) return records.status();
+  for (const ReplicaRecord& r : *records) {
+    if (r.pid != 0 && launcher.Probe({r.pid, r.start_ticks}, r.exit_path, r.state_path).state ==
+                          ProcessStatus::State::kRunning) {
+      return true;
+    }
+  }
+  return false;
+}
+
+absl::StatusOr<int> PickFreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return absl::UnavailableError(absl::StrCat("socket: ", std::strerror(errno)));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof(addr);
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    std::string message = std::strerror(errno);
+    close(fd);
+    return absl::UnavailableError("cannot find a free port on 127.0.0.1: " + message);
+  }
+  close(fd);
+  return static_cast<int>(ntohs(addr.sin_port));
+}
+
+Controller::Controller(JobStore* store, ProcessLauncher* launcher, ControllerOptions options)
+    : store_(store), launcher_(launcher), options_(std::move(options)) {
+  if (!options_.allocate_port) options_.allocate_port = PickFreePort;
+}
+
+absl::StatusOr<int> Controller::SyncAll() {
+  absl::StatusOr<std::vector<v1::TrainingJob>> jobs = store_->ListJobs();
+  if (!jobs.ok()) return jobs.status();
+  int active = 0;
+  std::vector<std::string> errors;
+  for (const v1::TrainingJob& job : *jobs) {
+    absl::StatusOr<bool> more = SyncJob(job.metadata().name());
+    if (!more.ok()) {
+      errors.push_back(absl::StrCat(job.metadata().name(), ": ", more.status().message()));
+      ++active;
+    } else if (*more) {
+      ++active;
+    }
+  }
+  if (!errors.empty()) return absl::InternalError(absl::StrJoin(errors, "; "));
+  return active;
+}
+
+std::string Controller::TaskFileStem(const core::ReplicaKey& key) const {
+  return absl::StrCat(key.trial_id.empty() ? "" : absl::StrCat("trial-", key.trial_id, "/"),
+                      LogTaskName(key));
+}
+
+absl::StatusOr<bool> Controller::SyncJob(const std::string& name) {
+  absl::StatusOr<v1::TrainingJob> job = store_->GetJob(name);
+  if (!job.ok()) return job.status();
+  absl::StatusOr<std::vector<ReplicaRecord>> records = store_->ListReplicas(name);
+  if (!records.ok()) return records.status();
+
+  // 1. Observe the processes, then (so that every report written before an
+  // exit we saw is read) their metric files.
+  core::Observed observed;
+  bool any_running = false;
+  for (const ReplicaRecord& record : *records) {
+    ProcessStatus status;
+    if (record.pid == 0) {
+      // It never started (see CreateReplica): it failed with exit code 127.
+      status.state = ProcessStatus::State::kExited;
+      status.exit_code = 127;
+    } else {
+      status = launcher_->Probe({record.pid, record.start_ticks}, record.exit_path, record.state_path);
+    }
+    any_running = any_running || status.state == ProcessStatus::State::kRunning;
+    observed.replicas.push_back(Observe(record, status));
+  }
+  // A finished job whose processes have all ended has nothing left to do
+  // (ended replicas stay on record, as completed pods do).
+  if (core::IsTerminal(job->status().state()) && !any_running) return false;
+  for (const ReplicaRecord& record : *records) {
+    if (record.metric_path.empty() || record.key.trial_id.empty()) continue;
+    absl::StatusOr<std::vector<runtime::hypertune::HypertuneReport>> reports =
+        followers_[record.metric_path].PollFile(record.metric_path);
+    if (!reports.ok()) continue;  // unreadable for now: read again next sync
+    for (const runtime::hypertune::HypertuneReport& report : *reports) {
+      core::MetricReport metric{report.global_step, report.metrics};
+      absl::StatusOr<bool> added = store_->AddMetricReport(name, record.key.trial_id, report.key, metric);
+      if (!added.ok()) return added.status();
+    }
+  }
+  auto metrics = store_->MetricReports(name);
+  if (!metrics.ok()) return metrics.status();
+  observed.trial_metrics = *std::move(metrics);
+  auto archived = store_->ArchivedTrials(name);
+  if (!archived.ok()) return archived.status();
+  observed.archived_trials = *std::move(archived);
+
+  // 2. Reconcile.
+  auto ports = store_->Ports(name);
+  if (!ports.ok()) return ports.status();
+  absl::Status port_error;
+  core::ReconcileOptions options;
+  options.services = false;
+  options.tuner_factory = options_.tuner_factory;
+  options.stop_rule = options_.stop_rule;
+  options.address = core::LoopbackAddresses([&](std::string_view replica) -> int {
+    auto it = ports->find(std::string(replica));
+    if (it != ports->end()) return it->second;
+    absl::StatusOr<int> port = options_.allocate_port();
+    if (!port.ok()) {
+      port_error = port.status();
+      return 0;
+    }
+    if (absl::Status s = store_->PutPort(name, std::string(replica), *port); !s.ok()) port_error = s;
+    (*ports)[std::string(replica)] = *port;
+    return *port;
+  });
+  const absl::Time now = options_.clock();
+  core::ReconcileResult result = core::Reconcile(*job, observed, now, options);
+  if (!port_error.ok()) return port_error;
+
+  // 3. Carry it out: trials leaving status are stored before the status
+  // without them; the status (with any new trial) before its replicas.
+  for (const core::Action& action : result.actions) {
+    if (const auto* archive = std::get_if<core::ArchiveTrial>(&action)) {
+      if (absl::Status s = store_->ArchiveTrial(name, archive->trial); !s.ok()) return s;
+    }
+  }
+  if (result.status_changed) {
+    if (absl::Status s = store_->UpdateStatus(name, result.status); !s.ok()) return s;
+    *job->mutable_status() = result.status;
+  }
+  for (const core::Action& action : result.actions) {
+    const auto* del = std::get_if<core::DeleteReplica>(&action);
+    if (del == nullptr) continue;
+    for (const ReplicaRecord& record : *records) {
+      if (record.name != del->name) continue;
+      if (absl::Status s = launcher_->Kill({record.pid, record.start_ticks}); !s.ok()) {
+        return absl::Status(s.code(), absl::StrCat("deleting replica ", record.name, ": ", s.message()));
+      }
+      followers_.erase(record.metric_path);
+      if (absl::Status s = store_->DeleteReplica(record.name); !s.ok()) return s;
+    }
+  }
+  for (const core::Action& action : result.actions) {
+    const auto* create = std::get_if<core::CreateReplica>(&action);
+    if (create == nullptr) continue;
+    bool exists = false;
+    for (const ReplicaRecord& record : *records) exists = exists || record.name == create->replica.name;
+    if (exists) continue;  // AlreadyExists is success
+    if (absl::Status s = CreateReplica(*job, create->replica); !s.ok()) return s;
+  }
+  for (const core::Action& action : result.actions) {
+    if (const auto* event = std::get_if<core::EmitEvent>(&action)) {
+      StoredEvent stored{now, event->type == core::EmitEvent::Type::kWarning ? "Warning" : "Normal",
+                         event->reason, event->message};
+      if (absl::Status s = store_->AddEvent(name, stored); !s.ok()) return s;
+    }
+  }
+  // Finished: one more sync sees whether the clean-up has ended everything.
+  return true;
+}
+
+absl::Status Controller::CreateReplica(const v1::TrainingJob& job, const core::DesiredReplica& replica) {
+  const std::string& name = job.metadata().name();
+  const std::string job_dir = JobDir(options_.home, name);
+  const std::string stem = TaskFileStem(replica.key);
+  LaunchRequest request;
+  request.name = replica.name;
+  request.log_path = LogPath(options_.home, name, replica.key.trial_id, LogTaskName(replica.key));
+  request.exit_path = absl::StrCat(job_dir, "/run/", replica.name, ".exit");
+  request.state_path = absl::StrCat(job_dir, "/run/", replica.name, ".state");
+  request.restart_on_failure = replica.restart_policy == core::ContainerRestartPolicy::kOnFailure;
+  request.env = replica.env;
+  const std::string metric_path = absl::StrCat(job_dir, "/metrics/", stem, ".metrics");
+  request.env.emplace_back("CLOUD_ML_HP_METRIC_FILE", metric_path);
+  std::error_code ec;
+  std::filesystem::create_directories(std::filesystem::path(metric_path).parent_path(), ec);
+  // A replica started again (recreated) reports into a fresh file.
+  std::filesystem::remove(metric_path, ec);
+
+  const v1::TrainingInput& input = job.spec().training_input();
+  if (IsDefaultRuntimeCommand(replica.command) && !input.python_module().empty()) {
+    request.argv = {options_.python, "-m", input.python_module()};
+    std::vector<std::string> paths(input.package_uris().begin(), input.package_uris().end());
+    if (const char* existing = std::getenv("PYTHONPATH"); existing != nullptr && *existing != '\0') {
+      paths.push_back(existing);
+    }
+    request.env.emplace_back("PYTHONPATH", absl::StrJoin(paths, ":"));
+  } else if (IsDefaultRuntimeCommand(replica.command)) {
+    request.argv = {options_.runtime_binary, "train"};
+  } else {
+    request.argv = replica.command;
+  }
+  request.argv.insert(request.argv.end(), replica.args.begin(), replica.args.end());
+
+  ReplicaRecord record;
+  record.name = replica.name;
+  record.job = name;
+  record.key = replica.key;
+  record.log_path = request.log_path;
+  record.exit_path = request.exit_path;
+  record.state_path = request.state_path;
+  record.metric_path = metric_path;
+  record.created = options_.clock();
+  absl::StatusOr<ProcessId> id = launcher_->Launch(request);
+  if (!id.ok()) {
+    // Like a container that cannot start: the replica fails with exit code
+    // 127 and the reason in its log, and the restart policy decides.
+    std::filesystem::create_directories(std::filesystem::path(request.log_path).parent_path(), ec);
+    std::filesystem::create_directories(std::filesystem::path(request.exit_path).parent_path(), ec);
+    std::ofstream(request.log_path, std::ios::app)
+        << absl::ToDoubleSeconds(options_.clock() - absl::UnixEpoch()) << " E " << id.status().message() << "\n";
+  } else {
+    record.pid = id->pid;
+    record.start_ticks = id->start_ticks;
+  }
+  followers_.erase(metric_path);
+  return store_->PutReplica(record);
+}
+
+absl::StatusOr<std::unique_ptr<ControllerLock>> ControllerLock::TryAcquire(const std::string& home) {
+  std::error_code ec;
+  std::filesystem::create_directories(home, ec);
+  const std::string path = home + "/controller.lock";
+  int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return absl::UnavailableError(absl::StrCat("cannot open ", path, ": ", std::strerror(errno)));
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    close(fd);
+    if (errno == EWOULDBLOCK) return nullptr;
+    return absl::UnavailableError(absl::StrCat("cannot lock ", path, ": ", std::strerror(errno)));
+  }
+  std::string pid = std::to_string(getpid()) + "\n";
+  if (ftruncate(fd, 0) != 0 || pwrite(fd, pid.data(), pid.size(), 0) < 0) {
+    // The pid is informative only; the lock is what counts.
+  }
+  return std::unique_ptr<ControllerLock>(new ControllerLock(fd));
+}
+
+bool ControllerLock::Held(const std::string& home) {
+  const std::string path = home + "/controller.lock";
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  const bool held = flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+  close(fd);
+  return held;
+}
+
+ControllerLock::~ControllerLock() { close(fd_); }
+
+}  // namespace kubetrain::local

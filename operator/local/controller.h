@@ -1,0 +1,118 @@
+#pragma once
+
+// The local controller: the operator's reconcile loop with processes on
+// 127.0.0.1 instead of pods, and the SQLite job store instead of the
+// Kubernetes API. Same core::Reconcile, so restart policies, backoff,
+// deadlines, cancel, cleanup and tuning behave as on a cluster.
+//
+// One sync of a job:
+//   1. observe: every replica record in the store, probed through the
+//      launcher (running / exited with code / gone), becomes a
+//      core::ObservedReplica;
+//   2. metrics: each trial replica's private CLOUD_ML_HP_METRIC_FILE is
+//      followed (HypertuneFileFollower); new reports go to the store, which
+//      dedupes them, so a restarted controller re-reading a file counts
+//      nothing twice; Observed::trial_metrics comes from the store;
+//   3. core::Reconcile with addresses 127.0.0.1:<port>, a free port picked
+//      once per replica and kept in the store;
+//   4. carry out the result in the documented order: archived trials, then
+//      status, then deletes (kill the process group, drop the record), then
+//      creates (skipped when the record exists: AlreadyExists), then events.
+// Everything the controller knows is in the store or on disk, so a controller
+// killed at any point and started again resumes every job: live replicas are
+// re-adopted (pid + start time), exits that happened meanwhile are read from
+// their exit files, and trials are on record before their replicas start, so
+// none is lost or run twice.
+//
+// Files under `home`:
+//   jobs/<job>/logs/[trial-<id>/]<role>-replica-<index>.log
+//   jobs/<job>/run/<replica>.{exit,state}
+//   jobs/<job>/metrics/[trial-<id>/]<role>-replica-<index>.metrics
+//
+// Not thread-safe: one controller per $KUBETRAIN_HOME (see ControllerLock).
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "operator/core/reconciler.h"
+#include "operator/local/job_store.h"
+#include "operator/local/process_launcher.h"
+#include "trainer-runtime/hypertune/hypertune.h"
+
+namespace kubetrain::local {
+
+struct ControllerOptions {
+  std::string home;  // $KUBETRAIN_HOME
+  // What replicas run when the job names no containerCommand/pythonModule
+  // (the DesiredReplica command "kubetrain-runtime train").
+  std::string runtime_binary = "kubetrain-runtime";
+  std::string python = "python3";  // for pythonModule
+  std::function<absl::Time()> clock = [] { return absl::Now(); };
+  // A free TCP port on 127.0.0.1.
+  std::function<absl::StatusOr<int>()> allocate_port;
+  core::TunerFactory tuner_factory;
+  core::StopRule stop_rule;
+};
+
+class Controller {
+ public:
+  // `store` and `launcher` must outlive the controller.
+  Controller(JobStore* store, ProcessLauncher* launcher, ControllerOptions options);
+
+  // Syncs every job that is unfinished or still has replicas. Returns how
+  // many such jobs there were (0: idle). A job whose sync fails is reported
+  // in the error but does not stop the others.
+  absl::StatusOr<int> SyncAll();
+
+  // One sync of one job (see above). Returns false when the job is finished
+  // and none of its replicas runs (nothing more to do).
+  absl::StatusOr<bool> SyncJob(const std::string& name);
+
+ private:
+  absl::Status CreateReplica(const v1::TrainingJob& job, const core::DesiredReplica& replica);
+  std::string TaskFileStem(const core::ReplicaKey& key) const;
+
+  JobStore* store_;
+  ProcessLauncher* launcher_;
+  ControllerOptions options_;
+  // Per metric file.
+  std::map<std::string, runtime::hypertune::HypertuneFileFollower> followers_;
+};
+
+// The log task name of a replica: "master-replica-0", "worker-replica-1".
+std::string LogTaskName(const core::ReplicaKey& key);
+
+// Where a job's files live under `home`.
+std::string JobDir(const std::string& home, const std::string& job_name);
+// The log of one task ("" trial outside studies).
+std::string LogPath(const std::string& home, const std::string& job_name, const std::string& trial_id,
+                    const std::string& task_name);
+
+// True while some replica process of the job runs (from the records, the
+// exit files and the process table; no controller needed).
+absl::StatusOr<bool> AnyReplicaRunning(JobStore& store, ProcessLauncher& launcher, const std::string& job);
+
+// A free port on 127.0.0.1 (bind to port 0, read it, close).
+absl::StatusOr<int> PickFreePort();
+
+// The one controller per $KUBETRAIN_HOME: an exclusive flock on
+// home/controller.lock, held while the object lives; the file holds the pid.
+class ControllerLock {
+ public:
+  // nullptr (no error) when another process holds the lock.
+  static absl::StatusOr<std::unique_ptr<ControllerLock>> TryAcquire(const std::string& home);
+  // True when some process holds the lock now.
+  static bool Held(const std::string& home);
+  ~ControllerLock();
+
+ private:
+  explicit ControllerLock(int fd) : fd_(fd) {}
+  int fd_;
+};
+
+}  // namespace kubetrain::local

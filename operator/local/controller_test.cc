@@ -1,0 +1,271 @@
+#include "operator/local/controller.h"
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "operator/local/fake_process_launcher.h"
+#include "operator/local/test_util.h"
+#include "operator/tuner/tuner.h"
+#include "trainer-runtime/hypertune/hypertune.h"
+
+namespace kubetrain::local {
+namespace {
+
+using ::testing::Contains;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::Pair;
+
+std::string EnvOf(const LaunchRequest& r, const std::string& name) {
+  for (const auto& [k, v] : r.env) {
+    if (k == name) return v;
+  }
+  return "";
+}
+
+class ControllerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto store = JobStore::Open(dir_.path() + "/jobs.db");
+    ASSERT_TRUE(store.ok()) << store.status();
+    store_ = *std::move(store);
+    NewController();
+  }
+
+  // A new controller on the same store and processes: what a restart sees.
+  void NewController() {
+    ControllerOptions options;
+    options.home = dir_.path();
+    options.runtime_binary = "/opt/kubetrain-runtime";
+    options.clock = [this] { return now_; };
+    options.allocate_port = [this]() -> absl::StatusOr<int> { return next_port_++; };
+    options.tuner_factory = tuner::Tuner::Create;
+    options.stop_rule = tuner::ShouldStopEarly;
+    controller_ = std::make_unique<Controller>(store_.get(), &launcher_, options);
+  }
+
+  void Submit(v1::TrainingJob job) {
+    job.mutable_metadata()->set_uid("uid-" + job.metadata().name());
+    ASSERT_TRUE(store_->CreateJob(job).ok());
+  }
+
+  v1::TrainingJob Get(const std::string& name) {
+    auto job = store_->GetJob(name);
+    EXPECT_TRUE(job.ok()) << job.status();
+    return *job;
+  }
+
+  void Sync(const std::string& name) {
+    now_ += absl::Seconds(1);
+    absl::StatusOr<bool> more = controller_->SyncJob(name);
+    ASSERT_TRUE(more.ok()) << more.status();
+  }
+
+  static v1::TrainingJob BasicJob(const std::string& name) {
+    v1::TrainingJob job;
+    job.set_api_version("kubetrain.io/v1");
+    job.set_kind("TrainingJob");
+    job.mutable_metadata()->set_name(name);
+    job.mutable_spec()->mutable_training_input()->add_args("--epochs=1");
+    return job;
+  }
+
+  static v1::TrainingJob StudyJob(const std::string& name, int max_trials, int parallel) {
+    v1::TrainingJob job = BasicJob(name);
+    v1::HyperparameterSpec* hp = job.mutable_spec()->mutable_training_input()->mutable_hyperparameters();
+    hp->set_goal(v1::HyperparameterSpec::MAXIMIZE);
+    hp->set_max_trials(max_trials);
+    hp->set_max_parallel_trials(parallel);
+    hp->set_algorithm(v1::HyperparameterSpec::RANDOM_SEARCH);
+    v1::ParameterSpec* p = hp->add_params();
+    p->set_parameter_name("x");
+    p->set_type(v1::ParameterSpec::DOUBLE);
+    p->set_min_value(0);
+    p->set_max_value(1);
+    p->set_scale_type(v1::ParameterSpec::UNIT_LINEAR_SCALE);
+    return job;
+  }
+
+  // Writes a hypertune report into the metric file the replica was given.
+  static void Report(const LaunchRequest& r, double value, int64_t step) {
+    runtime::hypertune::HypertuneWriter::Options options;
+    options.metric_path = EnvOf(r, "CLOUD_ML_HP_METRIC_FILE");
+    options.trial_id = EnvOf(r, "CLOUD_ML_TRIAL_ID");
+    // Append to what is there, as the library keeps earlier reports.
+    std::string existing;
+    {
+      std::ifstream in(options.metric_path);
+      std::stringstream s;
+      s << in.rdbuf();
+      existing = s.str();
+    }
+    std::ofstream(options.metric_path)
+        << existing
+        << runtime::hypertune::FormatHypertuneLine("", value, step, options.trial_id, 1.7e9 + step);
+  }
+
+  TempDir dir_;
+  std::unique_ptr<JobStore> store_;
+  FakeProcessLauncher launcher_;
+  std::unique_ptr<Controller> controller_;
+  absl::Time now_ = absl::FromUnixSeconds(1800000000);
+  int next_port_ = 30000;
+};
+
+TEST_F(ControllerTest, SingleReplicaJobRunsTheRuntimeAndSucceeds) {
+  Submit(BasicJob("basic_job"));
+  Sync("basic_job");
+  ASSERT_EQ(launcher_.launched.size(), 1u);
+  const LaunchRequest& r = launcher_.launched[0];
+  EXPECT_EQ(r.name, "basic-job-master-0");
+  EXPECT_EQ(r.argv, (std::vector<std::string>{"/opt/kubetrain-runtime", "train", "--epochs=1"}));
+  EXPECT_THAT(EnvOf(r, "TF_CONFIG"), HasSubstr("\"127.0.0.1:30000\""));
+  EXPECT_EQ(EnvOf(r, "CLOUD_ML_JOB_ID"), "basic_job");
+  EXPECT_EQ(r.log_path, dir_.path() + "/jobs/basic_job/logs/master-replica-0.log");
+  EXPECT_FALSE(EnvOf(r, "CLOUD_ML_HP_METRIC_FILE").empty());
+
+  Sync("basic_job");
+  Sync("basic_job");
+  EXPECT_EQ(launcher_.launched.size(), 1u);  // idempotent: nothing started twice
+  EXPECT_EQ(Get("basic_job").status().state(), v1::RUNNING);
+
+  launcher_.Exit("basic-job-master-0", 0);
+  Sync("basic_job");
+  EXPECT_EQ(Get("basic_job").status().state(), v1::SUCCEEDED);
+  auto more = controller_->SyncJob("basic_job");
+  ASSERT_TRUE(more.ok());
+  EXPECT_FALSE(*more);
+  EXPECT_EQ(launcher_.launched.size(), 1u);
+}
+
+TEST_F(ControllerTest, DistributedClusterGetsOnePortPerReplicaInEveryTfConfig) {
+  v1::TrainingJob job = BasicJob("dist");
+  v1::TrainingInput* input = job.mutable_spec()->mutable_training_input();
+  input->set_scale_tier(v1::TrainingInput::CUSTOM);
+  input->set_master_type("standard");
+  input->set_worker_type("standard");
+  input->set_worker_count(2);
+  input->set_parameter_server_type("standard");
+  input->set_parameter_server_count(1);
+  Submit(job);
+  Sync("dist");
+  ASSERT_EQ(launcher_.launched.size(), 4u);
+  std::set<std::string> logs;
+  const std::string tf_config = EnvOf(launcher_.launched[0], "TF_CONFIG");
+  for (const LaunchRequest& r : launcher_.launched) {
+    logs.insert(std::filesystem::path(r.log_path).filename().string());
+    // Every task sees the same cluster.
+    const std::string cluster = EnvOf(r, "TF_CONFIG").substr(0, EnvOf(r, "TF_CONFIG").find("\"task\""));
+    EXPECT_EQ(cluster, tf_config.substr(0, tf_config.find("\"task\"")));
+  }
+  EXPECT_EQ(logs, (std::set<std::string>{"master-replica-0.log", "worker-replica-0.log",
+                                          "worker-replica-1.log", "ps-replica-0.log"}));
+  for (int port = 30000; port < 30004; ++port) {
+    EXPECT_THAT(tf_config, HasSubstr(absl::StrCat("127.0.0.1:", port)));
+  }
+  // A restarted controller gives the same addresses (ports kept in the store).
+  NewController();
+  launcher_.Exit("dist-worker-1", 2);  // restartPolicy Never: the job fails
+  Sync("dist");
+  v1::TrainingJob failed = Get("dist");
+  EXPECT_EQ(failed.status().state(), v1::FAILED);
+  EXPECT_THAT(failed.status().error_message(), HasSubstr("worker"));
+  // cleanPodPolicy Running: what still ran is killed.
+  EXPECT_THAT(launcher_.Running(), IsEmpty());
+  EXPECT_EQ(launcher_.launched.size(), 4u);
+}
+
+TEST_F(ControllerTest, StudyRunsMaxTrialsWithMetricsAcrossAControllerRestart) {
+  Submit(StudyJob("study", 4, 2));
+  std::map<std::string, double> objective_of;  // trial -> value reported
+  int finished = 0;
+  for (int round = 0; round < 40 && !core::IsTerminal(Get("study").status().state()); ++round) {
+    Sync("study");
+    // Every running master reports x as its objective, then exits 0.
+    for (const LaunchRequest& r : launcher_.launched) {
+      FakeProcessLauncher::Process* p = launcher_.Find(r.name);
+      if (p == nullptr || p->status.state != ProcessStatus::State::kRunning) continue;
+      const std::string trial = EnvOf(r, "CLOUD_ML_TRIAL_ID");
+      ASSERT_FALSE(trial.empty());
+      double x = 0;
+      for (const std::string& arg : r.argv) {
+        if (arg.rfind("--x=", 0) == 0) x = std::stod(arg.substr(4));
+      }
+      Report(r, x / 2, 5);
+      Report(r, x, 10);
+      objective_of[trial] = x;
+      launcher_.Exit(r.name, 0);
+      ++finished;
+      if (finished == 2) {
+        // The controller dies between the exit and its next look.
+        NewController();
+      }
+    }
+  }
+  v1::TrainingJob job = Get("study");
+  ASSERT_EQ(job.status().state(), v1::SUCCEEDED) << job.status().error_message();
+  const v1::TrainingOutput& out = job.status().training_output();
+  EXPECT_EQ(out.completed_trial_count(), 4);
+  ASSERT_EQ(out.trials_size(), 4);
+  std::set<std::string> ids;
+  for (int i = 0; i < out.trials_size(); ++i) {
+    const v1::HyperparameterOutput& t = out.trials(i);
+    ids.insert(t.trial_id());
+    EXPECT_DOUBLE_EQ(t.final_metric().objective_value(), objective_of.at(t.trial_id()));
+    EXPECT_EQ(t.final_metric().training_step(), 10);
+    EXPECT_EQ(t.all_metrics_size(), 2);  // nothing counted twice after the restart
+    if (i > 0) {
+      EXPECT_GE(out.trials(i - 1).final_metric().objective_value(), t.final_metric().objective_value());
+    }
+  }
+  EXPECT_EQ(ids, (std::set<std::string>{"1", "2", "3", "4"}));
+  EXPECT_EQ(launcher_.launched.size(), 4u);  // one master per trial, none twice
+}
+
+TEST_F(ControllerTest, CancelKillsEveryReplica) {
+  v1::TrainingJob job = BasicJob("to_cancel");
+  job.mutable_spec()->mutable_training_input()->set_scale_tier(v1::TrainingInput::STANDARD_1);
+  Submit(job);
+  Sync("to_cancel");
+  ASSERT_FALSE(launcher_.Running().empty());
+  ASSERT_TRUE(store_->RequestCancel("to_cancel").ok());
+  for (int i = 0; i < 5 && Get("to_cancel").status().state() != v1::CANCELLED; ++i) Sync("to_cancel");
+  EXPECT_EQ(Get("to_cancel").status().state(), v1::CANCELLED);
+  EXPECT_THAT(launcher_.Running(), IsEmpty());
+  EXPECT_THAT(*store_->ListReplicas("to_cancel"), IsEmpty());
+}
+
+TEST_F(ControllerTest, ReplicaThatCannotStartFailsWithTheReason) {
+  Submit(BasicJob("cannot_start"));
+  launcher_.fail_launches = true;
+  Sync("cannot_start");
+  Sync("cannot_start");
+  v1::TrainingJob job = Get("cannot_start");
+  EXPECT_EQ(job.status().state(), v1::FAILED);
+  EXPECT_THAT(job.status().error_message(), HasSubstr("127"));
+  EXPECT_THAT(job.status().error_message(), HasSubstr("fake launch failure"));
+}
+
+TEST_F(ControllerTest, ContainerCommandAndPythonModuleAreRunAsGiven) {
+  v1::TrainingJob custom = BasicJob("custom");
+  custom.mutable_spec()->mutable_training_input()->mutable_master_config()->add_container_command("/bin/true");
+  Submit(custom);
+  v1::TrainingJob python = BasicJob("python");
+  python.mutable_spec()->mutable_training_input()->set_python_module("trainer.task");
+  python.mutable_spec()->mutable_training_input()->add_package_uris("/src/pkg");
+  Submit(python);
+  Sync("custom");
+  Sync("python");
+  ASSERT_EQ(launcher_.launched.size(), 2u);
+  EXPECT_EQ(launcher_.launched[0].argv[0], "/bin/true");
+  EXPECT_EQ(launcher_.launched[1].argv,
+            (std::vector<std::string>{"python3", "-m", "trainer.task", "--epochs=1"}));
+  EXPECT_THAT(EnvOf(launcher_.launched[1], "PYTHONPATH"), HasSubstr("/src/pkg"));
+}
+
+}  // namespace
+}  // namespace kubetrain::local

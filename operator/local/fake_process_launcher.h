@@ -1,0 +1,80 @@
+#pragma once
+
+// A ProcessLauncher for tests: no processes, every replica's fate set by the
+// test. Not thread-safe.
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "operator/local/process_launcher.h"
+
+namespace kubetrain::local {
+
+class FakeProcessLauncher : public ProcessLauncher {
+ public:
+  struct Process {
+    LaunchRequest request;
+    ProcessStatus status;  // starts kRunning
+    bool killed = false;
+  };
+
+  absl::StatusOr<ProcessId> Launch(const LaunchRequest& request) override {
+    if (fail_launches) return absl::UnavailableError("fake launch failure for " + request.name);
+    const int pid = next_pid_++;
+    Process& process = processes_[pid];
+    process.request = request;
+    process.status.state = ProcessStatus::State::kRunning;
+    launched.push_back(request);
+    return ProcessId{pid, static_cast<uint64_t>(pid) * 7};
+  }
+  ProcessStatus Probe(const ProcessId& id, const std::string&, const std::string&) override {
+    auto it = processes_.find(id.pid);
+    if (it == processes_.end()) return {};
+    return it->second.status;
+  }
+  absl::Status Kill(const ProcessId& id) override {
+    auto it = processes_.find(id.pid);
+    if (it != processes_.end() && it->second.status.state == ProcessStatus::State::kRunning) {
+      it->second.status.state = ProcessStatus::State::kExited;
+      it->second.status.exit_code = 143;
+      it->second.killed = true;
+    }
+    killed_names.push_back(it == processes_.end() ? "" : it->second.request.name);
+    return absl::OkStatus();
+  }
+
+  // The live process of replica `name`; nullptr when there is none.
+  Process* Find(const std::string& name) {
+    for (auto it = processes_.rbegin(); it != processes_.rend(); ++it) {
+      if (it->second.request.name == name) return &it->second;
+    }
+    return nullptr;
+  }
+  // Ends the latest process of replica `name` with `code`.
+  void Exit(const std::string& name, int code) {
+    Process* process = Find(name);
+    if (process == nullptr) return;
+    process->status.state = ProcessStatus::State::kExited;
+    process->status.exit_code = code;
+  }
+  // Names of processes still running.
+  std::vector<std::string> Running() const {
+    std::vector<std::string> names;
+    for (const auto& [pid, process] : processes_) {
+      if (process.status.state == ProcessStatus::State::kRunning) names.push_back(process.request.name);
+    }
+    return names;
+  }
+
+  std::vector<LaunchRequest> launched;
+  std::vector<std::string> killed_names;
+  bool fail_launches = false;
+
+ private:
+  int next_pid_ = 1000;
+  std::map<int, Process> processes_;
+};
+
+}  // namespace kubetrain::local

@@ -1,0 +1,156 @@
+#include "operator/local/job_store.h"
+
+#include <sqlite3.h>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "operator/local/test_util.h"
+
+namespace kubetrain::local {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+v1::TrainingJob Job(const std::string& name) {
+  v1::TrainingJob job;
+  job.set_api_version("kubetrain.io/v1");
+  job.set_kind("TrainingJob");
+  job.mutable_metadata()->set_name(name);
+  job.mutable_metadata()->set_uid("uid-" + name);
+  job.mutable_spec()->mutable_training_input()->add_args("--x=1");
+  job.mutable_status()->set_state(v1::QUEUED);
+  return job;
+}
+
+TEST(JobStoreTest, CreateGetListAndDuplicate) {
+  TempDir dir;
+  auto store = JobStore::Open(dir.path() + "/jobs.db");
+  ASSERT_TRUE(store.ok()) << store.status();
+  ASSERT_TRUE((*store)->CreateJob(Job("b_job")).ok());
+  ASSERT_TRUE((*store)->CreateJob(Job("a_job")).ok());
+  absl::Status dup = (*store)->CreateJob(Job("a_job"));
+  EXPECT_EQ(dup.code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_THAT(dup.message(), HasSubstr("a_job"));
+
+  auto job = (*store)->GetJob("a_job");
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->metadata().uid(), "uid-a_job");
+  EXPECT_EQ(job->spec().training_input().args(0), "--x=1");
+  EXPECT_EQ(job->status().state(), v1::QUEUED);
+  EXPECT_FALSE(job->spec().cancel());
+
+  auto jobs = (*store)->ListJobs();
+  ASSERT_TRUE(jobs.ok());
+  ASSERT_EQ(jobs->size(), 2u);
+  EXPECT_EQ((*jobs)[0].metadata().name(), "b_job");  // creation order
+  EXPECT_EQ((*jobs)[1].metadata().name(), "a_job");
+
+  auto missing = (*store)->GetJob("nope");
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(missing.status().message(), HasSubstr("nope"));
+}
+
+TEST(JobStoreTest, StatusAndCancelAreSeparateWriters) {
+  TempDir dir;
+  const std::string path = dir.path() + "/jobs.db";
+  auto controller = JobStore::Open(path);
+  auto cli = JobStore::Open(path);
+  ASSERT_TRUE(controller.ok() && cli.ok());
+  ASSERT_TRUE((*cli)->CreateJob(Job("j")).ok());
+  ASSERT_TRUE((*cli)->RequestCancel("j").ok());
+  v1::TrainingJobStatus status;
+  status.set_state(v1::RUNNING);
+  ASSERT_TRUE((*controller)->UpdateStatus("j", status).ok());
+  auto job = (*cli)->GetJob("j");
+  ASSERT_TRUE(job.ok());
+  EXPECT_EQ(job->status().state(), v1::RUNNING);
+  EXPECT_TRUE(job->spec().cancel());  // not overwritten by the status write
+  EXPECT_EQ((*cli)->RequestCancel("other").code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ((*controller)->UpdateStatus("other", status).code(), absl::StatusCode::kNotFound);
+}
+
+TEST(JobStoreTest, ReplicasPortsMetricsArchiveEventsSurviveReopen) {
+  TempDir dir;
+  const std::string path = dir.path() + "/jobs.db";
+  {
+    auto store = JobStore::Open(path);
+    ASSERT_TRUE(store.ok());
+    ASSERT_TRUE((*store)->CreateJob(Job("j")).ok());
+    ReplicaRecord r;
+    r.name = "j-t3-worker-1";
+    r.job = "j";
+    r.key = {"3", api::Role::kWorker, 1};
+    r.pid = 4242;
+    r.start_ticks = 99;
+    r.log_path = "/l";
+    r.exit_path = "/e";
+    r.state_path = "/s";
+    r.metric_path = "/m";
+    r.created = absl::FromUnixSeconds(1700000000);
+    ASSERT_TRUE((*store)->PutReplica(r).ok());
+    ASSERT_TRUE((*store)->PutPort("j", "j-t3-worker-1", 31000).ok());
+    core::MetricReport report{10, {{"acc", 0.5}}};
+    EXPECT_TRUE(*(*store)->AddMetricReport("j", "3", "k1", report));
+    EXPECT_FALSE(*(*store)->AddMetricReport("j", "3", "k1", report));  // same report again
+    report.step = 20;
+    report.values["acc"] = 0.75;
+    EXPECT_TRUE(*(*store)->AddMetricReport("j", "3", "k2", report));
+    v1::HyperparameterOutput trial;
+    trial.set_trial_id("2");
+    trial.mutable_final_metric()->set_objective_value(0.25);
+    ASSERT_TRUE((*store)->ArchiveTrial("j", trial).ok());
+    ASSERT_TRUE((*store)->AddEvent("j", {absl::FromUnixSeconds(5), "Warning", "ReplicaFailed", "m"}).ok());
+  }
+  auto store = JobStore::Open(path);
+  ASSERT_TRUE(store.ok());
+  auto replicas = (*store)->ListReplicas("j");
+  ASSERT_TRUE(replicas.ok());
+  ASSERT_EQ(replicas->size(), 1u);
+  const ReplicaRecord& r = (*replicas)[0];
+  EXPECT_EQ(r.key, (core::ReplicaKey{"3", api::Role::kWorker, 1}));
+  EXPECT_EQ(r.pid, 4242);
+  EXPECT_EQ(r.start_ticks, 99u);
+  EXPECT_EQ(r.metric_path, "/m");
+  EXPECT_EQ(r.created, absl::FromUnixSeconds(1700000000));
+  EXPECT_EQ((*(*store)->Ports("j")).at("j-t3-worker-1"), 31000);
+  auto metrics = (*store)->MetricReports("j");
+  ASSERT_TRUE(metrics.ok());
+  ASSERT_EQ(metrics->at("3").size(), 2u);
+  EXPECT_EQ(metrics->at("3")[1].step, 20);
+  EXPECT_DOUBLE_EQ(metrics->at("3")[1].values.at("acc"), 0.75);
+  auto archived = (*store)->ArchivedTrials("j");
+  ASSERT_TRUE(archived.ok());
+  ASSERT_EQ(archived->size(), 1u);
+  EXPECT_DOUBLE_EQ((*archived)[0].final_metric().objective_value(), 0.25);
+  auto events = (*store)->Events("j");
+  ASSERT_TRUE(events.ok());
+  ASSERT_EQ(events->size(), 1u);
+  EXPECT_EQ((*events)[0].reason, "ReplicaFailed");
+  ASSERT_TRUE((*store)->DeleteReplica("j-t3-worker-1").ok());
+  ASSERT_TRUE((*store)->DeleteReplica("j-t3-worker-1").ok());  // gone already: fine
+  EXPECT_TRUE((*(*store)->ListReplicas("j")).empty());
+}
+
+TEST(JobStoreTest, RefusesNewerSchemaAndNonDatabase) {
+  TempDir dir;
+  const std::string path = dir.path() + "/jobs.db";
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, "PRAGMA user_version = 99", nullptr, nullptr, nullptr), SQLITE_OK);
+  sqlite3_close(db);
+  auto store = JobStore::Open(path);
+  EXPECT_EQ(store.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(store.status().message(), HasSubstr(path));
+
+  const std::string junk = dir.path() + "/junk.db";
+  FILE* f = fopen(junk.c_str(), "w");
+  fputs("this is not a database, but long enough to look like a header......................", f);
+  fclose(f);
+  auto bad = JobStore::Open(junk);
+  EXPECT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(), HasSubstr(junk));
+}
+
+}  // namespace
+}  // namespace kubetrain::local

@@ -1,0 +1,488 @@
+#include "operator/local/process_launcher.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <charconv>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+
+extern char** environ;
+
+namespace kubetrain::local {
+namespace {
+
+// ---- The supervisor. It runs in a child forked from a possibly
+// multi-threaded controller, so from the fork on it only makes
+// async-signal-safe calls on data prepared before the fork: no allocation,
+// no stdio, no locks.
+
+struct SupervisorPlan {
+  const char* executable;
+  char* const* argv;
+  char* const* envp;
+  const char* working_dir;  // nullptr: keep
+  const char* log_path;
+  const char* exit_path;
+  const char* exit_tmp_path;
+  const char* state_path;
+  const char* state_tmp_path;
+  bool restart_on_failure;
+};
+
+constexpr int kInitialBackoffMs = 1000;
+constexpr int kMaxBackoffMs = 30000;
+
+size_t FormatInt(char* out, long long value) {
+  char digits[24];
+  size_t n = 0;
+  const bool negative = value < 0;
+  unsigned long long v = negative ? 0ULL - static_cast<unsigned long long>(value) : value;
+  do {
+    digits[n++] = static_cast<char>('0' + v % 10);
+    v /= 10;
+  } while (v != 0);
+  size_t len = 0;
+  if (negative) out[len++] = '-';
+  while (n > 0) out[len++] = digits[--n];
+  return len;
+}
+
+void WriteAll(int fd, const char* data, size_t size) {
+  while (size > 0) {
+    ssize_t n = write(fd, data, size);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return;
+    }
+    data += n;
+    size -= static_cast<size_t>(n);
+  }
+}
+
+// Writes `text` to `tmp`, then renames it over `path`.
+void WriteFileAtomically(const char* tmp, const char* path, const char* text, size_t size) {
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return;
+  WriteAll(fd, text, size);
+  fsync(fd);
+  close(fd);
+  rename(tmp, path);
+}
+
+void SleepMs(int ms) {
+  timespec ts{ms / 1000, static_cast<long>(ms % 1000) * 1000000L};
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+  }
+}
+
+// Buffers one stream and writes whole lines to the log with their prefix.
+struct LineBuffer {
+  char stream;  // 'O' or 'E'
+  char data[8192];
+  size_t size = 0;
+};
+
+void EmitLine(int log_fd, char stream, const char* line, size_t size) {
+  char prefix[64];
+  timespec now{};
+  clock_gettime(CLOCK_REALTIME, &now);
+  size_t n = FormatInt(prefix, now.tv_sec);
+  prefix[n++] = '.';
+  long micros = now.tv_nsec / 1000;
+  for (long div = 100000; div > 0; div /= 10) prefix[n++] = static_cast<char>('0' + (micros / div) % 10);
+  prefix[n++] = ' ';
+  prefix[n++] = stream;
+  prefix[n++] = ' ';
+  char record[8192 + 80];
+  std::memcpy(record, prefix, n);
+  std::memcpy(record + n, line, size);
+  n += size;
+  record[n++] = '\n';
+  WriteAll(log_fd, record, n);  // one write per line: lines never interleave
+}
+
+void Consume(int log_fd, LineBuffer& buffer, const char* data, size_t size) {
+  for (size_t i = 0; i < size; ++i) {
+    if (data[i] == '\n') {
+      EmitLine(log_fd, buffer.stream, buffer.data, buffer.size);
+      buffer.size = 0;
+    } else {
+      if (buffer.size == sizeof(buffer.data)) {
+        EmitLine(log_fd, buffer.stream, buffer.data, buffer.size);
+        buffer.size = 0;
+      }
+      buffer.data[buffer.size++] = data[i];
+    }
+  }
+}
+
+// Copies the replica's output to the log until the replica has exited and
+// its pipes are drained (or held open only by processes it left behind).
+// Returns the replica's wait status.
+int PumpAndWait(pid_t child, int out_fd, int err_fd, int log_fd) {
+  LineBuffer buffers[2];
+  buffers[0].stream = 'O';
+  buffers[1].stream = 'E';
+  int fds[2] = {out_fd, err_fd};
+  bool open_fds[2] = {true, true};
+  int wait_status = 0;
+  bool exited = false;
+  char chunk[4096];
+  while (open_fds[0] || open_fds[1]) {
+    pollfd pfds[2];
+    int count = 0;
+    int which[2];
+    for (int i = 0; i < 2; ++i) {
+      if (!open_fds[i]) continue;
+      pfds[count] = {fds[i], POLLIN, 0};
+      which[count++] = i;
+    }
+    int ready = poll(pfds, count, exited ? 0 : 200);
+    if (ready < 0 && errno != EINTR) break;
+    bool read_any = false;
+    for (int k = 0; k < count && ready > 0; ++k) {
+      if ((pfds[k].revents & (POLLIN | POLLHUP | POLLERR)) == 0) continue;
+      ssize_t n = read(pfds[k].fd, chunk, sizeof(chunk));
+      if (n > 0) {
+        Consume(log_fd, buffers[which[k]], chunk, static_cast<size_t>(n));
+        read_any = true;
+      } else if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
+        open_fds[which[k]] = false;
+      }
+    }
+    if (!exited) {
+      pid_t r = waitpid(child, &wait_status, WNOHANG);
+      if (r == child) exited = true;
+    } else if (!read_any) {
+      break;  // exited, and nothing more is buffered right now
+    }
+  }
+  for (LineBuffer& buffer : buffers) {
+    if (buffer.size > 0) EmitLine(log_fd, buffer.stream, buffer.data, buffer.size);
+  }
+  if (!exited) {
+    while (waitpid(child, &wait_status, 0) < 0 && errno == EINTR) {
+    }
+  }
+  return wait_status;
+}
+
+[[noreturn]] void RunSupervisor(const SupervisorPlan& plan) {
+  setsid();
+  signal(SIGPIPE, SIG_DFL);
+  signal(SIGTERM, SIG_DFL);
+  signal(SIGINT, SIG_DFL);
+  // Nothing of the controller (its database, its sockets) reaches the replica.
+  if (syscall(SYS_close_range, 3U, ~0U, 0U) != 0) {
+    for (int fd = 3; fd < 4096; ++fd) close(fd);
+  }
+  int log_fd = open(plan.log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  int backoff_ms = kInitialBackoffMs;
+  int restarts = 0;
+  for (;;) {
+    int out_pipe[2];
+    int err_pipe[2];
+    if (pipe2(out_pipe, O_CLOEXEC) != 0 || pipe2(err_pipe, O_CLOEXEC) != 0) _exit(1);
+    pid_t child = fork();
+    if (child == 0) {
+      int devnull = open("/dev/null", O_RDONLY);
+      if (devnull >= 0) dup2(devnull, 0);
+      dup2(out_pipe[1], 1);
+      dup2(err_pipe[1], 2);
+      if (plan.working_dir != nullptr && chdir(plan.working_dir) != 0) {
+        const char message[] = "kubetrain: cannot enter the working directory\n";
+        WriteAll(2, message, sizeof(message) - 1);
+        _exit(127);
+      }
+      execve(plan.executable, plan.argv, plan.envp);
+      const char message[] = "kubetrain: cannot execute ";
+      WriteAll(2, message, sizeof(message) - 1);
+      WriteAll(2, plan.executable, std::strlen(plan.executable));
+      WriteAll(2, "\n", 1);
+      _exit(127);
+    }
+    close(out_pipe[1]);
+    close(err_pipe[1]);
+    int exit_code = 1;
+    if (child > 0) {
+      int status = PumpAndWait(child, out_pipe[0], err_pipe[0], log_fd);
+      exit_code = WIFEXITED(status) ? WEXITSTATUS(status)
+                                    : (WIFSIGNALED(status) ? 128 + WTERMSIG(status) : 1);
+    }
+    close(out_pipe[0]);
+    close(err_pipe[0]);
+    if (exit_code != 0 && plan.restart_on_failure) {
+      ++restarts;
+      char state[64];
+      size_t n = FormatInt(state, restarts);
+      state[n++] = ' ';
+      n += FormatInt(state + n, exit_code);
+      state[n++] = '\n';
+      WriteFileAtomically(plan.state_tmp_path, plan.state_path, state, n);
+      SleepMs(backoff_ms);
+      backoff_ms = backoff_ms * 2 > kMaxBackoffMs ? kMaxBackoffMs : backoff_ms * 2;
+      continue;
+    }
+    char text[32];
+    size_t n = FormatInt(text, exit_code);
+    text[n++] = '\n';
+    WriteFileAtomically(plan.exit_tmp_path, plan.exit_path, text, n);
+    _exit(0);
+  }
+}
+
+std::vector<char*> CStrings(std::vector<std::string>& strings) {
+  std::vector<char*> pointers;
+  for (std::string& s : strings) pointers.push_back(s.data());
+  pointers.push_back(nullptr);
+  return pointers;
+}
+
+std::optional<std::string> ReadSmallFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return std::nullopt;
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
+// Fields after the command name of /proc/<pid>/stat: [0] is field 3 (state).
+std::optional<std::vector<std::string>> ProcStatFields(int pid) {
+  std::optional<std::string> stat = ReadSmallFile(absl::StrCat("/proc/", pid, "/stat"));
+  if (!stat.has_value()) return std::nullopt;
+  size_t close_paren = stat->rfind(')');
+  if (close_paren == std::string::npos) return std::nullopt;
+  return absl::StrSplit(stat->substr(close_paren + 2), ' ', absl::SkipEmpty());
+}
+
+// True while any live (non-zombie) process is in group `pgid`.
+bool GroupAlive(int pgid) {
+  DIR* dir = opendir("/proc");
+  if (dir == nullptr) return kill(-pgid, 0) == 0;
+  bool alive = false;
+  while (dirent* entry = readdir(dir)) {
+    int pid = 0;
+    const char* name = entry->d_name;
+    auto [end, ec] = std::from_chars(name, name + std::strlen(name), pid);
+    if (ec != std::errc() || *end != '\0') continue;
+    auto fields = ProcStatFields(pid);
+    if (!fields.has_value() || fields->size() < 3) continue;
+    if ((*fields)[0] == "Z" || (*fields)[0] == "X") continue;
+    if ((*fields)[2] == std::to_string(pgid)) {
+      alive = true;
+      break;
+    }
+  }
+  closedir(dir);
+  return alive;
+}
+
+bool WaitGroupGone(int pgid, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (GroupAlive(pgid)) {
+    if (absl::Now() > deadline) return false;
+    SleepMs(20);
+  }
+  return true;
+}
+
+}  // namespace
+
+std::optional<uint64_t> ProcessStartTicks(int pid) {
+  if (pid <= 0) return std::nullopt;
+  auto fields = ProcStatFields(pid);
+  if (!fields.has_value() || fields->size() < 20) return std::nullopt;
+  if ((*fields)[0] == "Z" || (*fields)[0] == "X") return std::nullopt;
+  uint64_t ticks = 0;
+  if (!absl::SimpleAtoi((*fields)[19], &ticks)) return std::nullopt;
+  return ticks;
+}
+
+bool ProcessAlive(int pid, uint64_t start_ticks) {
+  std::optional<uint64_t> ticks = ProcessStartTicks(pid);
+  return ticks.has_value() && (start_ticks == 0 || *ticks == start_ticks);
+}
+
+std::optional<std::string> FindExecutable(const std::string& name) {
+  if (name.empty()) return std::nullopt;
+  if (name.find('/') != std::string::npos) {
+    if (access(name.c_str(), X_OK) == 0) return name;
+    return std::nullopt;
+  }
+  const char* path = std::getenv("PATH");
+  for (absl::string_view dir : absl::StrSplit(path == nullptr ? "/usr/bin:/bin" : path, ':')) {
+    if (dir.empty()) continue;
+    std::string candidate = absl::StrCat(dir, "/", name);
+    struct stat st;
+    if (stat(candidate.c_str(), &st) == 0 && S_ISREG(st.st_mode) && access(candidate.c_str(), X_OK) == 0) {
+      return candidate;
+    }
+  }
+  return std::nullopt;
+}
+
+LogLine ParseLogLine(std::string_view line) {
+  LogLine parsed;
+  size_t space = line.find(' ');
+  double time = 0;
+  if (space != std::string_view::npos && line.size() >= space + 3 && line[space + 2] == ' ' &&
+      (line[space + 1] == 'O' || line[space + 1] == 'E') &&
+      absl::SimpleAtod(std::string(line.substr(0, space)), &time)) {
+    parsed.time = time;
+    parsed.stderr = line[space + 1] == 'E';
+    parsed.message = std::string(line.substr(space + 3));
+    return parsed;
+  }
+  parsed.message = std::string(line);
+  return parsed;
+}
+
+absl::StatusOr<ProcessId> RealProcessLauncher::Launch(const LaunchRequest& request) {
+  if (request.argv.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("replica ", request.name, ": empty command"));
+  }
+  std::optional<std::string> executable = FindExecutable(request.argv[0]);
+  if (!executable.has_value()) {
+    return absl::NotFoundError(absl::StrCat("replica ", request.name, ": executable \"", request.argv[0],
+                                            "\" not found (not a path to an executable, nor on PATH)"));
+  }
+  std::error_code ec;
+  for (const std::string& file : {request.log_path, request.exit_path, request.state_path}) {
+    std::filesystem::create_directories(std::filesystem::path(file).parent_path(), ec);
+    if (ec) {
+      return absl::UnavailableError(
+          absl::StrCat("replica ", request.name, ": cannot create the folder of ", file, ": ", ec.message()));
+    }
+  }
+  // A replica started again under the same name begins with no exit.
+  std::filesystem::remove(request.exit_path, ec);
+  std::filesystem::remove(request.state_path, ec);
+
+  std::map<std::string, std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    std::string_view entry(*e);
+    size_t eq = entry.find('=');
+    if (eq == std::string_view::npos) continue;
+    env[std::string(entry.substr(0, eq))] = std::string(entry.substr(eq + 1));
+  }
+  for (const auto& [name, value] : request.env) env[name] = value;
+  std::vector<std::string> env_strings;
+  for (const auto& [name, value] : env) env_strings.push_back(name + "=" + value);
+  std::vector<std::string> argv = request.argv;
+  std::vector<char*> argv_ptrs = CStrings(argv);
+  std::vector<char*> env_ptrs = CStrings(env_strings);
+  const std::string exit_tmp = request.exit_path + ".tmp";
+  const std::string state_tmp = request.state_path + ".tmp";
+  SupervisorPlan plan{executable->c_str(),
+                      argv_ptrs.data(),
+                      env_ptrs.data(),
+                      request.working_dir.empty() ? nullptr : request.working_dir.c_str(),
+                      request.log_path.c_str(),
+                      request.exit_path.c_str(),
+                      exit_tmp.c_str(),
+                      request.state_path.c_str(),
+                      state_tmp.c_str(),
+                      request.restart_on_failure};
+
+  int pid_pipe[2];
+  if (pipe2(pid_pipe, O_CLOEXEC) != 0) {
+    return absl::UnavailableError(absl::StrCat("replica ", request.name, ": pipe: ", std::strerror(errno)));
+  }
+  pid_t helper = fork();
+  if (helper < 0) {
+    close(pid_pipe[0]);
+    close(pid_pipe[1]);
+    return absl::UnavailableError(absl::StrCat("replica ", request.name, ": fork: ", std::strerror(errno)));
+  }
+  if (helper == 0) {
+    close(pid_pipe[0]);
+    pid_t supervisor = fork();
+    if (supervisor == 0) {
+      close(pid_pipe[1]);
+      RunSupervisor(plan);
+    }
+    int value = supervisor;
+    WriteAll(pid_pipe[1], reinterpret_cast<const char*>(&value), sizeof(value));
+    _exit(supervisor > 0 ? 0 : 1);
+  }
+  close(pid_pipe[1]);
+  int supervisor = -1;
+  ssize_t n;
+  while ((n = read(pid_pipe[0], &supervisor, sizeof(supervisor))) < 0 && errno == EINTR) {
+  }
+  close(pid_pipe[0]);
+  int helper_status = 0;
+  while (waitpid(helper, &helper_status, 0) < 0 && errno == EINTR) {
+  }
+  if (n != sizeof(supervisor) || supervisor <= 0) {
+    return absl::UnavailableError(absl::StrCat("replica ", request.name, ": could not start its supervisor"));
+  }
+  return ProcessId{supervisor, ProcessStartTicks(supervisor).value_or(0)};
+}
+
+ProcessStatus RealProcessLauncher::Probe(const ProcessId& id, const std::string& exit_path,
+                                         const std::string& state_path) {
+  ProcessStatus status;
+  if (std::optional<std::string> state = ReadSmallFile(state_path)) {
+    std::vector<std::string> parts = absl::StrSplit(absl::StripAsciiWhitespace(*state), ' ');
+    int value = 0;
+    if (parts.size() == 2 && absl::SimpleAtoi(parts[0], &value)) {
+      status.restarts = value;
+      if (absl::SimpleAtoi(parts[1], &value)) status.last_exit_code = value;
+    }
+  }
+  auto read_exit = [&]() -> bool {
+    std::optional<std::string> text = ReadSmallFile(exit_path);
+    int code = 0;
+    if (text.has_value() && absl::SimpleAtoi(absl::StripAsciiWhitespace(*text), &code)) {
+      status.state = ProcessStatus::State::kExited;
+      status.exit_code = code;
+      return true;
+    }
+    return false;
+  };
+  if (read_exit()) return status;
+  if (ProcessAlive(id.pid, id.start_ticks)) {
+    status.state = ProcessStatus::State::kRunning;
+    return status;
+  }
+  // The supervisor may have written the file between the two looks.
+  if (read_exit()) return status;
+  status.state = ProcessStatus::State::kGone;
+  return status;
+}
+
+absl::Status RealProcessLauncher::Kill(const ProcessId& id) {
+  if (id.pid <= 1) return absl::OkStatus();
+  const bool leader_alive = ProcessAlive(id.pid, id.start_ticks);
+  // With the leader gone, its pid cannot be reused as a group id while the
+  // group still has members, so a group of that id is what it left behind.
+  const bool orphans = !leader_alive && !ProcessStartTicks(id.pid).has_value() && GroupAlive(id.pid);
+  if (!leader_alive && !orphans) return absl::OkStatus();
+  kill(-id.pid, SIGTERM);
+  if (WaitGroupGone(id.pid, absl::Seconds(3))) return absl::OkStatus();
+  kill(-id.pid, SIGKILL);
+  if (WaitGroupGone(id.pid, absl::Seconds(5))) return absl::OkStatus();
+  return absl::DeadlineExceededError(
+      absl::StrCat("process group ", id.pid, " still has processes after SIGKILL"));
+}
+
+}  // namespace kubetrain::local

@@ -1,0 +1,110 @@
+#pragma once
+
+// How the local backend runs replicas: the side-effect edge of the local
+// controller, behind an interface so the controller is tested with a fake.
+//
+// The real launcher starts every replica under a small supervisor process:
+//
+//   controller ──fork──► helper ──fork──► supervisor (setsid: its own process
+//                         exits           group)  ──fork/exec──► replica
+//
+// The helper exits at once, so the supervisor belongs to no controller and
+// survives a controller that is killed; a restarted controller finds it again
+// by pid and the kernel's start time of that pid (a reused pid is never taken
+// for the replica). The supervisor
+//   - sends the replica's stdout and stderr, line by line and time-stamped, to
+//     the log file ("<unix seconds> O|E <line>"), appending across restarts;
+//   - when the replica fails and `restart_on_failure` is set (the kubelet's
+//     in-place restart for OnFailure/Always), runs it again after a short
+//     doubling backoff and records the restart count in `state_path`;
+//   - when the replica ends for good, writes its exit code (128+signal when
+//     killed) to `exit_path` atomically (write, then rename), so the exit is
+//     known even when no controller was watching.
+// Kill signals the whole process group: nothing the replica started
+// outlives it (unless it left the group on purpose).
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace kubetrain::local {
+
+struct LaunchRequest {
+  std::string name;  // for error messages
+  // argv[0] is a path or a name looked up on PATH.
+  std::vector<std::string> argv;
+  // Added to (and overriding) the launcher's own environment.
+  std::vector<std::pair<std::string, std::string>> env;
+  std::string working_dir;  // "" keeps the launcher's
+  std::string log_path;     // created with its folder
+  std::string exit_path;
+  std::string state_path;
+  bool restart_on_failure = false;
+};
+
+struct ProcessId {
+  int pid = 0;               // the supervisor, leader of the replica's group
+  uint64_t start_ticks = 0;  // 0 when unknown
+};
+
+struct ProcessStatus {
+  enum class State {
+    kRunning,  // the supervisor runs (the replica may be between restarts)
+    kExited,   // ended for good: exit_code is set
+    kGone,     // neither running nor an exit file: killed from outside
+  };
+  State state = State::kGone;
+  std::optional<int> exit_code;       // kExited: the final exit code
+  int restarts = 0;                   // in-place restarts so far
+  std::optional<int> last_exit_code;  // of the last run that ended
+};
+
+class ProcessLauncher {
+ public:
+  virtual ~ProcessLauncher() = default;
+  // Starts the replica; errors name it (executable not found, fork failed).
+  virtual absl::StatusOr<ProcessId> Launch(const LaunchRequest& request) = 0;
+  // What became of a launched replica (from the files and the process table).
+  virtual ProcessStatus Probe(const ProcessId& id, const std::string& exit_path,
+                              const std::string& state_path) = 0;
+  // Terminates the replica's whole process group (SIGTERM, then SIGKILL after
+  // a short grace period) and waits until none of it is left. A process that
+  // is already gone is success.
+  virtual absl::Status Kill(const ProcessId& id) = 0;
+};
+
+// Processes on this machine, as described above.
+class RealProcessLauncher : public ProcessLauncher {
+ public:
+  absl::StatusOr<ProcessId> Launch(const LaunchRequest& request) override;
+  ProcessStatus Probe(const ProcessId& id, const std::string& exit_path,
+                      const std::string& state_path) override;
+  absl::Status Kill(const ProcessId& id) override;
+};
+
+// The start time of `pid` in clock ticks since boot (/proc/<pid>/stat field
+// 22); nullopt when there is no such process or it is a zombie.
+std::optional<uint64_t> ProcessStartTicks(int pid);
+
+// True when `pid` runs and, if `start_ticks` is not 0, started then.
+bool ProcessAlive(int pid, uint64_t start_ticks);
+
+// Finds an executable: a name with a '/' as is (if executable), else on $PATH.
+std::optional<std::string> FindExecutable(const std::string& name);
+
+// One line of a replica log as the supervisor writes it.
+struct LogLine {
+  double time = 0;       // unix seconds
+  bool stderr = false;   // 'E' stream
+  std::string message;
+};
+// Parses "<seconds> O|E <message>"; a line without the prefix (a program that
+// wrote the file itself) is taken whole as an stdout message at time 0.
+LogLine ParseLogLine(std::string_view line);
+
+}  // namespace kubetrain::local

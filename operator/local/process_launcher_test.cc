@@ -1,0 +1,150 @@
+#include "operator/local/process_launcher.h"
+
+#include <signal.h>
+
+#include <fstream>
+#include <functional>
+#include <sstream>
+#include <thread>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/strip.h"
+#include "absl/time/clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "operator/local/test_util.h"
+
+namespace kubetrain::local {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Polls `done` until it holds or 20 s pass (a condition, not a fixed delay).
+bool WaitFor(const std::function<bool()>& done) {
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  while (!done()) {
+    if (absl::Now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return true;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+LaunchRequest ShellRequest(const TempDir& dir, const std::string& script) {
+  LaunchRequest r;
+  r.name = "test-replica";
+  r.argv = {"/bin/sh", "-c", script};
+  r.env = {{"KT_DIR", dir.path()}};
+  r.log_path = dir.path() + "/logs/task.log";
+  r.exit_path = dir.path() + "/run/task.exit";
+  r.state_path = dir.path() + "/run/task.state";
+  return r;
+}
+
+TEST(ProcessLauncherTest, LogsLinesWithStreamAndRecordsExitCode) {
+  TempDir dir;
+  RealProcessLauncher launcher;
+  auto id = launcher.Launch(ShellRequest(dir, "echo out-line; echo err-line >&2; echo $KT_DIR; exit 3"));
+  ASSERT_TRUE(id.ok()) << id.status();
+  ProcessStatus status;
+  ASSERT_TRUE(WaitFor([&] {
+    status = launcher.Probe(*id, dir.path() + "/run/task.exit", dir.path() + "/run/task.state");
+    return status.state != ProcessStatus::State::kRunning;
+  }));
+  EXPECT_EQ(status.state, ProcessStatus::State::kExited);
+  EXPECT_EQ(status.exit_code, 3);
+  std::istringstream log(ReadFile(dir.path() + "/logs/task.log"));
+  std::vector<LogLine> lines;
+  for (std::string line; std::getline(log, line);) lines.push_back(ParseLogLine(line));
+  ASSERT_EQ(lines.size(), 3u);
+  std::map<std::string, bool> stderr_of;
+  for (const LogLine& l : lines) {
+    EXPECT_GT(l.time, 1.6e9);
+    stderr_of[l.message] = l.stderr;
+  }
+  EXPECT_FALSE(stderr_of.at("out-line"));
+  EXPECT_TRUE(stderr_of.at("err-line"));
+  EXPECT_TRUE(stderr_of.count(dir.path()));  // env reached the replica
+}
+
+TEST(ProcessLauncherTest, RestartsInPlaceOnFailureWhenAsked) {
+  TempDir dir;
+  RealProcessLauncher launcher;
+  LaunchRequest request = ShellRequest(
+      dir, "if [ -f \"$KT_DIR/once\" ]; then exit 0; fi; touch \"$KT_DIR/once\"; echo boom >&2; exit 1");
+  request.restart_on_failure = true;
+  auto id = launcher.Launch(request);
+  ASSERT_TRUE(id.ok()) << id.status();
+  ProcessStatus status;
+  ASSERT_TRUE(WaitFor([&] {
+    status = launcher.Probe(*id, request.exit_path, request.state_path);
+    return status.state == ProcessStatus::State::kExited;
+  }));
+  EXPECT_EQ(status.exit_code, 0);
+  EXPECT_EQ(status.restarts, 1);
+  EXPECT_EQ(status.last_exit_code, 1);
+}
+
+TEST(ProcessLauncherTest, KillLeavesNoProcessOfTheGroup) {
+  TempDir dir;
+  RealProcessLauncher launcher;
+  // The replica starts a background child and reports its pid.
+  LaunchRequest request =
+      ShellRequest(dir, "sleep 300 & echo $! > \"$KT_DIR/child.tmp\"; mv \"$KT_DIR/child.tmp\" \"$KT_DIR/child\"; wait");
+  auto id = launcher.Launch(request);
+  ASSERT_TRUE(id.ok()) << id.status();
+  int child = 0;
+  ASSERT_TRUE(WaitFor([&] {
+    return absl::SimpleAtoi(absl::StripAsciiWhitespace(ReadFile(dir.path() + "/child")), &child);
+  }));
+  ASSERT_TRUE(ProcessAlive(child, 0));
+  EXPECT_EQ(launcher.Probe(*id, request.exit_path, request.state_path).state,
+            ProcessStatus::State::kRunning);
+  ASSERT_TRUE(launcher.Kill(*id).ok());
+  EXPECT_FALSE(ProcessAlive(child, 0));
+  EXPECT_FALSE(ProcessAlive(id->pid, id->start_ticks));
+  EXPECT_TRUE(launcher.Kill(*id).ok());  // already gone: success
+}
+
+TEST(ProcessLauncherTest, SupervisorKilledFromOutsideIsGone) {
+  TempDir dir;
+  RealProcessLauncher launcher;
+  LaunchRequest request = ShellRequest(dir, "exec sleep 300");
+  auto id = launcher.Launch(request);
+  ASSERT_TRUE(id.ok()) << id.status();
+  ASSERT_EQ(kill(-id->pid, SIGKILL), 0);
+  ASSERT_TRUE(WaitFor([&] {
+    return launcher.Probe(*id, request.exit_path, request.state_path).state == ProcessStatus::State::kGone;
+  }));
+}
+
+TEST(ProcessLauncherTest, MissingExecutableIsAnErrorNamingIt) {
+  TempDir dir;
+  RealProcessLauncher launcher;
+  LaunchRequest request = ShellRequest(dir, "");
+  request.argv = {"no-such-program-kubetrain"};
+  auto id = launcher.Launch(request);
+  EXPECT_EQ(id.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(id.status().message(), HasSubstr("no-such-program-kubetrain"));
+  EXPECT_THAT(id.status().message(), HasSubstr("test-replica"));
+}
+
+TEST(ProcessLauncherTest, ParseLogLineKeepsUnprefixedLinesWhole) {
+  LogLine l = ParseLogLine("1700000000.123456 E something failed");
+  EXPECT_DOUBLE_EQ(l.time, 1700000000.123456);
+  EXPECT_TRUE(l.stderr);
+  EXPECT_EQ(l.message, "something failed");
+  LogLine raw = ParseLogLine("plain text line");
+  EXPECT_EQ(raw.time, 0);
+  EXPECT_FALSE(raw.stderr);
+  EXPECT_EQ(raw.message, "plain text line");
+}
+
+}  // namespace
+}  // namespace kubetrain::local
