@@ -45,6 +45,17 @@ std::string OwnerUid(const json& object) {
   return "";
 }
 
+// The replica caches keep what core::ParsePod / ParseService read: metadata
+// (without managedFields and annotations) and status. The spec (container
+// env with TF_CONFIG, resources) is what we rendered; we never read it back.
+void StripForCache(json& object) {
+  object.erase("spec");
+  if (object.contains("metadata") && object["metadata"].is_object()) {
+    object["metadata"].erase("managedFields");
+    object["metadata"].erase("annotations");
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<v1::TrainingJob> JobFromObject(const json& object) {
@@ -103,7 +114,8 @@ Controller::Controller(ClusterClient* client, ControllerOptions options, StudySt
         InformerOptions{.resource = resource,
                         .ns = options_.ns,
                         .label_selector = core::kLabelJobName,
-                        .index_label = core::kLabelJobName},
+                        .index_label = core::kLabelJobName,
+                        .transform = StripForCache},
         InformerHandlers{
             .on_add = [this, kind](const ObjectPtr& o) { OnReplicaEvent(o, true, false, kind); },
             .on_update = [this, kind](const ObjectPtr&,

@@ -62,6 +62,7 @@ absl::StatusOr<std::string> Informer::ListAndReplace() {
         // A list's items carry no kind; keep the objects uniform with watch events.
         item["kind"] = options_.resource.kind;
         item["apiVersion"] = options_.resource.api_version;
+        if (options_.transform) options_.transform(item);
         objects.push_back(std::make_shared<const nlohmann::json>(std::move(item)));
       }
     }
@@ -94,6 +95,7 @@ absl::StatusOr<std::string> Informer::ListAndReplace() {
 
 void Informer::Deliver(const std::string& type, nlohmann::json object) {
   if (ObjectKey(object).empty()) return;
+  if (options_.transform) options_.transform(object);
   if (type == "DELETED") {
     ObjectPtr previous = cache_.Remove(ObjectKey(object));
     if (handlers_.on_delete) {

@@ -24,6 +24,10 @@ struct InformerOptions {
   absl::Duration min_backoff = absl::Milliseconds(100);
   absl::Duration max_backoff = absl::Seconds(30);
   int watch_timeout_seconds = 0;  // 0: the client's default
+  // Applied to every object before it is cached (client-go's TransformFunc):
+  // drop what the controller never reads, so 8,000 pods with their TF_CONFIG
+  // do not dominate the operator's memory.
+  std::function<void(nlohmann::json& object)> transform;
 };
 
 // Callbacks run on the informer's thread, in event order; keep them short
