@@ -198,6 +198,8 @@ int main(int argc, char** argv) {
   };
   options.reconcile.stop_rule = kubetrain::tuner::ShouldStopEarly;
   kubetrain::kube::Controller controller(client->get(), options, &studies);
+  // New trial metrics (the Metrics service reports into `studies`) requeue their job.
+  studies.SetListener([&controller](const std::string& job_uid) { controller.EnqueueByUid(job_uid); });
 
   char host[256] = {0};
   gethostname(host, sizeof(host) - 1);

@@ -162,6 +162,15 @@ void Controller::Stop() {
   services_->Stop();
 }
 
+void Controller::EnqueueByUid(const std::string& uid) {
+  for (const ObjectPtr& job : jobs_->cache().List()) {
+    if (MetaString(*job, "uid") == uid) {
+      queue_.Add(ObjectKey(*job));
+      return;
+    }
+  }
+}
+
 void Controller::Worker() {
   while (auto key = queue_.Get()) {
     absl::Status status = SyncJob(*key);

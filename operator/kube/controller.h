@@ -60,6 +60,8 @@ class Controller {
   absl::Status SyncJob(const std::string& key);
 
   void Enqueue(const std::string& key) { queue_.Add(key); }
+  // Requeues the job with this uid (new trial metrics arrive keyed by uid).
+  void EnqueueByUid(const std::string& uid);
   int64_t sync_count() const { return syncs_.load(); }
 
  private:

@@ -49,6 +49,10 @@ class ControllerTest : public ::testing::Test {
   }
   void TearDown() override { controller_->Stop(); }
 
+  json JobObject(const std::string& job) {
+    auto j = server_->Get("trainingjobs", "ns1", job);
+    return j.ok() ? *j : json();
+  }
   std::string State(const std::string& job) {
     auto j = server_->Get("trainingjobs", "ns1", job);
     if (!j.ok() || !j->contains("status")) return "";
@@ -71,6 +75,11 @@ class ControllerTest : public ::testing::Test {
       total += count;
     }
     return total;
+  }
+
+  bool WaitForReplicas() {
+    return server_->WaitUntil(
+        [&] { return server_->Count("pods") == 8 && server_->Count("services") == 8; });
   }
 
   std::unique_ptr<FakeApiServer> server_;
@@ -160,6 +169,35 @@ TEST_F(ControllerTest, DeletedPodIsRecreatedWithoutDuplicates) {
   ASSERT_TRUE(server_->WaitUntil([&] { return server_->Get("pods", "ns1", "d-ps-1").ok(); }));
   EXPECT_EQ(server_->Count("pods"), 8u);
   EXPECT_EQ(server_->RequestCounts()["create pods"], 9);
+}
+
+TEST_F(ControllerTest, StatusConflictRereadsAndWritesAgain) {
+  ASSERT_TRUE(server_->Create("trainingjobs", "ns1", StandardJob("s")).ok());
+  ASSERT_TRUE(WaitForReplicas());
+  ASSERT_TRUE(WaitForState("s", "PREPARING"));
+  ASSERT_TRUE(server_->WaitUntil([&] { return server_->Count("events") >= 2; }));
+  controller_->Stop();
+  for (const std::string& name : Names("pods")) {
+    ASSERT_TRUE(server_->MergePatch("pods", "ns1", name, {{"status", {{"phase", "Running"}}}}, "status").ok());
+  }
+  // A controller whose caches are frozen right after syncing (it sees every
+  // pod running), then a change to the job it is not told about.
+  ControllerOptions options;
+  options.ns = "ns1";
+  options.workers = 0;
+  Controller stale(client_.get(), options, &studies_);
+  ASSERT_TRUE(stale.Start(absl::Seconds(30)));
+  stale.Stop();
+  ASSERT_TRUE(server_->MergePatch("trainingjobs", "ns1", "s",
+                                  {{"metadata", {{"labels", {{"team", "a"}}}}}}).ok());
+  server_->ResetRequestCounts();
+  // Its status write carries the old resourceVersion: 409, re-read, write again.
+  ASSERT_TRUE(stale.SyncJob("ns1/s").ok());
+  auto counts = server_->RequestCounts();
+  EXPECT_EQ(counts["update trainingjobs/status"], 2);
+  EXPECT_EQ(counts["get trainingjobs"], 1);
+  EXPECT_EQ(State("s"), "RUNNING");
+  EXPECT_EQ(JobObject("s")["metadata"]["labels"]["team"], "a");
 }
 
 TEST(JobFromObjectTest, IgnoresServerFieldsAndRejectsWrongTypes) {
