@@ -34,14 +34,21 @@ double Now() {
 // Ten independent FMA chains per thread, in named registers (an array would
 // be kept in memory), hide the FMA latency; the result is kept live so the
 // loop is not optimised away.
-#define KT_FMA_CHAINS(T, SET, FMA, ADD)                                            \
+#define KT_FMA_CHAINS(T, SET, FMA, ADD)                                             \
   T a0 = SET(1.0f), a1 = SET(1.1f), a2 = SET(1.2f), a3 = SET(1.3f), a4 = SET(1.4f); \
   T a5 = SET(1.5f), a6 = SET(1.6f), a7 = SET(1.7f), a8 = SET(1.8f), a9 = SET(1.9f); \
   const T m = SET(0.999999f), c = SET(1e-7f);                                       \
   for (int64_t i = 0; i < iterations; ++i) {                                        \
-    a0 = FMA(a0, m, c); a1 = FMA(a1, m, c); a2 = FMA(a2, m, c); a3 = FMA(a3, m, c); \
-    a4 = FMA(a4, m, c); a5 = FMA(a5, m, c); a6 = FMA(a6, m, c); a7 = FMA(a7, m, c); \
-    a8 = FMA(a8, m, c); a9 = FMA(a9, m, c);                                         \
+    a0 = FMA(a0, m, c);                                                             \
+    a1 = FMA(a1, m, c);                                                             \
+    a2 = FMA(a2, m, c);                                                             \
+    a3 = FMA(a3, m, c);                                                             \
+    a4 = FMA(a4, m, c);                                                             \
+    a5 = FMA(a5, m, c);                                                             \
+    a6 = FMA(a6, m, c);                                                             \
+    a7 = FMA(a7, m, c);                                                             \
+    a8 = FMA(a8, m, c);                                                             \
+    a9 = FMA(a9, m, c);                                                             \
   }                                                                                 \
   T s = ADD(ADD(ADD(ADD(a0, a1), ADD(a2, a3)), ADD(ADD(a4, a5), ADD(a6, a7))), ADD(a8, a9));
 
@@ -81,14 +88,14 @@ double SgemmRate(int threads) {
   const int m = 128, k = 784, n = 256;
   std::vector<float> a(m * k, 0.5f), b(k * n, 0.25f), c(m * n);
   for (int i = 0; i < 20; ++i) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, a.data(), k, b.data(), n, 0.0f,
-                c.data(), n);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, a.data(), k, b.data(), n,
+                0.0f, c.data(), n);
   }
   const int reps = 2000;
   double start = Now();
   for (int i = 0; i < reps; ++i) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, a.data(), k, b.data(), n, 0.0f,
-                c.data(), n);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, a.data(), k, b.data(), n,
+                0.0f, c.data(), n);
   }
   return 2.0 * m * n * k * reps / (Now() - start) / 1e9;
 }

@@ -17,7 +17,8 @@ namespace {
 
 void PrintUsage(std::ostream& out) {
   out << "usage: kubetrain-runtime <command> [flags]\n\ncommands:\n";
-  for (const auto& [name, command] : Subcommands()) out << "  " << name << "  " << command.help << "\n";
+  for (const auto& [name, command] : Subcommands())
+    out << "  " << name << "  " << command.help << "\n";
   out << "\n`kubetrain-runtime <command> --help` lists a command's flags.\n";
 }
 

@@ -44,8 +44,8 @@ class RuntimeCliTest : public ::testing::Test {
     }
   }
   std::string Flags(const std::string& out, int max_steps) const {
-    return "train --train_data_paths=" + (dir_ / "train.csv").string() + " --output_path=" +
-           (dir_ / out).string() + " --max_steps=" + std::to_string(max_steps) +
+    return "train --train_data_paths=" + (dir_ / "train.csv").string() +
+           " --output_path=" + (dir_ / out).string() + " --max_steps=" + std::to_string(max_steps) +
            " --batch_size=20 --hidden1=8 --hidden2=4 --threads=1 --seed=5 --eval_every_secs=0";
   }
   fs::path dir_;
@@ -57,12 +57,15 @@ TEST_F(RuntimeCliTest, ExitCodes) {
   EXPECT_EQ(RunBinary("frobnicate", log), kExitUsage);
   EXPECT_EQ(RunBinary("train --no_such_flag=1", log), kExitUsage);
   EXPECT_NE(Slurp(log).find("--no_such_flag"), std::string::npos) << Slurp(log);
-  EXPECT_EQ(RunBinary("train --train_data_paths=" + (dir_ / "missing.csv").string(), log), kExitBadInput);
+  EXPECT_EQ(RunBinary("train --train_data_paths=" + (dir_ / "missing.csv").string(), log),
+            kExitBadInput);
   EXPECT_NE(Slurp(log).find("missing.csv"), std::string::npos) << Slurp(log);
-  EXPECT_EQ(RunBinary(Flags("nan", 40) + " --optimizer=sgd --learning_rate=1e30", log), kExitNonFiniteLoss)
+  EXPECT_EQ(RunBinary(Flags("nan", 40) + " --optimizer=sgd --learning_rate=1e30", log),
+            kExitNonFiniteLoss)
       << Slurp(log);
   EXPECT_EQ(RunBinary(Flags("ok", 5), log), kExitOk) << Slurp(log);
-  EXPECT_NE(Slurp(log).find("Final metrics after 5 steps, loss: "), std::string::npos) << Slurp(log);
+  EXPECT_NE(Slurp(log).find("Final metrics after 5 steps, loss: "), std::string::npos)
+      << Slurp(log);
 }
 
 TEST_F(RuntimeCliTest, RestartResumesFromLatestCheckpoint) {
@@ -79,7 +82,8 @@ TEST_F(RuntimeCliTest, RestartResumesFromLatestCheckpoint) {
   ASSERT_TRUE(b.ok()) << b.status();
   ASSERT_EQ(a->variables_size(), b->variables_size());
   for (int i = 0; i < a->variables_size(); ++i) {
-    EXPECT_EQ(a->variables(i).value().data(), b->variables(i).value().data()) << a->variables(i).name();
+    EXPECT_EQ(a->variables(i).value().data(), b->variables(i).value().data())
+        << a->variables(i).name();
   }
 }
 

@@ -19,21 +19,25 @@ void ApplyTfConfig(engine::TrainerOptions& options) {
   nlohmann::json j = nlohmann::json::parse(tf_config, nullptr, /*allow_exceptions=*/false);
   if (!j.is_object() || !j.contains("task") || !j["task"].is_object()) return;
   const auto& task = j["task"];
-  if (task.contains("type") && task["type"].is_string()) options.task_type = task["type"].get<std::string>();
-  if (task.contains("index") && task["index"].is_number_integer()) options.task_index = task["index"].get<int>();
+  if (task.contains("type") && task["type"].is_string())
+    options.task_type = task["type"].get<std::string>();
+  if (task.contains("index") && task["index"].is_number_integer())
+    options.task_index = task["index"].get<int>();
 }
 
 int RunTrain(const std::vector<std::string>& args) {
   for (const std::string& a : args) {
     if (a == "--help" || a == "-h") {
-      std::cout << "usage: kubetrain-runtime train [flags]\n\nflags:\n" << engine::TrainerFlagsHelp();
+      std::cout << "usage: kubetrain-runtime train [flags]\n\nflags:\n"
+                << engine::TrainerFlagsHelp();
       return kExitOk;
     }
   }
   absl::StatusOr<engine::TrainerOptions> options = engine::ParseTrainerFlags(args);
   if (!options.ok()) {
     std::cerr << "kubetrain-runtime train: " << options.status().message() << "\n"
-              << "flags:\n" << engine::TrainerFlagsHelp();
+              << "flags:\n"
+              << engine::TrainerFlagsHelp();
     return ExitCodeFor(options.status());
   }
   ApplyTfConfig(*options);

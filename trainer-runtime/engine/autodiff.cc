@@ -19,7 +19,8 @@ Output Accumulate(Graph& graph, const std::vector<Output>& parts) {
 
 }  // namespace
 
-absl::StatusOr<std::vector<Output>> AddGradients(Graph& graph, Output y, std::span<const Output> xs) {
+absl::StatusOr<std::vector<Output>> AddGradients(Graph& graph, Output y,
+                                                 std::span<const Output> xs) {
   if (!graph.status().ok()) return graph.status();
   const int n = graph.num_nodes();
   if (y.node < 0 || y.node >= n) return absl::InvalidArgumentError("y is not in the graph");

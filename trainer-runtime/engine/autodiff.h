@@ -16,6 +16,7 @@ namespace kubetrain::runtime::engine {
 //
 // Errors: InvalidArgument when a node on such a path has no gradient
 // function (e.g. Accuracy), or any error recorded in the graph.
-absl::StatusOr<std::vector<Output>> AddGradients(Graph& graph, Output y, std::span<const Output> xs);
+absl::StatusOr<std::vector<Output>> AddGradients(Graph& graph, Output y,
+                                                 std::span<const Output> xs);
 
 }  // namespace kubetrain::runtime::engine

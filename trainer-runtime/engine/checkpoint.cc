@@ -11,9 +11,9 @@
 #include <sstream>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/match.h"
 #include "absl/strings/strip.h"
 
 namespace kubetrain::runtime::engine {
@@ -163,7 +163,8 @@ absl::StatusOr<v1::Checkpoint> ReadCheckpoint(const std::string& path) {
   buffer << in.rdbuf();
   v1::Checkpoint checkpoint;
   if (!checkpoint.ParseFromString(buffer.str())) {
-    return absl::DataLossError(absl::StrCat("checkpoint ", path, " is corrupt (not a Checkpoint proto)"));
+    return absl::DataLossError(
+        absl::StrCat("checkpoint ", path, " is corrupt (not a Checkpoint proto)"));
   }
   return checkpoint;
 }

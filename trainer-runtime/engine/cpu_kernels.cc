@@ -20,7 +20,8 @@ namespace kubetrain::runtime::engine {
 namespace {
 
 absl::Status KernelError(const KernelContext& c, absl::string_view what) {
-  return absl::InvalidArgumentError(absl::StrCat("node '", c.node.name, "' (", c.node.op, "): ", what));
+  return absl::InvalidArgumentError(
+      absl::StrCat("node '", c.node.name, "' (", c.node.op, "): ", what));
 }
 
 // Scratch memory reused across calls (im2col columns), so a training step
@@ -32,8 +33,8 @@ float* Scratch(size_t floats) {
   return scratch.data();
 }
 
-void Gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, const float* b, float* c,
-          float beta = 0.0f) {
+void Gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, const float* b,
+          float* c, float beta = 0.0f) {
   // Row-major leading dimensions of the operands as stored.
   int64_t lda = ta ? m : k;
   int64_t ldb = tb ? k : n;
@@ -103,10 +104,18 @@ absl::Status BiasActivationKernel(KernelContext& c) {
   const float* b = c.input(1).data();
   float* y = c.output(0).data();
   switch (ParseActivation(c.node)) {
-    case Activation::kLinear: BiasActivationRows<Activation::kLinear>(x.data(), b, y, rows, cols); break;
-    case Activation::kRelu: BiasActivationRows<Activation::kRelu>(x.data(), b, y, rows, cols); break;
-    case Activation::kTanh: BiasActivationRows<Activation::kTanh>(x.data(), b, y, rows, cols); break;
-    case Activation::kSigmoid: BiasActivationRows<Activation::kSigmoid>(x.data(), b, y, rows, cols); break;
+    case Activation::kLinear:
+      BiasActivationRows<Activation::kLinear>(x.data(), b, y, rows, cols);
+      break;
+    case Activation::kRelu:
+      BiasActivationRows<Activation::kRelu>(x.data(), b, y, rows, cols);
+      break;
+    case Activation::kTanh:
+      BiasActivationRows<Activation::kTanh>(x.data(), b, y, rows, cols);
+      break;
+    case Activation::kSigmoid:
+      BiasActivationRows<Activation::kSigmoid>(x.data(), b, y, rows, cols);
+      break;
   }
   return absl::OkStatus();
 }
@@ -129,7 +138,8 @@ absl::Status BiasAddGradKernel(KernelContext& c) {
 // dz = dy * act'(y) and db = column sums of dz, in one pass.
 template <Activation kAct>
 void BiasActivationGradRows(const float* __restrict dy, const float* __restrict y,
-                            float* __restrict dz, float* __restrict db, int64_t rows, int64_t cols) {
+                            float* __restrict dz, float* __restrict db, int64_t rows,
+                            int64_t cols) {
   std::fill_n(db, cols, 0.0f);
   for (int64_t r = 0; r < rows; ++r) {
     const float* dyr = dy + r * cols;
@@ -198,9 +208,15 @@ absl::Status Binary(KernelContext& c, F f) {
   return absl::OkStatus();
 }
 
-absl::Status AddKernel(KernelContext& c) { return Binary(c, [](float a, float b) { return a + b; }); }
-absl::Status SubKernel(KernelContext& c) { return Binary(c, [](float a, float b) { return a - b; }); }
-absl::Status MulKernel(KernelContext& c) { return Binary(c, [](float a, float b) { return a * b; }); }
+absl::Status AddKernel(KernelContext& c) {
+  return Binary(c, [](float a, float b) { return a + b; });
+}
+absl::Status SubKernel(KernelContext& c) {
+  return Binary(c, [](float a, float b) { return a - b; });
+}
+absl::Status MulKernel(KernelContext& c) {
+  return Binary(c, [](float a, float b) { return a * b; });
+}
 
 template <typename F>
 absl::Status Unary(KernelContext& c, F f) {
@@ -211,9 +227,15 @@ absl::Status Unary(KernelContext& c, F f) {
   return absl::OkStatus();
 }
 
-absl::Status NegKernel(KernelContext& c) { return Unary(c, [](float x) { return -x; }); }
-absl::Status ReluKernel(KernelContext& c) { return Unary(c, [](float x) { return x > 0.0f ? x : 0.0f; }); }
-absl::Status TanhKernel(KernelContext& c) { return Unary(c, [](float x) { return std::tanh(x); }); }
+absl::Status NegKernel(KernelContext& c) {
+  return Unary(c, [](float x) { return -x; });
+}
+absl::Status ReluKernel(KernelContext& c) {
+  return Unary(c, [](float x) { return x > 0.0f ? x : 0.0f; });
+}
+absl::Status TanhKernel(KernelContext& c) {
+  return Unary(c, [](float x) { return std::tanh(x); });
+}
 absl::Status SigmoidKernel(KernelContext& c) {
   return Unary(c, [](float x) { return 1.0f / (1.0f + std::exp(-x)); });
 }
@@ -245,8 +267,8 @@ absl::Status SumLikeKernel(KernelContext& c) {
 
 absl::StatusOr<int32_t> Label(const KernelContext& c, float value, int64_t row, int64_t classes) {
   if (!(value >= 0.0f && value < static_cast<float>(classes)) || value != std::floor(value)) {
-    return KernelError(c, absl::StrCat("label ", value, " of example ", row, " is not a class in [0, ",
-                                       classes, ")"));
+    return KernelError(c, absl::StrCat("label ", value, " of example ", row,
+                                       " is not a class in [0, ", classes, ")"));
   }
   return static_cast<int32_t>(value);
 }
@@ -354,9 +376,11 @@ absl::Status ReduceKernel(KernelContext& c, bool mean) {
                  [&](int64_t i, int64_t o) { acc[o] += px[i]; });
   double scale = 1.0;
   if (mean && out.num_elements() > 0) {
-    scale = static_cast<double>(out.num_elements()) / static_cast<double>(std::max<int64_t>(x.num_elements(), 1));
+    scale = static_cast<double>(out.num_elements()) /
+            static_cast<double>(std::max<int64_t>(x.num_elements(), 1));
   }
-  for (int64_t i = 0; i < out.num_elements(); ++i) out.data()[i] = static_cast<float>(acc[i] * scale);
+  for (int64_t i = 0; i < out.num_elements(); ++i)
+    out.data()[i] = static_cast<float>(acc[i] * scale);
   return absl::OkStatus();
 }
 absl::Status SumKernel(KernelContext& c) { return ReduceKernel(c, false); }

@@ -7,8 +7,8 @@
 #include <string>
 #include <string_view>
 
-#include "absl/strings/string_view.h"
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "trainer-runtime/engine/graph.h"
 #include "trainer-runtime/engine/tensor.h"
 

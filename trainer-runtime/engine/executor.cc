@@ -8,7 +8,8 @@ namespace kubetrain::runtime::engine {
 Executor::Executor(const Graph& graph, Device& device, VariableStore& variables)
     : graph_(graph), device_(device), variables_(variables) {}
 
-const Executor::Plan& Executor::GetPlan(std::span<const Feed> feeds, std::span<const Output> fetches) {
+const Executor::Plan& Executor::GetPlan(std::span<const Feed> feeds,
+                                        std::span<const Output> fetches) {
   std::vector<int> key;
   for (const Feed& f : feeds) key.push_back(f.output.node);
   key.push_back(-1);
@@ -50,7 +51,8 @@ absl::Status Executor::Run(std::span<const Feed> feeds, std::span<const Output> 
   }
   for (const Output& o : fetches) {
     if (o.node < 0 || o.node >= graph_.num_nodes() || o.index >= graph_.node(o.node).num_outputs) {
-      return absl::InvalidArgumentError(absl::StrCat("fetch ", o.node, ":", o.index, " is not in the graph"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("fetch ", o.node, ":", o.index, " is not in the graph"));
     }
   }
   std::fill(fed_.begin(), fed_.end(), 0);
@@ -103,8 +105,8 @@ absl::Status Executor::RunNode(const Node& node, const RunContext& run) {
     Shape want = node.GetInts("shape");
     if (value->shape() != want) {
       return absl::InvalidArgumentError(absl::StrCat("variable '", node.name, "' has shape ",
-                                                     ShapeString(value->shape()), ", the graph wants ",
-                                                     ShapeString(want)));
+                                                     ShapeString(value->shape()),
+                                                     ", the graph wants ", ShapeString(want)));
     }
     outs[0] = *value;
     return absl::OkStatus();
@@ -128,8 +130,8 @@ absl::Status Executor::RunNode(const Node& node, const RunContext& run) {
   }
   Kernel kernel = device_.FindKernel(node.op);
   if (kernel == nullptr) {
-    return absl::UnimplementedError(
-        absl::StrCat("no ", device_.name(), " kernel for op ", node.op, " (node '", node.name, "')"));
+    return absl::UnimplementedError(absl::StrCat("no ", device_.name(), " kernel for op ", node.op,
+                                                 " (node '", node.name, "')"));
   }
   if (!owned_[node.id]) {
     for (Tensor& t : outs) t = Tensor();

@@ -52,7 +52,8 @@ class GradientChecker {
     for (size_t i = 0; i < inputs_.size(); ++i) {
       std::string name = "x" + std::to_string(i);
       xs_.push_back(ops::Variable(graph_, name, inputs_[i].shape));
-      EXPECT_TRUE(store_.Create(name, *Tensor::FromVector(inputs_[i].shape, inputs_[i].values)).ok());
+      EXPECT_TRUE(
+          store_.Create(name, *Tensor::FromVector(inputs_[i].shape, inputs_[i].values)).ok());
     }
     y_ = build(graph_, xs_);
   }
@@ -126,85 +127,87 @@ class GradientChecker {
 };
 
 TEST(GradientTest, MatMul) {
-  GradientChecker({RandomInput({3, 4}, 1), RandomInput({4, 5}, 2)},
-                  [](Graph& g, const auto& x) { return ops::MatMul(g, x[0], x[1]); })
-      .Check();
+  GradientChecker({RandomInput({3, 4}, 1), RandomInput({4, 5}, 2)}, [](Graph& g, const auto& x) {
+    return ops::MatMul(g, x[0], x[1]);
+  }).Check();
 }
 
 TEST(GradientTest, MatMulTransposeA) {
-  GradientChecker({RandomInput({4, 3}, 1), RandomInput({4, 5}, 2)},
-                  [](Graph& g, const auto& x) { return ops::MatMul(g, x[0], x[1], true, false); })
-      .Check();
+  GradientChecker({RandomInput({4, 3}, 1), RandomInput({4, 5}, 2)}, [](Graph& g, const auto& x) {
+    return ops::MatMul(g, x[0], x[1], true, false);
+  }).Check();
 }
 
 TEST(GradientTest, MatMulTransposeB) {
-  GradientChecker({RandomInput({3, 4}, 1), RandomInput({5, 4}, 2)},
-                  [](Graph& g, const auto& x) { return ops::MatMul(g, x[0], x[1], false, true); })
-      .Check();
+  GradientChecker({RandomInput({3, 4}, 1), RandomInput({5, 4}, 2)}, [](Graph& g, const auto& x) {
+    return ops::MatMul(g, x[0], x[1], false, true);
+  }).Check();
 }
 
 TEST(GradientTest, MatMulTransposeBoth) {
-  GradientChecker({RandomInput({4, 3}, 1), RandomInput({5, 4}, 2)},
-                  [](Graph& g, const auto& x) { return ops::MatMul(g, x[0], x[1], true, true); })
-      .Check();
+  GradientChecker({RandomInput({4, 3}, 1), RandomInput({5, 4}, 2)}, [](Graph& g, const auto& x) {
+    return ops::MatMul(g, x[0], x[1], true, true);
+  }).Check();
 }
 
 TEST(GradientTest, BiasAdd) {
-  GradientChecker({RandomInput({3, 4}, 1), RandomInput({4}, 2)},
-                  [](Graph& g, const auto& x) { return ops::BiasAdd(g, x[0], x[1]); })
-      .Check();
+  GradientChecker({RandomInput({3, 4}, 1), RandomInput({4}, 2)}, [](Graph& g, const auto& x) {
+    return ops::BiasAdd(g, x[0], x[1]);
+  }).Check();
 }
 
 class BiasActivationGradientTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(BiasActivationGradientTest, Fused) {
   std::string act = GetParam();
-  GradientChecker({RandomInput({3, 4}, 1), RandomInput({4}, 2)},
-                  [act](Graph& g, const auto& x) { return ops::BiasActivation(g, x[0], x[1], act); })
-      .Check();
+  GradientChecker({RandomInput({3, 4}, 1), RandomInput({4}, 2)}, [act](Graph& g, const auto& x) {
+    return ops::BiasActivation(g, x[0], x[1], act);
+  }).Check();
 }
 
 INSTANTIATE_TEST_SUITE_P(Activations, BiasActivationGradientTest,
                          ::testing::Values("relu", "tanh", "sigmoid", "linear"));
 
 TEST(GradientTest, Add) {
-  GradientChecker({RandomInput({2, 3}, 1), RandomInput({2, 3}, 2)},
-                  [](Graph& g, const auto& x) { return ops::Add(g, x[0], x[1]); })
-      .Check();
+  GradientChecker({RandomInput({2, 3}, 1), RandomInput({2, 3}, 2)}, [](Graph& g, const auto& x) {
+    return ops::Add(g, x[0], x[1]);
+  }).Check();
 }
 
 TEST(GradientTest, SubWithScalar) {
-  GradientChecker({RandomInput({2, 3}, 1), RandomInput({}, 2)},
-                  [](Graph& g, const auto& x) { return ops::Sub(g, x[0], x[1]); })
-      .Check();
+  GradientChecker({RandomInput({2, 3}, 1), RandomInput({}, 2)}, [](Graph& g, const auto& x) {
+    return ops::Sub(g, x[0], x[1]);
+  }).Check();
 }
 
 TEST(GradientTest, Mul) {
-  GradientChecker({RandomInput({2, 3}, 1), RandomInput({2, 3}, 2)},
-                  [](Graph& g, const auto& x) { return ops::Mul(g, x[0], x[1]); })
-      .Check();
+  GradientChecker({RandomInput({2, 3}, 1), RandomInput({2, 3}, 2)}, [](Graph& g, const auto& x) {
+    return ops::Mul(g, x[0], x[1]);
+  }).Check();
 }
 
 TEST(GradientTest, MulScalarFirst) {
-  GradientChecker({RandomInput({1}, 1), RandomInput({2, 3}, 2)},
-                  [](Graph& g, const auto& x) { return ops::Mul(g, x[0], x[1]); })
-      .Check();
+  GradientChecker({RandomInput({1}, 1), RandomInput({2, 3}, 2)}, [](Graph& g, const auto& x) {
+    return ops::Mul(g, x[0], x[1]);
+  }).Check();
 }
 
 TEST(GradientTest, Relu) {
-  GradientChecker({RandomInput({2, 5}, 1)}, [](Graph& g, const auto& x) { return ops::Relu(g, x[0]); })
-      .Check();
+  GradientChecker({RandomInput({2, 5}, 1)}, [](Graph& g, const auto& x) {
+    return ops::Relu(g, x[0]);
+  }).Check();
 }
 
 TEST(GradientTest, Tanh) {
-  GradientChecker({RandomInput({2, 5}, 1)}, [](Graph& g, const auto& x) { return ops::Tanh(g, x[0]); })
-      .Check();
+  GradientChecker({RandomInput({2, 5}, 1)}, [](Graph& g, const auto& x) {
+    return ops::Tanh(g, x[0]);
+  }).Check();
 }
 
 TEST(GradientTest, Sigmoid) {
-  GradientChecker({RandomInput({2, 5}, 1)},
-                  [](Graph& g, const auto& x) { return ops::Sigmoid(g, x[0]); })
-      .Check();
+  GradientChecker({RandomInput({2, 5}, 1)}, [](Graph& g, const auto& x) {
+    return ops::Sigmoid(g, x[0]);
+  }).Check();
 }
 
 TEST(GradientTest, SoftmaxCrossEntropy) {
@@ -217,70 +220,73 @@ TEST(GradientTest, SoftmaxCrossEntropy) {
 }
 
 TEST(GradientTest, SumAll) {
-  GradientChecker({RandomInput({2, 3, 4}, 1)}, [](Graph& g, const auto& x) { return ops::Sum(g, x[0]); })
-      .Check();
+  GradientChecker({RandomInput({2, 3, 4}, 1)}, [](Graph& g, const auto& x) {
+    return ops::Sum(g, x[0]);
+  }).Check();
 }
 
 TEST(GradientTest, SumAxis) {
-  GradientChecker({RandomInput({2, 3, 4}, 1)},
-                  [](Graph& g, const auto& x) { return ops::Sum(g, x[0], {1}); })
-      .Check();
+  GradientChecker({RandomInput({2, 3, 4}, 1)}, [](Graph& g, const auto& x) {
+    return ops::Sum(g, x[0], {1});
+  }).Check();
 }
 
 TEST(GradientTest, MeanAxes) {
-  GradientChecker({RandomInput({2, 3, 4}, 1)},
-                  [](Graph& g, const auto& x) { return ops::Mean(g, x[0], {0, 2}); })
-      .Check();
+  GradientChecker({RandomInput({2, 3, 4}, 1)}, [](Graph& g, const auto& x) {
+    return ops::Mean(g, x[0], {0, 2});
+  }).Check();
 }
 
 TEST(GradientTest, Dropout) {
-  GradientChecker({RandomInput({4, 8}, 1)},
-                  [](Graph& g, const auto& x) { return ops::Dropout(g, x[0], 0.5); },
-                  /*training=*/true)
+  GradientChecker(
+      {RandomInput({4, 8}, 1)}, [](Graph& g, const auto& x) { return ops::Dropout(g, x[0], 0.5); },
+      /*training=*/true)
       .Check();
 }
 
 TEST(GradientTest, Conv2DSame) {
-  GradientChecker({RandomInput({2, 5, 5, 3}, 1), RandomInput({3, 3, 3, 4}, 2)},
-                  [](Graph& g, const auto& x) { return ops::Conv2D(g, x[0], x[1], 1, "SAME"); })
-      .Check();
+  GradientChecker({RandomInput({2, 5, 5, 3}, 1), RandomInput({3, 3, 3, 4}, 2)}, [](Graph& g,
+                                                                                   const auto& x) {
+    return ops::Conv2D(g, x[0], x[1], 1, "SAME");
+  }).Check();
 }
 
 TEST(GradientTest, Conv2DValidStride2) {
-  GradientChecker({RandomInput({2, 6, 7, 2}, 1), RandomInput({3, 2, 2, 3}, 2)},
-                  [](Graph& g, const auto& x) { return ops::Conv2D(g, x[0], x[1], 2, "VALID"); })
-      .Check();
+  GradientChecker({RandomInput({2, 6, 7, 2}, 1), RandomInput({3, 2, 2, 3}, 2)}, [](Graph& g,
+                                                                                   const auto& x) {
+    return ops::Conv2D(g, x[0], x[1], 2, "VALID");
+  }).Check();
 }
 
 TEST(GradientTest, MaxPool) {
-  GradientChecker({SpreadInput({2, 4, 6, 3}, 1)},
-                  [](Graph& g, const auto& x) { return ops::MaxPool(g, x[0], 2, 2, "VALID"); })
-      .Check();
+  GradientChecker({SpreadInput({2, 4, 6, 3}, 1)}, [](Graph& g, const auto& x) {
+    return ops::MaxPool(g, x[0], 2, 2, "VALID");
+  }).Check();
 }
 
 TEST(GradientTest, MaxPoolSameOverlapping) {
-  GradientChecker({SpreadInput({1, 5, 5, 2}, 1)},
-                  [](Graph& g, const auto& x) { return ops::MaxPool(g, x[0], 3, 2, "SAME"); })
-      .Check();
+  GradientChecker({SpreadInput({1, 5, 5, 2}, 1)}, [](Graph& g, const auto& x) {
+    return ops::MaxPool(g, x[0], 3, 2, "SAME");
+  }).Check();
 }
 
 TEST(GradientTest, Reshape) {
-  GradientChecker({RandomInput({2, 3, 4}, 1)},
-                  [](Graph& g, const auto& x) { return ops::Tanh(g, ops::Reshape(g, x[0], {4, -1})); })
-      .Check();
+  GradientChecker({RandomInput({2, 3, 4}, 1)}, [](Graph& g, const auto& x) {
+    return ops::Tanh(g, ops::Reshape(g, x[0], {4, -1}));
+  }).Check();
 }
 
 TEST(GradientTest, Flatten) {
-  GradientChecker({RandomInput({2, 3, 4}, 1)},
-                  [](Graph& g, const auto& x) { return ops::Tanh(g, ops::Flatten(g, x[0])); })
-      .Check();
+  GradientChecker({RandomInput({2, 3, 4}, 1)}, [](Graph& g, const auto& x) {
+    return ops::Tanh(g, ops::Flatten(g, x[0]));
+  }).Check();
 }
 
 TEST(GradientTest, SharedInputAccumulates) {
   // x is used twice: its gradient is the sum of both paths.
-  GradientChecker({RandomInput({3, 3}, 1)},
-                  [](Graph& g, const auto& x) { return ops::Mul(g, ops::Tanh(g, x[0]), x[0]); })
-      .Check();
+  GradientChecker({RandomInput({3, 3}, 1)}, [](Graph& g, const auto& x) {
+    return ops::Mul(g, ops::Tanh(g, x[0]), x[0]);
+  }).Check();
 }
 
 }  // namespace

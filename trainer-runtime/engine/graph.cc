@@ -55,15 +55,15 @@ int Graph::AddNode(absl::string_view op, std::vector<Output> inputs, AttrMap att
   int id = num_nodes();
   std::string node_name = name.empty() ? absl::StrCat(op, "_", id) : std::string(name);
   if (static_cast<int>(inputs.size()) != def->num_inputs) {
-    RecordError(absl::InvalidArgumentError(absl::StrCat("node '", node_name, "': op ", op, " takes ",
-                                                        def->num_inputs, " inputs, got ",
-                                                        inputs.size())));
+    RecordError(
+        absl::InvalidArgumentError(absl::StrCat("node '", node_name, "': op ", op, " takes ",
+                                                def->num_inputs, " inputs, got ", inputs.size())));
     return -1;
   }
   for (const Output& in : inputs) {
     if (in.node < 0 || in.node >= id || in.index < 0 || in.index >= nodes_[in.node].num_outputs) {
-      RecordError(absl::InvalidArgumentError(
-          absl::StrCat("node '", node_name, "': input ", in.node, ":", in.index, " does not exist")));
+      RecordError(absl::InvalidArgumentError(absl::StrCat("node '", node_name, "': input ", in.node,
+                                                          ":", in.index, " does not exist")));
       return -1;
     }
   }
@@ -116,7 +116,8 @@ absl::StatusOr<Output> Graph::ParseOutputName(absl::string_view text) const {
 v1::GraphDef Graph::ToProto(int num_nodes) const {
   v1::GraphDef def;
   def.set_version(1);
-  size_t count = num_nodes < 0 ? nodes_.size() : std::min(nodes_.size(), static_cast<size_t>(num_nodes));
+  size_t count =
+      num_nodes < 0 ? nodes_.size() : std::min(nodes_.size(), static_cast<size_t>(num_nodes));
   for (size_t i = 0; i < count; ++i) {
     const Node& node = nodes_[i];
     v1::NodeDef* n = def.add_nodes();
@@ -146,18 +147,26 @@ absl::StatusOr<Graph> Graph::FromProto(const v1::GraphDef& def) {
     for (const std::string& in : n.inputs()) {
       absl::StatusOr<Output> out = g.ParseOutputName(in);
       if (!out.ok()) {
-        return absl::InvalidArgumentError(absl::StrCat("graph node ", i, " ('", n.name(),
-                                                       "'): input '", in, "': ", out.status().message()));
+        return absl::InvalidArgumentError(absl::StrCat(
+            "graph node ", i, " ('", n.name(), "'): input '", in, "': ", out.status().message()));
       }
       inputs.push_back(*out);
     }
     AttrMap attrs;
     for (const auto& [key, a] : n.attrs()) {
       switch (a.value_case()) {
-        case v1::AttrValue::kI: attrs[key] = a.i(); break;
-        case v1::AttrValue::kF: attrs[key] = a.f(); break;
-        case v1::AttrValue::kS: attrs[key] = a.s(); break;
-        case v1::AttrValue::kB: attrs[key] = a.b(); break;
+        case v1::AttrValue::kI:
+          attrs[key] = a.i();
+          break;
+        case v1::AttrValue::kF:
+          attrs[key] = a.f();
+          break;
+        case v1::AttrValue::kS:
+          attrs[key] = a.s();
+          break;
+        case v1::AttrValue::kB:
+          attrs[key] = a.b();
+          break;
         case v1::AttrValue::kInts:
           attrs[key] = IntList(a.ints().values().begin(), a.ints().values().end());
           break;

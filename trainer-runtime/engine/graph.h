@@ -8,9 +8,9 @@
 #include <variant>
 #include <vector>
 
-#include "absl/strings/string_view.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "kubetrain/v1/graph.pb.h"
 
 namespace kubetrain::runtime::engine {

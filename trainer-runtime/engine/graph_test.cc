@@ -101,8 +101,9 @@ TEST(ExecutorTest, BadLabelIsAnError) {
   CpuDevice device(1);
   Executor exec(g, device, store);
   std::vector<Tensor> out;
-  absl::Status s = exec.Run({{{logits, Tensor::Zeros({2, 3})}, {labels, *Tensor::FromVector({2}, {1, 3})}}},
-                            {{loss}}, &out);
+  absl::Status s =
+      exec.Run({{{logits, Tensor::Zeros({2, 3})}, {labels, *Tensor::FromVector({2}, {1, 3})}}},
+               {{loss}}, &out);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("example 1"), std::string::npos) << s;
 }
@@ -114,7 +115,9 @@ TEST(ExecutorTest, FusedBiasActivationMatchesUnfused) {
     Output b = ops::Variable(g, "b", {4});
     Output fused = ops::BiasActivation(g, x, b, act);
     Output sum = ops::BiasAdd(g, x, b);
-    Output unfused = act == "relu" ? ops::Relu(g, sum) : act == "tanh" ? ops::Tanh(g, sum) : ops::Sigmoid(g, sum);
+    Output unfused = act == "relu"   ? ops::Relu(g, sum)
+                     : act == "tanh" ? ops::Tanh(g, sum)
+                                     : ops::Sigmoid(g, sum);
     VariableStore store;
     ASSERT_TRUE(store.Create("b", *Tensor::FromVector({4}, {0.5, -0.25, 1, -2})).ok());
     CpuDevice device(1);

@@ -52,11 +52,13 @@ bool IsActivation(const std::string& a) {
 absl::StatusOr<Model> BuildModel(const ModelSpec& spec, const Shape& example_shape,
                                  int32_t num_classes, bool fuse) {
   if (num_classes < 2) {
-    return absl::InvalidArgumentError(absl::StrCat("the data has ", num_classes,
-                                                   " classes; a classifier needs at least 2"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the data has ", num_classes, " classes; a classifier needs at least 2"));
   }
   for (int64_t d : example_shape) {
-    if (d <= 0) return absl::InvalidArgumentError(absl::StrCat("bad example shape ", ShapeString(example_shape)));
+    if (d <= 0)
+      return absl::InvalidArgumentError(
+          absl::StrCat("bad example shape ", ShapeString(example_shape)));
   }
   Model m;
   m.example_shape = example_shape;
@@ -72,14 +74,15 @@ absl::StatusOr<Model> BuildModel(const ModelSpec& spec, const Shape& example_sha
                     (layers.back().activation == "linear" || layers.back().activation == "softmax");
   if (has_output && layers.back().units != num_classes) {
     if (layers.back().activation == "softmax") {
-      return absl::InvalidArgumentError(absl::StrCat(Where(spec, layers.back(), layers.size() - 1),
-                                                     ": the output layer has ", layers.back().units,
-                                                     " units but the data has ", num_classes, " classes"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(Where(spec, layers.back(), layers.size() - 1), ": the output layer has ",
+                       layers.back().units, " units but the data has ", num_classes, " classes"));
     }
     has_output = false;
   }
   if (!has_output) {
-    layers.push_back({.kind = LayerSpec::Kind::kDense, .units = num_classes, .activation = "linear"});
+    layers.push_back(
+        {.kind = LayerSpec::Kind::kDense, .units = num_classes, .activation = "linear"});
   }
 
   Output x = m.input;
@@ -96,17 +99,19 @@ absl::StatusOr<Model> BuildModel(const ModelSpec& spec, const Shape& example_sha
     bool is_output = i + 1 == layers.size();
     std::string where = Where(spec, layer, i);
     std::string activation = layer.activation;
-    if (activation == "softmax" && is_output && layer.kind == LayerSpec::Kind::kDense) activation = "linear";
+    if (activation == "softmax" && is_output && layer.kind == LayerSpec::Kind::kDense)
+      activation = "linear";
     if ((layer.kind == LayerSpec::Kind::kDense || layer.kind == LayerSpec::Kind::kConv2D) &&
         !IsActivation(activation)) {
-      return absl::InvalidArgumentError(absl::StrCat(where, ": unknown activation '", layer.activation,
-                                                     "' (want relu, tanh, sigmoid, linear",
-                                                     is_output ? ", softmax" : "", ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": unknown activation '", layer.activation,
+                       "' (want relu, tanh, sigmoid, linear", is_output ? ", softmax" : "", ")"));
     }
     switch (layer.kind) {
       case LayerSpec::Kind::kDense: {
         if (layer.units <= 0) {
-          return absl::InvalidArgumentError(absl::StrCat(where, ": dense needs a positive unit count"));
+          return absl::InvalidArgumentError(
+              absl::StrCat(where, ": dense needs a positive unit count"));
         }
         if (shape.size() != 1) {
           x = ops::Flatten(g, x);
@@ -116,14 +121,15 @@ absl::StatusOr<Model> BuildModel(const ModelSpec& spec, const Shape& example_sha
         Output w = add_variable(prefix + "/kernel", {shape[0], layer.units}, "glorot_uniform");
         Output b = add_variable(prefix + "/bias", {layer.units}, "zeros");
         Output z = ops::MatMul(g, x, w);
-        x = fuse ? ops::BiasActivation(g, z, b, activation) : Activate(g, ops::BiasAdd(g, z, b), activation);
+        x = fuse ? ops::BiasActivation(g, z, b, activation)
+                 : Activate(g, ops::BiasAdd(g, z, b), activation);
         shape = {layer.units};
         break;
       }
       case LayerSpec::Kind::kConv2D: {
         if (shape.size() != 3) {
-          return absl::InvalidArgumentError(absl::StrCat(where, ": conv2d needs an image input [h, w, c], got ",
-                                                         ShapeString(shape)));
+          return absl::InvalidArgumentError(absl::StrCat(
+              where, ": conv2d needs an image input [h, w, c], got ", ShapeString(shape)));
         }
         if (layer.units <= 0 || layer.kernel_size <= 0 || layer.stride <= 0) {
           return absl::InvalidArgumentError(
@@ -132,28 +138,32 @@ absl::StatusOr<Model> BuildModel(const ModelSpec& spec, const Shape& example_sha
         auto gh = ComputeWindow(shape[0], layer.kernel_size, layer.stride, layer.padding);
         auto gw = ComputeWindow(shape[1], layer.kernel_size, layer.stride, layer.padding);
         if (!gh.ok() || !gw.ok()) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              where, ": conv2d on ", ShapeString(shape), ": ", (!gh.ok() ? gh : gw).status().message()));
+          return absl::InvalidArgumentError(absl::StrCat(where, ": conv2d on ", ShapeString(shape),
+                                                         ": ",
+                                                         (!gh.ok() ? gh : gw).status().message()));
         }
         std::string prefix = absl::StrCat("conv2d_", conv_count++);
-        Output f = add_variable(prefix + "/kernel", {layer.kernel_size, layer.kernel_size, shape[2], layer.units},
+        Output f = add_variable(prefix + "/kernel",
+                                {layer.kernel_size, layer.kernel_size, shape[2], layer.units},
                                 "glorot_uniform");
         Output b = add_variable(prefix + "/bias", {layer.units}, "zeros");
         Output z = ops::Conv2D(g, x, f, layer.stride, layer.padding);
-        x = fuse ? ops::BiasActivation(g, z, b, activation) : Activate(g, ops::BiasAdd(g, z, b), activation);
+        x = fuse ? ops::BiasActivation(g, z, b, activation)
+                 : Activate(g, ops::BiasAdd(g, z, b), activation);
         shape = {gh->out, gw->out, layer.units};
         break;
       }
       case LayerSpec::Kind::kMaxPool: {
         if (shape.size() != 3) {
-          return absl::InvalidArgumentError(absl::StrCat(where, ": maxpool needs an image input [h, w, c], got ",
-                                                         ShapeString(shape)));
+          return absl::InvalidArgumentError(absl::StrCat(
+              where, ": maxpool needs an image input [h, w, c], got ", ShapeString(shape)));
         }
         auto gh = ComputeWindow(shape[0], layer.pool_size, layer.stride, layer.padding);
         auto gw = ComputeWindow(shape[1], layer.pool_size, layer.stride, layer.padding);
         if (!gh.ok() || !gw.ok()) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              where, ": maxpool on ", ShapeString(shape), ": ", (!gh.ok() ? gh : gw).status().message()));
+          return absl::InvalidArgumentError(absl::StrCat(where, ": maxpool on ", ShapeString(shape),
+                                                         ": ",
+                                                         (!gh.ok() ? gh : gw).status().message()));
         }
         x = ops::MaxPool(g, x, layer.pool_size, layer.stride, layer.padding);
         shape = {gh->out, gw->out, shape[2]};
@@ -165,7 +175,8 @@ absl::StatusOr<Model> BuildModel(const ModelSpec& spec, const Shape& example_sha
         break;
       case LayerSpec::Kind::kDropout:
         if (!(layer.rate >= 0 && layer.rate < 1)) {
-          return absl::InvalidArgumentError(absl::StrCat(where, ": dropout rate must be in [0, 1)"));
+          return absl::InvalidArgumentError(
+              absl::StrCat(where, ": dropout rate must be in [0, 1)"));
         }
         x = ops::Dropout(g, x, layer.rate);
         break;

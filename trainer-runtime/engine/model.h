@@ -14,14 +14,14 @@ namespace kubetrain::runtime::engine {
 struct LayerSpec {
   enum class Kind { kDense, kConv2D, kMaxPool, kFlatten, kDropout };
   Kind kind = Kind::kDense;
-  int64_t units = 0;               // dense: output width; conv2d: filters
+  int64_t units = 0;                  // dense: output width; conv2d: filters
   std::string activation = "linear";  // relu, tanh, sigmoid, linear, softmax (output layer only)
-  int64_t kernel_size = 3;         // conv2d
-  int64_t pool_size = 2;           // maxpool
-  int64_t stride = 1;              // conv2d (default 1), maxpool (default = pool_size)
-  std::string padding = "SAME";    // conv2d: SAME/VALID; maxpool: VALID unless given
-  double rate = 0.0;               // dropout
-  int line = 0;                    // where the layer was written (0: built in)
+  int64_t kernel_size = 3;            // conv2d
+  int64_t pool_size = 2;              // maxpool
+  int64_t stride = 1;                 // conv2d (default 1), maxpool (default = pool_size)
+  std::string padding = "SAME";       // conv2d: SAME/VALID; maxpool: VALID unless given
+  double rate = 0.0;                  // dropout
+  int line = 0;                       // where the layer was written (0: built in)
 };
 
 struct ModelSpec {
@@ -45,8 +45,8 @@ struct Model {
   Output labels;  // Placeholder [-1]: class indices as floats
   Output logits;
   Output probabilities;
-  Output loss;      // mean softmax cross-entropy over the batch
-  Output accuracy;  // fraction of the batch classified right
+  Output loss;                              // mean softmax cross-entropy over the batch
+  Output accuracy;                          // fraction of the batch classified right
   std::vector<std::string> variable_names;  // in creation order
   std::vector<Output> variables;
   std::vector<Output> gradients;  // d(loss)/d(variable), same order

@@ -23,7 +23,8 @@ TEST(ModelYamlTest, ParsesLayers) {
   - dropout: 0.5
   - dense: 10
     activation: softmax
-)", "m.yaml");
+)",
+                                                  "m.yaml");
   ASSERT_TRUE(spec.ok()) << spec.status();
   ASSERT_EQ(spec->layers.size(), 6u);
   EXPECT_EQ(spec->layers[0].kind, LayerSpec::Kind::kConv2D);
@@ -47,7 +48,8 @@ TEST(ModelYamlTest, ErrorsCarryFileAndLine) {
   EXPECT_NE(bad_key.status().message().find("m.yaml:3: unknown key 'activaton'"), std::string::npos)
       << bad_key.status();
   auto bad_value = ParseModelYaml("layers:\n  - dense: many\n", "m.yaml");
-  EXPECT_NE(bad_value.status().message().find("m.yaml:2:"), std::string::npos) << bad_value.status();
+  EXPECT_NE(bad_value.status().message().find("m.yaml:2:"), std::string::npos)
+      << bad_value.status();
   auto syntax = ParseModelYaml("layers: [dense: 4\n", "m.yaml");
   EXPECT_FALSE(syntax.ok());
   EXPECT_NE(syntax.status().message().find("m.yaml:"), std::string::npos);
@@ -72,8 +74,8 @@ TEST(ModelTest, BuiltinsBuild) {
   absl::StatusOr<Model> mlp = BuildModel(MlpSpec(), {28, 28, 1}, 10);
   ASSERT_TRUE(mlp.ok()) << mlp.status();
   EXPECT_EQ(mlp->variable_names,
-            (std::vector<std::string>{"dense_0/kernel", "dense_0/bias", "dense_1/kernel", "dense_1/bias",
-                                      "dense_2/kernel", "dense_2/bias"}));
+            (std::vector<std::string>{"dense_0/kernel", "dense_0/bias", "dense_1/kernel",
+                                      "dense_1/bias", "dense_2/kernel", "dense_2/bias"}));
   absl::StatusOr<Model> cnn = BuildModel(CnnSpec(), {28, 28, 1}, 10);
   ASSERT_TRUE(cnn.ok()) << cnn.status();
 }
@@ -126,12 +128,14 @@ TEST(ModelTest, TinyMlpLearnsXor) {
   std::vector<Tensor> out;
   float first_loss = 0, loss = 0, accuracy = 0;
   for (int step = 0; step < 300; ++step) {
-    ASSERT_TRUE(exec.Run({{{m->input, x}, {m->labels, y}}}, fetches, &out, RunContext{true, 1, step}).ok());
+    ASSERT_TRUE(
+        exec.Run({{{m->input, x}, {m->labels, y}}}, fetches, &out, RunContext{true, 1, step}).ok());
     if (step == 0) first_loss = out[0].at(0);
     loss = out[0].at(0);
     accuracy = out[1].at(0);
     std::vector<NamedGradient> grads;
-    for (size_t i = 0; i < m->variable_names.size(); ++i) grads.push_back({m->variable_names[i], out[2 + i]});
+    for (size_t i = 0; i < m->variable_names.size(); ++i)
+      grads.push_back({m->variable_names[i], out[2 + i]});
     ASSERT_TRUE((*opt)->Apply(store, grads).ok());
   }
   EXPECT_EQ(accuracy, 1.0f);

@@ -16,7 +16,8 @@ absl::Status Error(absl::string_view file, int line, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat(file, ":", line, ": ", what));
 }
 
-absl::StatusOr<int64_t> GetInt(const YAML::Node& node, absl::string_view file, absl::string_view key) {
+absl::StatusOr<int64_t> GetInt(const YAML::Node& node, absl::string_view file,
+                               absl::string_view key) {
   try {
     return node.as<int64_t>();
   } catch (const YAML::Exception&) {
@@ -24,7 +25,8 @@ absl::StatusOr<int64_t> GetInt(const YAML::Node& node, absl::string_view file, a
   }
 }
 
-absl::StatusOr<double> GetDouble(const YAML::Node& node, absl::string_view file, absl::string_view key) {
+absl::StatusOr<double> GetDouble(const YAML::Node& node, absl::string_view file,
+                                 absl::string_view key) {
   try {
     return node.as<double>();
   } catch (const YAML::Exception&) {
@@ -32,8 +34,10 @@ absl::StatusOr<double> GetDouble(const YAML::Node& node, absl::string_view file,
   }
 }
 
-absl::StatusOr<std::string> GetString(const YAML::Node& node, absl::string_view file, absl::string_view key) {
-  if (!node.IsScalar()) return Error(file, Line(node), absl::StrCat("'", key, "' must be a string"));
+absl::StatusOr<std::string> GetString(const YAML::Node& node, absl::string_view file,
+                                      absl::string_view key) {
+  if (!node.IsScalar())
+    return Error(file, Line(node), absl::StrCat("'", key, "' must be a string"));
   return node.Scalar();
 }
 
@@ -42,19 +46,23 @@ absl::StatusOr<LayerSpec> ParseLayer(const YAML::Node& node, absl::string_view f
   layer.line = Line(node);
   if (node.IsScalar()) {
     if (node.Scalar() != "flatten") {
-      return Error(file, layer.line, absl::StrCat("'", node.Scalar(), "' is not a layer (only flatten takes no settings)"));
+      return Error(
+          file, layer.line,
+          absl::StrCat("'", node.Scalar(), "' is not a layer (only flatten takes no settings)"));
     }
     layer.kind = LayerSpec::Kind::kFlatten;
     return layer;
   }
-  if (!node.IsMap()) return Error(file, layer.line, "a layer must be a mapping such as {dense: 128}");
+  if (!node.IsMap())
+    return Error(file, layer.line, "a layer must be a mapping such as {dense: 128}");
   static const std::set<std::string> kKinds = {"dense", "conv2d", "maxpool", "flatten", "dropout"};
   std::string kind;
   for (const auto& kv : node) {
     std::string key = kv.first.Scalar();
     if (kKinds.count(key) > 0) {
       if (!kind.empty()) {
-        return Error(file, Line(kv.first), absl::StrCat("one layer names both ", kind, " and ", key));
+        return Error(file, Line(kv.first),
+                     absl::StrCat("one layer names both ", kind, " and ", key));
       }
       kind = key;
     }
@@ -71,7 +79,8 @@ absl::StatusOr<LayerSpec> ParseLayer(const YAML::Node& node, absl::string_view f
     std::string key = kv.first.Scalar();
     const YAML::Node& value = kv.second;
     if (allowed.count(key) == 0) {
-      return Error(file, Line(kv.first), absl::StrCat("unknown key '", key, "' in a ", kind, " layer"));
+      return Error(file, Line(kv.first),
+                   absl::StrCat("unknown key '", key, "' in a ", kind, " layer"));
     }
     if (key == "dense" || key == "conv2d" || key == "maxpool") {
       absl::StatusOr<int64_t> v = GetInt(value, file, key);
@@ -92,8 +101,9 @@ absl::StatusOr<LayerSpec> ParseLayer(const YAML::Node& node, absl::string_view f
       if (!v.ok()) return v.status();
       std::string a = absl::AsciiStrToLower(*v);
       if (a != "relu" && a != "tanh" && a != "sigmoid" && a != "linear" && a != "softmax") {
-        return Error(file, Line(value), absl::StrCat("unknown activation '", *v,
-                                                     "' (want relu, tanh, sigmoid, linear or softmax)"));
+        return Error(file, Line(value),
+                     absl::StrCat("unknown activation '", *v,
+                                  "' (want relu, tanh, sigmoid, linear or softmax)"));
       }
       layer.activation = a;
     } else if (key == "kernel_size" || key == "strides") {
@@ -111,7 +121,8 @@ absl::StatusOr<LayerSpec> ParseLayer(const YAML::Node& node, absl::string_view f
       if (!v.ok()) return v.status();
       std::string p = absl::AsciiStrToUpper(*v);
       if (p != "SAME" && p != "VALID") {
-        return Error(file, Line(value), absl::StrCat("padding must be same or valid, got '", *v, "'"));
+        return Error(file, Line(value),
+                     absl::StrCat("padding must be same or valid, got '", *v, "'"));
       }
       layer.padding = p;
       padding_given = true;
@@ -143,7 +154,8 @@ absl::StatusOr<ModelSpec> ParseModelYaml(absl::string_view text, absl::string_vi
   spec.name = std::string(file_name);
   for (const auto& kv : root) {
     if (kv.first.Scalar() != "layers") {
-      return Error(file_name, Line(kv.first), absl::StrCat("unknown key '", kv.first.Scalar(), "' (want layers)"));
+      return Error(file_name, Line(kv.first),
+                   absl::StrCat("unknown key '", kv.first.Scalar(), "' (want layers)"));
     }
   }
   YAML::Node layers = root["layers"];

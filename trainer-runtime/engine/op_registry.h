@@ -6,8 +6,8 @@
 #include <string_view>
 #include <vector>
 
-#include "absl/strings/string_view.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "trainer-runtime/engine/graph.h"
 #include "trainer-runtime/engine/tensor.h"
 
@@ -26,7 +26,7 @@ struct GradientContext {
 };
 
 using ShapeFn = absl::StatusOr<std::vector<Shape>> (*)(const Node& node,
-                                                      std::span<const Shape* const> inputs);
+                                                       std::span<const Shape* const> inputs);
 using GradFn = absl::Status (*)(GradientContext& ctx);
 
 // Device-independent description of an op.

@@ -1,9 +1,10 @@
+#include "trainer-runtime/engine/ops.h"
+
 #include <algorithm>
 #include <map>
 
 #include "absl/strings/str_cat.h"
 #include "trainer-runtime/engine/op_registry.h"
-#include "trainer-runtime/engine/ops.h"
 
 namespace kubetrain::runtime::engine {
 
@@ -45,8 +46,8 @@ ShapeResult MatMulShape(const Node& node, Shapes in) {
 
 absl::Status CheckBias(const Node& node, const Shape& x, const Shape& b) {
   if (x.empty() || b.size() != 1 || b[0] != x.back()) {
-    return ShapeError(node, absl::StrCat("bias ", ShapeString(b), " does not match the last dimension of ",
-                                         ShapeString(x)));
+    return ShapeError(node, absl::StrCat("bias ", ShapeString(b),
+                                         " does not match the last dimension of ", ShapeString(x)));
   }
   return absl::OkStatus();
 }
@@ -81,16 +82,16 @@ ShapeResult BinaryShape(const Node& node, Shapes in) {
 
 ShapeResult SameTwoShape(const Node& node, Shapes in) {
   if (*in[0] != *in[1]) {
-    return ShapeError(node, absl::StrCat("shapes ", ShapeString(*in[0]), " and ", ShapeString(*in[1]),
-                                         " differ"));
+    return ShapeError(node, absl::StrCat("shapes ", ShapeString(*in[0]), " and ",
+                                         ShapeString(*in[1]), " differ"));
   }
   return std::vector<Shape>{*in[0]};
 }
 
 ShapeResult SumLikeShape(const Node& node, Shapes in) {
   if (*in[0] != *in[1] && NumElements(*in[1]) != 1) {
-    return ShapeError(node, absl::StrCat("cannot reduce ", ShapeString(*in[0]), " to ",
-                                         ShapeString(*in[1])));
+    return ShapeError(
+        node, absl::StrCat("cannot reduce ", ShapeString(*in[0]), " to ", ShapeString(*in[1])));
   }
   return std::vector<Shape>{*in[1]};
 }
@@ -146,8 +147,8 @@ ShapeResult ReduceGradShape(const Node& node, Shapes in) {
   ShapeResult r = ReduceShape(node, in.subspan(1, 1));
   if (!r.ok()) return r.status();
   if ((*r)[0] != *in[0]) {
-    return ShapeError(node, absl::StrCat("gradient ", ShapeString(*in[0]), " does not match reduced ",
-                                         ShapeString((*r)[0])));
+    return ShapeError(node, absl::StrCat("gradient ", ShapeString(*in[0]),
+                                         " does not match reduced ", ShapeString((*r)[0])));
   }
   return std::vector<Shape>{*in[1]};
 }
@@ -162,17 +163,20 @@ ShapeResult DropoutShape(const Node& node, Shapes in) {
 
 absl::StatusOr<WindowGeometry> ComputeWindow(int64_t in, int64_t k, int64_t stride,
                                              absl::string_view padding) {
-  if (k <= 0 || stride <= 0) return absl::InvalidArgumentError("window and stride must be positive");
+  if (k <= 0 || stride <= 0)
+    return absl::InvalidArgumentError("window and stride must be positive");
   WindowGeometry g;
   if (padding == "VALID") {
-    if (in < k) return absl::InvalidArgumentError(absl::StrCat("window ", k, " larger than input ", in));
+    if (in < k)
+      return absl::InvalidArgumentError(absl::StrCat("window ", k, " larger than input ", in));
     g.out = (in - k) / stride + 1;
   } else if (padding == "SAME") {
     g.out = (in + stride - 1) / stride;
     int64_t total = std::max<int64_t>((g.out - 1) * stride + k - in, 0);
     g.pad_before = total / 2;
   } else {
-    return absl::InvalidArgumentError(absl::StrCat("padding must be SAME or VALID, got '", padding, "'"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("padding must be SAME or VALID, got '", padding, "'"));
   }
   return g;
 }
@@ -207,7 +211,8 @@ ShapeResult Conv2DBackpropFilterShape(const Node& node, Shapes in) {
 
 ShapeResult MaxPoolShape(const Node& node, Shapes in) {
   const Shape& x = *in[0];
-  if (x.size() != 4) return ShapeError(node, absl::StrCat("want input [n,h,w,c], got ", ShapeString(x)));
+  if (x.size() != 4)
+    return ShapeError(node, absl::StrCat("want input [n,h,w,c], got ", ShapeString(x)));
   int64_t k = node.GetInt("ksize", 2), stride = node.GetInt("stride", 2);
   std::string padding = node.GetString("padding", "VALID");
   auto gh = ComputeWindow(x[1], k, stride, padding);
@@ -221,7 +226,8 @@ ShapeResult MaxPoolGradShape(const Node& node, Shapes in) {
   // (input, dy)
   ShapeResult fwd = MaxPoolShape(node, in.subspan(0, 1));
   if (!fwd.ok()) return fwd.status();
-  if ((*fwd)[0] != *in[1]) return ShapeError(node, "gradient shape does not match the pooled shape");
+  if ((*fwd)[0] != *in[1])
+    return ShapeError(node, "gradient shape does not match the pooled shape");
   return std::vector<Shape>{*in[0]};
 }
 
@@ -242,22 +248,22 @@ ShapeResult ReshapeShape(const Node& node, Shapes in) {
   int64_t n = NumElements(*in[0]);
   if (unknown >= 0) {
     if (known == 0 || n % known != 0) {
-      return ShapeError(node, absl::StrCat("cannot reshape ", ShapeString(*in[0]), " to ",
-                                           ShapeString(target)));
+      return ShapeError(
+          node, absl::StrCat("cannot reshape ", ShapeString(*in[0]), " to ", ShapeString(target)));
     }
     target[unknown] = n / known;
   }
   if (NumElements(target) != n) {
-    return ShapeError(node, absl::StrCat("cannot reshape ", ShapeString(*in[0]), " to ",
-                                         ShapeString(target)));
+    return ShapeError(
+        node, absl::StrCat("cannot reshape ", ShapeString(*in[0]), " to ", ShapeString(target)));
   }
   return std::vector<Shape>{target};
 }
 
 ShapeResult ReshapeLikeShape(const Node& node, Shapes in) {
   if (NumElements(*in[0]) != NumElements(*in[1])) {
-    return ShapeError(node, absl::StrCat("cannot reshape ", ShapeString(*in[0]), " to ",
-                                         ShapeString(*in[1])));
+    return ShapeError(
+        node, absl::StrCat("cannot reshape ", ShapeString(*in[0]), " to ", ShapeString(*in[1])));
   }
   return std::vector<Shape>{*in[1]};
 }
@@ -298,8 +304,8 @@ absl::Status BiasAddGrad(GradientContext& c) {
 absl::Status BiasActivationGrad(GradientContext& c) {
   std::string act = c.node.GetString("activation", "linear");
   if (act == "linear") return BiasAddGrad(c);
-  int id = c.graph.AddNode("BiasActivationGrad", {c.dy[0], Output{c.node.id, 0}},
-                           {{"activation", act}});
+  int id =
+      c.graph.AddNode("BiasActivationGrad", {c.dy[0], Output{c.node.id, 0}}, {{"activation", act}});
   c.dx[0] = Output{id, 0};
   c.dx[1] = Output{id, 1};
   return absl::OkStatus();
@@ -455,10 +461,11 @@ Output Placeholder(Graph& g, absl::string_view name, const Shape& shape) {
   return One(g, g.AddNode("Placeholder", {}, {{"shape", IntList(shape)}}, name));
 }
 
-Output Variable(Graph& g, absl::string_view name, const Shape& shape, absl::string_view initializer) {
-  return One(g, g.AddNode("Variable", {},
-                          {{"shape", IntList(shape)}, {"initializer", std::string(initializer)}},
-                          name));
+Output Variable(Graph& g, absl::string_view name, const Shape& shape,
+                absl::string_view initializer) {
+  return One(
+      g, g.AddNode("Variable", {},
+                   {{"shape", IntList(shape)}, {"initializer", std::string(initializer)}}, name));
 }
 
 Output Const(Graph& g, float value, const Shape& shape) {
@@ -468,8 +475,8 @@ Output Const(Graph& g, float value, const Shape& shape) {
 Output ZerosLike(Graph& g, Output x) { return One(g, g.AddNode("ZerosLike", {x})); }
 
 Output MatMul(Graph& g, Output a, Output b, bool transpose_a, bool transpose_b) {
-  return One(g, g.AddNode("MatMul", {a, b},
-                          {{"transpose_a", transpose_a}, {"transpose_b", transpose_b}}));
+  return One(
+      g, g.AddNode("MatMul", {a, b}, {{"transpose_a", transpose_a}, {"transpose_b", transpose_b}}));
 }
 
 Output BiasAdd(Graph& g, Output x, Output bias) { return One(g, g.AddNode("BiasAdd", {x, bias})); }
@@ -477,7 +484,8 @@ Output BiasAdd(Graph& g, Output x, Output bias) { return One(g, g.AddNode("BiasA
 Output BiasActivation(Graph& g, Output x, Output bias, absl::string_view activation) {
   if (activation != "relu" && activation != "tanh" && activation != "sigmoid" &&
       activation != "linear") {
-    g.RecordError(absl::InvalidArgumentError(absl::StrCat("unknown activation '", activation, "'")));
+    g.RecordError(
+        absl::InvalidArgumentError(absl::StrCat("unknown activation '", activation, "'")));
     return Output{};
   }
   return One(g, g.AddNode("BiasActivation", {x, bias}, {{"activation", std::string(activation)}}));
@@ -518,8 +526,9 @@ Output Conv2D(Graph& g, Output input, Output filter, int64_t stride, absl::strin
 }
 
 Output MaxPool(Graph& g, Output input, int64_t ksize, int64_t stride, absl::string_view padding) {
-  return One(g, g.AddNode("MaxPool", {input},
-                          {{"ksize", ksize}, {"stride", stride}, {"padding", std::string(padding)}}));
+  return One(g,
+             g.AddNode("MaxPool", {input},
+                       {{"ksize", ksize}, {"stride", stride}, {"padding", std::string(padding)}}));
 }
 
 Output Reshape(Graph& g, Output x, const Shape& shape) {

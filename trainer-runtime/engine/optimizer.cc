@@ -19,7 +19,8 @@ class SgdOptimizer final : public Optimizer {
 
 class MomentumOptimizer final : public Optimizer {
  public:
-  MomentumOptimizer(const OptimizerOptions& o, Device& d) : Optimizer("momentum", {"momentum"}, o, d) {}
+  MomentumOptimizer(const OptimizerOptions& o, Device& d)
+      : Optimizer("momentum", {"momentum"}, o, d) {}
   AttrMap KernelAttrs() const override {
     return {{"learning_rate", options_.learning_rate},
             {"momentum", options_.momentum},
@@ -30,12 +31,15 @@ class MomentumOptimizer final : public Optimizer {
 
 class AdagradOptimizer final : public Optimizer {
  public:
-  AdagradOptimizer(const OptimizerOptions& o, Device& d) : Optimizer("adagrad", {"accumulator"}, o, d) {}
+  AdagradOptimizer(const OptimizerOptions& o, Device& d)
+      : Optimizer("adagrad", {"accumulator"}, o, d) {}
   AttrMap KernelAttrs() const override {
     return {{"learning_rate", options_.learning_rate}, {"epsilon", options_.epsilon}};
   }
   std::string KernelOp() const override { return "ApplyAdagrad"; }
-  float SlotInitialValue() const override { return static_cast<float>(options_.initial_accumulator); }
+  float SlotInitialValue() const override {
+    return static_cast<float>(options_.initial_accumulator);
+  }
 };
 
 class AdamOptimizer final : public Optimizer {
@@ -60,7 +64,10 @@ class AdamOptimizer final : public Optimizer {
 
 Optimizer::Optimizer(std::string type, std::vector<std::string> slot_names,
                      const OptimizerOptions& options, Device& device)
-    : options_(options), type_(std::move(type)), slot_names_(std::move(slot_names)), device_(device) {}
+    : options_(options),
+      type_(std::move(type)),
+      slot_names_(std::move(slot_names)),
+      device_(device) {}
 
 absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(const std::string& name,
                                                              const OptimizerOptions& options,
@@ -70,7 +77,8 @@ absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(const std::string& 
         absl::StrCat("learning rate must be positive and finite, got ", options.learning_rate));
   }
   std::string lower = absl::AsciiStrToLower(name);
-  if (lower == "sgd" || lower == "gradientdescent") return std::make_unique<SgdOptimizer>(options, device);
+  if (lower == "sgd" || lower == "gradientdescent")
+    return std::make_unique<SgdOptimizer>(options, device);
   if (lower == "momentum") return std::make_unique<MomentumOptimizer>(options, device);
   if (lower == "adagrad") return std::make_unique<AdagradOptimizer>(options, device);
   if (lower == "adam") return std::make_unique<AdamOptimizer>(options, device);
@@ -81,7 +89,8 @@ absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(const std::string& 
 absl::Status Optimizer::Apply(VariableStore& variables, std::span<const NamedGradient> gradients) {
   Kernel kernel = device_.FindKernel(KernelOp());
   if (kernel == nullptr) {
-    return absl::UnimplementedError(absl::StrCat("no ", device_.name(), " kernel for ", KernelOp()));
+    return absl::UnimplementedError(
+        absl::StrCat("no ", device_.name(), " kernel for ", KernelOp()));
   }
   Node node;
   node.name = type_;
@@ -96,8 +105,8 @@ absl::Status Optimizer::Apply(VariableStore& variables, std::span<const NamedGra
     }
     if (var->shape() != g.gradient.shape()) {
       return absl::InvalidArgumentError(absl::StrCat("gradient for '", g.name, "' has shape ",
-                                                     ShapeString(g.gradient.shape()), ", variable has ",
-                                                     ShapeString(var->shape())));
+                                                     ShapeString(g.gradient.shape()),
+                                                     ", variable has ", ShapeString(var->shape())));
     }
     outputs.clear();
     outputs.push_back(*var);
@@ -133,8 +142,8 @@ void Optimizer::SaveState(v1::OptimizerState* state) const {
 
 absl::Status Optimizer::RestoreState(const v1::OptimizerState& state) {
   if (state.type() != type_) {
-    return absl::InvalidArgumentError(absl::StrCat("checkpoint holds ", state.type(),
-                                                   " optimizer state, this run uses ", type_));
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint holds ", state.type(), " optimizer state, this run uses ", type_));
   }
   std::map<std::string, Tensor, std::less<>> slots;
   for (const v1::NamedTensor& t : state.slots()) {

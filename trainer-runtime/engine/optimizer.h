@@ -22,11 +22,11 @@ struct NamedGradient {
 
 struct OptimizerOptions {
   double learning_rate = 0.001;
-  double momentum = 0.9;  // Momentum
-  bool nesterov = false;  // Momentum
-  double beta1 = 0.9;     // Adam
-  double beta2 = 0.999;   // Adam
-  double epsilon = 1e-7;  // Adam, Adagrad (Keras' default)
+  double momentum = 0.9;             // Momentum
+  bool nesterov = false;             // Momentum
+  double beta1 = 0.9;                // Adam
+  double beta2 = 0.999;              // Adam
+  double epsilon = 1e-7;             // Adam, Adagrad (Keras' default)
   double initial_accumulator = 0.1;  // Adagrad
 };
 

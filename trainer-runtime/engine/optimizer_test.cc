@@ -70,7 +70,8 @@ TEST_P(OptimizerTest, MatchesReferenceAndResumesFromSavedState) {
   EXPECT_NEAR(store.Find("w")->at(1), ref.w, 1e-5);
 }
 
-INSTANTIATE_TEST_SUITE_P(All, OptimizerTest, ::testing::Values("sgd", "momentum", "adagrad", "adam"));
+INSTANTIATE_TEST_SUITE_P(All, OptimizerTest,
+                         ::testing::Values("sgd", "momentum", "adagrad", "adam"));
 
 TEST(OptimizerErrors, UnknownNameAndBadGradient) {
   CpuDevice device(1);

@@ -15,7 +15,9 @@ int64_t NumElements(const Shape& shape) {
   return n;
 }
 
-std::string ShapeString(const Shape& shape) { return absl::StrCat("[", absl::StrJoin(shape, ", "), "]"); }
+std::string ShapeString(const Shape& shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
+}
 
 std::vector<int64_t> RowMajorStrides(const Shape& shape) {
   std::vector<int64_t> strides(shape.size());
@@ -86,8 +88,8 @@ Tensor Tensor::Scalar(float value) { return Filled({}, value); }
 
 absl::StatusOr<Tensor> Tensor::FromVector(const Shape& shape, const std::vector<float>& values) {
   if (static_cast<int64_t>(values.size()) != NumElements(shape)) {
-    return absl::InvalidArgumentError(absl::StrCat("tensor of shape ", ShapeString(shape), " needs ",
-                                                   NumElements(shape), " values, got ",
+    return absl::InvalidArgumentError(absl::StrCat("tensor of shape ", ShapeString(shape),
+                                                   " needs ", NumElements(shape), " values, got ",
                                                    values.size()));
   }
   Tensor t = Host(shape);
@@ -96,8 +98,9 @@ absl::StatusOr<Tensor> Tensor::FromVector(const Shape& shape, const std::vector<
 }
 
 Tensor Tensor::WrapHost(const Shape& shape, float* data, std::shared_ptr<void> keepalive) {
-  auto buffer = std::make_shared<Buffer>(data, static_cast<size_t>(NumElements(shape)) * sizeof(float),
-                                         DeviceType::kCpu, std::move(keepalive));
+  auto buffer =
+      std::make_shared<Buffer>(data, static_cast<size_t>(NumElements(shape)) * sizeof(float),
+                               DeviceType::kCpu, std::move(keepalive));
   return Tensor(shape, std::move(buffer));
 }
 
@@ -125,7 +128,8 @@ absl::StatusOr<Tensor> Tensor::Reshaped(const Shape& shape) const {
 
 Tensor Tensor::Clone() const {
   Tensor t = Host(shape_);
-  if (num_elements_ > 0) std::memcpy(t.data(), data(), static_cast<size_t>(num_elements_) * sizeof(float));
+  if (num_elements_ > 0)
+    std::memcpy(t.data(), data(), static_cast<size_t>(num_elements_) * sizeof(float));
   return t;
 }
 

@@ -36,20 +36,22 @@ absl::Status TrainingContext::FeedBatch(const data::Batch& batch) {
   shape.insert(shape.end(), model.example_shape.begin(), model.example_shape.end());
   if (static_cast<int64_t>(batch.features.size()) != NumElements(shape) ||
       static_cast<int64_t>(batch.labels.size()) != batch.size) {
-    return absl::InvalidArgumentError(absl::StrCat("batch ", batch.index, " holds ", batch.features.size(),
-                                                   " values for ", batch.size, " examples of shape ",
-                                                   ShapeString(model.example_shape)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("batch ", batch.index, " holds ", batch.features.size(), " values for ",
+                     batch.size, " examples of shape ", ShapeString(model.example_shape)));
   }
   // The executor reads the batch in place; it outlives the run.
   Tensor features = Tensor::WrapHost(shape, const_cast<float*>(batch.features.data()), nullptr);
-  if (!labels_.valid() || labels_.num_elements() != batch.size) labels_ = Tensor::Host({batch.size});
+  if (!labels_.valid() || labels_.num_elements() != batch.size)
+    labels_ = Tensor::Host({batch.size});
   float* l = labels_.data();
   for (int64_t i = 0; i < batch.size; ++i) l[i] = static_cast<float>(batch.labels[i]);
   feeds_ = {{model.input, std::move(features)}, {model.labels, labels_}};
   return absl::OkStatus();
 }
 
-absl::StatusOr<GradientResult> TrainingContext::ComputeGradients(const data::Batch& batch, int64_t step) {
+absl::StatusOr<GradientResult> TrainingContext::ComputeGradients(const data::Batch& batch,
+                                                                 int64_t step) {
   if (absl::Status s = FeedBatch(batch); !s.ok()) return s;
   RunContext run{true, options.seed, step};
   if (absl::Status s = executor_.Run(feeds_, train_fetches_, &results_, run); !s.ok()) return s;
@@ -66,7 +68,9 @@ absl::StatusOr<GradientResult> TrainingContext::ComputeGradients(const data::Bat
 absl::StatusOr<std::pair<float, float>> TrainingContext::Evaluate(const data::Batch& batch) {
   if (absl::Status s = FeedBatch(batch); !s.ok()) return s;
   std::vector<Output> fetches = {model.loss, model.accuracy};
-  if (absl::Status s = executor_.Run(feeds_, fetches, &results_, RunContext{false, options.seed, 0}); !s.ok()) {
+  if (absl::Status s =
+          executor_.Run(feeds_, fetches, &results_, RunContext{false, options.seed, 0});
+      !s.ok()) {
     return s;
   }
   return std::make_pair(results_[0].at(0), results_[1].at(0));
@@ -87,28 +91,33 @@ absl::Status TrainingContext::RestoreLocal(const v1::Checkpoint& checkpoint) {
   for (const v1::NamedTensor& t : checkpoint.variables()) {
     absl::StatusOr<Tensor> value = TensorFromProto(t.value());
     if (!value.ok()) {
-      return absl::DataLossError(absl::StrCat("checkpoint variable '", t.name(), "': ", value.status().message()));
+      return absl::DataLossError(
+          absl::StrCat("checkpoint variable '", t.name(), "': ", value.status().message()));
     }
     if (absl::Status s = variables.Assign(t.name(), *value); !s.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat("checkpoint does not fit the model: ", s.message()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("checkpoint does not fit the model: ", s.message()));
     }
   }
   for (const std::string& name : model.variable_names) {
     if (variables.Find(name) == nullptr) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("checkpoint at step ", checkpoint.global_step(), " has no variable '", name, "'"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "checkpoint at step ", checkpoint.global_step(), " has no variable '", name, "'"));
     }
   }
   if (checkpoint.has_optimizer()) return optimizer.RestoreState(checkpoint.optimizer());
   return absl::OkStatus();
 }
 
-absl::StatusOr<int64_t> LocalStrategy::Initialize(TrainingContext& ctx, const v1::Checkpoint* restored) {
+absl::StatusOr<int64_t> LocalStrategy::Initialize(TrainingContext& ctx,
+                                                  const v1::Checkpoint* restored) {
   if (restored != nullptr) {
     if (absl::Status s = ctx.RestoreLocal(*restored); !s.ok()) return s;
     return restored->global_step();
   }
-  if (absl::Status s = InitializeVariables(ctx.model.graph, ctx.options.seed, ctx.variables); !s.ok()) return s;
+  if (absl::Status s = InitializeVariables(ctx.model.graph, ctx.options.seed, ctx.variables);
+      !s.ok())
+    return s;
   return 0;
 }
 
@@ -147,7 +156,8 @@ double SystemNow() {
 
 // Loss and accuracy over a whole dataset, in eval-sized slices, weighted by
 // slice size.
-absl::StatusOr<std::pair<double, double>> EvaluateDataset(TrainingContext& ctx, const data::Dataset& ds) {
+absl::StatusOr<std::pair<double, double>> EvaluateDataset(TrainingContext& ctx,
+                                                          const data::Dataset& ds) {
   int64_t bs = std::max<int64_t>(ctx.options.eval_batch_size, 1);
   double loss = 0, accuracy = 0;
   data::Batch batch;
@@ -197,7 +207,8 @@ class Loop {
   int64_t last_checkpoint_step_ = -1;
 };
 
-absl::Status Loop::Evaluate(TrainingContext& ctx, int64_t step, bool final_eval, TrainResult* result) {
+absl::Status Loop::Evaluate(TrainingContext& ctx, int64_t step, bool final_eval,
+                            TrainResult* result) {
   if (absl::Status s = env_.strategy->SyncVariables(ctx); !s.ok()) return s;
   const data::Dataset& ds = eval_ ? *eval_ : *train_;
   absl::StatusOr<std::pair<double, double>> r = EvaluateDataset(ctx, ds);
@@ -205,9 +216,9 @@ absl::Status Loop::Evaluate(TrainingContext& ctx, int64_t step, bool final_eval,
   auto [loss, accuracy] = *r;
   Log(absl::StrFormat("Eval, step %d: loss: %.3f, accuracy: %.3f", step, loss, accuracy));
   if (eval_events_) {
-    absl::Status s = eval_events_->WriteScalars({{"loss", static_cast<float>(loss)},
-                                                 {"accuracy", static_cast<float>(accuracy)}},
-                                                step, env_.now());
+    absl::Status s = eval_events_->WriteScalars(
+        {{"loss", static_cast<float>(loss)}, {"accuracy", static_cast<float>(accuracy)}}, step,
+        env_.now());
     if (s.ok()) s = eval_events_->Flush();
     if (!s.ok()) Log(absl::StrCat("Warning: eval summaries: ", s.message()));
   }
@@ -231,7 +242,8 @@ absl::Status Loop::Checkpoint(TrainingContext& ctx, int64_t step) {
   }
   v1::Checkpoint checkpoint;
   if (absl::Status s = env_.strategy->Snapshot(ctx, step, &checkpoint); !s.ok()) return s;
-  if (absl::Status s = SaveCheckpoint(o_.output_path, checkpoint, o_.keep_checkpoints); !s.ok()) return s;
+  if (absl::Status s = SaveCheckpoint(o_.output_path, checkpoint, o_.keep_checkpoints); !s.ok())
+    return s;
   last_checkpoint_step_ = step;
   return absl::OkStatus();
 }
@@ -252,7 +264,8 @@ absl::Status Loop::Export(TrainingContext& ctx) {
   fs::path dir = fs::path(o_.output_path) / "export";
   std::error_code ec;
   fs::create_directories(dir, ec);
-  if (ec) return absl::UnavailableError(absl::StrCat("create folder ", dir.string(), ": ", ec.message()));
+  if (ec)
+    return absl::UnavailableError(absl::StrCat("create folder ", dir.string(), ": ", ec.message()));
   return WriteFileAtomically((dir / "model.pb").string(), exported.SerializeAsString());
 }
 
@@ -271,10 +284,11 @@ absl::StatusOr<TrainResult> Loop::Run() {
     absl::StatusOr<data::Dataset> eval = data::LoadDataset(o_.eval_data_paths);
     if (!eval.ok()) return BadInput(eval.status(), "--eval_data_paths");
     if (eval->example_shape != train_->example_shape) {
-      return WithExitCode(absl::InvalidArgumentError(absl::StrCat(
-                              "--eval_data_paths: examples of shape ", ShapeString(eval->example_shape),
-                              ", training data has ", ShapeString(train_->example_shape))),
-                          kExitBadInput);
+      return WithExitCode(
+          absl::InvalidArgumentError(absl::StrCat(
+              "--eval_data_paths: examples of shape ", ShapeString(eval->example_shape),
+              ", training data has ", ShapeString(train_->example_shape))),
+          kExitBadInput);
     }
     eval_ = std::make_shared<const data::Dataset>(*std::move(eval));
   }
@@ -290,7 +304,8 @@ absl::StatusOr<TrainResult> Loop::Run() {
   CpuDevice device(o_.threads);
   OptimizerOptions oo;
   oo.learning_rate = o_.learning_rate;
-  absl::StatusOr<std::unique_ptr<Optimizer>> optimizer = Optimizer::Create(o_.optimizer, oo, device);
+  absl::StatusOr<std::unique_ptr<Optimizer>> optimizer =
+      Optimizer::Create(o_.optimizer, oo, device);
   if (!optimizer.ok()) return WithExitCode(optimizer.status(), kExitUsage);
   VariableStore variables;
   TrainingContext ctx(o_, model, device, variables, **optimizer);
@@ -326,7 +341,8 @@ absl::StatusOr<TrainResult> Loop::Run() {
   int64_t max_steps = o_.max_steps;
   if (max_steps <= 0) {
     double epochs = o_.num_epochs > 0 ? o_.num_epochs : 1.0;
-    max_steps = static_cast<int64_t>(std::ceil(epochs * static_cast<double>((*batches)->batches_per_epoch())));
+    max_steps = static_cast<int64_t>(
+        std::ceil(epochs * static_cast<double>((*batches)->batches_per_epoch())));
   }
 
   // 4. Outputs: graph, summaries.
@@ -335,7 +351,8 @@ absl::StatusOr<TrainResult> Loop::Run() {
     fs::create_directories(o_.output_path, ec);
     std::string text;
     google::protobuf::TextFormat::PrintToString(model.graph.ToProto(), &text);
-    if (absl::Status s = WriteFileAtomically((fs::path(o_.output_path) / "graph.pbtxt").string(), text);
+    if (absl::Status s =
+            WriteFileAtomically((fs::path(o_.output_path) / "graph.pbtxt").string(), text);
         !s.ok()) {
       return s;
     }
@@ -359,10 +376,10 @@ absl::StatusOr<TrainResult> Loop::Run() {
     absl::StatusOr<TrainingStrategy::StepResult> r = strategy.Step(ctx, batch, step);
     if (!r.ok()) return r.status();
     if (!std::isfinite(r->loss)) {
-      return WithExitCode(absl::InternalError(absl::StrCat(
-                              "loss is ", r->loss, " at step ", step,
-                              " (diverged: try a lower --learning_rate)")),
-                          kExitNonFiniteLoss);
+      return WithExitCode(
+          absl::InternalError(absl::StrCat("loss is ", r->loss, " at step ", step,
+                                           " (diverged: try a lower --learning_rate)")),
+          kExitNonFiniteLoss);
     }
     int64_t new_step = r->global_step;
     loss_sum += r->loss;
@@ -380,14 +397,16 @@ absl::StatusOr<TrainResult> Loop::Run() {
       double accuracy = accuracy_sum / static_cast<double>(window_steps);
       double global_rate = static_cast<double>(step - window_start_step) / elapsed;
       double local_rate = static_cast<double>(window_steps) / elapsed;
-      Log(absl::StrFormat("Train [%s], step %d: loss: %.3f, accuracy: %.3f (%.3f sec) %.1f global steps/s, "
-                          "%.1f local steps/s",
-                          task, step, loss, accuracy, elapsed, global_rate, local_rate));
+      Log(absl::StrFormat(
+          "Train [%s], step %d: loss: %.3f, accuracy: %.3f (%.3f sec) %.1f global steps/s, "
+          "%.1f local steps/s",
+          task, step, loss, accuracy, elapsed, global_rate, local_rate));
       if (train_events_) {
-        absl::Status s = train_events_->WriteScalars(
-            {{"loss", static_cast<float>(loss)}, {"accuracy", static_cast<float>(accuracy)},
-             {"global_step/sec", static_cast<float>(global_rate)}},
-            step, now);
+        absl::Status s =
+            train_events_->WriteScalars({{"loss", static_cast<float>(loss)},
+                                         {"accuracy", static_cast<float>(accuracy)},
+                                         {"global_step/sec", static_cast<float>(global_rate)}},
+                                        step, now);
         if (!s.ok()) Log(absl::StrCat("Warning: summaries: ", s.message()));
       }
       window_start = now;
@@ -402,7 +421,7 @@ absl::StatusOr<TrainResult> Loop::Run() {
       last_eval = env_.now();
     }
     bool save = o_.save_checkpoints_steps > 0 ? step % o_.save_checkpoints_steps == 0
-                                               : now - last_checkpoint >= o_.save_checkpoints_secs;
+                                              : now - last_checkpoint >= o_.save_checkpoints_secs;
     if (save) {
       if (absl::Status s = strategy.SyncVariables(ctx); !s.ok()) return s;
       if (absl::Status s = Checkpoint(ctx, step); !s.ok()) return s;
@@ -420,8 +439,8 @@ absl::StatusOr<TrainResult> Loop::Run() {
   if (train_events_) (void)train_events_->Flush();
   if (eval_events_) (void)eval_events_->Flush();
   if (absl::Status s = strategy.Finish(ctx); !s.ok()) return s;
-  Log(absl::StrFormat("Final metrics after %d steps, loss: %.3f, accuracy: %.3f", step, result.final_loss,
-                      result.final_accuracy));
+  Log(absl::StrFormat("Final metrics after %d steps, loss: %.3f, accuracy: %.3f", step,
+                      result.final_loss, result.final_accuracy));
   result.global_step = step;
   return result;
 }

@@ -30,15 +30,15 @@ struct TrainerOptions {
   int64_t batch_size = 128;
   double learning_rate = 0.001;
   std::string optimizer = "adam";
-  int64_t max_steps = 0;    // 0: from num_epochs
-  double num_epochs = 0;    // 0 and no max_steps: one epoch
+  int64_t max_steps = 0;  // 0: from num_epochs
+  double num_epochs = 0;  // 0 and no max_steps: one epoch
   double eval_every_secs = 60;
   int64_t log_every_steps = 100;
   double save_checkpoints_secs = 60;
   int64_t save_checkpoints_steps = 0;  // > 0: by steps instead of seconds
   int keep_checkpoints = 5;
   uint64_t seed = 0;
-  int threads = 0;  // 0: all cores
+  int threads = 0;            // 0: all cores
   std::string model = "mlp";  // mlp, cnn, or a model YAML file
   int64_t hidden1 = 256;
   int64_t hidden2 = 128;
@@ -73,8 +73,8 @@ struct GradientResult {
 // whole run.
 class TrainingContext {
  public:
-  TrainingContext(const TrainerOptions& options, Model& model, Device& device, VariableStore& variables,
-                  Optimizer& optimizer);
+  TrainingContext(const TrainerOptions& options, Model& model, Device& device,
+                  VariableStore& variables, Optimizer& optimizer);
 
   // Forward and backward on `batch` at the variables' current values; no
   // update. `step` seeds dropout, so a step is reproducible.
@@ -113,7 +113,8 @@ class TrainingStrategy {
   // from `restored` (the latest checkpoint, or null for a fresh run) or
   // freshly initialised from options.seed. Returns the global step to start
   // from.
-  virtual absl::StatusOr<int64_t> Initialize(TrainingContext& ctx, const v1::Checkpoint* restored) = 0;
+  virtual absl::StatusOr<int64_t> Initialize(TrainingContext& ctx,
+                                             const v1::Checkpoint* restored) = 0;
 
   // One training step on `batch`: compute gradients, get them applied, and
   // return the batch's loss/accuracy and the new global step.
@@ -129,7 +130,8 @@ class TrainingStrategy {
   // before an evaluation, checkpoint or export.
   virtual absl::Status SyncVariables(TrainingContext& ctx) { return absl::OkStatus(); }
   // Fills a checkpoint of the current state.
-  virtual absl::Status Snapshot(TrainingContext& ctx, int64_t global_step, v1::Checkpoint* checkpoint) {
+  virtual absl::Status Snapshot(TrainingContext& ctx, int64_t global_step,
+                                v1::Checkpoint* checkpoint) {
     ctx.SnapshotLocal(global_step, checkpoint);
     return absl::OkStatus();
   }
@@ -153,9 +155,9 @@ class LocalStrategy final : public TrainingStrategy {
 
 // What the outside world provides; every field has a working default.
 struct TrainerEnvironment {
-  std::ostream* log = nullptr;  // null: std::cout
-  std::function<double()> now;  // wall clock in seconds; null: the system clock
-  std::vector<MetricsSink*> metrics_sinks;  // not owned
+  std::ostream* log = nullptr;                 // null: std::cout
+  std::function<double()> now;                 // wall clock in seconds; null: the system clock
+  std::vector<MetricsSink*> metrics_sinks;     // not owned
   std::unique_ptr<TrainingStrategy> strategy;  // null: LocalStrategy
   // Called after each step with the new global step; an error stops the run
   // with that error (fault injection in tests, cancellation).

@@ -26,19 +26,25 @@ Setter String(std::string TrainerOptions::*field) {
   };
 }
 Setter Int(int64_t TrainerOptions::*field) {
-  return [field](TrainerOptions& o, const std::string& v) { return absl::SimpleAtoi(v, &(o.*field)); };
+  return
+      [field](TrainerOptions& o, const std::string& v) { return absl::SimpleAtoi(v, &(o.*field)); };
 }
 Setter Int32(int TrainerOptions::*field) {
-  return [field](TrainerOptions& o, const std::string& v) { return absl::SimpleAtoi(v, &(o.*field)); };
+  return
+      [field](TrainerOptions& o, const std::string& v) { return absl::SimpleAtoi(v, &(o.*field)); };
 }
 Setter Double(double TrainerOptions::*field) {
-  return [field](TrainerOptions& o, const std::string& v) { return absl::SimpleAtod(v, &(o.*field)); };
+  return
+      [field](TrainerOptions& o, const std::string& v) { return absl::SimpleAtod(v, &(o.*field)); };
 }
 
 const std::map<std::string, FlagDef>& Flags() {
   static const auto* flags = new std::map<std::string, FlagDef>{
-      {"train_data_paths", {String(&TrainerOptions::train_data_paths), "training data (IDX images file, folder, .csv)"}},
-      {"eval_data_paths", {String(&TrainerOptions::eval_data_paths), "evaluation data, same forms"}},
+      {"train_data_paths",
+       {String(&TrainerOptions::train_data_paths),
+        "training data (IDX images file, folder, .csv)"}},
+      {"eval_data_paths",
+       {String(&TrainerOptions::eval_data_paths), "evaluation data, same forms"}},
       {"output_path", {String(&TrainerOptions::output_path), "checkpoints, summaries, export"}},
       {"job_dir", {String(&TrainerOptions::output_path), "alias of --output_path"}},
       {"batch_size", {Int(&TrainerOptions::batch_size), "examples per step (128)"}},
@@ -46,12 +52,16 @@ const std::map<std::string, FlagDef>& Flags() {
       {"optimizer", {String(&TrainerOptions::optimizer), "sgd, momentum, adagrad, adam (adam)"}},
       {"max_steps", {Int(&TrainerOptions::max_steps), "stop after this global step"}},
       {"num_epochs", {Double(&TrainerOptions::num_epochs), "or after this many epochs (1)"}},
-      {"eval_every_secs", {Double(&TrainerOptions::eval_every_secs), "evaluate this often (60; 0: at the end only)"}},
+      {"eval_every_secs",
+       {Double(&TrainerOptions::eval_every_secs), "evaluate this often (60; 0: at the end only)"}},
       {"log_every_steps", {Int(&TrainerOptions::log_every_steps), "(100)"}},
       {"save_checkpoints_secs", {Double(&TrainerOptions::save_checkpoints_secs), "(60)"}},
-      {"save_checkpoints_steps", {Int(&TrainerOptions::save_checkpoints_steps), "by steps instead of seconds"}},
+      {"save_checkpoints_steps",
+       {Int(&TrainerOptions::save_checkpoints_steps), "by steps instead of seconds"}},
       {"keep_checkpoints", {Int32(&TrainerOptions::keep_checkpoints), "(5)"}},
-      {"seed", {[](TrainerOptions& o, const std::string& v) { return absl::SimpleAtoi(v, &o.seed); }, "(0)"}},
+      {"seed",
+       {[](TrainerOptions& o, const std::string& v) { return absl::SimpleAtoi(v, &o.seed); },
+        "(0)"}},
       {"threads", {Int32(&TrainerOptions::threads), "compute threads (all cores)"}},
       {"model", {String(&TrainerOptions::model), "mlp, cnn or a model YAML file (mlp)"}},
       {"hidden1", {Int(&TrainerOptions::hidden1), "mlp: first hidden layer (256)"}},

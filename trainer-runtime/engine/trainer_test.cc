@@ -66,7 +66,8 @@ class RecordingSink : public MetricsSink {
 
 TEST(TrainerFlagsTest, ParsesCloudMlFlags) {
   auto o = ParseTrainerFlags({"--train_data_paths=/d/train", "--job-dir", "/out", "--batch_size=64",
-                              "--learning_rate", "0.01", "--optimizer=sgd", "--max_steps=5", "--hidden1=318"});
+                              "--learning_rate", "0.01", "--optimizer=sgd", "--max_steps=5",
+                              "--hidden1=318"});
   ASSERT_TRUE(o.ok()) << o.status();
   EXPECT_EQ(o->train_data_paths, "/d/train");
   EXPECT_EQ(o->output_path, "/out");
@@ -92,7 +93,8 @@ TEST(ExitCodesTest, RetryableIsAtLeast128) {
   EXPECT_EQ(ExitCodeFor(absl::UnavailableError("peer lost")), kExitRetryable);
   EXPECT_TRUE(IsRetryableExitCode(kExitRetryable));
   EXPECT_FALSE(IsRetryableExitCode(kExitBadInput));
-  EXPECT_EQ(ExitCodeFor(WithExitCode(absl::InternalError("nan"), kExitNonFiniteLoss)), kExitNonFiniteLoss);
+  EXPECT_EQ(ExitCodeFor(WithExitCode(absl::InternalError("nan"), kExitNonFiniteLoss)),
+            kExitNonFiniteLoss);
   EXPECT_EQ(ExitCodeFor(absl::DataLossError("corrupt")), kExitBadInput);
 }
 
@@ -131,7 +133,8 @@ TEST(TrainerTest, TrainsLogsEvaluatesAndWritesOutputs) {
     absl::StatusOr<Graph> graph = Graph::FromProto(exported.graph());
     ASSERT_TRUE(graph.ok()) << graph.status();
     VariableStore store;
-    for (const auto& v : exported.variables()) ASSERT_TRUE(store.Create(v.name(), *TensorFromProto(v.value())).ok());
+    for (const auto& v : exported.variables())
+      ASSERT_TRUE(store.Create(v.name(), *TensorFromProto(v.value())).ok());
     absl::StatusOr<data::Dataset> eval = data::LoadDataset(o.eval_data_paths);
     ASSERT_TRUE(eval.ok());
     CpuDevice device(1);
@@ -139,7 +142,8 @@ TEST(TrainerTest, TrainsLogsEvaluatesAndWritesOutputs) {
     Tensor x = *Tensor::FromVector({eval->num_examples, 4}, eval->features);
     std::vector<Tensor> out;
     ASSERT_TRUE(exec.Run({{{*graph->ParseOutputName(exported.input()), x}}},
-                         {{*graph->ParseOutputName(exported.probabilities())}}, &out).ok());
+                         {{*graph->ParseOutputName(exported.probabilities())}}, &out)
+                    .ok());
     int correct = 0;
     for (int64_t i = 0; i < eval->num_examples; ++i) {
       const float* p = out[0].data() + i * 3;
@@ -190,7 +194,8 @@ TEST(TrainerTest, ResumeAfterCrashEqualsUninterruptedRun) {
   env3.log = &resumed_log;
   absl::StatusOr<TrainResult> second = Train(crashed, std::move(env3));
   ASSERT_TRUE(second.ok()) << second.status();
-  EXPECT_NE(resumed_log.str().find("Restored checkpoint at step 10"), std::string::npos) << resumed_log.str();
+  EXPECT_NE(resumed_log.str().find("Restored checkpoint at step 10"), std::string::npos)
+      << resumed_log.str();
 
   auto a = ReadCheckpoint((fs::path(straight.output_path) / "model.ckpt-30").string());
   auto b = ReadCheckpoint((fs::path(crashed.output_path) / "model.ckpt-30").string());
@@ -199,7 +204,8 @@ TEST(TrainerTest, ResumeAfterCrashEqualsUninterruptedRun) {
   ASSERT_GT(a->variables_size(), 0);
   for (int i = 0; i < a->variables_size(); ++i) {
     EXPECT_EQ(a->variables(i).name(), b->variables(i).name());
-    EXPECT_EQ(a->variables(i).value().data(), b->variables(i).value().data()) << a->variables(i).name();
+    EXPECT_EQ(a->variables(i).value().data(), b->variables(i).value().data())
+        << a->variables(i).name();
   }
   EXPECT_EQ(a->optimizer().iterations(), 30);
   EXPECT_EQ(b->optimizer().iterations(), 30);
@@ -247,7 +253,8 @@ TEST(TrainerTest, MissingDataAndBadModelFileAreBadInput) {
   r = Train(m, std::move(env2));
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(ExitCodeFor(r.status()), kExitBadInput);
-  EXPECT_NE(r.status().message().find("model.yaml:2: maxpool needs an image input"), std::string::npos)
+  EXPECT_NE(r.status().message().find("model.yaml:2: maxpool needs an image input"),
+            std::string::npos)
       << r.status();
 }
 

@@ -35,7 +35,8 @@ absl::Status VariableStore::Assign(const std::string& name, const Tensor& value)
                                                    ShapeString(value.shape())));
   }
   if (value.num_elements() > 0) {
-    std::memcpy(existing->data(), value.data(), sizeof(float) * static_cast<size_t>(value.num_elements()));
+    std::memcpy(existing->data(), value.data(),
+                sizeof(float) * static_cast<size_t>(value.num_elements()));
   }
   return absl::OkStatus();
 }
@@ -92,8 +93,9 @@ absl::StatusOr<Tensor> TensorFromProto(const v1::TensorProto& proto) {
   }
   int64_t n = NumElements(shape);
   if (static_cast<int64_t>(proto.data().size()) != n * static_cast<int64_t>(sizeof(float))) {
-    return absl::InvalidArgumentError(absl::StrCat("tensor of shape ", ShapeString(shape), " needs ",
-                                                   n * 4, " bytes, has ", proto.data().size()));
+    return absl::InvalidArgumentError(absl::StrCat("tensor of shape ", ShapeString(shape),
+                                                   " needs ", n * 4, " bytes, has ",
+                                                   proto.data().size()));
   }
   Tensor t = Tensor::Host(shape);
   if (n > 0) std::memcpy(t.data(), proto.data().data(), proto.data().size());

@@ -4,9 +4,9 @@
 #include <string>
 #include <string_view>
 
-#include "absl/strings/string_view.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "kubetrain/v1/graph.pb.h"
 #include "trainer-runtime/engine/graph.h"
 #include "trainer-runtime/engine/tensor.h"
