@@ -69,15 +69,16 @@ void MergePatch(json& target, const json& patch) {
   }
 }
 
-// Merges list entries by their "name" (env vars, ports): same name replaces.
-void MergeByName(json& target, const json& additions) {
+// Merges list entries by `key` (env vars by "name", ports by
+// "containerPort"): an entry with the same key replaces ours.
+void MergeByKey(json& target, const json& additions, const char* key) {
   if (!additions.is_array()) return;
   if (!target.is_array()) target = json::array();
   for (const json& item : additions) {
     bool replaced = false;
-    if (item.is_object() && item.contains("name")) {
+    if (item.is_object() && item.contains(key)) {
       for (json& existing : target) {
-        if (existing.is_object() && existing.value("name", json()) == item["name"]) {
+        if (existing.is_object() && existing.contains(key) && existing[key] == item[key]) {
           existing = item;
           replaced = true;
         }
@@ -98,8 +99,10 @@ void MergeContainer(json& ours, const json& theirs) {
   for (auto it = theirs.begin(); it != theirs.end(); ++it) {
     const std::string& key = it.key();
     if (key == "name") continue;
-    if (key == "env" || key == "ports") {
-      MergeByName(ours[key], it.value());
+    if (key == "env") {
+      MergeByKey(ours[key], it.value(), "name");
+    } else if (key == "ports") {
+      MergeByKey(ours[key], it.value(), "containerPort");
     } else if (key == "volumeMounts" || key == "envFrom" || key == "volumeDevices") {
       Append(ours[key], it.value());
     } else {
@@ -374,8 +377,7 @@ absl::StatusOr<std::vector<json>> RenderJob(const v1::TrainingJob& job,
   if (std::vector<api::FieldError> errors = api::Validate(job); !errors.empty()) {
     return absl::InvalidArgumentError(api::FormatErrors(errors));
   }
-  v1::TrainingJob defaulted = job;
-  api::ApplyDefaults(&defaulted);
+  v1::TrainingJob defaulted = Normalize(job);
   defaulted.mutable_metadata()->set_namespace_(namespace_name);
   ReconcileOptions render_options = options;
   render_options.address = KubernetesAddresses(namespace_name);

@@ -30,7 +30,8 @@ inline constexpr char kContainerName[] = "kubetrain";
 // - then spec.template and spec.replicaTemplates[role] merged over it: both
 //   are PodTemplateSpecs ({metadata, spec}); maps are merged (JSON merge
 //   patch), containers merged by name (a template container named
-//   "kubetrain", or unnamed, merges into ours; env by name; others added),
+//   "kubetrain", or unnamed, merges into ours; env by name, ports by
+//   containerPort; others added),
 //   volumes/tolerations/initContainers appended. The kubetrain.io labels and
 //   the ownerReference cannot be overridden.
 nlohmann::json RenderPod(const v1::TrainingJob& job, const std::string& namespace_name,

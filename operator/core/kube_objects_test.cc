@@ -120,6 +120,30 @@ TEST(KubeObjectsTest, TemplatesMergeButCannotStealLabels) {
   EXPECT_EQ(c["env"][0]["name"], "TF_CONFIG");
 }
 
+TEST(KubeObjectsTest, TemplatePortIsTheJobsPortUnlessSpecSaysOtherwise) {
+  v1::TrainingJob job = Job();
+  SetStruct(R"({"spec":{"containers":[{"ports":[{"containerPort":5000,"name":"grpc"}]}]}})",
+            job.mutable_spec()->mutable_template_());
+  EXPECT_EQ(TemplatePort(job), 5000);
+  auto replicas = DesiredReplicas(job, "", {}, Options());
+  EXPECT_EQ(replicas[0].port, 5000);
+  EXPECT_THAT(replicas[0].Env("TF_CONFIG"), testing::HasSubstr("mnist-worker-0.team-a.svc:5000"));
+  const json pod = RenderPod(job, "team-a", replicas[0]);
+  // The template's port replaced ours rather than adding a duplicate.
+  ASSERT_EQ(pod["spec"]["containers"][0]["ports"].size(), 1u);
+  EXPECT_EQ(pod["spec"]["containers"][0]["ports"][0]["name"], "grpc");
+  EXPECT_EQ(RenderService(job, "team-a", replicas[0])["spec"]["ports"][0]["port"], 5000);
+
+  job.mutable_spec()->set_port(6000);  // an explicit spec.port wins
+  EXPECT_EQ(DesiredReplicas(job, "", {}, Options())[0].port, 6000);
+
+  v1::TrainingJob sidecar = Job();
+  SetStruct(R"({"spec":{"containers":[{"name":"proxy","ports":[{"containerPort":80}]}]}})",
+            sidecar.mutable_spec()->mutable_template_());
+  EXPECT_EQ(TemplatePort(sidecar), std::nullopt);
+  EXPECT_EQ(DesiredReplicas(sidecar, "", {}, Options())[0].port, 2222);
+}
+
 TEST(KubeObjectsTest, RestartPolicyFollowsRunPolicy) {
   struct Case {
     v1::RunPolicy::RestartPolicy policy;

@@ -1112,6 +1112,49 @@ void ReconcileCancel(Context& c) {
 
 }  // namespace
 
+std::optional<int> TemplatePort(const v1::TrainingJob& job) {
+  if (!job.spec().has_template_()) return std::nullopt;
+  const auto& fields = job.spec().template_().fields();
+  auto spec = fields.find("spec");
+  if (spec == fields.end() || !spec->second.has_struct_value()) return std::nullopt;
+  auto containers = spec->second.struct_value().fields().find("containers");
+  if (containers == spec->second.struct_value().fields().end() ||
+      !containers->second.has_list_value()) {
+    return std::nullopt;
+  }
+  for (const google::protobuf::Value& container : containers->second.list_value().values()) {
+    if (!container.has_struct_value()) continue;
+    const auto& c = container.struct_value().fields();
+    // The training container: named "kubetrain", or unnamed (kube_objects.h).
+    if (auto name = c.find("name");
+        name != c.end() &&
+        !(name->second.has_string_value() && name->second.string_value() == "kubetrain")) {
+      continue;
+    }
+    auto ports = c.find("ports");
+    if (ports == c.end() || !ports->second.has_list_value() ||
+        ports->second.list_value().values_size() == 0) {
+      continue;
+    }
+    const google::protobuf::Value& first = ports->second.list_value().values(0);
+    if (!first.has_struct_value()) continue;
+    auto port = first.struct_value().fields().find("containerPort");
+    if (port == first.struct_value().fields().end() || !port->second.has_number_value()) continue;
+    const double value = port->second.number_value();
+    if (value >= 1 && value <= 65535 && value == std::floor(value)) return static_cast<int>(value);
+  }
+  return std::nullopt;
+}
+
+v1::TrainingJob Normalize(const v1::TrainingJob& job) {
+  v1::TrainingJob normalized = job;
+  if (!normalized.spec().has_port()) {
+    if (std::optional<int> port = TemplatePort(job)) normalized.mutable_spec()->set_port(*port);
+  }
+  api::ApplyDefaults(&normalized);
+  return normalized;
+}
+
 bool IsTerminal(v1::State state) {
   return state == v1::SUCCEEDED || state == v1::FAILED || state == v1::CANCELLED;
 }
@@ -1119,8 +1162,7 @@ bool IsTerminal(v1::State state) {
 std::vector<DesiredReplica> DesiredReplicas(const v1::TrainingJob& job, const std::string& trial_id,
                                             const tuner::Assignment& hyperparameters,
                                             const ReconcileOptions& options) {
-  v1::TrainingJob defaulted = job;
-  api::ApplyDefaults(&defaulted);
+  const v1::TrainingJob defaulted = Normalize(job);
   const std::vector<api::ReplicaGroup> groups =
       api::ReplicaGroups(defaulted.spec().training_input());
   return MakeReplicas(defaulted, groups, trial_id, hyperparameters, options);
@@ -1147,17 +1189,17 @@ ReconcileResult Reconcile(const v1::TrainingJob& job, const Observed& observed, 
   if (IsTerminal(s.state())) {
     // Finished: only clean-up and TTL. The spec may have changed since; the
     // policy in force is the one of the stored spec, defaulted.
-    api::ApplyDefaults(&c.job);
+    c.job = Normalize(job);
     CleanUp(c, s.state() == v1::CANCELLED ? v1::RunPolicy::All : c.policy().clean_pod_policy(), "",
             false);
     ApplyTtl(c);
   } else if (std::vector<api::FieldError> errors = api::Validate(job); !errors.empty()) {
-    api::ApplyDefaults(&c.job);
+    c.job = Normalize(job);
     FailJob(c, "InvalidSpec", "invalid TrainingJob:\n" + api::FormatErrors(errors));
     CleanUp(c, c.policy().clean_pod_policy(), "", false);
     ApplyTtl(c);
   } else {
-    api::ApplyDefaults(&c.job);
+    c.job = Normalize(job);
     c.groups = api::ReplicaGroups(c.job.spec().training_input());
     s.set_observed_generation(job.metadata().generation());
     CountReplicas(c);

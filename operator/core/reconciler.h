@@ -229,10 +229,19 @@ ReconcileResult Reconcile(const v1::TrainingJob& job, const Observed& observed, 
 // The replicas (one full set) a job asks for, as Reconcile would create them:
 // for trial "" outside studies; for a study, trial `trial_id` with
 // `hyperparameters` as its assignment. `job` must be valid; it is defaulted
-// here. Used by Reconcile and by `kubetrain render`.
+// here (Normalize). Used by Reconcile and by `kubetrain render`.
 std::vector<DesiredReplica> DesiredReplicas(const v1::TrainingJob& job, const std::string& trial_id,
                                             const tuner::Assignment& hyperparameters,
                                             const ReconcileOptions& options);
+
+// The port every task listens on: spec.port; else the first containerPort of
+// the training container in spec.template (named "kubetrain" or unnamed);
+// else 2222. (Per-role templates do not change it: TF_CONFIG has one port.)
+std::optional<int> TemplatePort(const v1::TrainingJob& job);
+
+// A copy of `job` with its port resolved as above and api::ApplyDefaults
+// applied: the form Reconcile, DesiredReplicas and RenderJob work on.
+v1::TrainingJob Normalize(const v1::TrainingJob& job);
 
 // True for SUCCEEDED, FAILED and CANCELLED.
 bool IsTerminal(v1::State state);
