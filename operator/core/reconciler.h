@@ -131,10 +131,11 @@ struct Observed {
   std::vector<v1::HyperparameterOutput> archived_trials;
 };
 
-// ---- Actions. Carry them out in this order: write `status` when it changed
-// (a new trial must be on record before its pods exist), then deletes, then
-// creates. Every action is idempotent: creating what exists (AlreadyExists)
-// and deleting what is gone (NotFound) are success.
+// ---- Actions. Carry them out in this order: store ArchiveTrials, write
+// `status` when it changed (a new trial must be on record before its pods
+// exist; an archived one in the store before it leaves status), then deletes,
+// then creates, then events. Every action is idempotent: creating what exists
+// (AlreadyExists) and deleting what is gone (NotFound) are success.
 struct CreateReplica {
   DesiredReplica replica;
 };
@@ -153,6 +154,9 @@ struct DeleteReplica {
 struct DeleteService {
   std::string name;
 };
+// The job's story: state changes, restarts, failures, trials. Creates and
+// deletes are not repeated as events; a backend that records an Event per
+// object derives it from the CreateReplica/DeleteReplica actions.
 struct EmitEvent {
   enum class Type { kNormal, kWarning };
   Type type = Type::kNormal;
