@@ -1,0 +1,255 @@
+#include "cli/jobs_format.h"
+
+#include <algorithm>
+#include <cmath>
+#include <iomanip>
+#include <sstream>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/time.h"
+#include "api/codec.h"
+#include "google/protobuf/util/time_util.h"
+
+namespace kubetrain::cli {
+namespace {
+
+nlohmann::json ToJson(const google::protobuf::Message& message) {
+  return nlohmann::json::parse(api::EncodeJson(message), nullptr, false);
+}
+
+std::string Str(const nlohmann::json& value) {
+  if (value.is_null()) return "";
+  if (value.is_string()) return value.get<std::string>();
+  return value.dump();
+}
+
+// A plain table: a header row and aligned columns.
+std::string Table(const std::vector<std::vector<std::string>>& rows) {
+  std::vector<size_t> widths;
+  for (const auto& row : rows) {
+    widths.resize(std::max(widths.size(), row.size()), 0);
+    for (size_t i = 0; i < row.size(); ++i) widths[i] = std::max(widths[i], row[i].size());
+  }
+  std::string out;
+  for (const auto& row : rows) {
+    std::string line;
+    for (size_t i = 0; i < row.size(); ++i) {
+      line += row[i];
+      if (i + 1 < row.size()) line += std::string(widths[i] - row[i].size() + 2, ' ');
+    }
+    out += line + "\n";
+  }
+  return out;
+}
+
+}  // namespace
+
+void SortTrials(std::vector<v1::HyperparameterOutput>& trials, v1::HyperparameterSpec::GoalType goal) {
+  const bool minimize = goal == v1::HyperparameterSpec::MINIMIZE;
+  auto id_of = [](const v1::HyperparameterOutput& t) {
+    int64_t id = 0;
+    return absl::SimpleAtoi(t.trial_id(), &id) ? id : INT64_MAX;
+  };
+  std::stable_sort(trials.begin(), trials.end(),
+                   [&](const v1::HyperparameterOutput& a, const v1::HyperparameterOutput& b) {
+                     if (a.has_final_metric() != b.has_final_metric()) return a.has_final_metric();
+                     if (a.has_final_metric()) {
+                       double x = a.final_metric().objective_value();
+                       double y = b.final_metric().objective_value();
+                       if (x != y) return minimize ? x < y : x > y;
+                     }
+                     return id_of(a) < id_of(b);
+                   });
+}
+
+nlohmann::json JobResource(const v1::TrainingJob& job,
+                           const std::vector<v1::HyperparameterOutput>& archived) {
+  const v1::TrainingJobStatus& status = job.status();
+  nlohmann::json resource = nlohmann::json::object();
+  resource["jobId"] = job.metadata().name();
+  nlohmann::json status_json = ToJson(status);
+  for (const char* key : {"createTime", "startTime", "endTime", "errorMessage"}) {
+    if (status_json.contains(key)) resource[key] = status_json[key];
+  }
+  resource["state"] = v1::State_Name(status.state() == v1::STATE_UNSPECIFIED ? v1::QUEUED : status.state());
+  if (!job.metadata().labels().empty()) resource["labels"] = ToJson(job.metadata())["labels"];
+  resource["trainingInput"] = ToJson(job.spec().training_input());
+
+  v1::TrainingOutput output = status.training_output();
+  std::vector<v1::HyperparameterOutput> trials(output.trials().begin(), output.trials().end());
+  for (const v1::HyperparameterOutput& t : archived) {
+    bool present = std::any_of(trials.begin(), trials.end(),
+                               [&](const v1::HyperparameterOutput& s) { return s.trial_id() == t.trial_id(); });
+    if (!present) trials.push_back(t);
+  }
+  SortTrials(trials, job.spec().training_input().hyperparameters().goal());
+  output.clear_trials();
+  for (v1::HyperparameterOutput& t : trials) *output.add_trials() = std::move(t);
+  nlohmann::json output_json = ToJson(output);
+  if (!output_json.empty()) resource["trainingOutput"] = output_json;
+  return resource;
+}
+
+std::string SummarizeJob(const nlohmann::json& resource) {
+  std::string out;
+  out += "Overview\n";
+  std::vector<std::vector<std::string>> overview = {{"JOB_ID", "STATE", "CREATED", "STARTED", "ENDED"}};
+  overview.push_back({Str(resource.value("jobId", nlohmann::json())), Str(resource.value("state", nlohmann::json())),
+                      Str(resource.value("createTime", nlohmann::json())),
+                      Str(resource.value("startTime", nlohmann::json())),
+                      Str(resource.value("endTime", nlohmann::json()))});
+  out += Table(overview);
+  if (resource.contains("errorMessage")) out += "ERROR: " + Str(resource["errorMessage"]) + "\n";
+
+  const nlohmann::json input = resource.value("trainingInput", nlohmann::json::object());
+  out += "\nTraining input\n";
+  std::vector<std::vector<std::string>> input_rows = {{"FIELD", "VALUE"}};
+  for (const auto& [key, value] : input.items()) {
+    if (key == "hyperparameters") continue;
+    if (value.is_array()) {
+      std::vector<std::string> parts;
+      for (const auto& v : value) parts.push_back(Str(v));
+      input_rows.push_back({key, absl::StrJoin(parts, " ")});
+    } else {
+      input_rows.push_back({key, Str(value)});
+    }
+  }
+  out += Table(input_rows);
+  if (input.contains("hyperparameters")) {
+    const nlohmann::json& hp = input["hyperparameters"];
+    out += "\nHyperparameters (goal " + Str(hp.value("goal", nlohmann::json("MAXIMIZE"))) + ", maxTrials " +
+           Str(hp.value("maxTrials", nlohmann::json(1))) + ", maxParallelTrials " +
+           Str(hp.value("maxParallelTrials", nlohmann::json(1))) + ")\n";
+    std::vector<std::vector<std::string>> params = {{"PARAMETER", "TYPE", "MIN", "MAX", "SCALE", "VALUES"}};
+    for (const auto& p : hp.value("params", nlohmann::json::array())) {
+      std::vector<std::string> values;
+      for (const auto& v : p.value("categoricalValues", nlohmann::json::array())) values.push_back(Str(v));
+      for (const auto& v : p.value("discreteValues", nlohmann::json::array())) values.push_back(Str(v));
+      params.push_back({Str(p.value("parameterName", nlohmann::json())), Str(p.value("type", nlohmann::json())),
+                        Str(p.value("minValue", nlohmann::json())), Str(p.value("maxValue", nlohmann::json())),
+                        Str(p.value("scaleType", nlohmann::json())), absl::StrJoin(values, ",")});
+    }
+    out += Table(params);
+  }
+  if (resource.contains("trainingOutput")) {
+    const nlohmann::json& output = resource["trainingOutput"];
+    out += "\nTraining output\n";
+    std::vector<std::vector<std::string>> rows = {{"FIELD", "VALUE"}};
+    for (const auto& [key, value] : output.items()) {
+      if (key != "trials") rows.push_back({key, Str(value)});
+    }
+    out += Table(rows);
+    if (output.contains("trials")) {
+      out += "\nTrials (best first)\n";
+      std::vector<std::vector<std::string>> trials = {
+          {"TRIAL_ID", "STATE", "OBJECTIVE", "STEP", "HYPERPARAMETERS", "NOTE"}};
+      for (const auto& t : output["trials"]) {
+        std::vector<std::string> hps;
+        const nlohmann::json hyperparameters = t.value("hyperparameters", nlohmann::json::object());
+        for (const auto& [name, value] : hyperparameters.items()) {
+          hps.push_back(name + "=" + Str(value));
+        }
+        const nlohmann::json metric = t.value("finalMetric", nlohmann::json::object());
+        std::string note = t.value("isTrialStoppedEarly", false) ? "stopped early" : "";
+        if (t.contains("errorMessage")) note = Str(t["errorMessage"]);
+        trials.push_back({Str(t.value("trialId", nlohmann::json())), Str(t.value("state", nlohmann::json())),
+                          Str(metric.value("objectiveValue", nlohmann::json())),
+                          Str(metric.value("trainingStep", nlohmann::json())), absl::StrJoin(hps, " "), note});
+      }
+      out += Table(trials);
+    }
+  }
+  return out;
+}
+
+std::string LogSeverity(bool from_stderr, const std::string& message) {
+  const std::string upper = absl::AsciiStrToUpper(message.substr(0, 16));
+  if (absl::StartsWith(upper, "ERROR") || absl::StartsWith(upper, "FATAL") ||
+      absl::StartsWith(upper, "TRACEBACK") || absl::StartsWith(upper, "E ")) {
+    return "ERROR";
+  }
+  if (absl::StartsWith(upper, "WARN") || absl::StartsWith(upper, "W ")) return "WARNING";
+  return "INFO";
+}
+
+std::string FormatLogEntry(const std::string& severity, double unix_seconds, const std::string& task,
+                           const std::string& trial, const std::string& message) {
+  const absl::Time t = absl::FromUnixMicros(static_cast<int64_t>(std::llround(unix_seconds * 1e6)));
+  return absl::StrCat(severity, "\t", absl::FormatTime("%Y-%m-%d %H:%M:%S +0000", t, absl::UTCTimeZone()),
+                      "\t", task, "\t", trial, "\t", message);
+}
+
+absl::StatusOr<JobPredicate> ParseJobFilter(const std::string& filter) {
+  std::vector<JobPredicate> terms;
+  for (absl::string_view term : absl::StrSplit(filter, ' ', absl::SkipWhitespace())) {
+    if (term == "AND") continue;
+    size_t op = term.find_first_of("=:");
+    if (op == absl::string_view::npos || op == 0) {
+      return absl::InvalidArgumentError(absl::StrCat("--filter: cannot read term \"", term,
+                                                     "\": use KEY=VALUE or KEY:TEXT (keys: state, jobId, labels.KEY)"));
+    }
+    const std::string key(term.substr(0, op));
+    const bool exact = term[op] == '=';
+    const std::string value(term.substr(op + 1));
+    auto compare = [exact, value](const std::string& field, bool fold) {
+      std::string a = fold ? absl::AsciiStrToUpper(field) : field;
+      std::string b = fold ? absl::AsciiStrToUpper(value) : value;
+      return exact ? a == b : absl::StrContains(a, b);
+    };
+    if (key == "state" || key == "status") {
+      terms.push_back([compare](const v1::TrainingJob& job) {
+        v1::State s = job.status().state() == v1::STATE_UNSPECIFIED ? v1::QUEUED : job.status().state();
+        return compare(v1::State_Name(s), true);
+      });
+    } else if (key == "jobId" || key == "name") {
+      terms.push_back([compare](const v1::TrainingJob& job) { return compare(job.metadata().name(), false); });
+    } else if (absl::StartsWith(key, "labels.")) {
+      const std::string label = key.substr(7);
+      terms.push_back([compare, label](const v1::TrainingJob& job) {
+        auto it = job.metadata().labels().find(label);
+        return it != job.metadata().labels().end() && compare(it->second, false);
+      });
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--filter: unknown key \"", key, "\" (keys: state, jobId, labels.KEY)"));
+    }
+  }
+  return JobPredicate([terms](const v1::TrainingJob& job) {
+    return std::all_of(terms.begin(), terms.end(), [&](const JobPredicate& p) { return p(job); });
+  });
+}
+
+std::string ProgressLine(const v1::TrainingJob& job) {
+  const v1::HyperparameterSpec& hp = job.spec().training_input().hyperparameters();
+  if (hp.params_size() == 0) return "";
+  const v1::TrainingOutput& output = job.status().training_output();
+  int running = 0, failed = 0;
+  const v1::HyperparameterOutput* best = nullptr;
+  const bool minimize = hp.goal() == v1::HyperparameterSpec::MINIMIZE;
+  for (const v1::HyperparameterOutput& t : output.trials()) {
+    if (t.state() == v1::RUNNING || t.state() == v1::PREPARING || t.state() == v1::QUEUED) ++running;
+    if (t.state() == v1::FAILED) ++failed;
+    if (!t.has_final_metric()) continue;
+    double v = t.final_metric().objective_value();
+    if (best == nullptr || (minimize ? v < best->final_metric().objective_value()
+                                     : v > best->final_metric().objective_value())) {
+      best = &t;
+    }
+  }
+  std::string line = absl::StrCat("trials: ", output.completed_trial_count(), "/",
+                                  hp.has_max_trials() ? hp.max_trials() : 1, " completed, ", running,
+                                  " running, ", failed, " failed");
+  if (best != nullptr) {
+    absl::StrAppend(&line, "; best objective ", absl::StrFormat("%.4f", best->final_metric().objective_value()),
+                    " (trial ", best->trial_id(), ")");
+  }
+  return line;
+}
+
+}  // namespace kubetrain::cli

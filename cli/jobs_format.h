@@ -1,0 +1,52 @@
+#pragma once
+
+// Pure formatting for the `kubetrain jobs …` commands: the gcloud-shaped job
+// resource, its summary tables, log entries, list filters and the progress
+// line. No I/O.
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "kubetrain/v1/training_job.pb.h"
+#include "nlohmann/json.hpp"
+
+namespace kubetrain::cli {
+
+// The job as `gcloud ai-platform jobs describe` shows it (Cloud ML's Job
+// resource): jobId, createTime, startTime, endTime, state, errorMessage,
+// labels, trainingInput (as submitted), trainingOutput. int64 fields are
+// strings and times RFC 3339 (protobuf's JSON mapping); trials, with
+// `archived` ones added back, sorted best first by the study's goal (trials
+// without an objective last, by id); hyperparameter values are strings.
+nlohmann::json JobResource(const v1::TrainingJob& job,
+                           const std::vector<v1::HyperparameterOutput>& archived = {});
+
+// `describe --summarize`: overview, input, output and trials tables.
+std::string SummarizeJob(const nlohmann::json& resource);
+
+// Trials best first for `goal` (trials without a final metric last, by id).
+void SortTrials(std::vector<v1::HyperparameterOutput>& trials, v1::HyperparameterSpec::GoalType goal);
+
+// Log severity of a replica's output line: ERROR/WARNING when the message
+// says so, else INFO.
+std::string LogSeverity(bool from_stderr, const std::string& message);
+
+// One `stream-logs` line: severity, time (UTC), task, trial, message,
+// tab-separated as gcloud prints them.
+std::string FormatLogEntry(const std::string& severity, double unix_seconds, const std::string& task,
+                           const std::string& trial, const std::string& message);
+
+// `jobs list --filter`: space-separated terms, all of which must hold:
+// `state=S` (or status), `jobId=NAME`, `jobId:TEXT` (contains),
+// `labels.KEY=VALUE`; '=' compares exactly (case-insensitive for state),
+// ':' by substring. Errors name the term.
+using JobPredicate = std::function<bool(const v1::TrainingJob&)>;
+absl::StatusOr<JobPredicate> ParseJobFilter(const std::string& filter);
+
+// A tuning job's progress: "trials: 3/10 completed, 2 running, 0 failed;
+// best objective 0.8731 (trial 2)". Empty for jobs without a study.
+std::string ProgressLine(const v1::TrainingJob& job);
+
+}  // namespace kubetrain::cli

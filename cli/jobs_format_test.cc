@@ -1,0 +1,115 @@
+#include "cli/jobs_format.h"
+
+#include "api/codec.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace kubetrain::cli {
+namespace {
+
+using ::testing::HasSubstr;
+
+v1::TrainingJob StudyWithTrials(v1::HyperparameterSpec::GoalType goal) {
+  v1::TrainingJob job;
+  job.mutable_metadata()->set_name("study_job");
+  (*job.mutable_metadata()->mutable_labels())["team"] = "vision";
+  v1::TrainingInput* input = job.mutable_spec()->mutable_training_input();
+  input->set_scale_tier(v1::TrainingInput::CUSTOM);
+  input->set_worker_count(2);
+  input->mutable_hyperparameters()->set_goal(goal);
+  input->mutable_hyperparameters()->set_max_trials(5);
+  input->mutable_hyperparameters()->add_params()->set_parameter_name("lr");
+  v1::TrainingJobStatus* status = job.mutable_status();
+  status->set_state(v1::RUNNING);
+  status->mutable_create_time()->set_seconds(1800000000);
+  v1::TrainingOutput* out = status->mutable_training_output();
+  out->set_completed_trial_count(3);
+  const double objectives[] = {0.5, 0.9, 0.7};
+  for (int i = 0; i < 3; ++i) {
+    v1::HyperparameterOutput* t = out->add_trials();
+    t->set_trial_id(std::to_string(i + 1));
+    (*t->mutable_hyperparameters())["lr"] = "0.0" + std::to_string(i + 1);
+    t->mutable_final_metric()->set_objective_value(objectives[i]);
+    t->mutable_final_metric()->set_training_step(100 + i);
+    t->set_state(v1::SUCCEEDED);
+  }
+  v1::HyperparameterOutput* running = out->add_trials();
+  running->set_trial_id("4");
+  running->set_state(v1::RUNNING);
+  return job;
+}
+
+std::vector<std::string> TrialIds(const nlohmann::json& resource) {
+  std::vector<std::string> ids;
+  for (const auto& t : resource["trainingOutput"]["trials"]) ids.push_back(t["trialId"]);
+  return ids;
+}
+
+TEST(JobResourceTest, GcloudShapeWithTrialsBestFirst) {
+  v1::HyperparameterOutput archived;
+  archived.set_trial_id("5");
+  archived.mutable_final_metric()->set_objective_value(0.8);
+  nlohmann::json r = JobResource(StudyWithTrials(v1::HyperparameterSpec::MAXIMIZE), {archived});
+  EXPECT_EQ(r["jobId"], "study_job");
+  EXPECT_EQ(r["state"], "RUNNING");
+  EXPECT_EQ(r["createTime"], "2027-01-15T08:00:00Z");
+  EXPECT_EQ(r["labels"]["team"], "vision");
+  EXPECT_EQ(r["trainingInput"]["workerCount"], "2");  // int64 as a string
+  EXPECT_EQ(r["trainingOutput"]["completedTrialCount"], "3");
+  EXPECT_EQ(r["trainingOutput"]["trials"][0]["finalMetric"]["trainingStep"], "101");
+  EXPECT_EQ(r["trainingOutput"]["trials"][0]["hyperparameters"]["lr"], "0.02");
+  EXPECT_EQ(TrialIds(r), (std::vector<std::string>{"2", "5", "3", "1", "4"}));
+
+  nlohmann::json min = JobResource(StudyWithTrials(v1::HyperparameterSpec::MINIMIZE));
+  EXPECT_EQ(TrialIds(min), (std::vector<std::string>{"1", "3", "2", "4"}));
+
+  const std::string yaml = api::EncodeYaml(r);
+  EXPECT_LT(yaml.find("createTime"), yaml.find("jobId"));  // keys sorted
+  EXPECT_LT(yaml.find("jobId"), yaml.find("state"));
+}
+
+TEST(JobResourceTest, SummaryHasTheTrialsTable) {
+  const std::string summary = SummarizeJob(JobResource(StudyWithTrials(v1::HyperparameterSpec::MAXIMIZE)));
+  EXPECT_THAT(summary, HasSubstr("TRIAL_ID"));
+  EXPECT_THAT(summary, HasSubstr("lr=0.02"));
+  EXPECT_LT(summary.find("lr=0.02"), summary.find("lr=0.01"));
+  EXPECT_THAT(summary, HasSubstr("study_job"));
+}
+
+TEST(JobFilterTest, StateJobIdAndLabels) {
+  v1::TrainingJob job = StudyWithTrials(v1::HyperparameterSpec::MAXIMIZE);
+  auto matches = [&](const std::string& filter) {
+    auto p = ParseJobFilter(filter);
+    EXPECT_TRUE(p.ok()) << p.status();
+    return p.ok() && (*p)(job);
+  };
+  EXPECT_TRUE(matches("state=running"));
+  EXPECT_FALSE(matches("state=SUCCEEDED"));
+  EXPECT_TRUE(matches("jobId:study"));
+  EXPECT_FALSE(matches("jobId=study"));
+  EXPECT_TRUE(matches("labels.team=vision state=RUNNING"));
+  EXPECT_FALSE(matches("labels.team=vision AND labels.x=y"));
+  EXPECT_TRUE(matches(""));
+  auto bad = ParseJobFilter("color=red");
+  EXPECT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(), HasSubstr("color"));
+  EXPECT_FALSE(ParseJobFilter("state").ok());
+}
+
+TEST(LogFormatTest, EntryAndSeverity) {
+  EXPECT_EQ(FormatLogEntry("INFO", 1800000000.5, "master-replica-0", "3", "step 10"),
+            "INFO\t2027-01-15 08:00:00 +0000\tmaster-replica-0\t3\tstep 10");
+  EXPECT_EQ(LogSeverity(true, "ERROR: data file missing"), "ERROR");
+  EXPECT_EQ(LogSeverity(true, "Warning: slow"), "WARNING");
+  EXPECT_EQ(LogSeverity(true, "Train [master/0], step 1"), "INFO");
+}
+
+TEST(ProgressLineTest, CountsAndBest) {
+  EXPECT_EQ(ProgressLine(StudyWithTrials(v1::HyperparameterSpec::MAXIMIZE)),
+            "trials: 3/5 completed, 1 running, 0 failed; best objective 0.9000 (trial 2)");
+  v1::TrainingJob plain;
+  EXPECT_EQ(ProgressLine(plain), "");
+}
+
+}  // namespace
+}  // namespace kubetrain::cli

@@ -1,0 +1,234 @@
+// `kubetrain local serve` (the local controller) and `kubetrain local train`
+// (gcloud's local training: the cluster as processes on this machine).
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <ostream>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "api/defaults.h"
+#include "api/validation.h"
+#include "cli/commands.h"
+#include "cli/local_backend.h"
+#include "operator/core/reconciler.h"
+#include "operator/local/process_launcher.h"
+
+extern char** environ;
+
+namespace kubetrain::cli {
+namespace {
+
+int Serve(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  ParsedArgs parsed = ParseArgs(args, {}, {"exit-when-idle", "quiet-if-running"});
+  if (!parsed.error.empty()) {
+    err << "kubetrain local serve: " << parsed.error << "\n";
+    return kExitUsage;
+  }
+  if (!parsed.positional.empty()) {
+    err << "kubetrain local serve: takes no positional arguments\n";
+    return kExitUsage;
+  }
+  ServeOptions options;
+  options.exit_when_idle = parsed.Has("exit-when-idle") && *parsed.Flag("exit-when-idle") == "true";
+  options.quiet_if_running = parsed.Has("quiet-if-running") && *parsed.Flag("quiet-if-running") == "true";
+  return ServeLocalController(KubetrainHome(), options, out, err);
+}
+
+bool ParseCount(const ParsedArgs& parsed, const std::string& flag, int64_t fallback, int64_t* value,
+                std::ostream& err) {
+  *value = fallback;
+  const std::string* text = parsed.Flag(flag);
+  if (text == nullptr) return true;
+  if (!absl::SimpleAtoi(*text, value) || *value < 0 || *value > 1000) {
+    err << "kubetrain local train: --" << flag << ": a number from 0 to 1000, got \"" << *text << "\"\n";
+    return false;
+  }
+  return true;
+}
+
+volatile sig_atomic_t g_interrupted = 0;
+void OnInterrupt(int) { g_interrupted = 1; }
+
+int Train(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  ParsedArgs parsed = ParseArgs(args,
+                                {"module-name", "package-path", "job-dir", "worker-count",
+                                 "parameter-server-count", "evaluator-count", "start-port"},
+                                {"distributed", "use-chief-in-tf-config"});
+  if (!parsed.error.empty()) {
+    err << "kubetrain local train: " << parsed.error << "\n";
+    return kExitUsage;
+  }
+  if (!parsed.positional.empty()) {
+    err << "kubetrain local train: unexpected argument \"" << parsed.positional[0]
+        << "\"; trainer arguments go after --\n";
+    return kExitUsage;
+  }
+  const bool distributed = parsed.Has("distributed") && *parsed.Flag("distributed") == "true";
+  int64_t workers = 0, ps = 0, evaluators = 0, start_port = 0;
+  if (!ParseCount(parsed, "worker-count", 2, &workers, err) ||
+      !ParseCount(parsed, "parameter-server-count", 2, &ps, err) ||
+      !ParseCount(parsed, "evaluator-count", 0, &evaluators, err) ||
+      !ParseCount(parsed, "start-port", 27182, &start_port, err)) {
+    return kExitUsage;
+  }
+  if (!distributed && (parsed.Has("worker-count") || parsed.Has("parameter-server-count") ||
+                       parsed.Has("evaluator-count"))) {
+    err << "kubetrain local train: --worker-count, --parameter-server-count and --evaluator-count need "
+           "--distributed\n";
+    return kExitUsage;
+  }
+
+  v1::TrainingJob job;
+  job.set_api_version(api::kApiVersion);
+  job.set_kind(api::kKind);
+  job.mutable_metadata()->set_name("local_train");
+  job.mutable_metadata()->set_uid("local-train");
+  v1::TrainingInput* input = job.mutable_spec()->mutable_training_input();
+  if (distributed) {
+    input->set_scale_tier(v1::TrainingInput::CUSTOM);
+    input->set_master_type("standard");
+    if (workers > 0) {
+      input->set_worker_type("standard");
+      input->set_worker_count(workers);
+    }
+    if (ps > 0) {
+      input->set_parameter_server_type("standard");
+      input->set_parameter_server_count(ps);
+    }
+    if (evaluators > 0) {
+      input->set_evaluator_type("standard");
+      input->set_evaluator_count(evaluators);
+    }
+  }
+  input->set_use_chief_in_tf_config(parsed.Has("use-chief-in-tf-config"));
+  if (const std::string* module = parsed.Flag("module-name")) input->set_python_module(*module);
+  std::string package_parent;
+  if (const std::string* package = parsed.Flag("package-path")) {
+    std::error_code ec;
+    package_parent = std::filesystem::absolute(*package, ec).lexically_normal().parent_path().string();
+  }
+  if (const std::string* dir = parsed.Flag("job-dir")) input->set_job_dir(*dir);
+  for (const std::string& arg : parsed.after_double_dash) input->add_args(arg);
+  std::vector<api::FieldError> errors = api::Validate(job);
+  if (!errors.empty()) {
+    err << api::FormatErrors(errors, "kubetrain local train");
+    return kExitUsage;
+  }
+
+  // Consecutive ports from --start-port, in the order replicas are listed.
+  std::map<std::string, int> ports;
+  core::ReconcileOptions options;
+  options.services = false;
+  options.address = core::LoopbackAddresses([&](std::string_view name) {
+    auto [it, added] = ports.emplace(std::string(name), static_cast<int>(start_port + ports.size()));
+    return it->second;
+  });
+  std::vector<core::DesiredReplica> replicas = core::DesiredReplicas(job, "", {}, options);
+
+  struct Child {
+    pid_t pid;
+    std::string task;
+  };
+  std::vector<Child> children;
+  signal(SIGINT, OnInterrupt);
+  signal(SIGTERM, OnInterrupt);
+  const std::string runtime = RuntimeBinary();
+  const pid_t parent = getpid();
+  for (const core::DesiredReplica& replica : replicas) {
+    std::vector<std::string> argv;
+    std::vector<std::pair<std::string, std::string>> env = replica.env;
+    if (!input->python_module().empty()) {
+      argv = {"python3", "-m", input->python_module()};
+      const char* existing = std::getenv("PYTHONPATH");
+      env.emplace_back("PYTHONPATH", package_parent + (existing && *existing ? std::string(":") + existing : ""));
+    } else {
+      argv = {runtime, "train"};
+    }
+    argv.insert(argv.end(), replica.args.begin(), replica.args.end());
+    std::optional<std::string> executable = local::FindExecutable(argv[0]);
+    if (!executable.has_value()) {
+      err << "kubetrain local train: \"" << argv[0] << "\" not found\n";
+      for (const Child& c : children) kill(c.pid, SIGTERM);
+      return kExitFailed;
+    }
+    std::map<std::string, std::string> merged;
+    for (char** e = environ; *e != nullptr; ++e) {
+      std::string entry(*e);
+      size_t eq = entry.find('=');
+      if (eq != std::string::npos) merged[entry.substr(0, eq)] = entry.substr(eq + 1);
+    }
+    for (const auto& [k, v] : env) merged[k] = v;
+    std::vector<std::string> env_strings;
+    for (const auto& [k, v] : merged) env_strings.push_back(k + "=" + v);
+    std::vector<char*> argv_ptrs, env_ptrs;
+    for (std::string& s : argv) argv_ptrs.push_back(s.data());
+    argv_ptrs.push_back(nullptr);
+    for (std::string& s : env_strings) env_ptrs.push_back(s.data());
+    env_ptrs.push_back(nullptr);
+    out << "kubetrain local train: starting " << local::LogTaskName(replica.key) << " on "
+        << options.address(replica.name, replica.key, replica.port) << std::endl;
+    pid_t pid = fork();
+    if (pid == 0) {
+      // Children die with this command, whatever ends it.
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != parent) _exit(1);
+      execve(executable->c_str(), argv_ptrs.data(), env_ptrs.data());
+      _exit(127);
+    }
+    if (pid < 0) {
+      err << "kubetrain local train: fork: " << std::strerror(errno) << "\n";
+      for (const Child& c : children) kill(c.pid, SIGTERM);
+      return kExitFailed;
+    }
+    children.push_back({pid, local::LogTaskName(replica.key)});
+  }
+  // The exit code is the master's; the others are stopped when it ends.
+  int master_code = 1;
+  const pid_t master = children.front().pid;
+  for (;;) {
+    int status = 0;
+    pid_t done = waitpid(-1, &status, 0);
+    if (done < 0) {
+      if (errno == EINTR && g_interrupted) {
+        for (const Child& c : children) kill(c.pid, SIGTERM);
+        g_interrupted = 0;
+        continue;
+      }
+      if (errno == EINTR) continue;
+      break;
+    }
+    const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    for (const Child& c : children) {
+      if (c.pid == done && done != master) {
+        out << "kubetrain local train: " << c.task << " exited with code " << code << std::endl;
+      }
+    }
+    if (done == master) {
+      master_code = code;
+      out << "kubetrain local train: master-replica-0 exited with code " << code << std::endl;
+      for (const Child& c : children) {
+        if (c.pid != master) kill(c.pid, SIGTERM);
+      }
+    }
+  }
+  return master_code;
+}
+
+}  // namespace
+
+std::vector<Command> LocalCommands() {
+  return {
+      {{"local", "serve"}, "run the local controller in the foreground (--exit-when-idle)", Serve},
+      {{"local", "train"}, "train on this machine (--distributed --worker-count --parameter-server-count ...)",
+       Train},
+  };
+}
+
+}  // namespace kubetrain::cli

@@ -1,0 +1,187 @@
+#include "cli/local_backend.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <ostream>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "operator/tuner/tuner.h"
+
+namespace kubetrain::cli {
+namespace {
+
+std::atomic<bool> g_stop{false};
+
+void OnSignal(int) { g_stop.store(true); }
+
+std::string SelfExecutable() {
+  std::error_code ec;
+  std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? "" : self.string();
+}
+
+// How long an idle background controller waits for new work before exiting.
+constexpr absl::Duration kIdleExit = absl::Seconds(5);
+constexpr auto kSyncInterval = std::chrono::milliseconds(250);
+
+bool HasUnfinishedJob(local::JobStore* store) {
+  absl::StatusOr<std::vector<v1::TrainingJob>> jobs = store->ListJobs();
+  if (!jobs.ok()) return true;  // cannot tell: stay
+  for (const v1::TrainingJob& job : *jobs) {
+    if (!core::IsTerminal(job.status().state())) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+std::string KubetrainHome() {
+  if (const char* home = std::getenv("KUBETRAIN_HOME"); home != nullptr && *home != '\0') return home;
+  const char* user_home = std::getenv("HOME");
+  return absl::StrCat(user_home != nullptr ? user_home : "/tmp", "/.kubetrain");
+}
+
+absl::StatusOr<std::unique_ptr<local::JobStore>> OpenLocalStore(const std::string& home) {
+  std::error_code ec;
+  std::filesystem::create_directories(home, ec);
+  if (ec) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot create KUBETRAIN_HOME ", home, ": ", ec.message()));
+  }
+  return local::JobStore::Open(home + "/jobs.db");
+}
+
+bool UseLocalBackend(bool local_flag) {
+  if (local_flag) return true;
+  const char* backend = std::getenv("KUBETRAIN_BACKEND");
+  return backend != nullptr && std::string(backend) == "local";
+}
+
+std::string NoClusterBackendMessage(const std::string& command) {
+  return absl::StrCat("kubetrain ", command,
+                      ": the Kubernetes backend is not available from the CLI yet; use the local "
+                      "backend with --local (or KUBETRAIN_BACKEND=local), or apply a TrainingJob "
+                      "manifest with kubectl.\n");
+}
+
+std::string RuntimeBinary() {
+  if (const char* runtime = std::getenv("KUBETRAIN_RUNTIME"); runtime != nullptr && *runtime != '\0') {
+    return runtime;
+  }
+  const std::filesystem::path self = SelfExecutable();
+  if (!self.empty()) {
+    for (const std::filesystem::path& candidate :
+         {self.parent_path() / "kubetrain-runtime",
+          self.parent_path().parent_path() / "trainer-runtime" / "cmd" / "kubetrain-runtime"}) {
+      if (access(candidate.c_str(), X_OK) == 0) return candidate.string();
+    }
+  }
+  return "kubetrain-runtime";
+}
+
+int ServeLocalController(const std::string& home, const ServeOptions& options, std::ostream& out,
+                         std::ostream& err) {
+  absl::StatusOr<std::unique_ptr<local::ControllerLock>> lock = local::ControllerLock::TryAcquire(home);
+  if (!lock.ok()) {
+    err << "kubetrain local serve: " << lock.status().message() << "\n";
+    return 1;
+  }
+  if (*lock == nullptr) {
+    if (!options.quiet_if_running) {
+      err << "kubetrain local serve: a local controller already runs for " << home
+          << " (pid in " << home << "/controller.lock)\n";
+    }
+    return options.quiet_if_running ? 0 : 1;
+  }
+  absl::StatusOr<std::unique_ptr<local::JobStore>> store = OpenLocalStore(home);
+  if (!store.ok()) {
+    err << "kubetrain local serve: " << store.status().message() << "\n";
+    return 1;
+  }
+  local::RealProcessLauncher launcher;
+  local::ControllerOptions controller_options;
+  controller_options.home = home;
+  controller_options.runtime_binary = RuntimeBinary();
+  controller_options.tuner_factory = tuner::Tuner::Create;
+  controller_options.stop_rule = tuner::ShouldStopEarly;
+  local::Controller controller(store->get(), &launcher, controller_options);
+
+  struct sigaction action {};
+  action.sa_handler = OnSignal;
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
+  out << "kubetrain local controller: serving " << home << " (pid " << getpid() << ")" << std::endl;
+  absl::Time idle_since = absl::Now();
+  std::string last_error;
+  while (!g_stop.load()) {
+    absl::StatusOr<int> active = controller.SyncAll();
+    if (!active.ok()) {
+      // Logged once per distinct error; the next sync tries again.
+      if (std::string(active.status().message()) != last_error) {
+        last_error = std::string(active.status().message());
+        err << "kubetrain local controller: " << last_error << std::endl;
+      }
+    } else {
+      last_error.clear();
+    }
+    if (!active.ok() || *active > 0) {
+      idle_since = absl::Now();
+    } else if (options.exit_when_idle && absl::Now() - idle_since > kIdleExit) {
+      // Give up the lock, then look once more: a job submitted while the
+      // lock was still held (so its submitter started no controller) is
+      // picked up by taking the lock back.
+      lock->reset();
+      if (!HasUnfinishedJob(store->get())) break;
+      lock = local::ControllerLock::TryAcquire(home);
+      if (!lock.ok() || *lock == nullptr) break;  // another controller took over
+      idle_since = absl::Now();
+    }
+    std::this_thread::sleep_for(kSyncInterval);
+  }
+  out << "kubetrain local controller: stopped" << std::endl;
+  return 0;
+}
+
+absl::Status EnsureLocalController(const std::string& home) {
+  if (local::ControllerLock::Held(home)) return absl::OkStatus();
+  const std::string self = SelfExecutable();
+  if (self.empty()) return absl::InternalError("cannot find the kubetrain executable (/proc/self/exe)");
+  const std::string log = home + "/controller.log";
+  pid_t helper = fork();
+  if (helper < 0) return absl::UnavailableError(absl::StrCat("fork: ", std::strerror(errno)));
+  if (helper == 0) {
+    setsid();
+    if (fork() != 0) _exit(0);
+    int null_fd = open("/dev/null", O_RDONLY);
+    int log_fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    if (null_fd >= 0) dup2(null_fd, 0);
+    if (log_fd >= 0) {
+      dup2(log_fd, 1);
+      dup2(log_fd, 2);
+    }
+    execl(self.c_str(), self.c_str(), "local", "serve", "--exit-when-idle", "--quiet-if-running",
+          static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  int status = 0;
+  while (waitpid(helper, &status, 0) < 0 && errno == EINTR) {
+  }
+  // Wait (briefly) until it holds the lock, so that the next command sees it.
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (!local::ControllerLock::Held(home) && absl::Now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace kubetrain::cli

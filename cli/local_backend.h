@@ -1,0 +1,49 @@
+#pragma once
+
+// What the `kubetrain` commands share about the local backend: where its
+// state lives, how to open it, and the local controller process.
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "operator/local/controller.h"
+#include "operator/local/job_store.h"
+
+namespace kubetrain::cli {
+
+// $KUBETRAIN_HOME, else ~/.kubetrain.
+std::string KubetrainHome();
+
+// Opens (creating) $KUBETRAIN_HOME/jobs.db.
+absl::StatusOr<std::unique_ptr<local::JobStore>> OpenLocalStore(const std::string& home);
+
+// True when the command asks for the local backend: --local, or
+// KUBETRAIN_BACKEND=local.
+bool UseLocalBackend(bool local_flag);
+
+// The message for commands run without the local backend: only the local
+// backend is wired into the CLI so far.
+std::string NoClusterBackendMessage(const std::string& command);
+
+// The `kubetrain-runtime` binary replicas run: $KUBETRAIN_RUNTIME, else next to
+// this executable, else in the build tree beside it, else "kubetrain-runtime"
+// (PATH).
+std::string RuntimeBinary();
+
+// Runs the local controller in this process until `stop` is set (by
+// SIGINT/SIGTERM) or, with exit_when_idle, once no job has needed it for a
+// few seconds. Returns an exit code; 0 also when another controller already
+// runs (there is nothing to do).
+struct ServeOptions {
+  bool exit_when_idle = false;
+  bool quiet_if_running = false;
+};
+int ServeLocalController(const std::string& home, const ServeOptions& options, std::ostream& out,
+                         std::ostream& err);
+
+// Starts `kubetrain local serve --exit-when-idle` in the background (its own
+// session, output to $KUBETRAIN_HOME/controller.log) unless a controller runs.
+absl::Status EnsureLocalController(const std::string& home);
+
+}  // namespace kubetrain::cli

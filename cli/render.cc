@@ -1,0 +1,65 @@
+// `kubetrain render FILE [--namespace NS] [--trial N]`: the Services and Pods
+// the operator would create for a job, as YAML documents.
+#include <ostream>
+
+#include "absl/strings/numbers.h"
+#include "api/codec.h"
+#include "api/job_file.h"
+#include "cli/commands.h"
+#include "operator/core/kube_objects.h"
+#include "operator/tuner/tuner.h"
+
+namespace kubetrain::cli {
+namespace {
+
+int Render(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  ParsedArgs parsed = ParseArgs(args, {"namespace", "trial"}, {});
+  if (!parsed.error.empty()) {
+    err << "kubetrain render: " << parsed.error << "\n";
+    return kExitUsage;
+  }
+  if (parsed.positional.size() != 1) {
+    err << "kubetrain render: name one file: kubetrain render FILE [--namespace NS] [--trial N]\n";
+    return kExitUsage;
+  }
+  const std::string& path = parsed.positional[0];
+  int trial = 1;
+  if (const std::string* text = parsed.Flag("trial"); text != nullptr && (!absl::SimpleAtoi(*text, &trial) || trial < 1)) {
+    err << "kubetrain render: --trial: a trial number >= 1, got \"" << *text << "\"\n";
+    return kExitUsage;
+  }
+  absl::StatusOr<std::string> text = api::ReadTextFile(path);
+  if (!text.ok()) {
+    err << "kubetrain render: " << text.status().message() << "\n";
+    return kExitUsage;
+  }
+  api::CheckedJob checked = api::CheckTrainingJob(*text);
+  if (!checked.ok()) {
+    err << api::FormatErrors(checked.errors, path);
+    return kExitUsage;
+  }
+  core::ReconcileOptions options;
+  options.tuner_factory = tuner::Tuner::Create;
+  options.stop_rule = tuner::ShouldStopEarly;
+  const std::string ns = parsed.Flag("namespace") ? *parsed.Flag("namespace") : "default";
+  absl::StatusOr<std::vector<nlohmann::json>> objects = core::RenderJob(checked.job, ns, trial, options);
+  if (!objects.ok()) {
+    err << "kubetrain render: " << path << ": " << objects.status().message() << "\n";
+    return kExitFailed;
+  }
+  bool first = true;
+  for (const nlohmann::json& object : *objects) {
+    if (!first) out << "---\n";
+    first = false;
+    out << api::EncodeYaml(object);
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+std::vector<Command> RenderCommands() {
+  return {{{"render"}, "print the Kubernetes objects of a job (--namespace, --trial)", Render}};
+}
+
+}  // namespace kubetrain::cli
