@@ -14,7 +14,7 @@ jobs=$(nproc)
 scripts/install-deps.sh
 
 if [[ $mode == default ]]; then
-  cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKUBETRAIN_CUDA=AUTO
+  cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DKUBETRAIN_CUDA=AUTO
   cmake --build build -j "$jobs"
   ctest --test-dir build --output-on-failure -j "$jobs" -LE 'bench' --timeout 600
   exit 0
@@ -23,7 +23,9 @@ fi
 CC=clang-14 CXX=clang++-14 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug \
   -DKUBETRAIN_CUDA=OFF -DKUBETRAIN_SANITIZE=ON -DKUBETRAIN_FUZZ=ON -DKUBETRAIN_BENCH=OFF \
   -DCMAKE_CXX_FLAGS=-O1
-cmake --build build-asan -j "$jobs"
+# Only what this mode runs: the unit tests, the fuzzers and the binaries the
+# unit tests start.
+cmake --build build-asan -j "$jobs" --target unit_tests fuzzers kubetrain kubetrain-runtime
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 ctest --test-dir build-asan --output-on-failure -j "$jobs" -L unit --timeout 600
