@@ -74,10 +74,11 @@ def run_numpy(x, y, steps, lr=0.1):
 
     for _ in range(50):
         step()
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     for _ in range(steps):
         loss = step()
-    return steps * 128 / (time.perf_counter() - start), float(loss)
+    return (steps * 128 / (time.perf_counter() - start),
+            steps * 128 / (time.process_time() - cpu_start), float(loss))
 
 
 def run_torch(x, y, steps, threads, lr=0.1):
@@ -104,10 +105,11 @@ def run_torch(x, y, steps, threads, lr=0.1):
 
     for _ in range(50):
         step()
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     for _ in range(steps):
         loss = step()
-    return steps * 128 / (time.perf_counter() - start), float(loss.item())
+    return (steps * 128 / (time.perf_counter() - start),
+            steps * 128 / (time.process_time() - cpu_start), float(loss.item()))
 
 
 def torch_accuracy(threads, epochs, folder="/usr/share/datasets/fashion-mnist"):
@@ -147,10 +149,11 @@ def main():
         "/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz"
     x, y = load(path)
     if which == "numpy":
-        rate, loss = run_numpy(x, y, steps)
+        rate, cpu_rate, loss = run_numpy(x, y, steps)
     else:
-        rate, loss = run_torch(x, y, steps, threads)
-    print(f"{which} threads={threads} samples_per_sec={rate:.1f} loss={loss:.6f}", flush=True)
+        rate, cpu_rate, loss = run_torch(x, y, steps, threads)
+    print(f"{which} threads={threads} samples_per_sec={rate:.1f} "
+          f"samples_per_cpu_sec={cpu_rate:.1f} loss={loss:.6f}", flush=True)
 
 
 if __name__ == "__main__":
