@@ -47,9 +47,9 @@ double Now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-#define BENCH_RETURN_IF_ERROR(expr)        \
-  do {                                     \
-    absl::Status bench_status_ = (expr);   \
+#define BENCH_RETURN_IF_ERROR(expr)                \
+  do {                                             \
+    absl::Status bench_status_ = (expr);           \
     if (!bench_status_.ok()) return bench_status_; \
   } while (false)
 
@@ -68,8 +68,12 @@ absl::StatusOr<VariableStore> PlaceVariables(const VariableStore& host, Device& 
 // there, an optimizer, and reusable feed tensors.
 class Replica {
  public:
-  Replica(const Model& model, Device& device, VariableStore variables, std::unique_ptr<engine::Optimizer> optimizer)
-      : model_(model), device_(device), variables_(std::move(variables)), optimizer_(std::move(optimizer)),
+  Replica(const Model& model, Device& device, VariableStore variables,
+          std::unique_ptr<engine::Optimizer> optimizer)
+      : model_(model),
+        device_(device),
+        variables_(std::move(variables)),
+        optimizer_(std::move(optimizer)),
         executor_(model_.graph, device_, variables_) {
     train_fetches_ = {model_.loss, model_.accuracy};
     train_fetches_.insert(train_fetches_.end(), model_.gradients.begin(), model_.gradients.end());
@@ -83,8 +87,10 @@ class Replica {
       labels_ = labels;
       return absl::OkStatus();
     }
-    if (!features_.valid() || features_.shape() != features.shape()) features_ = device_.Allocate(features.shape());
-    if (!labels_.valid() || labels_.shape() != labels.shape()) labels_ = device_.Allocate(labels.shape());
+    if (!features_.valid() || features_.shape() != features.shape())
+      features_ = device_.Allocate(features.shape());
+    if (!labels_.valid() || labels_.shape() != labels.shape())
+      labels_ = device_.Allocate(labels.shape());
     if (pinned) {
       auto& gpu = static_cast<CudaDevice&>(device_);
       BENCH_RETURN_IF_ERROR(gpu.CopyFromHostAsync(features, features_));
@@ -152,7 +158,8 @@ absl::StatusOr<std::vector<GemmShape>> StepGemms(const Model& model, Replica& re
       for (const Output& in : node.inputs) fetches.push_back(in);
     }
   }
-  std::vector<engine::Feed> feeds = {{model.input, replica.features()}, {model.labels, replica.labels()}};
+  std::vector<engine::Feed> feeds = {{model.input, replica.features()},
+                                     {model.labels, replica.labels()}};
   std::vector<Tensor> values;
   BENCH_RETURN_IF_ERROR(replica.executor().Run(feeds, fetches, &values, {.training = true}));
   std::vector<GemmShape> gemms;
@@ -162,12 +169,17 @@ absl::StatusOr<std::vector<GemmShape>> StepGemms(const Model& model, Replica& re
     auto in = [&](size_t i) -> const Shape& { return values[v + i].shape(); };
     if (node.op == "MatMul") {
       bool ta = node.GetBool("transpose_a"), tb = node.GetBool("transpose_b");
-      int64_t m = ta ? in(0)[1] : in(0)[0], k = ta ? in(0)[0] : in(0)[1], n = tb ? in(1)[0] : in(1)[1];
+      int64_t m = ta ? in(0)[1] : in(0)[0], k = ta ? in(0)[0] : in(0)[1],
+              n = tb ? in(1)[0] : in(1)[1];
       gemms.push_back({ta, tb, m, n, k});
     } else {
       // Input image, filter (HWIO) per op's input order.
-      const Shape& x = node.op == "Conv2D" ? in(0) : node.op == "Conv2DBackpropInput" ? in(2) : in(0);
-      const Shape& f = node.op == "Conv2D" ? in(1) : node.op == "Conv2DBackpropInput" ? in(1) : in(2);
+      const Shape& x = node.op == "Conv2D"                ? in(0)
+                       : node.op == "Conv2DBackpropInput" ? in(2)
+                                                          : in(0);
+      const Shape& f = node.op == "Conv2D"                ? in(1)
+                       : node.op == "Conv2DBackpropInput" ? in(1)
+                                                          : in(2);
       int64_t stride = node.GetInt("stride", 1);
       std::string padding = node.GetString("padding", "SAME");
       auto gh = engine::ComputeWindow(x[1], f[0], stride, padding);
@@ -185,7 +197,8 @@ absl::StatusOr<std::vector<GemmShape>> StepGemms(const Model& model, Replica& re
 
 // Seconds per step for the GEMMs alone in plain cuBLAS (same handle
 // settings as the device's), averaged over `reps` steps after a warm-up.
-absl::StatusOr<double> CublasStepSeconds(CudaDevice& gpu, const std::vector<GemmShape>& gemms, int reps) {
+absl::StatusOr<double> CublasStepSeconds(CudaDevice& gpu, const std::vector<GemmShape>& gemms,
+                                         int reps) {
   BENCH_RETURN_IF_ERROR(gpu.MakeCurrent());
   struct Buffers {
     float *a, *b, *c;
@@ -196,18 +209,21 @@ absl::StatusOr<double> CublasStepSeconds(CudaDevice& gpu, const std::vector<Gemm
     CUDA_CHECK(cudaMalloc(&b.a, sizeof(float) * static_cast<size_t>(g.m * g.k)));
     CUDA_CHECK(cudaMalloc(&b.b, sizeof(float) * static_cast<size_t>(g.k * g.n)));
     CUDA_CHECK(cudaMalloc(&b.c, sizeof(float) * static_cast<size_t>(g.m * g.n)));
-    CUDA_CHECK(cudaMemsetAsync(b.a, 0, sizeof(float) * static_cast<size_t>(g.m * g.k), gpu.compute_stream()));
-    CUDA_CHECK(cudaMemsetAsync(b.b, 0, sizeof(float) * static_cast<size_t>(g.k * g.n), gpu.compute_stream()));
+    CUDA_CHECK(cudaMemsetAsync(b.a, 0, sizeof(float) * static_cast<size_t>(g.m * g.k),
+                               gpu.compute_stream()));
+    CUDA_CHECK(cudaMemsetAsync(b.b, 0, sizeof(float) * static_cast<size_t>(g.k * g.n),
+                               gpu.compute_stream()));
     buffers.push_back(b);
   }
   const float alpha = 1.0f, beta = 0.0f;
   auto step = [&]() -> absl::Status {
     for (size_t i = 0; i < gemms.size(); ++i) {
       const GemmShape& g = gemms[i];
-      CUBLAS_CHECK(cublasSgemm(gpu.cublas(), g.tb ? CUBLAS_OP_T : CUBLAS_OP_N, g.ta ? CUBLAS_OP_T : CUBLAS_OP_N,
-                               static_cast<int>(g.n), static_cast<int>(g.m), static_cast<int>(g.k), &alpha,
-                               buffers[i].b, static_cast<int>(g.tb ? g.k : g.n), buffers[i].a,
-                               static_cast<int>(g.ta ? g.m : g.k), &beta, buffers[i].c, static_cast<int>(g.n)));
+      CUBLAS_CHECK(cublasSgemm(
+          gpu.cublas(), g.tb ? CUBLAS_OP_T : CUBLAS_OP_N, g.ta ? CUBLAS_OP_T : CUBLAS_OP_N,
+          static_cast<int>(g.n), static_cast<int>(g.m), static_cast<int>(g.k), &alpha, buffers[i].b,
+          static_cast<int>(g.tb ? g.k : g.n), buffers[i].a, static_cast<int>(g.ta ? g.m : g.k),
+          &beta, buffers[i].c, static_cast<int>(g.n)));
     }
     return absl::OkStatus();
   };
@@ -240,14 +256,16 @@ Tensor RandomFeatures(const Shape& shape, uint32_t seed) {
 }
 
 absl::Status Throughput(CudaDevice& gpu, int steps) {
-  std::printf("== throughput: SGD lr 0.1, synthetic batches uploaded from pinned memory every step%s\n",
-              gpu.allow_tf32() ? ", TF32 allowed" : ", FP32 (no TF32)");
-  std::printf("%-5s %6s %14s %12s %14s %16s %10s\n", "model", "batch", "samples/s", "step ms", "cublas ms",
-              "cublas samples/s", "fraction");
+  std::printf(
+      "== throughput: SGD lr 0.1, synthetic batches uploaded from pinned memory every step%s\n",
+      gpu.allow_tf32() ? ", TF32 allowed" : ", FP32 (no TF32)");
+  std::printf("%-5s %6s %14s %12s %14s %16s %10s\n", "model", "batch", "samples/s", "step ms",
+              "cublas ms", "cublas samples/s", "fraction");
   for (std::string name : {"mlp", "cnn"}) {
     for (int64_t batch : {128, 1024}) {
       Shape example = name == "mlp" ? Shape{784} : Shape{28, 28, 1};
-      auto model = engine::BuildModel(name == "mlp" ? engine::MlpSpec() : engine::CnnSpec(), example, 10);
+      auto model =
+          engine::BuildModel(name == "mlp" ? engine::MlpSpec() : engine::CnnSpec(), example, 10);
       if (!model.ok()) return model.status();
       VariableStore host_vars;
       BENCH_RETURN_IF_ERROR(engine::InitializeVariables(model->graph, 1, host_vars));
@@ -280,20 +298,23 @@ absl::Status Throughput(CudaDevice& gpu, int steps) {
       if (!cublas_s.ok()) return cublas_s.status();
       double samples = static_cast<double>(batch) / step_s;
       double cublas_samples = static_cast<double>(batch) / *cublas_s;
-      std::printf("%-5s %6lld %14.0f %12.3f %14.3f %16.0f %10.2f\n", name.c_str(), static_cast<long long>(batch),
-                  samples, step_s * 1e3, *cublas_s * 1e3, cublas_samples, samples / cublas_samples);
+      std::printf("%-5s %6lld %14.0f %12.3f %14.3f %16.0f %10.2f\n", name.c_str(),
+                  static_cast<long long>(batch), samples, step_s * 1e3, *cublas_s * 1e3,
+                  cublas_samples, samples / cublas_samples);
     }
   }
-  std::printf("fraction = achieved samples/s / (batch / time of the step's GEMMs in plain cuBLAS); target >= 0.6 "
-              "at batch 1024\n");
+  std::printf(
+      "fraction = achieved samples/s / (batch / time of the step's GEMMs in plain cuBLAS); target "
+      ">= 0.6 "
+      "at batch 1024\n");
   return absl::OkStatus();
 }
 
 // One epoch of the MLP (784-256-128-10, Adam lr 0.001, batch 128) on
 // `device`, then test accuracy. The same seed, shuffle and initial weights
 // on every device.
-absl::StatusOr<double> FmnistAccuracy(Device& device, const data::Dataset& train, const data::Dataset& test,
-                                      int epochs) {
+absl::StatusOr<double> FmnistAccuracy(Device& device, const data::Dataset& train,
+                                      const data::Dataset& test, int epochs) {
   auto model = engine::BuildModel(engine::MlpSpec(), {784}, train.num_classes);
   if (!model.ok()) return model.status();
   VariableStore host_vars;
@@ -338,8 +359,10 @@ absl::StatusOr<double> FmnistAccuracy(Device& device, const data::Dataset& train
     int64_t size = std::min<int64_t>(1000, m - b);
     Tensor x = Tensor::Host({size, dim});
     Tensor y = Tensor::Host({size});
-    std::memcpy(x.data(), test.features.data() + b * dim, sizeof(float) * static_cast<size_t>(size * dim));
-    for (int64_t i = 0; i < size; ++i) y.data()[i] = static_cast<float>(test.labels[static_cast<size_t>(b + i)]);
+    std::memcpy(x.data(), test.features.data() + b * dim,
+                sizeof(float) * static_cast<size_t>(size * dim));
+    for (int64_t i = 0; i < size; ++i)
+      y.data()[i] = static_cast<float>(test.labels[static_cast<size_t>(b + i)]);
     BENCH_RETURN_IF_ERROR(replica.Feed(x, y));
     auto c = replica.Correct();
     if (!c.ok()) return c.status();
@@ -362,8 +385,10 @@ absl::Status Fmnist(CudaDevice& gpu, const std::string& dir) {
   auto cpu_acc = FmnistAccuracy(cpu, *train, *test, 1);
   if (!cpu_acc.ok()) return cpu_acc.status();
   double t2 = Now();
-  std::printf("test accuracy: gpu %.4f (%.1f s)  cpu %.4f (%.1f s)  |gpu - cpu| %.4f  (issue: >= 0.82 after 1 epoch)\n",
-              *gpu_acc, t1 - t0, *cpu_acc, t2 - t1, std::fabs(*gpu_acc - *cpu_acc));
+  std::printf(
+      "test accuracy: gpu %.4f (%.1f s)  cpu %.4f (%.1f s)  |gpu - cpu| %.4f  (issue: >= 0.82 "
+      "after 1 epoch)\n",
+      *gpu_acc, t1 - t0, *cpu_acc, t2 - t1, std::fabs(*gpu_acc - *cpu_acc));
   return absl::OkStatus();
 }
 
@@ -382,8 +407,10 @@ int Main(int argc, char** argv) {
     } else if (arg.rfind("--steps=", 0) == 0) {
       steps = std::max(1, std::atoi(arg.c_str() + 8));
     } else {
-      std::fprintf(stderr, "unknown flag %s (want --mode=throughput|fmnist|all --data=DIR --tf32 --steps=N)\n",
-                   arg.c_str());
+      std::fprintf(
+          stderr,
+          "unknown flag %s (want --mode=throughput|fmnist|all --data=DIR --tf32 --steps=N)\n",
+          arg.c_str());
       return 1;
     }
   }

@@ -34,8 +34,9 @@ absl::Status CudaStatus(cudaError_t error, const char* expr, const char* file, i
 }
 
 absl::Status CublasStatus(cublasStatus_t status, const char* expr, const char* file, int line) {
-  std::string message = absl::StrCat("cuBLAS error ", static_cast<int>(status), " (",
-                                     cublasGetStatusString(status), ") in ", expr, Where(file, line));
+  std::string message =
+      absl::StrCat("cuBLAS error ", static_cast<int>(status), " (", cublasGetStatusString(status),
+                   ") in ", expr, Where(file, line));
   if (status == CUBLAS_STATUS_ALLOC_FAILED) return absl::ResourceExhaustedError(message);
   if (status == CUBLAS_STATUS_NOT_INITIALIZED) return absl::FailedPreconditionError(message);
   return absl::InternalError(message);
@@ -46,7 +47,8 @@ absl::Status NcclStatus(ncclResult_t result, const char* expr, const char* file,
                                      ncclGetErrorString(result), ") in ", expr, Where(file, line));
   // A peer that went away or a network failure is worth a retry of the task;
   // a bad argument is a bug.
-  if (result == ncclRemoteError || result == ncclSystemError) return absl::UnavailableError(message);
+  if (result == ncclRemoteError || result == ncclSystemError)
+    return absl::UnavailableError(message);
   if (result == ncclInvalidArgument || result == ncclInvalidUsage) {
     return absl::InvalidArgumentError(message);
   }

@@ -45,22 +45,22 @@ absl::Status NcclStatus(ncclResult_t result, const char* expr, const char* file,
 
 }  // namespace kubetrain::runtime::cuda
 
-#define CUDA_CHECK(expr)                                                                  \
-  do {                                                                                    \
-    cudaError_t kubetrain_cuda_error_ = (expr);                                           \
-    if (kubetrain_cuda_error_ != cudaSuccess) {                                           \
+#define CUDA_CHECK(expr)                                                                    \
+  do {                                                                                      \
+    cudaError_t kubetrain_cuda_error_ = (expr);                                             \
+    if (kubetrain_cuda_error_ != cudaSuccess) {                                             \
       return ::kubetrain::runtime::cuda::internal::CudaStatus(kubetrain_cuda_error_, #expr, \
-                                                             __FILE__, __LINE__);         \
-    }                                                                                     \
+                                                              __FILE__, __LINE__);          \
+    }                                                                                       \
   } while (false)
 
-#define CUBLAS_CHECK(expr)                                                                  \
-  do {                                                                                      \
-    cublasStatus_t kubetrain_cublas_status_ = (expr);                                       \
-    if (kubetrain_cublas_status_ != CUBLAS_STATUS_SUCCESS) {                                \
-      return ::kubetrain::runtime::cuda::internal::CublasStatus(kubetrain_cublas_status_,   \
-                                                               #expr, __FILE__, __LINE__);  \
-    }                                                                                       \
+#define CUBLAS_CHECK(expr)                                                                       \
+  do {                                                                                           \
+    cublasStatus_t kubetrain_cublas_status_ = (expr);                                            \
+    if (kubetrain_cublas_status_ != CUBLAS_STATUS_SUCCESS) {                                     \
+      return ::kubetrain::runtime::cuda::internal::CublasStatus(kubetrain_cublas_status_, #expr, \
+                                                                __FILE__, __LINE__);             \
+    }                                                                                            \
   } while (false)
 
 #define NCCL_CHECK(expr)                                                                     \
@@ -68,6 +68,6 @@ absl::Status NcclStatus(ncclResult_t result, const char* expr, const char* file,
     ncclResult_t kubetrain_nccl_result_ = (expr);                                            \
     if (kubetrain_nccl_result_ != ncclSuccess) {                                             \
       return ::kubetrain::runtime::cuda::internal::NcclStatus(kubetrain_nccl_result_, #expr, \
-                                                             __FILE__, __LINE__);            \
+                                                              __FILE__, __LINE__);           \
     }                                                                                        \
   } while (false)

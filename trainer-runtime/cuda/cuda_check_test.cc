@@ -1,12 +1,13 @@
 // What the CUDA component does without a GPU: error statuses of the check
 // macros, the id channel, size rounding, and a clean refusal to create a
 // device when there is none. Runs in CI (label unit).
+#include "trainer-runtime/cuda/cuda_check.h"
+
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "trainer-runtime/cuda/cuda_check.h"
 #include "trainer-runtime/cuda/cuda_device.h"
 #include "trainer-runtime/cuda/nccl_communicator.h"
 
@@ -111,7 +112,8 @@ TEST(InProcessIdChannelTest, ReceiveTimesOutWithoutPublisher) {
 }
 
 TEST(CudaDeviceCreateTest, NoDeviceIsFailedPrecondition) {
-  if (VisibleDeviceCount() > 0) GTEST_SKIP() << "a CUDA device is visible; covered by the gpu tests";
+  if (VisibleDeviceCount() > 0)
+    GTEST_SKIP() << "a CUDA device is visible; covered by the gpu tests";
   absl::StatusOr<std::unique_ptr<CudaDevice>> device = CudaDevice::Create();
   EXPECT_EQ(device.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(CudaDevice::CreateAllVisible().status().code(), absl::StatusCode::kFailedPrecondition);

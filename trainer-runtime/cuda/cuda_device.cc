@@ -152,15 +152,16 @@ CudaDevice::CudaDevice(const CudaDeviceOptions& options) : options_(options) {
 absl::StatusOr<std::unique_ptr<CudaDevice>> CudaDevice::Create(const CudaDeviceOptions& options) {
   int count = VisibleDeviceCount();
   if (options.ordinal < 0 || options.ordinal >= count) {
-    return absl::FailedPreconditionError(absl::StrCat("no CUDA device ", options.ordinal, " (", count,
-                                                      " visible)"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("no CUDA device ", options.ordinal, " (", count, " visible)"));
   }
   std::unique_ptr<CudaDevice> device(new CudaDevice(options));
   if (absl::Status s = device->Init(); !s.ok()) return s;
   return device;
 }
 
-absl::StatusOr<std::vector<std::unique_ptr<CudaDevice>>> CudaDevice::CreateAllVisible(bool allow_tf32) {
+absl::StatusOr<std::vector<std::unique_ptr<CudaDevice>>> CudaDevice::CreateAllVisible(
+    bool allow_tf32) {
   int count = VisibleDeviceCount();
   if (count == 0) return absl::FailedPreconditionError("no CUDA device is visible");
   std::vector<std::unique_ptr<CudaDevice>> devices;
@@ -187,7 +188,8 @@ absl::Status CudaDevice::Init() {
   CUDA_CHECK(cudaStreamCreateWithFlags(&compute_stream_, cudaStreamNonBlocking));
   CUDA_CHECK(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
   CUDA_CHECK(cudaEventCreateWithFlags(&compute_done_, cudaEventDisableTiming));
-  for (Staging& s : staging_) CUDA_CHECK(cudaEventCreateWithFlags(&s.copied, cudaEventDisableTiming));
+  for (Staging& s : staging_)
+    CUDA_CHECK(cudaEventCreateWithFlags(&s.copied, cudaEventDisableTiming));
   CUBLAS_CHECK(cublasCreate(&cublas_));
   CUBLAS_CHECK(cublasSetStream(cublas_, compute_stream_));
   CUBLAS_CHECK(cublasSetMathMode(
@@ -264,7 +266,8 @@ absl::Status CudaDevice::CopyFromHost(const Tensor& host, Tensor& device_tensor)
     s.bytes = bytes;
   }
   std::memcpy(s.data, host.data(), bytes);
-  CUDA_CHECK(cudaMemcpyAsync(device_tensor.data(), s.data, bytes, cudaMemcpyHostToDevice, copy_stream_));
+  CUDA_CHECK(
+      cudaMemcpyAsync(device_tensor.data(), s.data, bytes, cudaMemcpyHostToDevice, copy_stream_));
   CUDA_CHECK(cudaEventRecord(s.copied, copy_stream_));
   // Kernels queued from now on see the data.
   CUDA_CHECK(cudaEventRecord(compute_done_, copy_stream_));
@@ -275,14 +278,16 @@ absl::Status CudaDevice::CopyFromHost(const Tensor& host, Tensor& device_tensor)
 absl::Status CudaDevice::CopyFromHostAsync(const Tensor& host, Tensor& device_tensor) {
   if (absl::Status s = CheckCopy(host, device_tensor, "to device"); !s.ok()) return s;
   if (device_tensor.device_type() != engine::DeviceType::kCuda || !IsPinned(host.data())) {
-    return absl::InvalidArgumentError("CopyFromHostAsync wants a pinned host source and a CUDA destination");
+    return absl::InvalidArgumentError(
+        "CopyFromHostAsync wants a pinned host source and a CUDA destination");
   }
   size_t bytes = static_cast<size_t>(host.num_elements()) * sizeof(float);
   if (bytes == 0) return absl::OkStatus();
   if (absl::Status s = MakeCurrent(); !s.ok()) return s;
   CUDA_CHECK(cudaEventRecord(compute_done_, compute_stream_));
   CUDA_CHECK(cudaStreamWaitEvent(copy_stream_, compute_done_, 0));
-  CUDA_CHECK(cudaMemcpyAsync(device_tensor.data(), host.data(), bytes, cudaMemcpyHostToDevice, copy_stream_));
+  CUDA_CHECK(cudaMemcpyAsync(device_tensor.data(), host.data(), bytes, cudaMemcpyHostToDevice,
+                             copy_stream_));
   CUDA_CHECK(cudaEventRecord(compute_done_, copy_stream_));
   CUDA_CHECK(cudaStreamWaitEvent(compute_stream_, compute_done_, 0));
   return absl::OkStatus();
@@ -335,14 +340,14 @@ absl::StatusOr<float*> CudaDevice::Scratch(size_t floats) {
 absl::Status CudaDevice::ResetErrorRecord() {
   ErrorRecord none{INT32_MAX};
   *host_error_ = none;
-  CUDA_CHECK(cudaMemcpyAsync(device_error_, host_error_, sizeof(ErrorRecord), cudaMemcpyHostToDevice,
-                             compute_stream_));
+  CUDA_CHECK(cudaMemcpyAsync(device_error_, host_error_, sizeof(ErrorRecord),
+                             cudaMemcpyHostToDevice, compute_stream_));
   return absl::OkStatus();
 }
 
 absl::StatusOr<CudaDevice::ErrorRecord> CudaDevice::ReadErrorRecord() {
-  CUDA_CHECK(cudaMemcpyAsync(host_error_, device_error_, sizeof(ErrorRecord), cudaMemcpyDeviceToHost,
-                             compute_stream_));
+  CUDA_CHECK(cudaMemcpyAsync(host_error_, device_error_, sizeof(ErrorRecord),
+                             cudaMemcpyDeviceToHost, compute_stream_));
   CUDA_CHECK(cudaStreamSynchronize(compute_stream_));
   return *host_error_;
 }

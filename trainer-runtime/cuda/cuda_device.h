@@ -54,8 +54,8 @@ class CudaCachingAllocator final : public engine::Allocator {
   void EmptyCache();
 
   struct Stats {
-    size_t bytes_in_use = 0;   // handed out, rounded sizes
-    size_t bytes_cached = 0;   // free, kept for reuse
+    size_t bytes_in_use = 0;  // handed out, rounded sizes
+    size_t bytes_cached = 0;  // free, kept for reuse
     int64_t cuda_malloc_calls = 0;
     int64_t cache_hits = 0;
   };
@@ -68,8 +68,8 @@ class CudaCachingAllocator final : public engine::Allocator {
 
   int ordinal_;
   mutable std::mutex mu_;
-  std::multimap<size_t, void*> free_;     // rounded size -> block
-  std::map<void*, size_t> in_use_;        // block -> rounded size
+  std::multimap<size_t, void*> free_;  // rounded size -> block
+  std::map<void*, size_t> in_use_;     // block -> rounded size
   Stats stats_;
 };
 
@@ -89,8 +89,8 @@ PinnedHostAllocator* PinnedAllocator();
 engine::Tensor PinnedHostTensor(const engine::Shape& shape);
 
 struct CudaDeviceOptions {
-  int ordinal = 0;   // which visible device
-  int rank = -1;     // the replica/task index error messages name; -1: ordinal
+  int ordinal = 0;  // which visible device
+  int rank = -1;    // the replica/task index error messages name; -1: ordinal
   // Lets cuBLAS use TF32 tensor cores for float32 GEMMs (about 10 bits of
   // mantissa in the products): faster, not bit-comparable with the CPU.
   bool allow_tf32 = false;
@@ -119,7 +119,8 @@ class CudaDevice final : public engine::Device {
   static absl::StatusOr<std::unique_ptr<CudaDevice>> Create(const CudaDeviceOptions& options = {});
   // One device per visible GPU, for mirrored replicas (replica i on GPU i,
   // rank i). FailedPrecondition when none is visible.
-  static absl::StatusOr<std::vector<std::unique_ptr<CudaDevice>>> CreateAllVisible(bool allow_tf32 = false);
+  static absl::StatusOr<std::vector<std::unique_ptr<CudaDevice>>> CreateAllVisible(
+      bool allow_tf32 = false);
   ~CudaDevice() override;
 
   engine::DeviceType type() const override { return engine::DeviceType::kCuda; }

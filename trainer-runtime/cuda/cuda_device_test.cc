@@ -10,6 +10,8 @@
 // - GEMM-based (MatMul, Conv2D and their gradients), reductions, softmax
 //   cross-entropy: rtol 1e-4, atol 1e-5 (summation order differs between
 //   cuBLAS and OpenBLAS, and between a tree and a sequential sum).
+#include "trainer-runtime/cuda/cuda_device.h"
+
 #include <cuda_runtime_api.h>
 
 #include <cmath>
@@ -19,7 +21,6 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "trainer-runtime/cuda/cuda_device.h"
 #include "trainer-runtime/cuda/cuda_kernels.h"
 #include "trainer-runtime/cuda/nccl_communicator.h"
 #include "trainer-runtime/engine/autodiff.h"
@@ -122,8 +123,9 @@ class CudaDeviceTest : public ::testing::Test {
       for (int64_t i = 0; i < c.num_elements() && mismatches < 5; ++i) {
         float want = c.at(i), got = g.at(i);
         if (!(std::fabs(got - want) <= tol.atol + tol.rtol * std::fabs(want))) {
-          ADD_FAILURE() << graph.node(fetches[f].node).name << " (" << graph.node(fetches[f].node).op
-                        << ") element " << i << ": gpu " << got << ", cpu " << want;
+          ADD_FAILURE() << graph.node(fetches[f].node).name << " ("
+                        << graph.node(fetches[f].node).op << ") element " << i << ": gpu " << got
+                        << ", cpu " << want;
           ++mismatches;
         }
       }
@@ -132,7 +134,8 @@ class CudaDeviceTest : public ::testing::Test {
 
   // The op's output, and the gradients of sum(out * r) (r random) with
   // respect to each input, so that gradient kernels see a non-uniform dy.
-  std::vector<Output> WithGradients(Graph& g, Output out, const std::vector<Output>& inputs, const Shape& out_shape,
+  std::vector<Output> WithGradients(Graph& g, Output out, const std::vector<Output>& inputs,
+                                    const Shape& out_shape,
                                     std::vector<std::pair<Output, Tensor>>& feeds) {
     Output r = ops::Placeholder(g, "r", out_shape);
     feeds.emplace_back(r, Random(out_shape, 99));
@@ -205,7 +208,8 @@ TEST_F(CudaDeviceTest, BiasAndActivations) {
   for (std::string act : {"linear", "relu", "tanh", "sigmoid"}) {
     Graph g;
     Output x = ops::Placeholder(g, "x", {300, 70}), b = ops::Placeholder(g, "b", {70});
-    std::vector<std::pair<Output, Tensor>> feeds = {{x, Random({300, 70}, 4)}, {b, Random({70}, 5)}};
+    std::vector<std::pair<Output, Tensor>> feeds = {{x, Random({300, 70}, 4)},
+                                                    {b, Random({70}, 5)}};
     auto fetches = WithGradients(g, ops::BiasActivation(g, x, b, act), {x, b}, {300, 70}, feeds);
     SCOPED_TRACE(act);
     ExpectSame(g, feeds, fetches, kSummed);  // db sums 300 rows
@@ -213,7 +217,8 @@ TEST_F(CudaDeviceTest, BiasAndActivations) {
   // Many rows: the bias gradient is split over blocks (conv outputs).
   Graph g;
   Output x = ops::Placeholder(g, "x", {20000, 33}), b = ops::Placeholder(g, "b", {33});
-  std::vector<std::pair<Output, Tensor>> feeds = {{x, Random({20000, 33}, 6)}, {b, Random({33}, 7)}};
+  std::vector<std::pair<Output, Tensor>> feeds = {{x, Random({20000, 33}, 6)},
+                                                  {b, Random({33}, 7)}};
   auto fetches = WithGradients(g, ops::BiasAdd(g, x, b), {x, b}, {20000, 33}, feeds);
   ExpectSame(g, feeds, fetches, Tolerance{1e-4f, 1e-3f});  // sums of 20000 terms of |x| < 1
 }
@@ -242,8 +247,8 @@ TEST_F(CudaDeviceTest, ElementwiseOps) {
 
 TEST_F(CudaDeviceTest, Reductions) {
   Shape shape = {6, 7, 8};
-  for (engine::IntList axes : {engine::IntList{}, engine::IntList{0}, engine::IntList{1}, engine::IntList{-1},
-                               engine::IntList{0, 2}}) {
+  for (engine::IntList axes : {engine::IntList{}, engine::IntList{0}, engine::IntList{1},
+                               engine::IntList{-1}, engine::IntList{0, 2}}) {
     for (bool mean : {false, true}) {
       Graph g;
       Output x = ops::Placeholder(g, "x", shape);
@@ -313,17 +318,21 @@ TEST_F(CudaDeviceTest, Conv2DAndGradients) {
     int64_t stride;
     const char* padding;
   };
-  for (const Case& c : {Case{{3, 9, 9, 2}, {3, 3, 2, 4}, 1, "SAME"}, Case{{2, 10, 11, 3}, {3, 3, 3, 5}, 2, "VALID"},
-                        Case{{2, 8, 8, 1}, {5, 5, 1, 3}, 2, "SAME"}}) {
+  for (const Case& c :
+       {Case{{3, 9, 9, 2}, {3, 3, 2, 4}, 1, "SAME"}, Case{{2, 10, 11, 3}, {3, 3, 3, 5}, 2, "VALID"},
+        Case{{2, 8, 8, 1}, {5, 5, 1, 3}, 2, "SAME"}}) {
     Graph g;
     Output x = ops::Placeholder(g, "x", c.input), f = ops::Placeholder(g, "f", c.filter);
     Output y = ops::Conv2D(g, x, f, c.stride, c.padding);
-    std::vector<std::pair<Output, Tensor>> feeds = {{x, Random(c.input, 16)}, {f, Random(c.filter, 17)}};
+    std::vector<std::pair<Output, Tensor>> feeds = {{x, Random(c.input, 16)},
+                                                    {f, Random(c.filter, 17)}};
     // The output shape from a CPU run of the forward op.
     VariableStore vars;
     Executor probe(g, cpu_, vars);
     std::vector<Tensor> out;
-    ASSERT_TRUE(probe.Run(std::vector<Feed>{{x, feeds[0].second}, {f, feeds[1].second}}, std::vector<Output>{y}, &out)
+    ASSERT_TRUE(probe
+                    .Run(std::vector<Feed>{{x, feeds[0].second}, {f, feeds[1].second}},
+                         std::vector<Output>{y}, &out)
                     .ok());
     SCOPED_TRACE(c.padding);
     ExpectSame(g, feeds, WithGradients(g, y, {x, f}, out[0].shape(), feeds), kSummed);
@@ -344,7 +353,8 @@ TEST_F(CudaDeviceTest, MaxPoolAndGradient) {
     VariableStore vars;
     Executor probe(g, cpu_, vars);
     std::vector<Tensor> out;
-    ASSERT_TRUE(probe.Run(std::vector<Feed>{{x, feeds[0].second}}, std::vector<Output>{y}, &out).ok());
+    ASSERT_TRUE(
+        probe.Run(std::vector<Feed>{{x, feeds[0].second}}, std::vector<Output>{y}, &out).ok());
     SCOPED_TRACE(testing::Message() << c.k << "/" << c.stride << " " << c.padding);
     ExpectSame(g, feeds, WithGradients(g, y, {x}, out[0].shape(), feeds), kExact);
   }
@@ -370,7 +380,8 @@ TEST_F(CudaDeviceTest, OptimizersMatchTheCpuOverSteps) {
     Tensor got = ToHost(*gpu_vars.Find("w"));
     const Tensor& want = *cpu_vars.Find("w");
     for (int64_t i = 0; i < want.num_elements(); ++i) {
-      ASSERT_NEAR(got.at(i), want.at(i), kExact.atol + kExact.rtol * std::fabs(want.at(i))) << name << " " << i;
+      ASSERT_NEAR(got.at(i), want.at(i), kExact.atol + kExact.rtol * std::fabs(want.at(i)))
+          << name << " " << i;
     }
   }
 }
@@ -382,7 +393,8 @@ TEST_F(CudaDeviceTest, HostTensorInAKernelIsAnErrorNotACrash) {
   VariableStore vars;
   Executor exec(g, *gpu_, vars);
   std::vector<Tensor> out;
-  absl::Status s = exec.Run(std::vector<Feed>{{a, Random({2, 2}, 21)}}, std::vector<Output>{y}, &out);
+  absl::Status s =
+      exec.Run(std::vector<Feed>{{a, Random({2, 2}, 21)}}, std::vector<Output>{y}, &out);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(s.message(), testing::HasSubstr("host memory"));
 }
@@ -397,7 +409,8 @@ TEST_F(CudaDeviceTest, SingleRankNcclAllReduce) {
   ASSERT_TRUE((*comm)->AllReduceMean(tensors).ok());
   // One rank: the sum and the mean are the input.
   EXPECT_EQ(ToHost(tensors[0]).ToVector(), host.ToVector());
-  EXPECT_EQ(NcclCommunicator::Create(*gpu_, 1, 1, channel).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(NcclCommunicator::Create(*gpu_, 1, 1, channel).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

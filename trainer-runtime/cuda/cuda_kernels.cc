@@ -26,7 +26,8 @@ CudaDevice& Dev(const KernelContext& c) { return static_cast<CudaDevice&>(c.devi
 cudaStream_t Stream(const KernelContext& c) { return Dev(c).compute_stream(); }
 
 absl::Status KernelError(const KernelContext& c, absl::string_view what) {
-  return absl::InvalidArgumentError(absl::StrCat("node '", c.node.name, "' (", c.node.op, "): ", what));
+  return absl::InvalidArgumentError(
+      absl::StrCat("node '", c.node.name, "' (", c.node.op, "): ", what));
 }
 
 // Kernels dereference device pointers only; a host tensor here would be a
@@ -34,22 +35,25 @@ absl::Status KernelError(const KernelContext& c, absl::string_view what) {
 absl::Status CheckPlacement(const KernelContext& c) {
   for (const Tensor* t : c.inputs) {
     if (t->num_elements() > 0 && t->device_type() != engine::DeviceType::kCuda) {
-      return KernelError(c, "an input is in host memory (feed tensors through Device::CopyFromHost)");
+      return KernelError(c,
+                         "an input is in host memory (feed tensors through Device::CopyFromHost)");
     }
   }
   return absl::OkStatus();
 }
 
 // Row-major C[m,n] = op(A) op(B) through column-major cuBLAS: C^T = op(B)^T op(A)^T.
-absl::Status Gemm(const KernelContext& c, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a,
-                  const float* b, float* out) {
-  if (m > INT_MAX || n > INT_MAX || k > INT_MAX) return KernelError(c, "GEMM dimension exceeds 2^31");
+absl::Status Gemm(const KernelContext& c, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                  const float* a, const float* b, float* out) {
+  if (m > INT_MAX || n > INT_MAX || k > INT_MAX)
+    return KernelError(c, "GEMM dimension exceeds 2^31");
   const float alpha = 1.0f, beta = 0.0f;
   int lda = static_cast<int>(ta ? m : k);
   int ldb = static_cast<int>(tb ? k : n);
-  CUBLAS_CHECK(cublasSgemm(Dev(c).cublas(), tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
-                           static_cast<int>(n), static_cast<int>(m), static_cast<int>(k), &alpha, b, ldb, a,
-                           lda, &beta, out, static_cast<int>(n)));
+  CUBLAS_CHECK(cublasSgemm(Dev(c).cublas(), tb ? CUBLAS_OP_T : CUBLAS_OP_N,
+                           ta ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(n), static_cast<int>(m),
+                           static_cast<int>(k), &alpha, b, ldb, a, lda, &beta, out,
+                           static_cast<int>(n)));
   return absl::OkStatus();
 }
 
@@ -120,8 +124,9 @@ absl::Status BiasActivationGradKernel(KernelContext& c) {
   if (absl::Status s = CheckPlacement(c); !s.ok()) return s;
   const Tensor& dy = c.input(0);
   int64_t cols = dy.shape().back();
-  CUDA_CHECK(LaunchBiasActivationGrad(Stream(c), ParseActivation(c.node), dy.data(), c.input(1).data(),
-                                      c.output(0).data(), c.output(1).data(), Rows(dy, cols), cols));
+  CUDA_CHECK(LaunchBiasActivationGrad(Stream(c), ParseActivation(c.node), dy.data(),
+                                      c.input(1).data(), c.output(0).data(), c.output(1).data(),
+                                      Rows(dy, cols), cols));
   return absl::OkStatus();
 }
 
@@ -139,7 +144,8 @@ absl::Status Binary(KernelContext& c, BinaryOp op) {
       a_step = 0;
     }
   }
-  CUDA_CHECK(LaunchBinary(Stream(c), op, a.data(), a_step, b.data(), b_step, c.output(0).data(), n));
+  CUDA_CHECK(
+      LaunchBinary(Stream(c), op, a.data(), a_step, b.data(), b_step, c.output(0).data(), n));
   return absl::OkStatus();
 }
 
@@ -152,7 +158,8 @@ absl::Status SigmoidGradKernel(KernelContext& c) { return Binary(c, BinaryOp::kS
 
 absl::Status Unary(KernelContext& c, UnaryOp op) {
   if (absl::Status s = CheckPlacement(c); !s.ok()) return s;
-  CUDA_CHECK(LaunchUnary(Stream(c), op, c.input(0).data(), c.output(0).data(), c.output(0).num_elements()));
+  CUDA_CHECK(LaunchUnary(Stream(c), op, c.input(0).data(), c.output(0).data(),
+                         c.output(0).num_elements()));
   return absl::OkStatus();
 }
 
@@ -167,7 +174,8 @@ absl::Status SumLikeKernel(KernelContext& c) {
   Tensor& out = c.output(0);
   if (dy.num_elements() == out.num_elements()) {
     if (out.num_elements() > 0) {
-      CUDA_CHECK(cudaMemcpyAsync(out.data(), dy.data(), sizeof(float) * static_cast<size_t>(out.num_elements()),
+      CUDA_CHECK(cudaMemcpyAsync(out.data(), dy.data(),
+                                 sizeof(float) * static_cast<size_t>(out.num_elements()),
                                  cudaMemcpyDeviceToDevice, Stream(c)));
     }
     return absl::OkStatus();
@@ -183,8 +191,8 @@ absl::Status CheckLabels(KernelContext& c, const float* labels, int64_t classes)
   if (record->row == INT32_MAX) return absl::OkStatus();
   float value = 0;
   CUDA_CHECK(cudaMemcpy(&value, labels + record->row, sizeof(float), cudaMemcpyDeviceToHost));
-  return KernelError(c, absl::StrCat("label ", value, " of example ", record->row, " is not a class in [0, ",
-                                     classes, ")"));
+  return KernelError(c, absl::StrCat("label ", value, " of example ", record->row,
+                                     " is not a class in [0, ", classes, ")"));
 }
 
 absl::Status SoftmaxXentKernel(KernelContext& c) {
@@ -195,15 +203,17 @@ absl::Status SoftmaxXentKernel(KernelContext& c) {
   absl::StatusOr<float*> row_loss = Dev(c).Scratch(static_cast<size_t>(n));
   if (!row_loss.ok()) return row_loss.status();
   if (absl::Status s = Dev(c).ResetErrorRecord(); !s.ok()) return s;
-  CUDA_CHECK(LaunchSoftmaxCrossEntropy(Stream(c), logits.data(), c.input(1).data(), n, k, c.output(0).data(),
-                                       c.output(1).data(), *row_loss, Dev(c).device_error_record()));
+  CUDA_CHECK(LaunchSoftmaxCrossEntropy(Stream(c), logits.data(), c.input(1).data(), n, k,
+                                       c.output(0).data(), c.output(1).data(), *row_loss,
+                                       Dev(c).device_error_record()));
   return CheckLabels(c, c.input(1).data(), k);
 }
 
 absl::Status SoftmaxKernel(KernelContext& c) {
   if (absl::Status s = CheckPlacement(c); !s.ok()) return s;
   const Tensor& logits = c.input(0);
-  CUDA_CHECK(LaunchSoftmax(Stream(c), logits.data(), c.output(0).data(), logits.dim(0), logits.dim(1)));
+  CUDA_CHECK(
+      LaunchSoftmax(Stream(c), logits.data(), c.output(0).data(), logits.dim(0), logits.dim(1)));
   return absl::OkStatus();
 }
 
@@ -215,8 +225,8 @@ absl::Status AccuracyKernel(KernelContext& c) {
   absl::StatusOr<float*> rows = Dev(c).Scratch(static_cast<size_t>(n));
   if (!rows.ok()) return rows.status();
   if (absl::Status s = Dev(c).ResetErrorRecord(); !s.ok()) return s;
-  CUDA_CHECK(LaunchAccuracy(Stream(c), logits.data(), c.input(1).data(), n, k, c.output(0).data(), *rows,
-                            Dev(c).device_error_record()));
+  CUDA_CHECK(LaunchAccuracy(Stream(c), logits.data(), c.input(1).data(), n, k, c.output(0).data(),
+                            *rows, Dev(c).device_error_record()));
   return CheckLabels(c, c.input(1).data(), k);
 }
 
@@ -224,7 +234,8 @@ absl::Status AccuracyKernel(KernelContext& c) {
 // axes), as the CPU kernel's ReducedStrides.
 std::vector<int64_t> OutStrides(const engine::Shape& shape, const engine::IntList& axes) {
   std::vector<bool> reduced(shape.size(), axes.empty());
-  for (int64_t a : axes) reduced[static_cast<size_t>(a < 0 ? a + static_cast<int64_t>(shape.size()) : a)] = true;
+  for (int64_t a : axes)
+    reduced[static_cast<size_t>(a < 0 ? a + static_cast<int64_t>(shape.size()) : a)] = true;
   std::vector<int64_t> strides(shape.size(), 0);
   int64_t s = 1;
   for (size_t i = shape.size(); i-- > 0;) {
@@ -240,7 +251,8 @@ absl::Status ReduceKernel(KernelContext& c, bool mean) {
   if (absl::Status s = CheckPlacement(c); !s.ok()) return s;
   const Tensor& x = c.input(0);
   Tensor& out = c.output(0);
-  if (x.rank() > kMaxRank) return KernelError(c, absl::StrCat("rank ", x.rank(), " exceeds ", kMaxRank));
+  if (x.rank() > kMaxRank)
+    return KernelError(c, absl::StrCat("rank ", x.rank(), " exceeds ", kMaxRank));
   std::vector<int64_t> out_strides = OutStrides(x.shape(), c.node.GetInts("axes"));
   std::vector<int64_t> in_strides = engine::RowMajorStrides(x.shape());
   ReduceGeometry g;
@@ -263,7 +275,8 @@ absl::Status ReduceKernel(KernelContext& c, bool mean) {
   }
   float scale = 1.0f;
   if (mean && out.num_elements() > 0) {
-    scale = static_cast<float>(static_cast<double>(out.num_elements()) / static_cast<double>(x.num_elements()));
+    scale = static_cast<float>(static_cast<double>(out.num_elements()) /
+                               static_cast<double>(x.num_elements()));
   }
   CUDA_CHECK(LaunchReduce(Stream(c), g, x.data(), out.data(), scale));
   return absl::OkStatus();
@@ -275,7 +288,8 @@ absl::Status ReduceGradKernel(KernelContext& c) {
   if (absl::Status s = CheckPlacement(c); !s.ok()) return s;
   const Tensor& dy = c.input(0);
   const Tensor& x = c.input(1);
-  if (x.rank() > kMaxRank) return KernelError(c, absl::StrCat("rank ", x.rank(), " exceeds ", kMaxRank));
+  if (x.rank() > kMaxRank)
+    return KernelError(c, absl::StrCat("rank ", x.rank(), " exceeds ", kMaxRank));
   float scale = 1.0f;
   if (c.node.GetBool("mean") && x.num_elements() > 0) {
     scale = static_cast<float>(dy.num_elements()) / static_cast<float>(x.num_elements());
@@ -295,8 +309,8 @@ absl::Status DropoutKernel(KernelContext& c) {
   double rate = c.node.GetFloat("rate");
   if (!c.run.training || rate == 0.0) {
     if (n > 0) {
-      CUDA_CHECK(cudaMemcpyAsync(y, x.data(), sizeof(float) * static_cast<size_t>(n), cudaMemcpyDeviceToDevice,
-                                 Stream(c)));
+      CUDA_CHECK(cudaMemcpyAsync(y, x.data(), sizeof(float) * static_cast<size_t>(n),
+                                 cudaMemcpyDeviceToDevice, Stream(c)));
     }
     CUDA_CHECK(LaunchFill(Stream(c), mask, n, 1.0f));
     return absl::OkStatus();
@@ -311,8 +325,8 @@ absl::Status DropoutKernel(KernelContext& c) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<ConvGeometry> GetConvGeometry(const KernelContext& c, const engine::Shape& x, int64_t kh,
-                                             int64_t kw, int64_t out_c) {
+absl::StatusOr<ConvGeometry> GetConvGeometry(const KernelContext& c, const engine::Shape& x,
+                                             int64_t kh, int64_t kw, int64_t out_c) {
   ConvGeometry g{};
   g.n = x[0], g.h = x[1], g.w = x[2], g.c = x[3], g.kh = kh, g.kw = kw, g.out_c = out_c;
   g.stride = c.node.GetInt("stride", 1);
@@ -339,7 +353,8 @@ absl::Status Conv2DKernel(KernelContext& c) {
   absl::StatusOr<float*> cols = Columns(c, *g);
   if (!cols.ok()) return cols.status();
   CUDA_CHECK(LaunchIm2Col(Stream(c), *g, x.data(), *cols));
-  return Gemm(c, false, false, g->rows(), g->out_c, g->patch(), *cols, f.data(), c.output(0).data());
+  return Gemm(c, false, false, g->rows(), g->out_c, g->patch(), *cols, f.data(),
+              c.output(0).data());
 }
 
 absl::Status Conv2DBackpropInputKernel(KernelContext& c) {
@@ -352,7 +367,9 @@ absl::Status Conv2DBackpropInputKernel(KernelContext& c) {
   if (g->rows() == 0) return absl::OkStatus();
   absl::StatusOr<float*> cols = Columns(c, *g);
   if (!cols.ok()) return cols.status();
-  if (absl::Status s = Gemm(c, false, true, g->rows(), g->patch(), g->out_c, dy.data(), f.data(), *cols); !s.ok()) {
+  if (absl::Status s =
+          Gemm(c, false, true, g->rows(), g->patch(), g->out_c, dy.data(), f.data(), *cols);
+      !s.ok()) {
     return s;
   }
   CUDA_CHECK(LaunchCol2Im(Stream(c), *g, *cols, c.output(0).data()));
@@ -374,7 +391,8 @@ absl::Status Conv2DBackpropFilterKernel(KernelContext& c) {
   absl::StatusOr<float*> cols = Columns(c, *g);
   if (!cols.ok()) return cols.status();
   CUDA_CHECK(LaunchIm2Col(Stream(c), *g, x.data(), *cols));
-  return Gemm(c, true, false, g->patch(), g->out_c, g->rows(), *cols, dy.data(), c.output(0).data());
+  return Gemm(c, true, false, g->patch(), g->out_c, g->rows(), *cols, dy.data(),
+              c.output(0).data());
 }
 
 absl::StatusOr<PoolGeometry> GetPoolGeometry(const KernelContext& c, const engine::Shape& x) {
@@ -403,7 +421,8 @@ absl::Status MaxPoolGradKernel(KernelContext& c) {
   if (absl::Status s = CheckPlacement(c); !s.ok()) return s;
   auto g = GetPoolGeometry(c, c.input(0).shape());
   if (!g.ok()) return g.status();
-  CUDA_CHECK(LaunchMaxPoolGrad(Stream(c), *g, c.input(0).data(), c.input(1).data(), c.output(0).data()));
+  CUDA_CHECK(
+      LaunchMaxPoolGrad(Stream(c), *g, c.input(0).data(), c.input(1).data(), c.output(0).data()));
   return absl::OkStatus();
 }
 
@@ -413,42 +432,47 @@ absl::Status MaxPoolGradKernel(KernelContext& c) {
 absl::Status CheckUpdate(const KernelContext& c) {
   if (absl::Status s = CheckPlacement(c); !s.ok()) return s;
   for (size_t i = 0; i < c.outputs.size(); ++i) {
-    if (c.outputs[i].num_elements() > 0 && c.outputs[i].device_type() != engine::DeviceType::kCuda) {
+    if (c.outputs[i].num_elements() > 0 &&
+        c.outputs[i].device_type() != engine::DeviceType::kCuda) {
       return KernelError(c, absl::StrCat("updated tensor ", i, " is in host memory"));
     }
   }
   return absl::OkStatus();
 }
 
-float Attr(const KernelContext& c, absl::string_view key) { return static_cast<float>(c.node.GetFloat(key)); }
+float Attr(const KernelContext& c, absl::string_view key) {
+  return static_cast<float>(c.node.GetFloat(key));
+}
 
 absl::Status ApplyGradientDescentKernel(KernelContext& c) {
   if (absl::Status s = CheckUpdate(c); !s.ok()) return s;
-  CUDA_CHECK(LaunchSgdUpdate(Stream(c), c.input(0).data(), c.output(0).data(), c.output(0).num_elements(),
-                             Attr(c, "learning_rate")));
+  CUDA_CHECK(LaunchSgdUpdate(Stream(c), c.input(0).data(), c.output(0).data(),
+                             c.output(0).num_elements(), Attr(c, "learning_rate")));
   return absl::OkStatus();
 }
 
 absl::Status ApplyMomentumKernel(KernelContext& c) {
   if (absl::Status s = CheckUpdate(c); !s.ok()) return s;
-  CUDA_CHECK(LaunchMomentumUpdate(Stream(c), c.input(0).data(), c.output(0).data(), c.output(1).data(),
-                                  c.output(0).num_elements(), Attr(c, "learning_rate"), Attr(c, "momentum"),
+  CUDA_CHECK(LaunchMomentumUpdate(Stream(c), c.input(0).data(), c.output(0).data(),
+                                  c.output(1).data(), c.output(0).num_elements(),
+                                  Attr(c, "learning_rate"), Attr(c, "momentum"),
                                   c.node.GetBool("nesterov")));
   return absl::OkStatus();
 }
 
 absl::Status ApplyAdagradKernel(KernelContext& c) {
   if (absl::Status s = CheckUpdate(c); !s.ok()) return s;
-  CUDA_CHECK(LaunchAdagradUpdate(Stream(c), c.input(0).data(), c.output(0).data(), c.output(1).data(),
-                                 c.output(0).num_elements(), Attr(c, "learning_rate"), Attr(c, "epsilon")));
+  CUDA_CHECK(LaunchAdagradUpdate(Stream(c), c.input(0).data(), c.output(0).data(),
+                                 c.output(1).data(), c.output(0).num_elements(),
+                                 Attr(c, "learning_rate"), Attr(c, "epsilon")));
   return absl::OkStatus();
 }
 
 absl::Status ApplyAdamKernel(KernelContext& c) {
   if (absl::Status s = CheckUpdate(c); !s.ok()) return s;
   CUDA_CHECK(LaunchAdamUpdate(Stream(c), c.input(0).data(), c.output(0).data(), c.output(1).data(),
-                              c.output(2).data(), c.output(0).num_elements(), Attr(c, "lr_t"), Attr(c, "beta1"),
-                              Attr(c, "beta2"), Attr(c, "epsilon_hat")));
+                              c.output(2).data(), c.output(0).num_elements(), Attr(c, "lr_t"),
+                              Attr(c, "beta1"), Attr(c, "beta2"), Attr(c, "epsilon_hat")));
   return absl::OkStatus();
 }
 

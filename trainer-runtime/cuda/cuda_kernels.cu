@@ -24,65 +24,94 @@ unsigned Blocks(int64_t n, int threads = kThreads) {
   return static_cast<unsigned>(blocks > 65535 ? 65535 : blocks);
 }
 
-#define KT_GRID_STRIDE(i, n) \
+#define KT_GRID_STRIDE(i, n)                                                             \
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < (n); \
        i += static_cast<int64_t>(blockDim.x) * gridDim.x)
 
 __device__ __forceinline__ float Activate(Activation act, float z) {
   switch (act) {
-    case Activation::kRelu: return z > 0.0f ? z : 0.0f;
-    case Activation::kTanh: return tanhf(z);
-    case Activation::kSigmoid: return 1.0f / (1.0f + expf(-z));
-    default: return z;
+    case Activation::kRelu:
+      return z > 0.0f ? z : 0.0f;
+    case Activation::kTanh:
+      return tanhf(z);
+    case Activation::kSigmoid:
+      return 1.0f / (1.0f + expf(-z));
+    default:
+      return z;
   }
 }
 
 // d act / dz expressed in the activation's output y, times dy.
 __device__ __forceinline__ float ActivationGrad(Activation act, float dy, float y) {
   switch (act) {
-    case Activation::kRelu: return y > 0.0f ? dy : 0.0f;
-    case Activation::kTanh: return dy * (1.0f - y * y);
-    case Activation::kSigmoid: return dy * y * (1.0f - y);
-    default: return dy;
+    case Activation::kRelu:
+      return y > 0.0f ? dy : 0.0f;
+    case Activation::kTanh:
+      return dy * (1.0f - y * y);
+    case Activation::kSigmoid:
+      return dy * y * (1.0f - y);
+    default:
+      return dy;
   }
 }
 
-__global__ void FillKernel(float* y, int64_t n, float value) {
-  KT_GRID_STRIDE(i, n) y[i] = value;
-}
+__global__ void FillKernel(float* y, int64_t n, float value) { KT_GRID_STRIDE(i, n) y[i] = value; }
 
-__global__ void UnaryKernel(UnaryOp op, const float* __restrict__ x, float* __restrict__ y, int64_t n) {
+__global__ void UnaryKernel(UnaryOp op, const float* __restrict__ x, float* __restrict__ y,
+                            int64_t n) {
   KT_GRID_STRIDE(i, n) {
     float v = x[i];
     switch (op) {
-      case UnaryOp::kNeg: v = -v; break;
-      case UnaryOp::kRelu: v = v > 0.0f ? v : 0.0f; break;
-      case UnaryOp::kTanh: v = tanhf(v); break;
-      case UnaryOp::kSigmoid: v = 1.0f / (1.0f + expf(-v)); break;
+      case UnaryOp::kNeg:
+        v = -v;
+        break;
+      case UnaryOp::kRelu:
+        v = v > 0.0f ? v : 0.0f;
+        break;
+      case UnaryOp::kTanh:
+        v = tanhf(v);
+        break;
+      case UnaryOp::kSigmoid:
+        v = 1.0f / (1.0f + expf(-v));
+        break;
     }
     y[i] = v;
   }
 }
 
 __global__ void BinaryKernel(BinaryOp op, const float* __restrict__ a, int64_t a_step,
-                             const float* __restrict__ b, int64_t b_step, float* __restrict__ y, int64_t n) {
+                             const float* __restrict__ b, int64_t b_step, float* __restrict__ y,
+                             int64_t n) {
   KT_GRID_STRIDE(i, n) {
     float va = a[i * a_step], vb = b[i * b_step];
     float v;
     switch (op) {
-      case BinaryOp::kAdd: v = va + vb; break;
-      case BinaryOp::kSub: v = va - vb; break;
-      case BinaryOp::kMul: v = va * vb; break;
-      case BinaryOp::kReluGrad: v = ActivationGrad(Activation::kRelu, va, vb); break;
-      case BinaryOp::kTanhGrad: v = ActivationGrad(Activation::kTanh, va, vb); break;
-      default: v = ActivationGrad(Activation::kSigmoid, va, vb); break;
+      case BinaryOp::kAdd:
+        v = va + vb;
+        break;
+      case BinaryOp::kSub:
+        v = va - vb;
+        break;
+      case BinaryOp::kMul:
+        v = va * vb;
+        break;
+      case BinaryOp::kReluGrad:
+        v = ActivationGrad(Activation::kRelu, va, vb);
+        break;
+      case BinaryOp::kTanhGrad:
+        v = ActivationGrad(Activation::kTanh, va, vb);
+        break;
+      default:
+        v = ActivationGrad(Activation::kSigmoid, va, vb);
+        break;
     }
     y[i] = v;
   }
 }
 
-__global__ void BiasActivationKernel(Activation act, const float* __restrict__ x, const float* __restrict__ bias,
-                                     float* __restrict__ y, int64_t rows, int64_t cols) {
+__global__ void BiasActivationKernel(Activation act, const float* __restrict__ x,
+                                     const float* __restrict__ bias, float* __restrict__ y,
+                                     int64_t rows, int64_t cols) {
   int64_t n = rows * cols;
   KT_GRID_STRIDE(i, n) y[i] = Activate(act, x[i] + bias[i % cols]);
 }
@@ -123,7 +152,8 @@ __global__ void BiasActivationGradKernel(Activation act, const float* __restrict
 // Block-wide sum in double, result valid in thread 0.
 __device__ double BlockSum(double v) {
   __shared__ double shared[kThreads / kWarp];
-  for (int offset = kWarp / 2; offset > 0; offset /= 2) v += __shfl_down_sync(0xffffffffu, v, offset);
+  for (int offset = kWarp / 2; offset > 0; offset /= 2)
+    v += __shfl_down_sync(0xffffffffu, v, offset);
   int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   if (lane == 0) shared[warp] = v;
   __syncthreads();
@@ -131,13 +161,15 @@ __device__ double BlockSum(double v) {
   if (warp == 0) {
     int warps = (blockDim.x + kWarp - 1) / kWarp;
     v = lane < warps ? shared[lane] : 0.0;
-    for (int offset = kWarp / 2; offset > 0; offset /= 2) v += __shfl_down_sync(0xffffffffu, v, offset);
+    for (int offset = kWarp / 2; offset > 0; offset /= 2)
+      v += __shfl_down_sync(0xffffffffu, v, offset);
   }
   return v;
 }
 
 // One block per output element.
-__global__ void ReduceKernel(ReduceGeometry g, const float* __restrict__ x, float* __restrict__ y, float scale) {
+__global__ void ReduceKernel(ReduceGeometry g, const float* __restrict__ x, float* __restrict__ y,
+                             float scale) {
   int64_t o = blockIdx.x;
   if (o >= g.out_count) return;
   int64_t base = 0;
@@ -164,8 +196,9 @@ struct Dims {
   int64_t v[kMaxRank];
 };
 
-__global__ void ReduceGradKernel(int rank, Dims dims, Dims out_strides, const float* __restrict__ dy,
-                                 float* __restrict__ dx, int64_t n, float scale) {
+__global__ void ReduceGradKernel(int rank, Dims dims, Dims out_strides,
+                                 const float* __restrict__ dy, float* __restrict__ dx, int64_t n,
+                                 float scale) {
   KT_GRID_STRIDE(i, n) {
     int64_t o = 0, rest = i;
     for (int d = rank - 1; d >= 0; --d) {
@@ -176,7 +209,8 @@ __global__ void ReduceGradKernel(int rank, Dims dims, Dims out_strides, const fl
   }
 }
 
-__global__ void SumAllKernel(const float* __restrict__ x, float* __restrict__ y, int64_t n, float scale) {
+__global__ void SumAllKernel(const float* __restrict__ x, float* __restrict__ y, int64_t n,
+                             float scale) {
   double acc = 0;
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) acc += x[i];
   acc = BlockSum(acc);
@@ -184,11 +218,13 @@ __global__ void SumAllKernel(const float* __restrict__ x, float* __restrict__ y,
 }
 
 __device__ __forceinline__ float WarpMax(float v) {
-  for (int offset = kWarp / 2; offset > 0; offset /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  for (int offset = kWarp / 2; offset > 0; offset /= 2)
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
   return v;
 }
 __device__ __forceinline__ float WarpSum(float v) {
-  for (int offset = kWarp / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  for (int offset = kWarp / 2; offset > 0; offset /= 2)
+    v += __shfl_xor_sync(0xffffffffu, v, offset);
   return v;
 }
 
@@ -196,88 +232,97 @@ __device__ __forceinline__ bool ValidLabel(float label, int64_t k) {
   return label >= 0.0f && label < static_cast<float>(k) && label == floorf(label);
 }
 
-__global__ void SoftmaxCrossEntropyKernel(const float* __restrict__ logits, const float* __restrict__ labels,
-                                          int64_t n, int64_t k, float* __restrict__ backprop,
+__global__ void SoftmaxCrossEntropyKernel(const float* __restrict__ logits,
+                                          const float* __restrict__ labels, int64_t n, int64_t k,
+                                          float* __restrict__ backprop,
                                           float* __restrict__ row_loss, KernelErrorRecord* err) {
-  int64_t row = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / kWarp;
   int lane = threadIdx.x % kWarp;
-  if (row >= n) return;
-  const float* z = logits + row * k;
-  float* g = backprop + row * k;
-  float label_value = labels[row];
-  if (!ValidLabel(label_value, k)) {
-    if (lane == 0) {
-      atomicMin(&err->row, static_cast<int32_t>(row));
-      row_loss[row] = 0.0f;
+  // Warp-stride over rows: one warp per row, the grid is capped.
+  for (int64_t row = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / kWarp; row < n;
+       row += static_cast<int64_t>(gridDim.x) * blockDim.x / kWarp) {
+    const float* z = logits + row * k;
+    float* g = backprop + row * k;
+    float label_value = labels[row];
+    if (!ValidLabel(label_value, k)) {
+      if (lane == 0) {
+        atomicMin(&err->row, static_cast<int32_t>(row));
+        row_loss[row] = 0.0f;
+      }
+      for (int64_t j = lane; j < k; j += kWarp) g[j] = 0.0f;
+      continue;
     }
-    for (int64_t j = lane; j < k; j += kWarp) g[j] = 0.0f;
-    return;
+    int64_t label = static_cast<int64_t>(label_value);
+    float max = -INFINITY;
+    for (int64_t j = lane; j < k; j += kWarp) max = fmaxf(max, z[j]);
+    max = WarpMax(max);
+    float sum = 0.0f;
+    for (int64_t j = lane; j < k; j += kWarp) sum += expf(z[j] - max);
+    sum = WarpSum(sum);
+    float inv_n = 1.0f / static_cast<float>(n);
+    float scale = inv_n / sum;
+    for (int64_t j = lane; j < k; j += kWarp) {
+      float p = expf(z[j] - max) * scale;
+      g[j] = j == label ? p - inv_n : p;
+    }
+    if (lane == 0) row_loss[row] = logf(sum) - (z[label] - max);
   }
-  int64_t label = static_cast<int64_t>(label_value);
-  float max = -INFINITY;
-  for (int64_t j = lane; j < k; j += kWarp) max = fmaxf(max, z[j]);
-  max = WarpMax(max);
-  float sum = 0.0f;
-  for (int64_t j = lane; j < k; j += kWarp) sum += expf(z[j] - max);
-  sum = WarpSum(sum);
-  float inv_n = 1.0f / static_cast<float>(n);
-  float scale = inv_n / sum;
-  for (int64_t j = lane; j < k; j += kWarp) {
-    float p = expf(z[j] - max) * scale;
-    g[j] = j == label ? p - inv_n : p;
-  }
-  if (lane == 0) row_loss[row] = logf(sum) - (z[label] - max);
 }
 
-__global__ void SoftmaxKernel(const float* __restrict__ logits, float* __restrict__ p, int64_t n, int64_t k) {
-  int64_t row = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / kWarp;
+__global__ void SoftmaxKernel(const float* __restrict__ logits, float* __restrict__ p, int64_t n,
+                              int64_t k) {
   int lane = threadIdx.x % kWarp;
-  if (row >= n) return;
-  const float* z = logits + row * k;
-  float max = -INFINITY;
-  for (int64_t j = lane; j < k; j += kWarp) max = fmaxf(max, z[j]);
-  max = WarpMax(max);
-  float sum = 0.0f;
-  for (int64_t j = lane; j < k; j += kWarp) sum += expf(z[j] - max);
-  sum = WarpSum(sum);
-  for (int64_t j = lane; j < k; j += kWarp) p[row * k + j] = expf(z[j] - max) / sum;
+  // Warp-stride over rows: one warp per row, the grid is capped.
+  for (int64_t row = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / kWarp; row < n;
+       row += static_cast<int64_t>(gridDim.x) * blockDim.x / kWarp) {
+    const float* z = logits + row * k;
+    float max = -INFINITY;
+    for (int64_t j = lane; j < k; j += kWarp) max = fmaxf(max, z[j]);
+    max = WarpMax(max);
+    float sum = 0.0f;
+    for (int64_t j = lane; j < k; j += kWarp) sum += expf(z[j] - max);
+    sum = WarpSum(sum);
+    for (int64_t j = lane; j < k; j += kWarp) p[row * k + j] = expf(z[j] - max) / sum;
+  }
 }
 
-__global__ void AccuracyRowsKernel(const float* __restrict__ logits, const float* __restrict__ labels, int64_t n,
-                                   int64_t k, float* __restrict__ correct, KernelErrorRecord* err) {
-  int64_t row = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / kWarp;
+__global__ void AccuracyRowsKernel(const float* __restrict__ logits,
+                                   const float* __restrict__ labels, int64_t n, int64_t k,
+                                   float* __restrict__ correct, KernelErrorRecord* err) {
   int lane = threadIdx.x % kWarp;
-  if (row >= n) return;
-  float label_value = labels[row];
-  if (!ValidLabel(label_value, k)) {
-    if (lane == 0) {
-      atomicMin(&err->row, static_cast<int32_t>(row));
-      correct[row] = 0.0f;
+  // Warp-stride over rows: one warp per row, the grid is capped.
+  for (int64_t row = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / kWarp; row < n;
+       row += static_cast<int64_t>(gridDim.x) * blockDim.x / kWarp) {
+    float label_value = labels[row];
+    if (!ValidLabel(label_value, k)) {
+      if (lane == 0) {
+        atomicMin(&err->row, static_cast<int32_t>(row));
+        correct[row] = 0.0f;
+      }
+      continue;
     }
-    return;
-  }
-  const float* z = logits + row * k;
-  // The first arg-max, as std::max_element: larger value wins, ties go to
-  // the lower index.
-  float best = -INFINITY;
-  int64_t best_index = k;
-  for (int64_t j = lane; j < k; j += kWarp) {
-    if (best_index == k || z[j] > best) {
-      best = z[j];
-      best_index = j;
+    const float* z = logits + row * k;
+    // The first arg-max, as std::max_element: larger value wins, ties go to
+    // the lower index.
+    float best = -INFINITY;
+    int64_t best_index = k;
+    for (int64_t j = lane; j < k; j += kWarp) {
+      if (best_index == k || z[j] > best) {
+        best = z[j];
+        best_index = j;
+      }
     }
-  }
-  for (int offset = kWarp / 2; offset > 0; offset /= 2) {
-    float other = __shfl_xor_sync(0xffffffffu, best, offset);
-    int64_t other_index = __shfl_xor_sync(0xffffffffu, best_index, offset);
-    bool take = other_index != k &&
-                (best_index == k || other > best || (other == best && other_index < best_index));
-    if (take) {
-      best = other;
-      best_index = other_index;
+    for (int offset = kWarp / 2; offset > 0; offset /= 2) {
+      float other = __shfl_xor_sync(0xffffffffu, best, offset);
+      int64_t other_index = __shfl_xor_sync(0xffffffffu, best_index, offset);
+      bool take = other_index != k &&
+                  (best_index == k || other > best || (other == best && other_index < best_index));
+      if (take) {
+        best = other;
+        best_index = other_index;
+      }
     }
+    if (lane == 0) correct[row] = best_index == static_cast<int64_t>(label_value) ? 1.0f : 0.0f;
   }
-  if (lane == 0) correct[row] = best_index == static_cast<int64_t>(label_value) ? 1.0f : 0.0f;
 }
 
 __device__ __forceinline__ uint64_t Mix64(uint64_t z) {
@@ -286,8 +331,9 @@ __device__ __forceinline__ uint64_t Mix64(uint64_t z) {
   return z ^ (z >> 31);
 }
 
-__global__ void DropoutKernel(const float* __restrict__ x, float* __restrict__ y, float* __restrict__ mask,
-                              int64_t n, uint64_t state, uint64_t threshold, float keep_scale) {
+__global__ void DropoutKernel(const float* __restrict__ x, float* __restrict__ y,
+                              float* __restrict__ mask, int64_t n, uint64_t state,
+                              uint64_t threshold, float keep_scale) {
   KT_GRID_STRIDE(i, n) {
     uint64_t r = Mix64(state + static_cast<uint64_t>(i + 1) * 0x9E3779B97F4A7C15ull) >> 32;
     float m = r < threshold ? 0.0f : keep_scale;
@@ -296,7 +342,8 @@ __global__ void DropoutKernel(const float* __restrict__ x, float* __restrict__ y
   }
 }
 
-__global__ void Im2ColKernel(ConvGeometry g, const float* __restrict__ x, float* __restrict__ cols) {
+__global__ void Im2ColKernel(ConvGeometry g, const float* __restrict__ x,
+                             float* __restrict__ cols) {
   int64_t patch = g.patch();
   int64_t n = g.rows() * patch;
   KT_GRID_STRIDE(i, n) {
@@ -310,19 +357,21 @@ __global__ void Im2ColKernel(ConvGeometry g, const float* __restrict__ x, float*
 }
 
 // The output positions whose window covers input coordinate `in`.
-__device__ __forceinline__ void CoveringRange(int64_t in, int64_t pad, int64_t k, int64_t stride, int64_t out,
-                                              int64_t* lo, int64_t* hi) {
+__device__ __forceinline__ void CoveringRange(int64_t in, int64_t pad, int64_t k, int64_t stride,
+                                              int64_t out, int64_t* lo, int64_t* hi) {
   int64_t lo_num = in + pad - k + 1;
   *lo = lo_num <= 0 ? 0 : (lo_num + stride - 1) / stride;
   int64_t h = (in + pad) / stride;
   *hi = h < out - 1 ? h : out - 1;
 }
 
-__global__ void Col2ImKernel(ConvGeometry g, const float* __restrict__ cols, float* __restrict__ dx) {
+__global__ void Col2ImKernel(ConvGeometry g, const float* __restrict__ cols,
+                             float* __restrict__ dx) {
   int64_t n = g.n * g.h * g.w * g.c;
   int64_t patch = g.patch();
   KT_GRID_STRIDE(i, n) {
-    int64_t ci = i % g.c, ix = (i / g.c) % g.w, iy = (i / (g.c * g.w)) % g.h, b = i / (g.c * g.w * g.h);
+    int64_t ci = i % g.c, ix = (i / g.c) % g.w, iy = (i / (g.c * g.w)) % g.h,
+            b = i / (g.c * g.w * g.h);
     int64_t oy_lo, oy_hi, ox_lo, ox_hi;
     CoveringRange(iy, g.pad_h, g.kh, g.stride, g.oh, &oy_lo, &oy_hi);
     CoveringRange(ix, g.pad_w, g.kw, g.stride, g.ow, &ox_lo, &ox_hi);
@@ -341,8 +390,8 @@ __global__ void Col2ImKernel(ConvGeometry g, const float* __restrict__ cols, flo
 // The window's maximum, scanned in the CPU kernel's order (rows, then
 // columns; the first valid pixel starts it). Returns false for a window
 // with no valid pixel.
-__device__ __forceinline__ bool WindowMax(const PoolGeometry& g, const float* x, int64_t b, int64_t oy,
-                                          int64_t ox, int64_t ci, float* best) {
+__device__ __forceinline__ bool WindowMax(const PoolGeometry& g, const float* x, int64_t b,
+                                          int64_t oy, int64_t ox, int64_t ci, float* best) {
   bool any = false;
   for (int64_t ky = 0; ky < g.k; ++ky) {
     int64_t iy = oy * g.stride + ky - g.pad_h;
@@ -365,18 +414,20 @@ __device__ __forceinline__ bool WindowMax(const PoolGeometry& g, const float* x,
 __global__ void MaxPoolKernel(PoolGeometry g, const float* __restrict__ x, float* __restrict__ y) {
   int64_t n = g.n * g.oh * g.ow * g.c;
   KT_GRID_STRIDE(i, n) {
-    int64_t ci = i % g.c, ox = (i / g.c) % g.ow, oy = (i / (g.c * g.ow)) % g.oh, b = i / (g.c * g.ow * g.oh);
+    int64_t ci = i % g.c, ox = (i / g.c) % g.ow, oy = (i / (g.c * g.ow)) % g.oh,
+            b = i / (g.c * g.ow * g.oh);
     float best = 0.0f;
     if (!WindowMax(g, x, b, oy, ox, ci, &best)) best = 0.0f;
     y[i] = best;
   }
 }
 
-__global__ void MaxPoolGradKernel(PoolGeometry g, const float* __restrict__ x, const float* __restrict__ dy,
-                                  float* __restrict__ dx) {
+__global__ void MaxPoolGradKernel(PoolGeometry g, const float* __restrict__ x,
+                                  const float* __restrict__ dy, float* __restrict__ dx) {
   int64_t n = g.n * g.h * g.w * g.c;
   KT_GRID_STRIDE(i, n) {
-    int64_t ci = i % g.c, ix = (i / g.c) % g.w, iy = (i / (g.c * g.w)) % g.h, b = i / (g.c * g.w * g.h);
+    int64_t ci = i % g.c, ix = (i / g.c) % g.w, iy = (i / (g.c * g.w)) % g.h,
+            b = i / (g.c * g.w * g.h);
     int64_t oy_lo, oy_hi, ox_lo, ox_hi;
     CoveringRange(iy, g.pad_h, g.k, g.stride, g.oh, &oy_lo, &oy_hi);
     CoveringRange(ix, g.pad_w, g.k, g.stride, g.ow, &ox_lo, &ox_hi);
@@ -410,8 +461,9 @@ __global__ void SgdKernel(const float* __restrict__ g, float* __restrict__ w, in
   KT_GRID_STRIDE(i, n) w[i] -= lr * g[i];
 }
 
-__global__ void MomentumKernel(const float* __restrict__ g, float* __restrict__ w, float* __restrict__ v,
-                               int64_t n, float lr, float mu, bool nesterov) {
+__global__ void MomentumKernel(const float* __restrict__ g, float* __restrict__ w,
+                               float* __restrict__ v, int64_t n, float lr, float mu,
+                               bool nesterov) {
   KT_GRID_STRIDE(i, n) {
     float vi = mu * v[i] + g[i];
     v[i] = vi;
@@ -419,8 +471,8 @@ __global__ void MomentumKernel(const float* __restrict__ g, float* __restrict__ 
   }
 }
 
-__global__ void AdagradKernel(const float* __restrict__ g, float* __restrict__ w, float* __restrict__ acc,
-                              int64_t n, float lr, float eps) {
+__global__ void AdagradKernel(const float* __restrict__ g, float* __restrict__ w,
+                              float* __restrict__ acc, int64_t n, float lr, float eps) {
   KT_GRID_STRIDE(i, n) {
     float a = acc[i] + g[i] * g[i];
     acc[i] = a;
@@ -428,8 +480,9 @@ __global__ void AdagradKernel(const float* __restrict__ g, float* __restrict__ w
   }
 }
 
-__global__ void AdamKernel(const float* __restrict__ g, float* __restrict__ w, float* __restrict__ m,
-                           float* __restrict__ v, int64_t n, float lr_t, float b1, float b2, float eps) {
+__global__ void AdamKernel(const float* __restrict__ g, float* __restrict__ w,
+                           float* __restrict__ m, float* __restrict__ v, int64_t n, float lr_t,
+                           float b1, float b2, float eps) {
   KT_GRID_STRIDE(i, n) {
     float gi = g[i];
     float mi = b1 * m[i] + (1.0f - b1) * gi;
@@ -458,22 +511,23 @@ cudaError_t LaunchUnary(cudaStream_t stream, UnaryOp op, const float* x, float* 
   return Launched();
 }
 
-cudaError_t LaunchBinary(cudaStream_t stream, BinaryOp op, const float* a, int64_t a_step, const float* b,
-                         int64_t b_step, float* y, int64_t n) {
+cudaError_t LaunchBinary(cudaStream_t stream, BinaryOp op, const float* a, int64_t a_step,
+                         const float* b, int64_t b_step, float* y, int64_t n) {
   if (n == 0) return cudaSuccess;
   BinaryKernel<<<Blocks(n), kThreads, 0, stream>>>(op, a, a_step, b, b_step, y, n);
   return Launched();
 }
 
-cudaError_t LaunchBiasActivation(cudaStream_t stream, Activation act, const float* x, const float* bias, float* y,
-                                 int64_t rows, int64_t cols) {
+cudaError_t LaunchBiasActivation(cudaStream_t stream, Activation act, const float* x,
+                                 const float* bias, float* y, int64_t rows, int64_t cols) {
   if (rows * cols == 0) return cudaSuccess;
   BiasActivationKernel<<<Blocks(rows * cols), kThreads, 0, stream>>>(act, x, bias, y, rows, cols);
   return Launched();
 }
 
-cudaError_t LaunchBiasActivationGrad(cudaStream_t stream, Activation act, const float* dy, const float* y,
-                                     float* dz, float* db, int64_t rows, int64_t cols) {
+cudaError_t LaunchBiasActivationGrad(cudaStream_t stream, Activation act, const float* dy,
+                                     const float* y, float* dz, float* db, int64_t rows,
+                                     int64_t cols) {
   if (cols == 0) return cudaSuccess;
   // About 64 rows per row lane before splitting the rows across blocks.
   constexpr int64_t kRowsPerBlock = 512;
@@ -489,19 +543,22 @@ cudaError_t LaunchBiasActivationGrad(cudaStream_t stream, Activation act, const 
   }
   dim3 block(32, 8);
   dim3 grid(static_cast<unsigned>((cols + 31) / 32), static_cast<unsigned>(row_blocks));
-  BiasActivationGradKernel<<<grid, block, 0, stream>>>(act, dy, y, dz, db, rows, cols, rows_per_block, atomic);
+  BiasActivationGradKernel<<<grid, block, 0, stream>>>(act, dy, y, dz, db, rows, cols,
+                                                       rows_per_block, atomic);
   return Launched();
 }
 
-cudaError_t LaunchReduce(cudaStream_t stream, const ReduceGeometry& g, const float* x, float* y, float scale) {
+cudaError_t LaunchReduce(cudaStream_t stream, const ReduceGeometry& g, const float* x, float* y,
+                         float scale) {
   if (g.out_count == 0) return cudaSuccess;
   if (g.out_count > 0x7fffffff) return cudaErrorInvalidValue;
   ReduceKernel<<<static_cast<unsigned>(g.out_count), kThreads, 0, stream>>>(g, x, y, scale);
   return Launched();
 }
 
-cudaError_t LaunchReduceGrad(cudaStream_t stream, int rank, const int64_t* dims, const int64_t* out_strides,
-                             const float* dy, float* dx, int64_t n, float scale) {
+cudaError_t LaunchReduceGrad(cudaStream_t stream, int rank, const int64_t* dims,
+                             const int64_t* out_strides, const float* dy, float* dx, int64_t n,
+                             float scale) {
   if (n == 0) return cudaSuccess;
   if (rank > kMaxRank) return cudaErrorInvalidValue;
   Dims d{}, s{};
@@ -518,34 +575,38 @@ cudaError_t LaunchSumAll(cudaStream_t stream, const float* x, float* y, int64_t 
   return Launched();
 }
 
-cudaError_t LaunchSoftmaxCrossEntropy(cudaStream_t stream, const float* logits, const float* labels, int64_t n,
-                                      int64_t k, float* loss, float* backprop, float* row_loss,
-                                      KernelErrorRecord* err) {
+cudaError_t LaunchSoftmaxCrossEntropy(cudaStream_t stream, const float* logits, const float* labels,
+                                      int64_t n, int64_t k, float* loss, float* backprop,
+                                      float* row_loss, KernelErrorRecord* err) {
   if (n > 0 && k > 0) {
-    SoftmaxCrossEntropyKernel<<<WarpRowBlocks(n), kThreads, 0, stream>>>(logits, labels, n, k, backprop,
-                                                                          row_loss, err);
+    SoftmaxCrossEntropyKernel<<<WarpRowBlocks(n), kThreads, 0, stream>>>(logits, labels, n, k,
+                                                                         backprop, row_loss, err);
     if (cudaError_t e = Launched(); e != cudaSuccess) return e;
   }
-  return LaunchSumAll(stream, row_loss, loss, k > 0 ? n : 0, n > 0 ? 1.0f / static_cast<float>(n) : 0.0f);
+  return LaunchSumAll(stream, row_loss, loss, k > 0 ? n : 0,
+                      n > 0 ? 1.0f / static_cast<float>(n) : 0.0f);
 }
 
-cudaError_t LaunchSoftmax(cudaStream_t stream, const float* logits, float* probabilities, int64_t n, int64_t k) {
+cudaError_t LaunchSoftmax(cudaStream_t stream, const float* logits, float* probabilities, int64_t n,
+                          int64_t k) {
   if (n == 0 || k == 0) return cudaSuccess;
   SoftmaxKernel<<<WarpRowBlocks(n), kThreads, 0, stream>>>(logits, probabilities, n, k);
   return Launched();
 }
 
-cudaError_t LaunchAccuracy(cudaStream_t stream, const float* logits, const float* labels, int64_t n, int64_t k,
-                           float* out, float* row_scratch, KernelErrorRecord* err) {
+cudaError_t LaunchAccuracy(cudaStream_t stream, const float* logits, const float* labels, int64_t n,
+                           int64_t k, float* out, float* row_scratch, KernelErrorRecord* err) {
   if (n > 0 && k > 0) {
-    AccuracyRowsKernel<<<WarpRowBlocks(n), kThreads, 0, stream>>>(logits, labels, n, k, row_scratch, err);
+    AccuracyRowsKernel<<<WarpRowBlocks(n), kThreads, 0, stream>>>(logits, labels, n, k, row_scratch,
+                                                                  err);
     if (cudaError_t e = Launched(); e != cudaSuccess) return e;
   }
-  return LaunchSumAll(stream, row_scratch, out, k > 0 ? n : 0, n > 0 ? 1.0f / static_cast<float>(n) : 0.0f);
+  return LaunchSumAll(stream, row_scratch, out, k > 0 ? n : 0,
+                      n > 0 ? 1.0f / static_cast<float>(n) : 0.0f);
 }
 
-cudaError_t LaunchDropout(cudaStream_t stream, const float* x, float* y, float* mask, int64_t n, uint64_t state,
-                          uint64_t threshold, float keep_scale) {
+cudaError_t LaunchDropout(cudaStream_t stream, const float* x, float* y, float* mask, int64_t n,
+                          uint64_t state, uint64_t threshold, float keep_scale) {
   if (n == 0) return cudaSuccess;
   DropoutKernel<<<Blocks(n), kThreads, 0, stream>>>(x, y, mask, n, state, threshold, keep_scale);
   return Launched();
@@ -572,8 +633,8 @@ cudaError_t LaunchMaxPool(cudaStream_t stream, const PoolGeometry& g, const floa
   return Launched();
 }
 
-cudaError_t LaunchMaxPoolGrad(cudaStream_t stream, const PoolGeometry& g, const float* x, const float* dy,
-                              float* dx) {
+cudaError_t LaunchMaxPoolGrad(cudaStream_t stream, const PoolGeometry& g, const float* x,
+                              const float* dy, float* dx) {
   int64_t n = g.n * g.h * g.w * g.c;
   if (n == 0) return cudaSuccess;
   MaxPoolGradKernel<<<Blocks(n), kThreads, 0, stream>>>(g, x, dy, dx);
@@ -586,22 +647,22 @@ cudaError_t LaunchSgdUpdate(cudaStream_t stream, const float* g, float* w, int64
   return Launched();
 }
 
-cudaError_t LaunchMomentumUpdate(cudaStream_t stream, const float* g, float* w, float* v, int64_t n, float lr,
-                                 float momentum, bool nesterov) {
+cudaError_t LaunchMomentumUpdate(cudaStream_t stream, const float* g, float* w, float* v, int64_t n,
+                                 float lr, float momentum, bool nesterov) {
   if (n == 0) return cudaSuccess;
   MomentumKernel<<<Blocks(n), kThreads, 0, stream>>>(g, w, v, n, lr, momentum, nesterov);
   return Launched();
 }
 
-cudaError_t LaunchAdagradUpdate(cudaStream_t stream, const float* g, float* w, float* acc, int64_t n, float lr,
-                                float epsilon) {
+cudaError_t LaunchAdagradUpdate(cudaStream_t stream, const float* g, float* w, float* acc,
+                                int64_t n, float lr, float epsilon) {
   if (n == 0) return cudaSuccess;
   AdagradKernel<<<Blocks(n), kThreads, 0, stream>>>(g, w, acc, n, lr, epsilon);
   return Launched();
 }
 
-cudaError_t LaunchAdamUpdate(cudaStream_t stream, const float* g, float* w, float* m, float* v, int64_t n,
-                             float lr_t, float beta1, float beta2, float epsilon_hat) {
+cudaError_t LaunchAdamUpdate(cudaStream_t stream, const float* g, float* w, float* m, float* v,
+                             int64_t n, float lr_t, float beta1, float beta2, float epsilon_hat) {
   if (n == 0) return cudaSuccess;
   AdamKernel<<<Blocks(n), kThreads, 0, stream>>>(g, w, m, v, n, lr_t, beta1, beta2, epsilon_hat);
   return Launched();

@@ -34,15 +34,16 @@ constexpr int kMaxRank = 8;
 cudaError_t LaunchFill(cudaStream_t stream, float* y, int64_t n, float value);
 cudaError_t LaunchUnary(cudaStream_t stream, UnaryOp op, const float* x, float* y, int64_t n);
 // y[i] = op(a[i * a_step], b[i * b_step]); a step of 0 broadcasts a scalar.
-cudaError_t LaunchBinary(cudaStream_t stream, BinaryOp op, const float* a, int64_t a_step, const float* b,
-                         int64_t b_step, float* y, int64_t n);
+cudaError_t LaunchBinary(cudaStream_t stream, BinaryOp op, const float* a, int64_t a_step,
+                         const float* b, int64_t b_step, float* y, int64_t n);
 // y = act(x + bias) over [rows, cols].
-cudaError_t LaunchBiasActivation(cudaStream_t stream, Activation act, const float* x, const float* bias,
-                                 float* y, int64_t rows, int64_t cols);
+cudaError_t LaunchBiasActivation(cudaStream_t stream, Activation act, const float* x,
+                                 const float* bias, float* y, int64_t rows, int64_t cols);
 // dz = dy * act'(y) (skipped when dz is null), db = column sums of dz, in
 // one pass over dy.
-cudaError_t LaunchBiasActivationGrad(cudaStream_t stream, Activation act, const float* dy, const float* y,
-                                     float* dz, float* db, int64_t rows, int64_t cols);
+cudaError_t LaunchBiasActivationGrad(cudaStream_t stream, Activation act, const float* dy,
+                                     const float* y, float* dz, float* db, int64_t rows,
+                                     int64_t cols);
 
 // A reduction seen as out[o] = scale * sum over the reduced sub-space. Dims
 // are split into kept axes (which index the output, row-major) and reduced
@@ -57,11 +58,13 @@ struct ReduceGeometry {
   int64_t reduced_count = 1;
   int64_t out_count = 1;
 };
-cudaError_t LaunchReduce(cudaStream_t stream, const ReduceGeometry& g, const float* x, float* y, float scale);
+cudaError_t LaunchReduce(cudaStream_t stream, const ReduceGeometry& g, const float* x, float* y,
+                         float scale);
 // dx[i] = scale * dy[out_index(i)], where out_index uses `out_strides` (0 on
 // reduced axes) over `dims`.
-cudaError_t LaunchReduceGrad(cudaStream_t stream, int rank, const int64_t* dims, const int64_t* out_strides,
-                             const float* dy, float* dx, int64_t n, float scale);
+cudaError_t LaunchReduceGrad(cudaStream_t stream, int rank, const int64_t* dims,
+                             const int64_t* out_strides, const float* dy, float* dx, int64_t n,
+                             float scale);
 // Sum of all n elements into y[0], in double.
 cudaError_t LaunchSumAll(cudaStream_t stream, const float* x, float* y, int64_t n, float scale);
 
@@ -70,8 +73,8 @@ cudaError_t LaunchSumAll(cudaStream_t stream, const float* x, float* y, int64_t 
 // `row_loss` is scratch of n floats. A label that is not an integer in
 // [0, k) sets err->row (atomic min) and contributes nothing.
 cudaError_t LaunchSoftmaxCrossEntropy(cudaStream_t stream, const float* logits, const float* labels,
-                                      int64_t n, int64_t k, float* loss, float* backprop, float* row_loss,
-                                      KernelErrorRecord* err);
+                                      int64_t n, int64_t k, float* loss, float* backprop,
+                                      float* row_loss, KernelErrorRecord* err);
 cudaError_t LaunchSoftmax(cudaStream_t stream, const float* logits, float* probabilities, int64_t n,
                           int64_t k);
 // out[0] = fraction of rows whose first arg-max equals the label.
@@ -99,16 +102,16 @@ struct PoolGeometry {
 cudaError_t LaunchMaxPool(cudaStream_t stream, const PoolGeometry& g, const float* x, float* y);
 // Each window's gradient goes to the first maximum of the window (the CPU
 // kernel's choice), gathered per input element.
-cudaError_t LaunchMaxPoolGrad(cudaStream_t stream, const PoolGeometry& g, const float* x, const float* dy,
-                              float* dx);
+cudaError_t LaunchMaxPoolGrad(cudaStream_t stream, const PoolGeometry& g, const float* x,
+                              const float* dy, float* dx);
 
 // Fused optimizer updates, in place (one pass over w and the slots).
 cudaError_t LaunchSgdUpdate(cudaStream_t stream, const float* g, float* w, int64_t n, float lr);
-cudaError_t LaunchMomentumUpdate(cudaStream_t stream, const float* g, float* w, float* v, int64_t n, float lr,
-                                 float momentum, bool nesterov);
-cudaError_t LaunchAdagradUpdate(cudaStream_t stream, const float* g, float* w, float* acc, int64_t n, float lr,
-                                float epsilon);
-cudaError_t LaunchAdamUpdate(cudaStream_t stream, const float* g, float* w, float* m, float* v, int64_t n,
-                             float lr_t, float beta1, float beta2, float epsilon_hat);
+cudaError_t LaunchMomentumUpdate(cudaStream_t stream, const float* g, float* w, float* v, int64_t n,
+                                 float lr, float momentum, bool nesterov);
+cudaError_t LaunchAdagradUpdate(cudaStream_t stream, const float* g, float* w, float* acc,
+                                int64_t n, float lr, float epsilon);
+cudaError_t LaunchAdamUpdate(cudaStream_t stream, const float* g, float* w, float* m, float* v,
+                             int64_t n, float lr_t, float beta1, float beta2, float epsilon_hat);
 
 }  // namespace kubetrain::runtime::cuda

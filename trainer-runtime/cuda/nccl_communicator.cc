@@ -10,7 +10,8 @@ namespace kubetrain::runtime::cuda {
 absl::Status InProcessIdChannel::Publish(const std::string& id) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (id_.has_value()) return absl::FailedPreconditionError("NCCL id already published on this channel");
+    if (id_.has_value())
+      return absl::FailedPreconditionError("NCCL id already published on this channel");
     id_ = id;
   }
   published_.notify_all();
@@ -26,8 +27,8 @@ absl::StatusOr<std::string> InProcessIdChannel::Receive() {
   return *id_;
 }
 
-absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(CudaDevice& device, int rank,
-                                                                           int world_size,
+absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(CudaDevice& device,
+                                                                           int rank, int world_size,
                                                                            NcclIdChannel& channel) {
   if (world_size < 1 || rank < 0 || rank >= world_size) {
     return absl::InvalidArgumentError(
@@ -38,13 +39,15 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(CudaD
   ncclUniqueId id;
   if (rank == 0) {
     NCCL_CHECK(ncclGetUniqueId(&id));
-    if (absl::Status s = channel.Publish(std::string(id.internal, sizeof(id.internal))); !s.ok()) return s;
+    if (absl::Status s = channel.Publish(std::string(id.internal, sizeof(id.internal))); !s.ok())
+      return s;
   } else {
     absl::StatusOr<std::string> bytes = channel.Receive();
     if (!bytes.ok()) return bytes.status();
     if (bytes->size() != sizeof(id.internal)) {
       return absl::InvalidArgumentError(absl::StrCat("rank ", rank, " received a ", bytes->size(),
-                                                     "-byte NCCL id from rank 0, want ", sizeof(id.internal)));
+                                                     "-byte NCCL id from rank 0, want ",
+                                                     sizeof(id.internal)));
     }
     std::memcpy(id.internal, bytes->data(), sizeof(id.internal));
   }
@@ -61,16 +64,16 @@ absl::Status NcclCommunicator::AllReduce(std::span<engine::Tensor> tensors, nccl
   ScopedRank scoped_rank(rank_);
   for (const engine::Tensor& t : tensors) {
     if (t.num_elements() > 0 && t.device_type() != engine::DeviceType::kCuda) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("rank ", rank_, ": all-reduce of a host tensor ", engine::ShapeString(t.shape())));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "rank ", rank_, ": all-reduce of a host tensor ", engine::ShapeString(t.shape())));
     }
   }
   CUDA_CHECK(cudaSetDevice(device_.ordinal()));
   NCCL_CHECK(ncclGroupStart());
   for (engine::Tensor& t : tensors) {
     if (t.num_elements() == 0) continue;
-    ncclResult_t result = ncclAllReduce(t.data(), t.data(), static_cast<size_t>(t.num_elements()), ncclFloat32,
-                                        op, comm_, device_.compute_stream());
+    ncclResult_t result = ncclAllReduce(t.data(), t.data(), static_cast<size_t>(t.num_elements()),
+                                        ncclFloat32, op, comm_, device_.compute_stream());
     if (result != ncclSuccess) {
       ncclGroupEnd();
       NCCL_CHECK(result);

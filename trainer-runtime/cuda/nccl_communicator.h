@@ -64,7 +64,8 @@ class NcclCommunicator {
   // Rank 0 creates the id and publishes it on `channel`; the others receive
   // it. InvalidArgument for a rank outside [0, world_size) or a received id
   // of the wrong size.
-  static absl::StatusOr<std::unique_ptr<NcclCommunicator>> Create(CudaDevice& device, int rank, int world_size,
+  static absl::StatusOr<std::unique_ptr<NcclCommunicator>> Create(CudaDevice& device, int rank,
+                                                                  int world_size,
                                                                   NcclIdChannel& channel);
   ~NcclCommunicator();
   NcclCommunicator(const NcclCommunicator&) = delete;
