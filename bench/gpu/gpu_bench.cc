@@ -3,7 +3,9 @@
 // the time the same GEMM shapes take in plain cuBLAS, and Fashion-MNIST MLP
 // accuracy on the GPU beside the CPU device with the same seed.
 //
-//   gpu_bench --mode=throughput|fmnist|all [--data=DIR] [--tf32] [--steps=N]
+//   gpu_bench --mode=throughput|fmnist|all|none|cpu-selfcheck [--data=DIR] [--tf32] [--steps=N]
+// (none: only report the device, or exit 2 without one; cpu-selfcheck: the
+// bench's host logic on the CPU device, no GPU needed)
 //
 // Exit status: 0 when the figures were produced, 1 on an error, 2 when no
 // CUDA device is visible (the script reports the checks as not run).
@@ -392,6 +394,52 @@ absl::Status Fmnist(CudaDevice& gpu, const std::string& dir) {
   return absl::OkStatus();
 }
 
+// The bench's own host logic on the CPU device, for machines without a GPU:
+// the GEMM shapes a training step issues and the CPU half of the accuracy
+// comparison.
+absl::Status CpuSelfCheck(const std::string& dir) {
+  engine::CpuDevice cpu;
+  for (std::string name : {"mlp", "cnn"}) {
+    Shape example = name == "mlp" ? Shape{784} : Shape{28, 28, 1};
+    auto model =
+        engine::BuildModel(name == "mlp" ? engine::MlpSpec() : engine::CnnSpec(), example, 10);
+    if (!model.ok()) return model.status();
+    VariableStore vars;
+    BENCH_RETURN_IF_ERROR(engine::InitializeVariables(model->graph, 1, vars));
+    auto optimizer = engine::Optimizer::Create("sgd", {.learning_rate = 0.1}, cpu);
+    if (!optimizer.ok()) return optimizer.status();
+    Replica replica(*model, cpu, std::move(vars), *std::move(optimizer));
+    Shape batch_shape = {128};
+    batch_shape.insert(batch_shape.end(), example.begin(), example.end());
+    Tensor labels = Tensor::Host({128});
+    for (int64_t i = 0; i < 128; ++i) labels.data()[i] = static_cast<float>(i % 10);
+    Tensor features = Tensor::Filled(batch_shape, 0.5f);
+    BENCH_RETURN_IF_ERROR(replica.Feed(features, labels));
+    BENCH_RETURN_IF_ERROR(replica.TrainStep(0));
+    auto gemms = StepGemms(*model, replica);
+    if (!gemms.ok()) return gemms.status();
+    std::printf("%s batch 128: %zu GEMMs per step:", name.c_str(), gemms->size());
+    for (const GemmShape& g : *gemms) {
+      std::printf(" %s%lldx%lldx%lld",
+                  g.ta   ? "T"
+                  : g.tb ? "t"
+                         : "",
+                  static_cast<long long>(g.m), static_cast<long long>(g.n),
+                  static_cast<long long>(g.k));
+    }
+    std::printf("\n");
+  }
+  auto train = data::LoadDataset(dir + "/train-images-idx3-ubyte.gz");
+  if (!train.ok()) return train.status();
+  auto test = data::LoadDataset(dir + "/t10k-images-idx3-ubyte.gz");
+  if (!test.ok()) return test.status();
+  double t0 = Now();
+  auto acc = FmnistAccuracy(cpu, *train, *test, 1);
+  if (!acc.ok()) return acc.status();
+  std::printf("cpu test accuracy after 1 epoch: %.4f (%.1f s)\n", *acc, Now() - t0);
+  return absl::OkStatus();
+}
+
 int Main(int argc, char** argv) {
   std::string mode = "all", data_dir = "/usr/share/datasets/fashion-mnist";
   bool tf32 = false;
@@ -414,6 +462,11 @@ int Main(int argc, char** argv) {
       return 1;
     }
   }
+  if (mode == "cpu-selfcheck") {
+    absl::Status s = CpuSelfCheck(data_dir);
+    if (!s.ok()) std::fprintf(stderr, "gpu_bench: %s\n", s.ToString().c_str());
+    return s.ok() ? 0 : 1;
+  }
   if (VisibleDeviceCount() == 0) {
     std::printf("no CUDA device visible: GPU checks not run\n");
     return 2;
@@ -430,6 +483,10 @@ int Main(int argc, char** argv) {
   std::printf("device: %s, %d SMs, %.0f GiB\n", prop.name, prop.multiProcessorCount,
               static_cast<double>(prop.totalGlobalMem) / (1 << 30));
   absl::Status s;
+  if (mode != "throughput" && mode != "fmnist" && mode != "all" && mode != "none") {
+    std::fprintf(stderr, "unknown --mode=%s\n", mode.c_str());
+    return 1;
+  }
   if (mode == "throughput" || mode == "all") s = Throughput(**gpu, steps);
   if (s.ok() && (mode == "fmnist" || mode == "all")) s = Fmnist(**gpu, data_dir);
   if (!s.ok()) {
