@@ -1,0 +1,261 @@
+// A real Prometheus (Debian's /usr/bin/prometheus) scrapes two MetricsServers,
+// one holding the operator's metrics and one a runtime task's, and its HTTP
+// API returns their series, then their changes.
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "operator/observability/http_get.h"
+#include "operator/observability/metrics_server.h"
+#include "operator/observability/operator_metrics.h"
+#include "operator/observability/runtime_metrics.h"
+#include "prometheus/registry.h"
+
+namespace kubetrain::deploy_testing {
+namespace {
+
+using observability::HttpGet;
+using observability::MetricsServer;
+
+constexpr char kPrometheus[] = "/usr/bin/prometheus";
+
+std::string UrlEncode(const std::string& text) {
+  std::string out;
+  for (unsigned char c : text) {
+    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
+      out += static_cast<char>(c);
+    } else {
+      char hex[4];
+      std::snprintf(hex, sizeof(hex), "%%%02X", c);
+      out += hex;
+    }
+  }
+  return out;
+}
+
+// The TCP port `pid` listens on (IPv4), found through /proc: Prometheus is
+// started on port 0 and does not print the port it got.
+std::optional<int> ListeningPort(pid_t pid) {
+  std::set<std::string> inodes;
+  const std::string fd_dir = absl::StrCat("/proc/", pid, "/fd");
+  DIR* d = opendir(fd_dir.c_str());
+  if (d == nullptr) return std::nullopt;
+  while (dirent* entry = readdir(d)) {
+    char target[256];
+    ssize_t n = readlink((fd_dir + "/" + entry->d_name).c_str(), target, sizeof(target) - 1);
+    if (n <= 0) continue;
+    target[n] = '\0';
+    std::string link(target);
+    if (absl::StartsWith(link, "socket:[")) inodes.insert(link.substr(8, link.size() - 9));
+  }
+  closedir(d);
+  std::ifstream tcp(absl::StrCat("/proc/", pid, "/net/tcp"));
+  std::string line;
+  std::getline(tcp, line);  // header
+  while (std::getline(tcp, line)) {
+    std::vector<std::string> f = absl::StrSplit(line, ' ', absl::SkipWhitespace());
+    // sl local_address rem_address st tx:rx tr:tm retrnsmt uid timeout inode
+    if (f.size() < 10 || f[3] != "0A" || inodes.count(f[9]) == 0) continue;
+    int port = 0;
+    if (absl::SimpleHexAtoi(f[1].substr(f[1].find(':') + 1), &port)) return port;
+  }
+  return std::nullopt;
+}
+
+class PrometheusProcess {
+ public:
+  bool Start(const std::string& dir) {
+    const std::string config = dir + "/prometheus.yml", log = dir + "/prometheus.log";
+    log_path_ = log;
+    pid_ = fork();
+    if (pid_ < 0) return false;
+    if (pid_ == 0) {
+      int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      if (fd >= 0) {
+        dup2(fd, 1);
+        dup2(fd, 2);
+      }
+      const std::string config_flag = "--config.file=" + config;
+      const std::string storage_flag = "--storage.tsdb.path=" + dir + "/data";
+      execl(kPrometheus, kPrometheus, config_flag.c_str(), storage_flag.c_str(),
+            "--web.listen-address=127.0.0.1:0", "--log.level=info", static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    return true;
+  }
+  ~PrometheusProcess() { Stop(); }
+  // SIGTERM, then SIGKILL if it has not exited within 30 s.
+  void Stop() {
+    if (pid_ <= 0) return;
+    kill(pid_, SIGTERM);
+    const absl::Time deadline = absl::Now() + absl::Seconds(30);
+    int status;
+    while (waitpid(pid_, &status, WNOHANG) == 0) {
+      if (absl::Now() > deadline) {
+        kill(pid_, SIGKILL);
+        waitpid(pid_, &status, 0);
+        break;
+      }
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    pid_ = -1;
+  }
+  bool Exited() {
+    int status;
+    return pid_ <= 0 || waitpid(pid_, &status, WNOHANG) != 0;
+  }
+  pid_t pid() const { return pid_; }
+  std::string Log() const {
+    std::ifstream in(log_path_);
+    std::stringstream text;
+    text << in.rdbuf();
+    return text.str();
+  }
+
+ private:
+  pid_t pid_ = -1;
+  std::string log_path_;
+};
+
+class PrometheusTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (access(kPrometheus, X_OK) != 0) GTEST_SKIP() << kPrometheus << " is not installed";
+    std::string pattern = (std::filesystem::temp_directory_path() / "kubetrain-prom-XXXXXX").string();
+    ASSERT_NE(mkdtemp(pattern.data()), nullptr);
+    dir_ = pattern;
+  }
+  void TearDown() override {
+    if (!dir_.empty()) std::filesystem::remove_all(dir_);
+  }
+
+  // The samples `query` returns now: labels -> value.
+  std::vector<std::pair<nlohmann::json, double>> Query(int port, const std::string& query) {
+    std::vector<std::pair<nlohmann::json, double>> out;
+    auto reply = HttpGet("127.0.0.1", port, "/api/v1/query?query=" + UrlEncode(query));
+    if (!reply.ok() || reply->status != 200) return out;
+    nlohmann::json body = nlohmann::json::parse(reply->body, nullptr, false);
+    if (!body.is_object() || body.value("status", "") != "success") return out;
+    for (const auto& sample : body["data"]["result"]) {
+      double value;
+      if (absl::SimpleAtod(sample["value"][1].get<std::string>(), &value)) {
+        out.emplace_back(sample["metric"], value);
+      }
+    }
+    return out;
+  }
+
+  // Polls until `query` returns exactly one sample equal to `want` (from the
+  // scrape job `job`), or the deadline passes.
+  ::testing::AssertionResult Eventually(int port, const std::string& query, double want,
+                                        const std::string& job, absl::Duration timeout) {
+    const absl::Time deadline = absl::Now() + timeout;
+    std::string last = "no reply";
+    while (absl::Now() < deadline) {
+      auto samples = Query(port, query);
+      if (samples.size() == 1 && samples[0].second == want &&
+          samples[0].first.value("job", "") == job) {
+        return ::testing::AssertionSuccess();
+      }
+      last = absl::StrCat(samples.size(), " samples",
+                          samples.empty() ? "" : absl::StrCat(", first ", samples[0].first.dump(),
+                                                              " = ", samples[0].second));
+      absl::SleepFor(absl::Milliseconds(200));  // between polls; the deadline bounds the wait
+    }
+    return ::testing::AssertionFailure() << query << ": want " << want << " from job " << job
+                                         << ", last saw " << last;
+  }
+
+  std::string dir_;
+};
+
+TEST_F(PrometheusTest, ScrapesOperatorAndRuntimeMetrics) {
+  auto operator_registry = std::make_shared<prometheus::Registry>();
+  observability::OperatorMetrics operator_metrics(*operator_registry);
+  for (int i = 0; i < 3; ++i) operator_metrics.ObserveReconcile("success", 0.01);
+  operator_metrics.SetLeader(true);
+  operator_metrics.SetJobsByState({{"RUNNING", 2}});
+
+  auto runtime_registry = std::make_shared<prometheus::Registry>();
+  observability::RuntimeMetrics runtime_metrics(
+      *runtime_registry, {{"task_type", "worker"}, {"task_index", "0"}});
+  runtime_metrics.ObserveStep(0.5, 256);
+  runtime_metrics.ObserveCollective(observability::RuntimeMetrics::Collective::kAllReduce, 4096,
+                                    0.002);
+
+  auto operator_server = MetricsServer::Start({.address = "127.0.0.1:0"}, {operator_registry});
+  ASSERT_TRUE(operator_server.ok()) << operator_server.status();
+  auto runtime_server = MetricsServer::Start({.address = "127.0.0.1:0"}, {runtime_registry});
+  ASSERT_TRUE(runtime_server.ok()) << runtime_server.status();
+
+  {
+    std::ofstream config(dir_ + "/prometheus.yml");
+    config << "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n"
+           << "scrape_configs:\n"
+           << "- job_name: kubetrain-operator\n  static_configs:\n  - targets: ['127.0.0.1:"
+           << (*operator_server)->port() << "']\n"
+           << "- job_name: kubetrain-runtime\n  static_configs:\n  - targets: ['127.0.0.1:"
+           << (*runtime_server)->port() << "']\n";
+  }
+  PrometheusProcess prometheus;
+  ASSERT_TRUE(prometheus.Start(dir_));
+
+  std::optional<int> port;
+  for (const absl::Time deadline = absl::Now() + absl::Seconds(60);
+       !port && absl::Now() < deadline && !prometheus.Exited();) {
+    port = ListeningPort(prometheus.pid());
+    if (!port) absl::SleepFor(absl::Milliseconds(50));
+  }
+  ASSERT_TRUE(port.has_value()) << "Prometheus did not listen:\n" << prometheus.Log();
+
+  const absl::Duration timeout = absl::Seconds(60);
+  EXPECT_TRUE(Eventually(*port, "up{job=\"kubetrain-operator\"}", 1, "kubetrain-operator", timeout))
+      << prometheus.Log();
+  EXPECT_TRUE(Eventually(*port, "up{job=\"kubetrain-runtime\"}", 1, "kubetrain-runtime", timeout));
+  EXPECT_TRUE(Eventually(*port, "kubetrain_operator_reconcile_total{result=\"success\"}", 3,
+                         "kubetrain-operator", timeout));
+  EXPECT_TRUE(Eventually(*port,
+                         "kubetrain_operator_reconcile_duration_seconds_count{result=\"success\"}",
+                         3, "kubetrain-operator", timeout));
+  EXPECT_TRUE(Eventually(*port, "kubetrain_operator_leader", 1, "kubetrain-operator", timeout));
+  EXPECT_TRUE(Eventually(*port, "kubetrain_operator_jobs{state=\"RUNNING\"}", 2,
+                         "kubetrain-operator", timeout));
+  EXPECT_TRUE(Eventually(*port, "kubetrain_runtime_examples_per_second{task_type=\"worker\"}", 512,
+                         "kubetrain-runtime", timeout));
+  EXPECT_TRUE(Eventually(*port, "kubetrain_runtime_collective_bytes_total{op=\"allreduce\"}", 4096,
+                         "kubetrain-runtime", timeout));
+
+  // Later changes arrive too: the series are scraped live, not once.
+  operator_metrics.ObserveReconcile("success", 0.01);
+  operator_metrics.SetLeader(false);
+  EXPECT_TRUE(Eventually(*port, "kubetrain_operator_reconcile_total{result=\"success\"}", 4,
+                         "kubetrain-operator", timeout));
+  EXPECT_TRUE(Eventually(*port, "kubetrain_operator_leader", 0, "kubetrain-operator", timeout));
+
+  prometheus.Stop();
+}
+
+}  // namespace
+}  // namespace kubetrain::deploy_testing

@@ -1,0 +1,237 @@
+// What `kubectl kustomize deploy/` and the Helm chart render: every object
+// parses and carries the fields issue 8 asks for, and the RBAC they render is
+// the checked one (rbac_test.cc). Helm tests skip when helm is not installed
+// (CI installs it: /work/shared/tools/get-helm.sh).
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "gtest/gtest.h"
+#include "tests/deploy/manifest_checks.h"
+#include "tests/deploy/rbac_calls.h"
+
+namespace kubetrain::deploy_testing {
+namespace {
+
+std::string Str(const YAML::Node& node) {
+  return node && node.IsScalar() ? node.as<std::string>() : std::string();
+}
+
+std::vector<YAML::Node> Render(const std::string& command) {
+  CommandResult result = RunCommand(command);
+  EXPECT_EQ(result.exit_code, 0) << command << "\n" << result.output;
+  auto docs = ParseDocuments(result.output);
+  EXPECT_TRUE(docs.ok()) << command << ": " << docs.status();
+  return docs.ok() ? *docs : std::vector<YAML::Node>{};
+}
+
+const YAML::Node* Find(const std::vector<YAML::Node>& docs, const std::string& kind) {
+  for (const YAML::Node& doc : docs) {
+    if (Str(doc["kind"]) == kind) return &doc;
+  }
+  return nullptr;
+}
+
+std::multiset<std::string> Kinds(const std::vector<YAML::Node>& docs) {
+  std::multiset<std::string> kinds;
+  for (const YAML::Node& doc : docs) kinds.insert(Str(doc["kind"]));
+  return kinds;
+}
+
+std::set<Permission> Granted(const std::vector<YAML::Node>& docs, const std::string& kind,
+                             const std::string& name) {
+  auto rules = RulesOf(docs, kind, name);
+  EXPECT_TRUE(rules.ok()) << rules.status();
+  if (!rules.ok()) return {};
+  auto granted = GrantedPermissions(*rules);
+  EXPECT_TRUE(granted.ok()) << granted.status();
+  return granted.ok() ? *granted : std::set<Permission>{};
+}
+
+std::set<Permission> CheckedClusterRole() {
+  auto text = ReadFile(SourcePath("deploy/rbac/cluster/cluster_role.yaml"));
+  EXPECT_TRUE(text.ok()) << text.status();
+  auto docs = ParseDocuments(text.ok() ? *text : "");
+  EXPECT_TRUE(docs.ok());
+  return docs.ok() ? Granted(*docs, "ClusterRole", "") : std::set<Permission>{};
+}
+
+void ExpectEveryObjectWellFormed(const std::vector<YAML::Node>& docs) {
+  for (const YAML::Node& doc : docs) {
+    EXPECT_FALSE(Str(doc["apiVersion"]).empty()) << YAML::Dump(doc).substr(0, 200);
+    EXPECT_FALSE(Str(doc["kind"]).empty()) << YAML::Dump(doc).substr(0, 200);
+    EXPECT_FALSE(Str(doc["metadata"]["name"]).empty()) << YAML::Dump(doc).substr(0, 200);
+  }
+}
+
+// ---- kubectl kustomize ----
+
+class KustomizeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!OnPath("kubectl")) GTEST_SKIP() << "kubectl is not installed";
+  }
+};
+
+TEST_F(KustomizeTest, DeployRendersCrdRbacAndOperator) {
+  std::vector<YAML::Node> docs = Render("kubectl kustomize " + SourcePath("deploy"));
+  ExpectEveryObjectWellFormed(docs);
+  EXPECT_EQ(Kinds(docs),
+            (std::multiset<std::string>{"Namespace", "CustomResourceDefinition", "ServiceAccount",
+                                        "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
+                                        "Service", "Deployment"}));
+  for (const YAML::Node& doc : docs) {
+    const std::string kind = Str(doc["kind"]);
+    if (kind == "Namespace" || kind == "CustomResourceDefinition" || absl::StartsWith(kind, "Cluster")) {
+      continue;
+    }
+    EXPECT_EQ(Str(doc["metadata"]["namespace"]), "kubetrain-system") << kind;
+  }
+  const YAML::Node* crd = Find(docs, "CustomResourceDefinition");
+  ASSERT_NE(crd, nullptr);
+  EXPECT_EQ(Str((*crd)["metadata"]["name"]), "trainingjobs.kubetrain.io");
+  const YAML::Node* deployment = Find(docs, "Deployment");
+  ASSERT_NE(deployment, nullptr);
+  std::vector<std::string> problems = OperatorDeploymentProblems(*deployment, 2);
+  EXPECT_TRUE(problems.empty()) << absl::StrJoin(problems, "\n");
+  EXPECT_EQ(Granted(docs, "ClusterRole", "kubetrain-operator"), CheckedClusterRole());
+  // The binding names the service account the Deployment runs as.
+  const YAML::Node* binding = Find(docs, "ClusterRoleBinding");
+  ASSERT_NE(binding, nullptr);
+  EXPECT_EQ(Str((*binding)["subjects"][0]["name"]),
+            Str((*deployment)["spec"]["template"]["spec"]["serviceAccountName"]));
+  EXPECT_EQ(Str((*binding)["subjects"][0]["namespace"]), "kubetrain-system");
+}
+
+TEST_F(KustomizeTest, NamespacedOverlayUsesRolesOnly) {
+  std::vector<YAML::Node> docs =
+      Render("kubectl kustomize " + SourcePath("deploy/overlays/namespaced"));
+  ExpectEveryObjectWellFormed(docs);
+  EXPECT_EQ(Kinds(docs).count("ClusterRole"), 0u);
+  EXPECT_EQ(Kinds(docs).count("ClusterRoleBinding"), 0u);
+  for (const YAML::Node& doc : docs) EXPECT_EQ(Str(doc["metadata"]["namespace"]), "ml-team");
+  EXPECT_EQ(Granted(docs, "Role", "kubetrain-operator"), CheckedClusterRole());
+  const YAML::Node* deployment = Find(docs, "Deployment");
+  ASSERT_NE(deployment, nullptr);
+  std::vector<std::string> problems = OperatorDeploymentProblems(*deployment, 2);
+  EXPECT_TRUE(problems.empty()) << absl::StrJoin(problems, "\n");
+  bool watches_ml_team = false;
+  for (const auto& arg : (*deployment)["spec"]["template"]["spec"]["containers"][0]["args"]) {
+    watches_ml_team |= Str(arg) == "--namespace=ml-team";
+  }
+  EXPECT_TRUE(watches_ml_team);
+}
+
+// ---- helm ----
+
+class HelmTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!OnPath("helm")) {
+      GTEST_SKIP() << "helm is not installed (/work/shared/tools/get-helm.sh installs it)";
+    }
+  }
+  static std::string Chart() { return SourcePath("helm/kubetrain"); }
+  static std::string Values(const std::string& name) {
+    return SourcePath("helm/kubetrain/ci/" + name + "-values.yaml");
+  }
+};
+
+TEST_F(HelmTest, LintPassesWithDefaultAndNonDefaultValues) {
+  for (const std::string& flags :
+       {std::string(), " -f " + Values("namespaced"), " -f " + Values("single-replica")}) {
+    CommandResult result = RunCommand("helm lint --strict " + Chart() + flags);
+    EXPECT_EQ(result.exit_code, 0) << flags << "\n" << result.output;
+  }
+}
+
+TEST_F(HelmTest, DefaultValuesRenderAClusterWideOperator) {
+  std::vector<YAML::Node> docs =
+      Render("helm template kt " + Chart() + " --namespace kubetrain-system --include-crds");
+  ExpectEveryObjectWellFormed(docs);
+  EXPECT_EQ(Kinds(docs),
+            (std::multiset<std::string>{"CustomResourceDefinition", "ServiceAccount", "ClusterRole",
+                                        "ClusterRoleBinding", "Role", "RoleBinding", "Service",
+                                        "Deployment"}));
+  const YAML::Node* deployment = Find(docs, "Deployment");
+  ASSERT_NE(deployment, nullptr);
+  std::vector<std::string> problems = OperatorDeploymentProblems(*deployment, 2);
+  EXPECT_TRUE(problems.empty()) << absl::StrJoin(problems, "\n");
+  EXPECT_EQ(Granted(docs, "ClusterRole", ""), CheckedClusterRole());
+  EXPECT_EQ(Granted(docs, "Role", ""),
+            (std::set<Permission>{{"get", "coordination.k8s.io/leases"},
+                                  {"create", "coordination.k8s.io/leases"},
+                                  {"update", "coordination.k8s.io/leases"}}));
+}
+
+TEST_F(HelmTest, OneWatchedNamespaceRendersRolesThere) {
+  std::vector<YAML::Node> docs = Render("helm template kt " + Chart() +
+                                        " --namespace kubetrain-system -f " + Values("namespaced"));
+  ExpectEveryObjectWellFormed(docs);
+  EXPECT_EQ(Kinds(docs).count("ClusterRole"), 0u);
+  EXPECT_EQ(Kinds(docs).count("ServiceMonitor"), 1u);
+  EXPECT_EQ(Kinds(docs).count("ConfigMap"), 1u);
+  bool found_operator_role = false;
+  for (const YAML::Node& doc : docs) {
+    if (Str(doc["kind"]) != "Role" || Str(doc["metadata"]["namespace"]) != "ml-team") continue;
+    found_operator_role = true;
+    auto granted = GrantedPermissions(YAML::Dump(doc["rules"]));
+    ASSERT_TRUE(granted.ok()) << granted.status();
+    EXPECT_EQ(*granted, CheckedClusterRole());
+  }
+  EXPECT_TRUE(found_operator_role);
+  const YAML::Node* deployment = Find(docs, "Deployment");
+  ASSERT_NE(deployment, nullptr);
+  std::vector<std::string> problems = OperatorDeploymentProblems(*deployment, 3);
+  EXPECT_TRUE(problems.empty()) << absl::StrJoin(problems, "\n");
+  const YAML::Node container = (*deployment)["spec"]["template"]["spec"]["containers"][0];
+  EXPECT_EQ(Str(container["image"]), "registry.example.com/ml/kubetrain-operator:0.1.0-rc1");
+  std::set<std::string> args;
+  for (const auto& arg : container["args"]) args.insert(Str(arg));
+  for (const char* want : {"--namespace=ml-team", "--log-level=debug", "--http-address=:9090",
+                           "--lease-name=kt-lease", "--workers=8",
+                           "--machine-types=/etc/kubetrain/machine-types.yaml"}) {
+    EXPECT_EQ(args.count(want), 1u) << want;
+  }
+  const YAML::Node* config = Find(docs, "ConfigMap");
+  ASSERT_NE(config, nullptr);
+  YAML::Node table = YAML::Load(Str((*config)["data"]["machine-types.yaml"]));
+  EXPECT_EQ(table["a2-highgpu-1g"]["gpus"].as<int>(), 1);
+  EXPECT_EQ(table["n2-standard-8"]["memoryMiB"].as<int>(), 32768);
+  EXPECT_EQ(table["n2-standard-8"]["gpus"].as<int>(), 0);
+}
+
+TEST_F(HelmTest, SingleReplicaWithoutLeaderElection) {
+  std::vector<YAML::Node> docs = Render("helm template kt " + Chart() +
+                                        " --namespace kubetrain-system -f " +
+                                        Values("single-replica"));
+  EXPECT_EQ(Kinds(docs).count("Role"), 0u);  // no Lease rights
+  EXPECT_EQ(Kinds(docs).count("Service"), 0u);
+  const YAML::Node* deployment = Find(docs, "Deployment");
+  ASSERT_NE(deployment, nullptr);
+  std::vector<std::string> problems = OperatorDeploymentProblems(*deployment, 1);
+  EXPECT_TRUE(problems.empty()) << absl::StrJoin(problems, "\n");
+}
+
+TEST_F(HelmTest, RefusesValuesThatCannotWork) {
+  struct Case {
+    std::string set, message;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"watchNamespaces={a,b}", "exactly one"},
+           {"replicas=2,leaderElection.enabled=false", "needs leaderElection"},
+           {"logLevel=loud", "logLevel"},
+           {"machineTypes.x.cpu=2", "needs cpu and memoryMiB"}}) {
+    CommandResult result =
+        RunCommand("helm template kt " + Chart() + " --namespace k --set " + c.set);
+    EXPECT_NE(result.exit_code, 0) << c.set;
+    EXPECT_TRUE(absl::StrContains(result.output, c.message)) << c.set << "\n" << result.output;
+  }
+}
+
+}  // namespace
+}  // namespace kubetrain::deploy_testing
