@@ -3,7 +3,8 @@
 // per size:
 //   RESULT <impl> <bytes> <iters> <us_per_op> <busbw_GBps>
 // with bus bandwidth = 2(n-1)/n * bytes / time, as nccl-tests defines it.
-// run.sh starts the ranks and the peers from other libraries.
+// run.sh starts the ranks and the peers from other libraries. --ring_bytes
+// sets the shared-memory ring size (ShmTransport::Options).
 #include <algorithm>
 #include <cstdio>
 #include <iostream>
@@ -36,6 +37,7 @@ int ItersFor(size_t bytes) {
 int main(int argc, char** argv) {
   std::string transport_name = "shm", group = "kubetrain-bench", addresses_flag;
   int rank = 0, size = 2;
+  ShmTransport::Options shm_options;
   std::vector<size_t> sizes = {4 << 10, 256 << 10, 4 << 20, 64 << 20};
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
@@ -48,6 +50,7 @@ int main(int argc, char** argv) {
     else if (auto v = value("--rank")) rank = std::stoi(*v);
     else if (auto v = value("--size")) size = std::stoi(*v);
     else if (auto v = value("--addresses")) addresses_flag = *v;
+    else if (auto v = value("--ring_bytes")) shm_options.ring_bytes = std::stoul(*v);
     else if (auto v = value("--bytes")) {
       sizes.clear();
       for (absl::string_view s : absl::StrSplit(*v, ',')) sizes.push_back(std::stoul(std::string(s)));
@@ -77,7 +80,7 @@ int main(int argc, char** argv) {
     }
     transport = std::move(*t);
   } else {
-    auto t = ShmTransport::Connect(group, rank, size, connect_deadline);
+    auto t = ShmTransport::Connect(group, rank, size, shm_options, connect_deadline);
     if (!t.ok()) {
       std::cerr << t.status() << std::endl;
       return 1;
