@@ -119,5 +119,24 @@ TEST(CudaDeviceCreateTest, NoDeviceIsFailedPrecondition) {
   EXPECT_EQ(CudaDevice::CreateAllVisible().status().code(), absl::StatusCode::kFailedPrecondition);
 }
 
+TEST(CreateDeviceForPlacementTest, CpuAutoGpuAndBadValues) {
+  auto cpu = CreateDeviceForPlacement("cpu", 1);
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  EXPECT_EQ((*cpu)->type(), engine::DeviceType::kCpu);
+  EXPECT_EQ(CreateDeviceForPlacement("tpu", 1).status().code(), absl::StatusCode::kInvalidArgument);
+  auto automatic = CreateDeviceForPlacement("auto", 1);
+  ASSERT_TRUE(automatic.ok()) << automatic.status();
+  auto gpu = CreateDeviceForPlacement("gpu", 1);
+  if (VisibleDeviceCount() == 0) {
+    EXPECT_EQ((*automatic)->type(), engine::DeviceType::kCpu);
+    EXPECT_EQ(gpu.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_THAT(gpu.status().message(), HasSubstr("--device=gpu"));
+  } else {
+    EXPECT_EQ((*automatic)->type(), engine::DeviceType::kCuda);
+    ASSERT_TRUE(gpu.ok()) << gpu.status();
+    EXPECT_EQ((*gpu)->type(), engine::DeviceType::kCuda);
+  }
+}
+
 }  // namespace
 }  // namespace kubetrain::runtime::cuda

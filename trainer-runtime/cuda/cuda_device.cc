@@ -352,4 +352,23 @@ absl::StatusOr<CudaDevice::ErrorRecord> CudaDevice::ReadErrorRecord() {
   return *host_error_;
 }
 
+absl::StatusOr<std::unique_ptr<engine::Device>> CreateDeviceForPlacement(
+    absl::string_view placement, int cpu_threads, bool allow_tf32) {
+  if (placement == "cpu" || (placement == "auto" && VisibleDeviceCount() == 0)) {
+    return std::make_unique<engine::CpuDevice>(cpu_threads);
+  }
+  if (placement == "gpu" || placement == "auto") {
+    CudaDeviceOptions options;
+    options.allow_tf32 = allow_tf32;
+    absl::StatusOr<std::unique_ptr<CudaDevice>> device = CudaDevice::Create(options);
+    if (!device.ok()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("--device=", placement, ": ", device.status().message()));
+    }
+    return std::unique_ptr<engine::Device>(*std::move(device));
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("--device must be cpu, gpu or auto, got '", placement, "'"));
+}
+
 }  // namespace kubetrain::runtime::cuda

@@ -194,4 +194,12 @@ class CudaDevice final : public engine::Device {
   ErrorRecord* host_error_ = nullptr;  // pinned
 };
 
+// The device for a `--device` placement: "cpu" (a CpuDevice with
+// `cpu_threads`), "gpu" (CUDA device 0; FailedPrecondition when none is
+// visible) or "auto" (the GPU when one is visible, else the CPU).
+// InvalidArgument for another value. The entry point for the runtime's
+// --device flag in builds with CUDA.
+absl::StatusOr<std::unique_ptr<engine::Device>> CreateDeviceForPlacement(
+    absl::string_view placement, int cpu_threads, bool allow_tf32 = false);
+
 }  // namespace kubetrain::runtime::cuda
