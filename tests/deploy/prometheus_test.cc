@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -97,6 +98,9 @@ class PrometheusProcess {
         dup2(fd, 1);
         dup2(fd, 2);
       }
+      // Nothing else of ours: the MetricsServers' listening sockets, inherited
+      // without close-on-exec, would otherwise also be Prometheus's.
+      close_range(3, ~0U, 0);
       const std::string config_flag = "--config.file=" + config;
       const std::string storage_flag = "--storage.tsdb.path=" + dir + "/data";
       execl(kPrometheus, kPrometheus, config_flag.c_str(), storage_flag.c_str(),
@@ -152,12 +156,15 @@ class PrometheusTest : public ::testing::Test {
   }
 
   // The samples `query` returns now: labels -> value.
-  std::vector<std::pair<nlohmann::json, double>> Query(int port, const std::string& query) {
-    std::vector<std::pair<nlohmann::json, double>> out;
+  absl::StatusOr<std::vector<std::pair<nlohmann::json, double>>> Query(int port,
+                                                                       const std::string& query) {
     auto reply = HttpGet("127.0.0.1", port, "/api/v1/query?query=" + UrlEncode(query));
-    if (!reply.ok() || reply->status != 200) return out;
+    if (!reply.ok()) return reply.status();
     nlohmann::json body = nlohmann::json::parse(reply->body, nullptr, false);
-    if (!body.is_object() || body.value("status", "") != "success") return out;
+    if (reply->status != 200 || !body.is_object() || body.value("status", "") != "success") {
+      return absl::InternalError(absl::StrCat("HTTP ", reply->status, ": ", reply->body));
+    }
+    std::vector<std::pair<nlohmann::json, double>> out;
     for (const auto& sample : body["data"]["result"]) {
       double value;
       if (absl::SimpleAtod(sample["value"][1].get<std::string>(), &value)) {
@@ -170,11 +177,16 @@ class PrometheusTest : public ::testing::Test {
   // Polls until `query` returns exactly one sample equal to `want` (from the
   // scrape job `job`), or the deadline passes.
   ::testing::AssertionResult Eventually(int port, const std::string& query, double want,
-                                        const std::string& job, absl::Duration timeout) {
-    const absl::Time deadline = absl::Now() + timeout;
+                                        const std::string& job, absl::Time deadline) {
     std::string last = "no reply";
     while (absl::Now() < deadline) {
-      auto samples = Query(port, query);
+      auto result = Query(port, query);
+      if (!result.ok()) {
+        last = result.status().ToString();
+        absl::SleepFor(absl::Milliseconds(200));
+        continue;
+      }
+      const auto& samples = *result;
       if (samples.size() == 1 && samples[0].second == want &&
           samples[0].first.value("job", "") == job) {
         return ::testing::AssertionSuccess();
@@ -186,6 +198,12 @@ class PrometheusTest : public ::testing::Test {
     }
     return ::testing::AssertionFailure() << query << ": want " << want << " from job " << job
                                          << ", last saw " << last;
+  }
+
+  // Prometheus's view of its scrape targets, for failure messages.
+  std::string Targets(int port) {
+    auto reply = HttpGet("127.0.0.1", port, "/api/v1/targets");
+    return reply.ok() ? reply->body : reply.status().ToString();
   }
 
   std::string dir_;
@@ -230,10 +248,12 @@ TEST_F(PrometheusTest, ScrapesOperatorAndRuntimeMetrics) {
   }
   ASSERT_TRUE(port.has_value()) << "Prometheus did not listen:\n" << prometheus.Log();
 
-  const absl::Duration timeout = absl::Seconds(60);
+  // One deadline for all the waits below: scrapes are every second.
+  const absl::Time timeout = absl::Now() + absl::Seconds(90);
   EXPECT_TRUE(Eventually(*port, "up{job=\"kubetrain-operator\"}", 1, "kubetrain-operator", timeout))
-      << prometheus.Log();
-  EXPECT_TRUE(Eventually(*port, "up{job=\"kubetrain-runtime\"}", 1, "kubetrain-runtime", timeout));
+      << prometheus.Log() << Targets(*port);
+  EXPECT_TRUE(Eventually(*port, "up{job=\"kubetrain-runtime\"}", 1, "kubetrain-runtime", timeout))
+      << Targets(*port);
   EXPECT_TRUE(Eventually(*port, "kubetrain_operator_reconcile_total{result=\"success\"}", 3,
                          "kubetrain-operator", timeout));
   EXPECT_TRUE(Eventually(*port,
