@@ -70,9 +70,9 @@ std::unique_ptr<Tuner> MakeTuner(const HyperparameterSpec& spec, uint64_t seed,
   options.local_candidates = o.value("local_candidates", options.local_candidates);
   options.refine_starts = o.value("refine_starts", options.refine_starts);
   options.explore_every = o.value("explore_every", options.explore_every);
-  options.explore_length_factor = o.value("explore_length_factor", options.explore_length_factor);
-  options.explore_margin = o.value("explore_margin", options.explore_margin);
-  options.explore_inset = o.value("explore_inset", options.explore_inset);
+  options.explore_radius = o.value("explore_radius", options.explore_radius);
+  options.stall_window = o.value("stall_window", options.stall_window);
+  options.stall_tolerance = o.value("stall_tolerance", options.stall_tolerance);
   options.fit.restarts = o.value("restarts", options.fit.restarts);
   options.fit.random_starts = o.value("random_starts", options.fit.random_starts);
   options.fit.max_iterations = o.value("fit_iterations", options.fit.max_iterations);

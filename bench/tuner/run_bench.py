@@ -83,9 +83,12 @@ def run_optuna(sampler_name, fname, trials, batch, seed):
     values = []
     while len(values) < trials:
         n = min(batch, trials - len(values))
+        # Optuna samples when a parameter is suggested: every trial of the
+        # batch draws its point before any of them is told its value.
         asked = [study.ask() for _ in range(n)]
-        for t in asked:
-            x = [t.suggest_float(f"x{d}", lo, hi) for d, (lo, hi) in enumerate(bounds)]
+        points = [[t.suggest_float(f"x{d}", lo, hi) for d, (lo, hi) in enumerate(bounds)]
+                  for t in asked]
+        for t, x in zip(asked, points):
             y = f(x)
             study.tell(t, y)
             values.append(y)

@@ -96,20 +96,29 @@ class Model {
       y_fit[i] = y[fit_idx[i]];
     }
     GpHyperparameters h = FitHyperparameters(x_fit, y_fit, rng, options.fit);
-    if (explore) h.length_scales *= options.explore_length_factor;
     absl::StatusOr<GaussianProcess> gp = GaussianProcess::Fit(x, y, h);
     if (!gp.ok()) return std::nullopt;
-    m.best_ = y.minCoeff() - (explore ? options.explore_margin : 0.0);
-    if (explore) {
-      m.lo_ = options.explore_inset;
-      m.hi_ = 1.0 - options.explore_inset;
-    }
 
-    // Local candidates start from the best observed points.
     std::vector<int> order(train.size());
     std::iota(order.begin(), order.end(), 0);
     std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return y[a] < y[b]; });
-    for (size_t i = 0; i < order.size() && i < 5; ++i) m.anchors_.push_back(x.row(order[i]));
+    m.best_ = y[order[0]];
+    if (explore) {
+      m.exclude_center_ = x.row(order[0]).transpose();
+      m.exclude_radius_ = options.explore_radius;
+      m.inv_length_ = h.length_scales.cwiseInverse();
+      // Improvement is measured against the best point outside the basin.
+      for (int i : order) {
+        if (!m.Excluded(x.row(i).transpose())) {
+          m.best_ = y[i];
+          break;
+        }
+      }
+    }
+    // Local candidates start from the best (eligible) observed points.
+    for (size_t i = 0; i < order.size() && m.anchors_.size() < 5; ++i) {
+      if (!m.Excluded(x.row(order[i]).transpose())) m.anchors_.push_back(x.row(order[i]));
+    }
 
     // Pending trials enter as kriging believers: their value is the mean the
     // model already predicts, so they shrink the variance around them without
@@ -149,14 +158,14 @@ class Model {
     Eigen::MatrixXd cands(num_random + per_anchor * anchors_.size(), dims);
     Eigen::Index row = 0;
     for (int i = 0; i < num_random; ++i, ++row) {
-      for (int d = 0; d < dims; ++d) cands(row, d) = lo_ + (hi_ - lo_) * rng.Uniform();
+      for (int d = 0; d < dims; ++d) cands(row, d) = rng.Uniform();
     }
     static constexpr double kScales[] = {0.003, 0.03, 0.1, 0.3};
     for (const Eigen::VectorXd& anchor : anchors_) {
       for (int i = 0; i < per_anchor; ++i, ++row) {
         const double scale = kScales[i % 4];
         for (int d = 0; d < dims; ++d) {
-          cands(row, d) = std::clamp(anchor[d] + scale * rng.Normal(), lo_, hi_);
+          cands(row, d) = std::clamp(anchor[d] + scale * rng.Normal(), 0.0, 1.0);
         }
       }
     }
@@ -215,12 +224,19 @@ class Model {
   Model(const SearchSpace& space, const BayesianOptions& options)
       : space_(&space), options_(&options) {}
 
+  bool Excluded(const Eigen::VectorXd& point) const {
+    return exclude_radius_ > 0 &&
+           (point - exclude_center_).cwiseProduct(inv_length_).norm() < exclude_radius_;
+  }
+
   Eigen::VectorXd Score(const Eigen::MatrixXd& points) const {
     Eigen::VectorXd mean, var;
     gp_->Predict(points, &mean, &var);
     Eigen::VectorXd out(points.rows());
     for (Eigen::Index i = 0; i < points.rows(); ++i) {
-      out[i] = LogExpectedImprovement(mean[i], var[i], best_, nullptr, nullptr);
+      out[i] = Excluded(points.row(i).transpose())
+                   ? -std::numeric_limits<double>::infinity()
+                   : LogExpectedImprovement(mean[i], var[i], best_, nullptr, nullptr);
     }
     return out;
   }
@@ -242,8 +258,8 @@ class Model {
     mo.max_evaluations = 80;
     mo.relative_tolerance = 1e-10;
     mo.gradient_tolerance = 1e-9;
-    return MinimizeInBox(objective, start, Eigen::VectorXd::Constant(dims, lo_),
-                         Eigen::VectorXd::Constant(dims, hi_), mo)
+    return MinimizeInBox(objective, start, Eigen::VectorXd::Zero(dims),
+                         Eigen::VectorXd::Ones(dims), mo)
         .x;
   }
 
@@ -267,11 +283,27 @@ class Model {
   Eigen::VectorXd y_;
   std::optional<GaussianProcess> gp_;
   double best_ = 0;
-  double lo_ = 0.0, hi_ = 1.0;  // the box candidates are drawn from
+  // Exploration steps exclude a ball around the incumbent (length-scale
+  // units); radius 0 excludes nothing.
+  Eigen::VectorXd exclude_center_, inv_length_;
+  double exclude_radius_ = 0;
   static constexpr int kMaxBatchBelievers = 32;
   int believers_ = 0;
   std::vector<Eigen::VectorXd> anchors_;
 };
+
+// True when the best loss improved by less than stall_tolerance standard
+// deviations (of all losses) over the last stall_window observations.
+bool Stalled(const std::vector<double>& loss, const BayesianOptions& options) {
+  const int n = static_cast<int>(loss.size());
+  if (n <= options.stall_window) return false;
+  const double before = *std::min_element(loss.begin(), loss.end() - options.stall_window);
+  const double now = *std::min_element(loss.begin(), loss.end());
+  double mean = 0, sq = 0;
+  for (double v : loss) mean += v / n;
+  for (double v : loss) sq += (v - mean) * (v - mean) / n;
+  return before - now <= options.stall_tolerance * std::sqrt(sq);
+}
 
 // A uniform unused point, or the first unused grid point of a finite space;
 // nullopt when the space is exhausted (or, for an infinite space, when
@@ -342,7 +374,8 @@ std::vector<Assignment> BayesianOptimizer::Suggest(const std::vector<TrialRecord
     } else {
       if (!model) {
         const bool explore = options_.explore_every > 0 &&
-                             design_index % options_.explore_every == options_.explore_every - 1;
+                             design_index % options_.explore_every == options_.explore_every - 1 &&
+                             Stalled(h.observed_loss, options_);
         model = Model::Build(space_, options_, h, rng, explore);
         model_failed = !model.has_value();
       }

@@ -363,3 +363,37 @@ TEST(MedianStoppingTest, NeedsDataOnBothSides) {
 
 }  // namespace
 }  // namespace kubetrain::tuner
+
+namespace kubetrain::tuner {
+namespace {
+
+TEST(BayesianOptimizerTest, StalledStudiesCanStepAwayFromTheIncumbentsBasin) {
+  HyperparameterSpec spec;
+  spec.set_goal(HyperparameterSpec::MINIMIZE);
+  AddParam(spec, "x", ParameterSpec::DOUBLE, 0, 1);
+  absl::StatusOr<SearchSpace> space = SearchSpace::Create(spec);
+  ASSERT_TRUE(space.ok());
+  // A spread of points, then a cluster around the optimum at 0.3 that no
+  // longer improves.
+  std::vector<TrialRecord> history;
+  auto add = [&](double x) {
+    history.push_back(Record(static_cast<int>(history.size()), {{"x", FormatDouble(x)}},
+                             Status::kCompleted, (x - 0.3) * (x - 0.3)));
+  };
+  for (double x : {0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0}) add(x);
+  for (double x : {0.31, 0.29, 0.305, 0.295, 0.302, 0.298}) add(x);
+  auto near_optimum = [](const std::vector<Assignment>& s) {
+    return std::abs(Number(s.at(0).at("x")) - 0.3) < 0.02;
+  };
+  BayesianOptions plain;
+  BayesianOptimizer exploit(*space, spec, 1, plain);
+  EXPECT_TRUE(near_optimum(exploit.Suggest(history, 1)));
+  BayesianOptions options;
+  options.explore_every = 1;
+  options.stall_window = 5;
+  BayesianOptimizer explore(*space, spec, 1, options);
+  EXPECT_FALSE(near_optimum(explore.Suggest(history, 1)));
+}
+
+}  // namespace
+}  // namespace kubetrain::tuner
