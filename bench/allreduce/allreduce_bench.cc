@@ -4,7 +4,7 @@
 //   RESULT <impl> <bytes> <iters> <us_per_op> <busbw_GBps>
 // with bus bandwidth = 2(n-1)/n * bytes / time, as nccl-tests defines it.
 // run.sh starts the ranks and the peers from other libraries. --ring_bytes
-// sets the shared-memory ring size (ShmTransport::Options).
+// and --spin_iterations set ShmTransport::Options.
 #include <algorithm>
 #include <cstdio>
 #include <iostream>
@@ -51,6 +51,7 @@ int main(int argc, char** argv) {
     else if (auto v = value("--size")) size = std::stoi(*v);
     else if (auto v = value("--addresses")) addresses_flag = *v;
     else if (auto v = value("--ring_bytes")) shm_options.ring_bytes = std::stoul(*v);
+    else if (auto v = value("--spin_iterations")) shm_options.spin_iterations = std::stoi(*v);
     else if (auto v = value("--bytes")) {
       sizes.clear();
       for (absl::string_view s : absl::StrSplit(*v, ',')) sizes.push_back(std::stoul(std::string(s)));
