@@ -10,9 +10,12 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <variant>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "absl/strings/str_join.h"
 #include "operator/core/tf_config.h"
 
@@ -65,6 +68,16 @@ core::ObservedReplica Observe(const ReplicaRecord& record, const ProcessStatus& 
   return observed;
 }
 
+std::string ReadSmallFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// How long a replica recorded as starting may take to show its pid.
+constexpr absl::Duration kStartGracePeriod = absl::Seconds(30);
+
 bool IsDefaultRuntimeCommand(const std::vector<std::string>& command) {
   return command.size() == 2 && command[0] == "kubetrain-runtime" && command[1] == "train";
 }
@@ -89,6 +102,7 @@ absl::StatusOr<bool> AnyReplicaRunning(JobStore& store, ProcessLauncher& launche
   absl::StatusOr<std::vector<ReplicaRecord>> records = store.ListReplicas(job);
   if (!records.ok()) return records.status();
   for (const ReplicaRecord& r : *records) {
+    if (r.pid == kPidStarting) return true;
     if (r.pid != 0 && launcher.Probe({r.pid, r.start_ticks}, r.exit_path, r.state_path).state ==
                           ProcessStatus::State::kRunning) {
       return true;
@@ -155,7 +169,31 @@ absl::StatusOr<bool> Controller::SyncJob(const std::string& name) {
   bool any_running = false;
   for (const ReplicaRecord& record : *records) {
     ProcessStatus status;
-    if (record.pid == 0) {
+    if (record.pid == kPidStarting) {
+      // The controller died while starting it: the supervisor, if it got as
+      // far, has written its pid. Until then the replica is pending; one that
+      // never appears is lost (and replaced per policy), never started twice
+      // behind our back.
+      int pid = 0;
+      if (absl::SimpleAtoi(absl::StripAsciiWhitespace(ReadSmallFile(record.pid_path)), &pid) && pid > 0) {
+        ReplicaRecord adopted = record;
+        adopted.pid = pid;
+        adopted.start_ticks = ProcessStartTicks(pid).value_or(0);
+        if (absl::Status s = store_->PutReplica(adopted); !s.ok()) return s;
+        status = launcher_->Probe({adopted.pid, adopted.start_ticks}, record.exit_path, record.state_path);
+      } else if (options_.clock() - record.created < kStartGracePeriod) {
+        core::ObservedReplica pending;
+        pending.name = record.name;
+        pending.key = record.key;
+        pending.created = record.created;
+        pending.phase = core::ReplicaPhase::kPending;
+        observed.replicas.push_back(pending);
+        any_running = true;
+        continue;
+      } else {
+        status.state = ProcessStatus::State::kGone;
+      }
+    } else if (record.pid == 0) {
       // It never started (see CreateReplica): it failed with exit code 127.
       status.state = ProcessStatus::State::kExited;
       status.exit_code = 127;
@@ -261,6 +299,7 @@ absl::Status Controller::CreateReplica(const v1::TrainingJob& job, const core::D
   request.log_path = LogPath(options_.home, name, replica.key.trial_id, LogTaskName(replica.key));
   request.exit_path = absl::StrCat(job_dir, "/run/", replica.name, ".exit");
   request.state_path = absl::StrCat(job_dir, "/run/", replica.name, ".state");
+  request.pid_path = absl::StrCat(job_dir, "/run/", replica.name, ".pid");
   request.restart_on_failure = replica.restart_policy == core::ContainerRestartPolicy::kOnFailure;
   request.env = replica.env;
   const std::string metric_path = absl::StrCat(job_dir, "/metrics/", stem, ".metrics");
@@ -292,14 +331,21 @@ absl::Status Controller::CreateReplica(const v1::TrainingJob& job, const core::D
   record.log_path = request.log_path;
   record.exit_path = request.exit_path;
   record.state_path = request.state_path;
+  record.pid_path = request.pid_path;
   record.metric_path = metric_path;
   record.created = options_.clock();
+  // On record before it exists, so that a controller killed during the
+  // launch finds it afterwards instead of starting it a second time.
+  record.pid = kPidStarting;
+  std::filesystem::remove(request.pid_path, ec);
+  if (absl::Status s = store_->PutReplica(record); !s.ok()) return s;
   absl::StatusOr<ProcessId> id = launcher_->Launch(request);
   if (!id.ok()) {
     // Like a container that cannot start: the replica fails with exit code
     // 127 and the reason in its log, and the restart policy decides.
     std::filesystem::create_directories(std::filesystem::path(request.log_path).parent_path(), ec);
     std::filesystem::create_directories(std::filesystem::path(request.exit_path).parent_path(), ec);
+    record.pid = 0;
     std::ofstream(request.log_path, std::ios::app)
         << absl::ToDoubleSeconds(options_.clock() - absl::UnixEpoch()) << " E " << id.status().message() << "\n";
   } else {

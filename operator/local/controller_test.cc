@@ -267,5 +267,44 @@ TEST_F(ControllerTest, ContainerCommandAndPythonModuleAreRunAsGiven) {
   EXPECT_THAT(EnvOf(launcher_.launched[1], "PYTHONPATH"), HasSubstr("/src/pkg"));
 }
 
+TEST_F(ControllerTest, ReplicaRecordedAsStartingIsAdoptedOrReplacedNeverDoubled) {
+  v1::TrainingJob job = BasicJob("starting");
+  job.mutable_spec()->mutable_run_policy()->set_restart_policy(v1::RunPolicy::OnFailure);
+  Submit(job);
+  Sync("starting");
+  ASSERT_EQ(launcher_.launched.size(), 1u);
+  // The controller died between recording and launching: the record says
+  // "starting", and the supervisor wrote its pid.
+  ReplicaRecord record = (*store_->ListReplicas("starting"))[0];
+  const int pid = record.pid;
+  record.pid = kPidStarting;
+  ASSERT_TRUE(store_->PutReplica(record).ok());
+  std::filesystem::create_directories(std::filesystem::path(record.pid_path).parent_path());
+  std::ofstream(record.pid_path) << pid << "\n";
+  NewController();
+  Sync("starting");
+  EXPECT_EQ(launcher_.launched.size(), 1u);  // adopted, not started again
+  EXPECT_EQ((*store_->ListReplicas("starting"))[0].pid, pid);
+
+  // Died before the launch: no pid ever shows up. Pending for a while, then
+  // lost and replaced once.
+  record.pid = kPidStarting;
+  record.created = now_;
+  ASSERT_TRUE(store_->PutReplica(record).ok());
+  std::filesystem::remove(record.pid_path);
+  NewController();
+  Sync("starting");
+  EXPECT_EQ(launcher_.launched.size(), 1u);
+  now_ += absl::Seconds(60);
+  for (int i = 0; i < 20 && launcher_.launched.size() == 1; ++i) {
+    now_ += absl::Seconds(20);
+    Sync("starting");
+  }
+  EXPECT_EQ(launcher_.launched.size(), 2u);
+  launcher_.Exit("starting-master-0", 0);
+  Sync("starting");
+  EXPECT_EQ(Get("starting").status().state(), v1::SUCCEEDED);
+}
+
 }  // namespace
 }  // namespace kubetrain::local

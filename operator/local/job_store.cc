@@ -123,7 +123,7 @@ absl::Status JobStore::Migrate() {
       name TEXT PRIMARY KEY, job TEXT NOT NULL, trial TEXT NOT NULL, role TEXT NOT NULL,
       idx INTEGER NOT NULL, pid INTEGER NOT NULL, start_ticks INTEGER NOT NULL,
       log_path TEXT NOT NULL, exit_path TEXT NOT NULL, state_path TEXT NOT NULL,
-      metric_path TEXT NOT NULL, created REAL NOT NULL);
+      pid_path TEXT NOT NULL, metric_path TEXT NOT NULL, created REAL NOT NULL);
     CREATE INDEX IF NOT EXISTS replicas_by_job ON replicas(job);
     CREATE TABLE IF NOT EXISTS ports (
       job TEXT NOT NULL, replica TEXT NOT NULL, port INTEGER NOT NULL,
@@ -219,8 +219,8 @@ absl::Status JobStore::RequestCancel(const std::string& name) {
 absl::Status JobStore::PutReplica(const ReplicaRecord& r) {
   Statement insert(db_,
                    "INSERT OR REPLACE INTO replicas (name, job, trial, role, idx, pid, start_ticks, "
-                   "log_path, exit_path, state_path, metric_path, created) "
-                   "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+                   "log_path, exit_path, state_path, pid_path, metric_path, created) "
+                   "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
   insert.Bind(1, r.name)
       .Bind(2, r.job)
       .Bind(3, r.key.trial_id)
@@ -231,8 +231,9 @@ absl::Status JobStore::PutReplica(const ReplicaRecord& r) {
       .Bind(8, r.log_path)
       .Bind(9, r.exit_path)
       .Bind(10, r.state_path)
-      .Bind(11, r.metric_path)
-      .BindDouble(12, UnixSecondsOf(r.created));
+      .Bind(11, r.pid_path)
+      .Bind(12, r.metric_path)
+      .BindDouble(13, UnixSecondsOf(r.created));
   if (insert.Step() != SQLITE_DONE) return SqlError(db_, path_, "recording replica " + r.name);
   return absl::OkStatus();
 }
@@ -240,7 +241,7 @@ absl::Status JobStore::PutReplica(const ReplicaRecord& r) {
 absl::StatusOr<std::vector<ReplicaRecord>> JobStore::ListReplicas(const std::string& job) {
   Statement select(db_,
                    "SELECT name, job, trial, role, idx, pid, start_ticks, log_path, exit_path, "
-                   "state_path, metric_path, created FROM replicas WHERE job = ? ORDER BY name");
+                   "state_path, pid_path, metric_path, created FROM replicas WHERE job = ? ORDER BY name");
   select.Bind(1, job);
   std::vector<ReplicaRecord> records;
   int rc;
@@ -261,8 +262,9 @@ absl::StatusOr<std::vector<ReplicaRecord>> JobStore::ListReplicas(const std::str
     r.log_path = select.Text(7);
     r.exit_path = select.Text(8);
     r.state_path = select.Text(9);
-    r.metric_path = select.Text(10);
-    r.created = absl::UnixEpoch() + absl::Seconds(select.Double(11));
+    r.pid_path = select.Text(10);
+    r.metric_path = select.Text(11);
+    r.created = absl::UnixEpoch() + absl::Seconds(select.Double(12));
     records.push_back(std::move(r));
   }
   if (rc != SQLITE_DONE) return SqlError(db_, path_, "listing replicas of job " + job);

@@ -37,17 +37,22 @@ inline constexpr int kSchemaVersion = 1;
 // A replica process the controller started: enough to find it again after a
 // controller restart (pid + the kernel's start time of that pid, so a reused
 // pid is never mistaken for the replica) and to learn how it ended.
+inline constexpr int kPidStarting = -1;
+
 struct ReplicaRecord {
   std::string name;  // core::ReplicaName
   std::string job;   // metadata.name
   core::ReplicaKey key;
   // The replica's supervisor, leader of its process group; 0 when the
-  // replica could not be started (it counts as exited with code 127).
+  // replica could not be started (it counts as exited with code 127);
+  // kPidStarting while it is being started (recorded before the launch, so a
+  // controller that dies mid-launch finds the pid in `pid_path` afterwards).
   int pid = 0;
   uint64_t start_ticks = 0;    // /proc/<pid>/stat field 22; 0 when unknown
   std::string log_path;
   std::string exit_path;   // written (atomically) by the supervisor when the replica ends
   std::string state_path;  // restart count and last exit code, by the supervisor
+  std::string pid_path;    // the supervisor's pid, written by itself
   std::string metric_path;  // the replica's CLOUD_ML_HP_METRIC_FILE ("" outside trials)
   absl::Time created = absl::InfinitePast();
 };

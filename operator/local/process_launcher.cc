@@ -44,6 +44,8 @@ struct SupervisorPlan {
   const char* exit_tmp_path;
   const char* state_path;
   const char* state_tmp_path;
+  const char* pid_path;  // nullptr: none
+  const char* pid_tmp_path;
   bool restart_on_failure;
 };
 
@@ -187,6 +189,12 @@ int PumpAndWait(pid_t child, int out_fd, int err_fd, int log_fd) {
 
 [[noreturn]] void RunSupervisor(const SupervisorPlan& plan) {
   setsid();
+  if (plan.pid_path != nullptr) {
+    char text[32];
+    size_t n = FormatInt(text, getpid());
+    text[n++] = '\n';
+    WriteFileAtomically(plan.pid_tmp_path, plan.pid_path, text, n);
+  }
   signal(SIGPIPE, SIG_DFL);
   signal(SIGTERM, SIG_DFL);
   signal(SIGINT, SIG_DFL);
@@ -391,6 +399,8 @@ absl::StatusOr<ProcessId> RealProcessLauncher::Launch(const LaunchRequest& reque
   std::vector<char*> env_ptrs = CStrings(env_strings);
   const std::string exit_tmp = request.exit_path + ".tmp";
   const std::string state_tmp = request.state_path + ".tmp";
+  const std::string pid_tmp = request.pid_path + ".tmp";
+  if (!request.pid_path.empty()) std::filesystem::remove(request.pid_path, ec);
   SupervisorPlan plan{executable->c_str(),
                       argv_ptrs.data(),
                       env_ptrs.data(),
@@ -400,6 +410,8 @@ absl::StatusOr<ProcessId> RealProcessLauncher::Launch(const LaunchRequest& reque
                       exit_tmp.c_str(),
                       request.state_path.c_str(),
                       state_tmp.c_str(),
+                      request.pid_path.empty() ? nullptr : request.pid_path.c_str(),
+                      pid_tmp.c_str(),
                       request.restart_on_failure};
 
   int pid_pipe[2];

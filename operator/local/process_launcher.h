@@ -44,6 +44,9 @@ struct LaunchRequest {
   std::string log_path;     // created with its folder
   std::string exit_path;
   std::string state_path;
+  // When set, the supervisor writes its pid here (atomically) before anything
+  // else, so a controller that died while launching can find what it started.
+  std::string pid_path;
   bool restart_on_failure = false;
 };
 

@@ -1,0 +1,315 @@
+// The local backend end to end: the real `kubetrain` CLI, its background
+// controller, supervisors and (fake) trainer processes, in a private
+// KUBETRAIN_HOME.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "absl/time/clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "operator/local/job_store.h"
+#include "operator/local/process_launcher.h"
+#include "operator/local/test_util.h"
+
+namespace kubetrain::local {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+std::string Quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+struct RunResult {
+  int code = -1;
+  std::string out;
+  std::string err;
+};
+
+// Polls `done` until it holds or `limit` passes (a condition, not a delay).
+bool WaitFor(const std::function<bool()>& done, absl::Duration limit = absl::Seconds(120)) {
+  const absl::Time deadline = absl::Now() + limit;
+  while (!done()) {
+    if (absl::Now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return true;
+}
+
+class LocalBackendTest : public ::testing::Test {
+ protected:
+  void TearDown() override {
+    // No controller outlives the test.
+    int pid = ControllerPid();
+    if (pid > 0) kill(pid, SIGKILL);
+  }
+
+  RunResult Kubetrain(const std::vector<std::string>& args, const std::string& env = "") {
+    std::string command = absl::StrCat("KUBETRAIN_HOME=", Quote(home_.path()), " ", env, " ", Quote(KUBETRAIN_CLI));
+    for (const std::string& a : args) absl::StrAppend(&command, " ", Quote(a));
+    const std::string out = home_.path() + "/cmd.out";
+    const std::string err = home_.path() + "/cmd.err";
+    absl::StrAppend(&command, " >", Quote(out), " 2>", Quote(err), " </dev/null");
+    int status = std::system(command.c_str());
+    RunResult r;
+    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    r.out = ReadFile(out);
+    r.err = ReadFile(err);
+    return r;
+  }
+
+  std::string WriteConfig(const std::string& name, const std::string& yaml) {
+    const std::string path = work_.path() + "/" + name;
+    std::ofstream(path) << yaml;
+    return path;
+  }
+
+  // A config running the fake trainer as every replica.
+  std::string FakeTrainerConfig(const std::string& extra_input, const std::string& args,
+                                const std::string& run_policy = "") {
+    return absl::StrCat("trainingInput:\n", extra_input,
+                        "  masterConfig: {containerCommand: [", FAKE_TRAINER, "]}\n",
+                        "  workerConfig: {containerCommand: [", FAKE_TRAINER, "]}\n",
+                        "  parameterServerConfig: {containerCommand: [", FAKE_TRAINER, "]}\n",
+                        "  args: [", args, ", --record_dir=", work_.path(), "]\n", run_policy);
+  }
+
+  v1::TrainingJob Job(const std::string& name) {
+    auto store = JobStore::Open(home_.path() + "/jobs.db");
+    EXPECT_TRUE(store.ok()) << store.status();
+    auto job = (*store)->GetJob(name);
+    EXPECT_TRUE(job.ok()) << job.status();
+    return job.ok() ? *job : v1::TrainingJob();
+  }
+
+  bool Finished(const std::string& name) {
+    v1::State s = Job(name).status().state();
+    return s == v1::SUCCEEDED || s == v1::FAILED || s == v1::CANCELLED;
+  }
+
+  int ControllerPid() {
+    int pid = 0;
+    if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(ReadFile(home_.path() + "/controller.lock")), &pid)) return 0;
+    return pid;
+  }
+
+  // Lines of the fake trainer's run record: trial, task, pid[, child pid].
+  std::vector<std::vector<std::string>> Runs() {
+    std::vector<std::vector<std::string>> runs;
+    for (absl::string_view line : absl::StrSplit(ReadFile(work_.path() + "/runs"), '\n', absl::SkipEmpty())) {
+      runs.push_back(absl::StrSplit(line, ' '));
+    }
+    return runs;
+  }
+
+  TempDir home_;
+  TempDir work_;
+};
+
+TEST_F(LocalBackendTest, CorruptConfigIsRejectedWithPositionsAndCreatesNothing) {
+  const std::string config = WriteConfig("bad.yaml",
+                                         "trainingInput:\n"
+                                         "  scaleTier: STANDARD_1\n"
+                                         "  hyperparameters:\n"
+                                         "    maxTrials: 2\n"
+                                         "    params:\n"
+                                         "      - parameterName: lr\n"
+                                         "        type: DOUBLE\n"
+                                         "        minValue: 0\n"
+                                         "        maxValue: 0.5\n"
+                                         "        scaleType: UNIT_LOG_SCALE\n");
+  RunResult r = Kubetrain({"jobs", "submit", "training", "bad_job", "--local", "--config", config});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("bad.yaml"));
+  EXPECT_THAT(r.err, HasSubstr("minValue"));
+  EXPECT_THAT(r.err, HasSubstr("nothing was submitted"));
+  const std::string broken = WriteConfig("broken.yaml", "trainingInput: {scaleTier: [unclosed\n");
+  RunResult syntax = Kubetrain({"jobs", "submit", "training", "bad_job", "--local", "--config", broken});
+  EXPECT_EQ(syntax.code, 2);
+  EXPECT_THAT(syntax.err, HasSubstr("broken.yaml"));
+  RunResult list = Kubetrain({"jobs", "list", "--local"});
+  EXPECT_EQ(list.code, 0);
+  EXPECT_EQ(list.out, "");
+  EXPECT_EQ(ControllerPid(), 0);  // no controller was started either
+  RunResult describe = Kubetrain({"jobs", "describe", "bad_job", "--local"});
+  EXPECT_EQ(describe.code, 1);
+  EXPECT_THAT(describe.err, HasSubstr("bad_job"));
+  RunResult unknown = Kubetrain({"jobs", "list", "--local", "--colour"});
+  EXPECT_EQ(unknown.code, 2);
+  EXPECT_THAT(unknown.err, HasSubstr("--colour"));
+}
+
+TEST_F(LocalBackendTest, ReplicaFailingOnceUnderOnFailureIsRestartedAndTheJobSucceeds) {
+  const std::string config = WriteConfig(
+      "onfailure.yaml", FakeTrainerConfig("", absl::StrCat("--fail_once=", work_.path(), "/failed-once"),
+                                          "runPolicy: {restartPolicy: OnFailure, backoffLimit: 2}\n"));
+  // A manifest's runPolicy is outside trainingInput: use the manifest form.
+  const std::string manifest = WriteConfig(
+      "onfailure-job.yaml",
+      absl::StrCat("apiVersion: kubetrain.io/v1\nkind: TrainingJob\nmetadata: {name: restart_job}\nspec:\n  ",
+                   absl::StrJoin(absl::StrSplit(ReadFile(config), '\n'), "\n  ")));
+  RunResult r = Kubetrain({"jobs", "submit", "training", "restart_job", "--local", "--config", manifest,
+                           "--stream-logs"});
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_THAT(r.out, HasSubstr("Job [restart_job] submitted successfully."));
+  EXPECT_THAT(r.out, HasSubstr("failing on purpose"));
+  v1::TrainingJob job = Job("restart_job");
+  EXPECT_EQ(job.status().state(), v1::SUCCEEDED) << job.status().error_message();
+  EXPECT_GE(job.status().restart_count(), 1);
+  EXPECT_EQ(Runs().size(), 2u);  // the failed attempt and the restart
+}
+
+TEST_F(LocalBackendTest, CancelEndsCancelledWithNoChildProcessLeft) {
+  const std::string config = WriteConfig(
+      "long.yaml", FakeTrainerConfig("  scaleTier: CUSTOM\n  masterType: standard\n  workerType: standard\n"
+                                     "  workerCount: 2\n",
+                                     "--sleep_ms=600000, --spawn_child"));
+  RunResult r = Kubetrain({"jobs", "submit", "training", "long_job", "--local", "--config", config});
+  ASSERT_EQ(r.code, 0) << r.err;
+  ASSERT_TRUE(WaitFor([&] { return Runs().size() == 3; })) << ReadFile(home_.path() + "/controller.log");
+  std::vector<int> pids;
+  for (const auto& run : Runs()) {
+    ASSERT_EQ(run.size(), 4u);
+    for (size_t i = 2; i < 4; ++i) {
+      int pid = 0;
+      ASSERT_TRUE(absl::SimpleAtoi(run[i], &pid));
+      pids.push_back(pid);
+      EXPECT_TRUE(ProcessAlive(pid, 0));
+    }
+  }
+  RunResult cancel = Kubetrain({"jobs", "cancel", "long_job", "--local"});
+  EXPECT_EQ(cancel.code, 0) << cancel.err;
+  EXPECT_THAT(cancel.out, HasSubstr("Cancelled job [long_job]"));
+  ASSERT_TRUE(WaitFor([&] { return Finished("long_job"); }));
+  EXPECT_EQ(Job("long_job").status().state(), v1::CANCELLED);
+  // CANCELLED comes only once no replica is left: every process is gone now.
+  for (int pid : pids) EXPECT_FALSE(ProcessAlive(pid, 0)) << "pid " << pid << " outlived the cancelled job";
+  RunResult again = Kubetrain({"jobs", "cancel", "long_job", "--local"});
+  EXPECT_EQ(again.code, 1);
+  EXPECT_THAT(again.err, HasSubstr("already ended CANCELLED"));
+}
+
+TEST_F(LocalBackendTest, KilledControllerRestartsAndTheSweepRunsEachTrialOnce) {
+  const std::string config = WriteConfig(
+      "sweep.yaml",
+      FakeTrainerConfig("  hyperparameters:\n    goal: MAXIMIZE\n    maxTrials: 6\n    maxParallelTrials: 2\n"
+                        "    algorithm: RANDOM_SEARCH\n"
+                        "    params:\n      - {parameterName: x, type: DOUBLE, minValue: 0, maxValue: 1,"
+                        " scaleType: UNIT_LINEAR_SCALE}\n",
+                        "--sleep_ms=700"));
+  RunResult r = Kubetrain({"jobs", "submit", "training", "sweep_job", "--local", "--config", config});
+  ASSERT_EQ(r.code, 0) << r.err;
+  ASSERT_TRUE(WaitFor([&] { return Job("sweep_job").status().training_output().trials_size() >= 3; }));
+  const int first = ControllerPid();
+  ASSERT_GT(first, 0);
+  ASSERT_EQ(kill(first, SIGKILL), 0);
+  ASSERT_TRUE(WaitFor([&] { return !ProcessAlive(first, 0); }));
+  // A new controller, as `kubetrain local serve` in another shell.
+  RunResult serve = Kubetrain({"local", "serve", "--exit-when-idle"});
+  EXPECT_EQ(serve.code, 0) << serve.err;
+  v1::TrainingJob job = Job("sweep_job");
+  ASSERT_EQ(job.status().state(), v1::SUCCEEDED) << job.status().error_message();
+  const v1::TrainingOutput& out = job.status().training_output();
+  EXPECT_EQ(out.trials_size(), 6);
+  EXPECT_EQ(out.completed_trial_count(), 6);
+  std::set<std::string> ids;
+  for (const auto& t : out.trials()) ids.insert(t.trial_id());
+  EXPECT_EQ(ids, (std::set<std::string>{"1", "2", "3", "4", "5", "6"}));
+  std::map<std::string, int> starts;
+  for (const auto& run : Runs()) ++starts[run[0]];
+  EXPECT_EQ(starts.size(), 6u);
+  for (const auto& [trial, count] : starts) EXPECT_EQ(count, 1) << "trial " << trial << " ran " << count << " times";
+}
+
+TEST_F(LocalBackendTest, TuningFindsTheOptimumOfAKnownFunction) {
+  const std::string config = WriteConfig(
+      "study.yaml",
+      FakeTrainerConfig("  hyperparameters:\n    goal: MAXIMIZE\n    maxTrials: 12\n    maxParallelTrials: 2\n"
+                        "    params:\n      - {parameterName: x, type: DOUBLE, minValue: 0, maxValue: 1,"
+                        " scaleType: UNIT_LINEAR_SCALE}\n",
+                        "--sleep_ms=0"));
+  RunResult r = Kubetrain({"jobs", "submit", "training", "study_job", "--local", "--config", config, "--wait"});
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_THAT(r.out, HasSubstr("trials: 12/12 completed"));
+  RunResult describe = Kubetrain({"jobs", "describe", "study_job", "--local"});
+  ASSERT_EQ(describe.code, 0);
+  EXPECT_THAT(describe.out, HasSubstr("state: SUCCEEDED"));
+  EXPECT_THAT(describe.out, HasSubstr("completedTrialCount: '12'"));
+  v1::TrainingJob job = Job("study_job");
+  const v1::TrainingOutput& out = job.status().training_output();
+  ASSERT_EQ(out.trials_size(), 12);
+  for (int i = 1; i < out.trials_size(); ++i) {
+    EXPECT_GE(out.trials(i - 1).final_metric().objective_value(), out.trials(i).final_metric().objective_value());
+  }
+  // The optimum is x = 0.3 (objective 0); the best trial is near it.
+  EXPECT_GT(out.trials(0).final_metric().objective_value(), -0.01);
+  double x = 0;
+  ASSERT_TRUE(absl::SimpleAtod(out.trials(0).hyperparameters().at("x"), &x));
+  EXPECT_NEAR(x, 0.3, 0.1);
+}
+
+TEST_F(LocalBackendTest, CloudMlConfigOfTheReferenceIsAccepted) {
+  // REFERENCE.md §4, unchanged.
+  const std::string config = WriteConfig("config.yaml",
+                                         "trainingInput:\n"
+                                         "  scaleTier: STANDARD_1        # many workers and a few parameter servers\n"
+                                         "  hyperparameters:\n"
+                                         "    goal: MAXIMIZE\n"
+                                         "    maxTrials: 10\n"
+                                         "    maxParallelTrials: 2\n"
+                                         "    params:\n"
+                                         "      - parameterName: hidden1\n"
+                                         "        type: INTEGER\n"
+                                         "        minValue: 40\n"
+                                         "        maxValue: 400\n"
+                                         "        scaleType: UNIT_LINEAR_SCALE\n"
+                                         "      - parameterName: learning_rate\n"
+                                         "        type: DOUBLE\n"
+                                         "        minValue: 0.0001\n"
+                                         "        maxValue: 0.5\n"
+                                         "        scaleType: UNIT_LOG_SCALE\n");
+  // Every replica runs the fake trainer in place of kubetrain-runtime.
+  RunResult r = Kubetrain({"jobs", "submit", "training", "cloudml_job", "--local", "--config", config,
+                           "--stream-logs", "--", absl::StrCat("--record_dir=", work_.path())},
+                          absl::StrCat("KUBETRAIN_RUNTIME=", Quote(FAKE_TRAINER)));
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  v1::TrainingJob job = Job("cloudml_job");
+  EXPECT_EQ(job.status().state(), v1::SUCCEEDED) << job.status().error_message();
+  EXPECT_EQ(job.status().training_output().completed_trial_count(), 10);
+  // STANDARD_1: 1 master, 4 workers, 3 ps per trial.
+  std::map<std::string, int> tasks;
+  for (const auto& run : Runs()) ++tasks[run[1]];
+  EXPECT_EQ(tasks["master"], 10);
+  EXPECT_EQ(tasks["worker"], 40);
+  EXPECT_EQ(tasks["ps"], 30);
+  EXPECT_THAT(r.out, HasSubstr("master-replica-0"));
+  EXPECT_THAT(r.out, HasSubstr("Job [cloudml_job] ended SUCCEEDED"));
+}
+
+}  // namespace
+}  // namespace kubetrain::local
