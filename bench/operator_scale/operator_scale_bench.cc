@@ -81,9 +81,9 @@ int main(int argc, char** argv) {
   if (pid == 0) {
     int fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     dup2(fd, STDERR_FILENO);
-    execl(KUBETRAIN_OPERATOR_BINARY, KUBETRAIN_OPERATOR_BINARY, "--kubeconfig",
-          kubeconfig.c_str(), "--namespace", "bench", "--leader-elect=false", "--workers",
-          workers.c_str(), "--kube-api-qps", qps.c_str(), "--kube-api-burst", burst.c_str(),
+    execl(KUBETRAIN_OPERATOR_BINARY, KUBETRAIN_OPERATOR_BINARY, "--kubeconfig", kubeconfig.c_str(),
+          "--namespace", "bench", "--leader-elect=false", "--workers", workers.c_str(),
+          "--kube-api-qps", qps.c_str(), "--kube-api-burst", burst.c_str(),
           static_cast<char*>(nullptr));
     _exit(127);
   }
@@ -111,8 +111,8 @@ int main(int argc, char** argv) {
   }
   absl::Time last_create = absl::Now();
   const size_t want = static_cast<size_t>(jobs) * 8;
-  bool done = (*server)->WaitUntil([&] { return (*server)->Count("pods") >= want; },
-                                   absl::Seconds(600));
+  bool done =
+      (*server)->WaitUntil([&] { return (*server)->Count("pods") >= want; }, absl::Seconds(600));
   absl::Time all_pods = absl::Now();
   // Let the status writes that follow the last creates land, then count.
   (*server)->WaitUntil(
@@ -133,25 +133,28 @@ int main(int argc, char** argv) {
   int64_t total = 0, writes = 0;
   for (const auto& [key, n] : counts) {
     total += n;
-    if (key.rfind("create", 0) == 0 || key.rfind("update", 0) == 0 ||
-        key.rfind("patch", 0) == 0 || key.rfind("delete", 0) == 0) {
+    if (key.rfind("create", 0) == 0 || key.rfind("update", 0) == 0 || key.rfind("patch", 0) == 0 ||
+        key.rfind("delete", 0) == 0) {
       writes += n;
     }
   }
   double seconds = absl::ToDoubleSeconds(all_pods - last_create);
   double pod_writes = static_cast<double>(counts["create pods"] + counts["create services"]) / want;
-  std::printf("operator_scale: %d TrainingJobs x 8 replicas, --kube-api-qps %s --kube-api-burst %s "
-              "--workers %s\n",
-              jobs, qps.c_str(), burst.c_str(), workers.c_str());
+  std::printf(
+      "operator_scale: %d TrainingJobs x 8 replicas, --kube-api-qps %s --kube-api-burst %s "
+      "--workers %s\n",
+      jobs, qps.c_str(), burst.c_str(), workers.c_str());
   std::printf("  all %zu pods exist: %s\n", want, done ? "yes" : "NO (timed out)");
   std::printf("  creating the jobs took                 %8.2f s\n",
               absl::ToDoubleSeconds(last_create - first_create));
-  std::printf("  last create -> all pods                %8.2f s   (target < 60 s: %s, ratio %.2f)\n",
-              seconds, seconds < 60 ? "met" : "MISSED", seconds / 60);
+  std::printf(
+      "  last create -> all pods                %8.2f s   (target < 60 s: %s, ratio %.2f)\n",
+      seconds, seconds < 60 ? "met" : "MISSED", seconds / 60);
   std::printf("  last create -> every job PREPARING     %8.2f s\n",
               absl::ToDoubleSeconds(settled - last_create));
-  std::printf("  operator peak RSS                      %8.1f MiB (target < 100 MiB: %s, ratio %.2f)\n",
-              rss_kib / 1024.0, rss_kib / 1024.0 < 100 ? "met" : "MISSED", rss_kib / 1024.0 / 100);
+  std::printf(
+      "  operator peak RSS                      %8.1f MiB (target < 100 MiB: %s, ratio %.2f)\n",
+      rss_kib / 1024.0, rss_kib / 1024.0 < 100 ? "met" : "MISSED", rss_kib / 1024.0 / 100);
   std::printf("  API requests per job                   %8.2f   (writes %.2f)\n",
               static_cast<double>(total) / jobs, static_cast<double>(writes) / jobs);
   std::printf("  pod+service creates per pod            %8.2f   (target <= 2: %s)\n", pod_writes,

@@ -102,11 +102,13 @@ bool ParseFlags(int argc, char** argv, Flags* flags, std::string* error) {
       }
       return true;
     };
-    std::map<std::string, std::string*> strings = {
-        {"kubeconfig", &flags->kubeconfig},      {"context", &flags->context},
-        {"namespace", &flags->ns},               {"leader-election-namespace", &flags->lease_ns},
-        {"lease-name", &flags->lease_name},      {"default-image", &flags->default_image},
-        {"metrics-address", &flags->metrics_address}};
+    std::map<std::string, std::string*> strings = {{"kubeconfig", &flags->kubeconfig},
+                                                   {"context", &flags->context},
+                                                   {"namespace", &flags->ns},
+                                                   {"leader-election-namespace", &flags->lease_ns},
+                                                   {"lease-name", &flags->lease_name},
+                                                   {"default-image", &flags->default_image},
+                                                   {"metrics-address", &flags->metrics_address}};
     if (auto it = strings.find(name); it != strings.end()) {
       if (!next()) return false;
       *it->second = value;
@@ -138,7 +140,8 @@ bool ParseFlags(int argc, char** argv, Flags* flags, std::string* error) {
 }
 
 absl::StatusOr<ClusterConfig> LoadCredentials(const Flags& flags) {
-  if (!flags.kubeconfig.empty()) return kubetrain::kube::LoadKubeconfig(flags.kubeconfig, flags.context);
+  if (!flags.kubeconfig.empty())
+    return kubetrain::kube::LoadKubeconfig(flags.kubeconfig, flags.context);
   auto in_cluster = kubetrain::kube::LoadInCluster();
   if (in_cluster.ok()) return in_cluster;
   if (const char* env = std::getenv("KUBECONFIG"); env != nullptr && *env != '\0') {
@@ -199,7 +202,8 @@ int main(int argc, char** argv) {
   options.reconcile.stop_rule = kubetrain::tuner::ShouldStopEarly;
   kubetrain::kube::Controller controller(client->get(), options, &studies);
   // New trial metrics (the Metrics service reports into `studies`) requeue their job.
-  studies.SetListener([&controller](const std::string& job_uid) { controller.EnqueueByUid(job_uid); });
+  studies.SetListener(
+      [&controller](const std::string& job_uid) { controller.EnqueueByUid(job_uid); });
 
   char host[256] = {0};
   gethostname(host, sizeof(host) - 1);
@@ -211,13 +215,12 @@ int main(int argc, char** argv) {
                                                    : config->namespace_name;
     elector = std::make_unique<kubetrain::kube::LeaderElector>(
         client->get(),
-        kubetrain::kube::LeaderElectionConfig{
-            .ns = lease_ns,
-            .lease_name = flags.lease_name,
-            .identity = identity,
-            .lease_duration = absl::Seconds(flags.lease_duration),
-            .renew_deadline = absl::Seconds(flags.renew_deadline),
-            .retry_period = absl::Seconds(flags.retry_period)});
+        kubetrain::kube::LeaderElectionConfig{.ns = lease_ns,
+                                              .lease_name = flags.lease_name,
+                                              .identity = identity,
+                                              .lease_duration = absl::Seconds(flags.lease_duration),
+                                              .renew_deadline = absl::Seconds(flags.renew_deadline),
+                                              .retry_period = absl::Seconds(flags.retry_period)});
     elector->Start(
         [&] {
           absl::MutexLock lock(&mu);
@@ -243,8 +246,8 @@ int main(int argc, char** argv) {
     started = !stop;
   }
   if (started) {
-    std::cerr << "kubetrain-operator: " << identity << " starting "
-              << options.workers << " workers on "
+    std::cerr << "kubetrain-operator: " << identity << " starting " << options.workers
+              << " workers on "
               << (flags.ns.empty() ? std::string("all namespaces") : "namespace " + flags.ns)
               << "\n";
     if (!controller.Start()) {

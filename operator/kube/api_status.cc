@@ -21,8 +21,8 @@ absl::Status StatusFromHttp(int http_code, const nlohmann::json& body, absl::str
   if (http_code == 404) {
     code = absl::StatusCode::kNotFound;
   } else if (http_code == 409) {
-    code = reason == "AlreadyExists" ? absl::StatusCode::kAlreadyExists
-                                     : absl::StatusCode::kAborted;
+    code =
+        reason == "AlreadyExists" ? absl::StatusCode::kAlreadyExists : absl::StatusCode::kAborted;
   } else if (http_code == 410) {
     code = absl::StatusCode::kFailedPrecondition;
   } else if (http_code == 400 || http_code == 422) {

@@ -12,9 +12,9 @@ namespace kubetrain::kube {
 
 // A Kubernetes resource collection: where it lives in the REST API.
 struct Resource {
-  std::string api_prefix;  // "api/v1" (core) or "apis/<group>/<version>"
-  std::string plural;      // "pods"
-  std::string kind;        // "Pod"
+  std::string api_prefix;   // "api/v1" (core) or "apis/<group>/<version>"
+  std::string plural;       // "pods"
+  std::string kind;         // "Pod"
   std::string api_version;  // "v1", "kubetrain.io/v1"
 };
 
@@ -84,11 +84,9 @@ class ClusterClient {
   // `status` writes the status subresource.
   virtual absl::StatusOr<nlohmann::json> Update(const Resource& resource, const std::string& ns,
                                                 const nlohmann::json& object, bool status) = 0;
-  virtual absl::StatusOr<nlohmann::json> MergePatch(const Resource& resource,
-                                                    const std::string& ns,
+  virtual absl::StatusOr<nlohmann::json> MergePatch(const Resource& resource, const std::string& ns,
                                                     const std::string& name,
-                                                    const nlohmann::json& patch,
-                                                    bool status) = 0;
+                                                    const nlohmann::json& patch, bool status) = 0;
   // Background propagation (owned objects are garbage-collected).
   virtual absl::Status Delete(const Resource& resource, const std::string& ns,
                               const std::string& name) = 0;

@@ -66,9 +66,9 @@ absl::StatusOr<v1::TrainingJob> JobFromObject(const json& object) {
   }
   if (object.contains("metadata") && object["metadata"].is_object()) {
     json md = json::object();
-    for (const char* field : {"name", "namespace", "uid", "resourceVersion", "generation",
-                              "labels", "annotations", "creationTimestamp",
-                              "deletionTimestamp", "finalizers"}) {
+    for (const char* field :
+         {"name", "namespace", "uid", "resourceVersion", "generation", "labels", "annotations",
+          "creationTimestamp", "deletionTimestamp", "finalizers"}) {
       if (object["metadata"].contains(field)) md[field] = object["metadata"][field];
     }
     trimmed["metadata"] = std::move(md);
@@ -78,9 +78,9 @@ absl::StatusOr<v1::TrainingJob> JobFromObject(const json& object) {
   options.ignore_unknown_fields = true;
   auto status = google::protobuf::util::JsonStringToMessage(trimmed.dump(), &job, options);
   if (!status.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("TrainingJob ", MetaString(object, "namespace"), "/",
-                     MetaString(object, "name"), ": ", status.ToString()));
+    return absl::InvalidArgumentError(absl::StrCat("TrainingJob ", MetaString(object, "namespace"),
+                                                   "/", MetaString(object, "name"), ": ",
+                                                   status.ToString()));
   }
   return job;
 }
@@ -102,11 +102,10 @@ Controller::Controller(ClusterClient* client, ControllerOptions options, StudySt
   };
   jobs_ = std::make_unique<Informer>(
       client_, InformerOptions{.resource = kTrainingJobs, .ns = options_.ns},
-      InformerHandlers{.on_add = enqueue_job,
-                       .on_update = [enqueue_job](const ObjectPtr&, const ObjectPtr& o) {
-                         enqueue_job(o);
-                       },
-                       .on_delete = enqueue_job});
+      InformerHandlers{
+          .on_add = enqueue_job,
+          .on_update = [enqueue_job](const ObjectPtr&, const ObjectPtr& o) { enqueue_job(o); },
+          .on_delete = enqueue_job});
   // Only our own replicas: everything we create carries the job-name label.
   auto replica_informer = [this](const Resource& resource, const std::string& kind) {
     return std::make_unique<Informer>(
@@ -118,9 +117,11 @@ Controller::Controller(ClusterClient* client, ControllerOptions options, StudySt
                         .transform = StripForCache},
         InformerHandlers{
             .on_add = [this, kind](const ObjectPtr& o) { OnReplicaEvent(o, true, false, kind); },
-            .on_update = [this, kind](const ObjectPtr&,
-                                      const ObjectPtr& o) { OnReplicaEvent(o, false, false, kind); },
-            .on_delete = [this, kind](const ObjectPtr& o) { OnReplicaEvent(o, false, true, kind); }});
+            .on_update = [this, kind](
+                             const ObjectPtr&,
+                             const ObjectPtr& o) { OnReplicaEvent(o, false, false, kind); },
+            .on_delete = [this,
+                          kind](const ObjectPtr& o) { OnReplicaEvent(o, false, true, kind); }});
   };
   pods_ = replica_informer(kPods, "pods");
   services_ = replica_informer(kServices, "services");
@@ -205,8 +206,9 @@ std::vector<ObjectPtr> Controller::Owned(const ObjectCache& cache, const json& j
 
 absl::Status Controller::WriteStatus(json job_object, const v1::TrainingJobStatus& status) {
   job_object["status"] = StatusToJson(status);
-  return client_->Update(kTrainingJobs, MetaString(job_object, "namespace"), job_object,
-                         /*status=*/true)
+  return client_
+      ->Update(kTrainingJobs, MetaString(job_object, "namespace"), job_object,
+               /*status=*/true)
       .status();
 }
 
@@ -313,55 +315,46 @@ absl::Status Controller::SyncJob(const std::string& key) {
 
   expectations_.ExpectCreations(key, create_names, now);
   std::vector<std::string> created_pods;
-  size_t batch = 1, done = 0;
-  std::vector<const core::Action*> creates;
-  for (const core::Action& action : result.actions) {
-    if (std::holds_alternative<core::CreateReplica>(action) ||
-        std::holds_alternative<core::CreateService>(action)) {
-      creates.push_back(&action);
-    }
-  }
   bool stop_creating = false;
-  while (done < creates.size()) {
-    size_t end = std::min(creates.size(), done + batch);
-    for (; done < end; ++done) {
-      const core::Action& action = *creates[done];
-      const Resource* resource;
-      json object;
-      std::string name;
-      if (auto* c = std::get_if<core::CreateReplica>(&action)) {
-        resource = &kPods;
-        name = c->replica.name;
-        if (!stop_creating) object = core::RenderPod(*job, ns, c->replica);
-      } else {
-        auto& s = std::get<core::CreateService>(action);
-        resource = &kServices;
-        name = s.replica.name;
-        if (!stop_creating) object = core::RenderService(*job, ns, s.replica);
-      }
-      std::string expectation = absl::StrCat(resource->plural, "/", name);
-      if (stop_creating) {
-        expectations_.CreationObserved(key, expectation);
-        continue;
-      }
-      auto created = client_->Create(*resource, ns, object);
-      if (created.ok()) {
-        if (resource == &kPods) created_pods.push_back(name);
-        continue;
-      }
-      expectations_.CreationObserved(key, expectation);
-      if (created.status().code() == absl::StatusCode::kAlreadyExists) continue;
-      if (first_error.ok()) first_error = created.status();
-      stop_creating = true;  // the rest of this pass is skipped; requeued with backoff
+  for (const core::Action& action : result.actions) {
+    const Resource* resource;
+    std::string name;
+    const core::DesiredReplica* replica;
+    if (auto* c = std::get_if<core::CreateReplica>(&action)) {
+      resource = &kPods;
+      replica = &c->replica;
+    } else if (auto* c = std::get_if<core::CreateService>(&action)) {
+      resource = &kServices;
+      replica = &c->replica;
+    } else {
+      continue;
     }
-    batch = std::min<size_t>(batch * 2, std::max(1, options_.max_create_batch));
+    name = replica->name;
+    std::string expectation = absl::StrCat(resource->plural, "/", name);
+    if (stop_creating) {
+      expectations_.CreationObserved(key, expectation);  // not attempted
+      continue;
+    }
+    json object = resource == &kPods ? core::RenderPod(*job, ns, *replica)
+                                     : core::RenderService(*job, ns, *replica);
+    auto created = client_->Create(*resource, ns, object);
+    if (created.ok()) {
+      if (resource == &kPods) created_pods.push_back(name);
+      continue;
+    }
+    expectations_.CreationObserved(key, expectation);
+    if (created.status().code() == absl::StatusCode::kAlreadyExists) continue;
+    first_error = first_error.ok() ? created.status() : first_error;
+    // Stop at the first failure (quota, admission, outage): one failed call
+    // rather than one per replica; the job is requeued with backoff.
+    stop_creating = true;
   }
 
   // 4. Events: what the core reports, plus one summary per pass of what we created/deleted.
   if (!created_pods.empty()) {
-    recorder_.Record(written_job, EventRecorder::Type::kNormal, "SuccessfulCreate",
-                     absl::StrCat("Created pods (and their services): ",
-                                  absl::StrJoin(created_pods, ", ")));
+    recorder_.Record(
+        written_job, EventRecorder::Type::kNormal, "SuccessfulCreate",
+        absl::StrCat("Created pods (and their services): ", absl::StrJoin(created_pods, ", ")));
   }
   if (!deleted_pods.empty()) {
     recorder_.Record(written_job, EventRecorder::Type::kNormal, "SuccessfulDelete",

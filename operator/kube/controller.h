@@ -19,15 +19,12 @@
 namespace kubetrain::kube {
 
 struct ControllerOptions {
-  std::string ns;  // "" = every namespace
+  std::string ns;   // "" = every namespace
   int workers = 4;  // 0: caches only, SyncJob is called by the owner (tests)
   // Everything but `address`, which the controller sets per job namespace
   // (core::KubernetesAddresses).
   core::ReconcileOptions reconcile;
   absl::Duration expectations_timeout = absl::Minutes(5);
-  // Creates are issued in slow-start batches (1, 2, 4, ...) and stop at the
-  // first failure, so a quota error costs one call, not hundreds.
-  int max_create_batch = 64;
 };
 
 // The Kubernetes controller for TrainingJobs: informers (jobs; the operator's
@@ -41,7 +38,8 @@ struct ControllerOptions {
 //  3. core::Reconcile(job, observed, now);
 //  4. act in the core's order: status (status subresource, only when changed;
 //     409 Conflict -> re-read the job, reconcile again, write once more), then
-//     deletes, then creates (AlreadyExists / NotFound are success), events,
+//     deletes, then creates (AlreadyExists / NotFound are success; creates
+//     stop at the first other failure, so a quota error costs one call), events,
 //     archived trials, the job's own deletion;
 //  5. requeue after the core's requeue_after; a failed sync is requeued with
 //     per-key exponential backoff.

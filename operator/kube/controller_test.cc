@@ -128,10 +128,13 @@ TEST_F(ControllerTest, PodPhasesDriveTheJobToSuccessAndCleanUp) {
   ASSERT_TRUE(server_->Create("trainingjobs", "ns1", StandardJob("j")).ok());
   ASSERT_TRUE(server_->WaitUntil([&] { return server_->Count("pods") == 8; }));
   for (const std::string& name : Names("pods")) {
-    ASSERT_TRUE(server_->MergePatch("pods", "ns1", name, {{"status", {{"phase", "Running"}}}}, "status").ok());
+    ASSERT_TRUE(
+        server_->MergePatch("pods", "ns1", name, {{"status", {{"phase", "Running"}}}}, "status")
+            .ok());
   }
   ASSERT_TRUE(WaitForState("j", "RUNNING"));
-  ASSERT_TRUE(server_->MergePatch("pods", "ns1", "j-master-0", Terminated("Succeeded", 0), "status").ok());
+  ASSERT_TRUE(
+      server_->MergePatch("pods", "ns1", "j-master-0", Terminated("Succeeded", 0), "status").ok());
   ASSERT_TRUE(WaitForState("j", "SUCCEEDED"));
   // cleanPodPolicy Running: the running workers and ps go, the master stays.
   ASSERT_TRUE(server_->WaitUntil([&] { return server_->Count("pods") == 1; }));
@@ -147,7 +150,8 @@ TEST_F(ControllerTest, PodPhasesDriveTheJobToSuccessAndCleanUp) {
 TEST_F(ControllerTest, FailedWorkerUnderNeverFailsTheJob) {
   ASSERT_TRUE(server_->Create("trainingjobs", "ns1", StandardJob("f")).ok());
   ASSERT_TRUE(server_->WaitUntil([&] { return server_->Count("pods") == 8; }));
-  ASSERT_TRUE(server_->MergePatch("pods", "ns1", "f-worker-2", Terminated("Failed", 1), "status").ok());
+  ASSERT_TRUE(
+      server_->MergePatch("pods", "ns1", "f-worker-2", Terminated("Failed", 1), "status").ok());
   ASSERT_TRUE(WaitForState("f", "FAILED"));
   auto job = server_->Get("trainingjobs", "ns1", "f");
   EXPECT_NE((*job)["status"].value("errorMessage", "").find("worker-2"), std::string::npos)
@@ -178,7 +182,9 @@ TEST_F(ControllerTest, StatusConflictRereadsAndWritesAgain) {
   ASSERT_TRUE(server_->WaitUntil([&] { return server_->Count("events") >= 2; }));
   controller_->Stop();
   for (const std::string& name : Names("pods")) {
-    ASSERT_TRUE(server_->MergePatch("pods", "ns1", name, {{"status", {{"phase", "Running"}}}}, "status").ok());
+    ASSERT_TRUE(
+        server_->MergePatch("pods", "ns1", name, {{"status", {{"phase", "Running"}}}}, "status")
+            .ok());
   }
   // A controller whose caches are frozen right after syncing (it sees every
   // pod running), then a change to the job it is not told about.
@@ -188,8 +194,9 @@ TEST_F(ControllerTest, StatusConflictRereadsAndWritesAgain) {
   Controller stale(client_.get(), options, &studies_);
   ASSERT_TRUE(stale.Start(absl::Seconds(30)));
   stale.Stop();
-  ASSERT_TRUE(server_->MergePatch("trainingjobs", "ns1", "s",
-                                  {{"metadata", {{"labels", {{"team", "a"}}}}}}).ok());
+  ASSERT_TRUE(
+      server_->MergePatch("trainingjobs", "ns1", "s", {{"metadata", {{"labels", {{"team", "a"}}}}}})
+          .ok());
   server_->ResetRequestCounts();
   // Its status write carries the old resourceVersion: 409, re-read, write again.
   ASSERT_TRUE(stale.SyncJob("ns1/s").ok());

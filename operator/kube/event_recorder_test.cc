@@ -15,8 +15,10 @@ TEST(EventRecorderTest, WritesEventsAboutTheObjectAndSurvivesFailures) {
   auto job = server->Create("trainingjobs", "ns1", {{"metadata", {{"name", "j1"}}}, {"spec", {}}});
   ASSERT_TRUE(job.ok());
   EventRecorder recorder(client.get(), "kubetrain-operator");
-  recorder.Record(*job, EventRecorder::Type::kNormal, "SuccessfulCreate", "Created pod j1-master-0");
-  recorder.Record(*job, EventRecorder::Type::kWarning, "ReplicaFailed", "worker-1 exited with code 1");
+  recorder.Record(*job, EventRecorder::Type::kNormal, "SuccessfulCreate",
+                  "Created pod j1-master-0");
+  recorder.Record(*job, EventRecorder::Type::kWarning, "ReplicaFailed",
+                  "worker-1 exited with code 1");
   server->FailNextRequests(1, 500);
   recorder.Record(*job, EventRecorder::Type::kNormal, "Dropped", "lost to a 500");
   EXPECT_EQ(recorder.recorded(), 2);

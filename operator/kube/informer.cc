@@ -16,7 +16,9 @@ Informer::Informer(ClusterClient* client, InformerOptions options, InformerHandl
 
 Informer::~Informer() { Stop(); }
 
-void Informer::Start() { thread_ = std::thread([this] { Run(); }); }
+void Informer::Start() {
+  thread_ = std::thread([this] { Run(); });
+}
 
 void Informer::Stop() {
   {
@@ -51,8 +53,7 @@ absl::StatusOr<std::string> Informer::ListAndReplace() {
   ++lists_;
   std::vector<ObjectPtr> objects;
   std::string rv;
-  ListOptions list_options{.label_selector = options_.label_selector,
-                           .limit = options_.page_size};
+  ListOptions list_options{.label_selector = options_.label_selector, .limit = options_.page_size};
   for (;;) {
     auto page = client_->List(options_.resource, options_.ns, list_options);
     if (!page.ok()) return page.status();
@@ -74,7 +75,8 @@ absl::StatusOr<std::string> Informer::ListAndReplace() {
   }
   // Deliver the differences as events, then publish.
   std::vector<std::pair<ObjectPtr, ObjectPtr>> updates;  // (old, new)
-  for (const ObjectPtr& object : objects) updates.emplace_back(cache_.Get(ObjectKey(*object)), object);
+  for (const ObjectPtr& object : objects)
+    updates.emplace_back(cache_.Get(ObjectKey(*object)), object);
   std::vector<ObjectPtr> dropped = cache_.Replace(objects);
   for (const ObjectPtr& object : dropped) {
     if (handlers_.on_delete) handlers_.on_delete(object);
@@ -144,8 +146,7 @@ void Informer::Run() {
         need_list = true;
         continue;
       }
-      std::cerr << "informer " << options_.resource.plural << ": watch: " << watch.status()
-                << "\n";
+      std::cerr << "informer " << options_.resource.plural << ": watch: " << watch.status() << "\n";
       if (!Backoff()) return;
       continue;
     }

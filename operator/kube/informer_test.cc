@@ -81,7 +81,8 @@ class InformerTest : public ::testing::Test {
 };
 
 TEST_F(InformerTest, ListsPagedThenWatchesOnlyItsOwnObjects) {
-  for (int i = 0; i < 5; ++i) ASSERT_TRUE(server_->Create("pods", "ns1", Pod(absl::StrCat("p", i), "j1")).ok());
+  for (int i = 0; i < 5; ++i)
+    ASSERT_TRUE(server_->Create("pods", "ns1", Pod(absl::StrCat("p", i), "j1")).ok());
   ASSERT_TRUE(server_->Create("pods", "ns1", Pod("foreign", "j1", "someone-else")).ok());
   Recorder rec;
   auto informer = MakeInformer(rec);
@@ -92,7 +93,9 @@ TEST_F(InformerTest, ListsPagedThenWatchesOnlyItsOwnObjects) {
   EXPECT_EQ(informer->cache().ByIndex("ns1", "j1").size(), 5u);
 
   ASSERT_TRUE(server_->Create("pods", "ns1", Pod("p5", "j2")).ok());
-  ASSERT_TRUE(server_->MergePatch("pods", "ns1", "p0", {{"status", {{"phase", "Running"}}}}, "status").ok());
+  ASSERT_TRUE(
+      server_->MergePatch("pods", "ns1", "p0", {{"status", {{"phase", "Running"}}}}, "status")
+          .ok());
   ASSERT_TRUE(server_->Delete("pods", "ns1", "p1").ok());
   ASSERT_TRUE(rec.WaitFor("delete p1"));
   EXPECT_TRUE(rec.Seen("add p5"));

@@ -44,8 +44,8 @@ absl::StatusOr<std::string> Scalar(const YAML::Node& map, const char* key,
   YAML::Node v = map[key];
   if (!v || v.IsNull()) return std::string();
   if (!v.IsScalar()) {
-    return absl::InvalidArgumentError(absl::StrCat("kubeconfig: ", path, ".", key,
-                                                   ": must be a string"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("kubeconfig: ", path, ".", key, ": must be a string"));
   }
   return v.Scalar();
 }
@@ -74,9 +74,8 @@ absl::StatusOr<std::string> DataOrFile(const YAML::Node& map, const std::string&
   if (file->empty()) return std::string();
   auto contents = read_file(Resolve(base_dir, *file));
   if (!contents.ok()) {
-    return absl::Status(contents.status().code(),
-                        absl::StrCat("kubeconfig: ", path, ".", key, ": ",
-                                     contents.status().message()));
+    return absl::Status(contents.status().code(), absl::StrCat("kubeconfig: ", path, ".", key, ": ",
+                                                               contents.status().message()));
   }
   return contents;
 }
@@ -118,8 +117,8 @@ absl::StatusOr<ClusterConfig> ParseNode(const YAML::Node& root, const std::strin
         absl::StrCat("kubeconfig: ", cluster_path, ".server: missing"));
   }
   if (!absl::StartsWith(*server, "https://") && !absl::StartsWith(*server, "http://")) {
-    return absl::InvalidArgumentError(absl::StrCat("kubeconfig: ", cluster_path,
-                                                   ".server: must start with https:// or http://"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("kubeconfig: ", cluster_path, ".server: must start with https:// or http://"));
   }
   config.server = std::string(absl::StripSuffix(*server, "/"));
   auto insecure = Scalar(*cluster, "insecure-skip-tls-verify", cluster_path);
@@ -157,9 +156,9 @@ absl::StatusOr<ClusterConfig> ParseNode(const YAML::Node& root, const std::strin
     if (!token_file->empty()) {
       auto contents = read_file(Resolve(base_dir, *token_file));
       if (!contents.ok()) {
-        return absl::Status(contents.status().code(),
-                            absl::StrCat("kubeconfig: ", user_path, ".tokenFile: ",
-                                         contents.status().message()));
+        return absl::Status(
+            contents.status().code(),
+            absl::StrCat("kubeconfig: ", user_path, ".tokenFile: ", contents.status().message()));
       }
       config.bearer_token = std::string(absl::StripAsciiWhitespace(*contents));
     }
@@ -223,9 +222,8 @@ absl::StatusOr<ClusterConfig> LoadKubeconfig(const std::string& path, const std:
   return config;
 }
 
-absl::StatusOr<ClusterConfig> LoadInCluster(
-    const std::string& service_account_dir,
-    const std::function<const char*(const char*)>& getenv) {
+absl::StatusOr<ClusterConfig> LoadInCluster(const std::string& service_account_dir,
+                                            const std::function<const char*(const char*)>& getenv) {
   auto env = [&](const char* name) -> std::string {
     const char* v = getenv ? getenv(name) : std::getenv(name);
     return v == nullptr ? "" : v;

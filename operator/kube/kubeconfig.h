@@ -20,7 +20,7 @@ struct ClusterConfig {
   std::string bearer_token;
   std::string client_certificate_pem;
   std::string client_key_pem;
-  std::string username, password;  // basic auth (old clusters)
+  std::string username, password;          // basic auth (old clusters)
   std::string namespace_name = "default";  // the context's namespace
 };
 

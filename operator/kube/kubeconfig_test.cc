@@ -89,8 +89,9 @@ TEST(KubeconfigTest, ErrorsNameTheField) {
   FakeFiles fs;
   auto missing_file = ParseKubeconfig(WithData(kTwoContexts), "/x", fs.reader(), "dev");
   ASSERT_FALSE(missing_file.ok());
-  EXPECT_NE(missing_file.status().message().find("clusters[dev-cluster].cluster.certificate-authority"),
-            std::string::npos)
+  EXPECT_NE(
+      missing_file.status().message().find("clusters[dev-cluster].cluster.certificate-authority"),
+      std::string::npos)
       << missing_file.status();
 
   auto no_context = ParseKubeconfig(WithData(kTwoContexts), "/x", fs.reader(), "staging");
@@ -101,7 +102,8 @@ TEST(KubeconfigTest, ErrorsNameTheField) {
 current-context: c
 contexts: [{name: c, context: {cluster: k}}]
 clusters: [{name: k, cluster: {server: "https://a", certificate-authority-data: "%%%"}}]
-)", "", fs.reader());
+)",
+                                    "", fs.reader());
   ASSERT_FALSE(bad_base64.ok());
   EXPECT_NE(bad_base64.status().message().find("certificate-authority-data: not valid base64"),
             std::string::npos)
@@ -112,7 +114,8 @@ current-context: c
 contexts: [{name: c, context: {cluster: k, user: u}}]
 clusters: [{name: k, cluster: {server: "https://a"}}]
 users: [{name: u, user: {exec: {command: aws}}}]
-)", "", fs.reader());
+)",
+                              "", fs.reader());
   EXPECT_EQ(exec.status().code(), absl::StatusCode::kUnimplemented);
 
   auto syntax = ParseKubeconfig("clusters: [", "", fs.reader());

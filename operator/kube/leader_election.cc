@@ -18,10 +18,9 @@ LeaderElector::LeaderElector(ClusterClient* client, LeaderElectionConfig config)
 LeaderElector::~LeaderElector() { Stop(); }
 
 absl::StatusOr<bool> LeaderElector::TryAcquireOrRenew(absl::Time now) {
-  const int duration_seconds =
-      static_cast<int>(absl::ToInt64Seconds(config_.lease_duration) > 0
-                           ? absl::ToInt64Seconds(config_.lease_duration)
-                           : 1);
+  const int duration_seconds = static_cast<int>(absl::ToInt64Seconds(config_.lease_duration) > 0
+                                                    ? absl::ToInt64Seconds(config_.lease_duration)
+                                                    : 1);
   json spec = {{"holderIdentity", config_.identity},
                {"leaseDurationSeconds", duration_seconds},
                {"acquireTime", FormatMicroTime(now)},
@@ -44,8 +43,8 @@ absl::StatusOr<bool> LeaderElector::TryAcquireOrRenew(absl::Time now) {
   }
   if (!lease.ok()) return lease.status();
 
-  json current = lease->contains("spec") && (*lease)["spec"].is_object() ? (*lease)["spec"]
-                                                                         : json::object();
+  json current =
+      lease->contains("spec") && (*lease)["spec"].is_object() ? (*lease)["spec"] : json::object();
   std::string holder = current.value("holderIdentity", "");
   std::string renew = current.value("renewTime", "");
   int held_for = current.value("leaseDurationSeconds", duration_seconds);
@@ -100,10 +99,8 @@ absl::Status LeaderElector::Release(absl::Time now) {
 }
 
 void LeaderElector::Start(std::function<void()> on_started, std::function<void()> on_stopped) {
-  thread_ = std::thread(
-      [this, on_started = std::move(on_started), on_stopped = std::move(on_stopped)] {
-        Loop(on_started, on_stopped);
-      });
+  thread_ = std::thread([this, on_started = std::move(on_started),
+                         on_stopped = std::move(on_stopped)] { Loop(on_started, on_stopped); });
 }
 
 void LeaderElector::Stop() {

@@ -1,10 +1,10 @@
 #define _TURN_OFF_PLATFORM_STRING  // cpprest's U() macro collides with other headers
 #include "operator/kube/rest_client.h"
 
-#include <boost/asio/ssl.hpp>
 #include <cpprest/containerstream.h>
 #include <cpprest/http_client.h>
 
+#include <boost/asio/ssl.hpp>
 #include <chrono>
 #include <exception>
 #include <utility>
@@ -40,8 +40,7 @@ void ConfigureTls(const ClusterConfig& config, boost::asio::ssl::context& ctx) {
   }
   if (!config.client_certificate_pem.empty()) {
     ctx.use_certificate_chain(boost::asio::buffer(config.client_certificate_pem));
-    ctx.use_private_key(boost::asio::buffer(config.client_key_pem),
-                        boost::asio::ssl::context::pem);
+    ctx.use_private_key(boost::asio::buffer(config.client_key_pem), boost::asio::ssl::context::pem);
   }
 }
 
@@ -118,12 +117,12 @@ class RestClusterClient::Impl {
         boost::asio::ssl::context probe(boost::asio::ssl::context::sslv23);
         ConfigureTls(config_, probe);
       }
-      client_ = std::make_unique<http::client::http_client>(base, MakeConfig(options_.request_timeout));
+      client_ =
+          std::make_unique<http::client::http_client>(base, MakeConfig(options_.request_timeout));
       watch_client_ = std::make_unique<http::client::http_client>(
           base, MakeConfig(absl::Seconds(options_.watch_timeout_seconds + 30)));
     } catch (const std::exception& e) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("cluster ", config_.server, ": ", e.what()));
+      return absl::InvalidArgumentError(absl::StrCat("cluster ", config_.server, ": ", e.what()));
     }
     if (!config_.bearer_token.empty()) {
       authorization_ = absl::StrCat("Bearer ", config_.bearer_token);
@@ -187,8 +186,8 @@ class RestClusterClient::Impl {
                                                      const std::string& ns,
                                                      const WatchOptions& options) {
     limiter_.Wait();
-    int timeout = options.timeout_seconds > 0 ? options.timeout_seconds
-                                              : options_.watch_timeout_seconds;
+    int timeout =
+        options.timeout_seconds > 0 ? options.timeout_seconds : options_.watch_timeout_seconds;
     std::string uri = ResourcePath(resource, ns) +
                       Query({{"watch", "true"},
                              {"resourceVersion", options.resource_version},
@@ -203,8 +202,7 @@ class RestClusterClient::Impl {
       if (resp.status_code() != 200) {
         std::string text = resp.extract_utf8string(true).get();
         json parsed = json::parse(text, nullptr, false);
-        return StatusFromHttp(resp.status_code(), parsed.is_discarded() ? json() : parsed,
-                              context);
+        return StatusFromHttp(resp.status_code(), parsed.is_discarded() ? json() : parsed, context);
       }
       return std::unique_ptr<WatchStream>(
           new RestWatchStream(std::move(resp), std::move(cancel), context));
@@ -242,12 +240,11 @@ absl::StatusOr<json> RestClusterClient::Get(const Resource& resource, const std:
 
 absl::StatusOr<json> RestClusterClient::List(const Resource& resource, const std::string& ns,
                                              const ListOptions& options) {
-  std::string uri =
-      ResourcePath(resource, ns) +
-      Query({{"labelSelector", options.label_selector},
-             {"fieldSelector", options.field_selector},
-             {"limit", options.limit > 0 ? std::to_string(options.limit) : ""},
-             {"continue", options.continue_token}});
+  std::string uri = ResourcePath(resource, ns) +
+                    Query({{"labelSelector", options.label_selector},
+                           {"fieldSelector", options.field_selector},
+                           {"limit", options.limit > 0 ? std::to_string(options.limit) : ""},
+                           {"continue", options.continue_token}});
   return impl_->Do(http::methods::GET, uri, nullptr);
 }
 
@@ -279,14 +276,14 @@ absl::StatusOr<json> RestClusterClient::MergePatch(const Resource& resource, con
 
 absl::Status RestClusterClient::Delete(const Resource& resource, const std::string& ns,
                                        const std::string& name) {
-  json options = {{"kind", "DeleteOptions"},
-                  {"apiVersion", "v1"},
-                  {"propagationPolicy", "Background"}};
+  json options = {
+      {"kind", "DeleteOptions"}, {"apiVersion", "v1"}, {"propagationPolicy", "Background"}};
   return impl_->Do(http::methods::DEL, ResourcePath(resource, ns, name), &options).status();
 }
 
-absl::StatusOr<std::unique_ptr<WatchStream>> RestClusterClient::Watch(
-    const Resource& resource, const std::string& ns, const WatchOptions& options) {
+absl::StatusOr<std::unique_ptr<WatchStream>> RestClusterClient::Watch(const Resource& resource,
+                                                                      const std::string& ns,
+                                                                      const WatchOptions& options) {
   return impl_->Watch(resource, ns, options);
 }
 

@@ -10,7 +10,7 @@
 namespace kubetrain::kube {
 
 struct RestClientOptions {
-  double qps = 50;   // client-side limit on requests per second (<= 0: none)
+  double qps = 50;  // client-side limit on requests per second (<= 0: none)
   int burst = 100;
   absl::Duration request_timeout = absl::Seconds(30);
   // Server-side timeout asked for on watches; the client gives up on a silent

@@ -75,9 +75,11 @@ TEST_F(RestClientTest, StatusSubresourceAndList) {
   ASSERT_TRUE(updated.ok()) << updated.status();
   EXPECT_EQ((*updated)["status"]["state"], "RUNNING");
 
-  for (int i = 0; i < 3; ++i) ASSERT_TRUE(client_->Create(kPods, "ns1", Pod(absl::StrCat("p", i))).ok());
+  for (int i = 0; i < 3; ++i)
+    ASSERT_TRUE(client_->Create(kPods, "ns1", Pod(absl::StrCat("p", i))).ok());
   ASSERT_TRUE(client_->Create(kPods, "ns1", Pod("other", "j2")).ok());
-  auto list = client_->List(kPods, "ns1", ListOptions{.label_selector = "kubetrain.io/job-name=j1"});
+  auto list =
+      client_->List(kPods, "ns1", ListOptions{.label_selector = "kubetrain.io/job-name=j1"});
   ASSERT_TRUE(list.ok());
   EXPECT_EQ((*list)["items"].size(), 3u);
   auto all = client_->List(kPods, "", ListOptions{});

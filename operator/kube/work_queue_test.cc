@@ -71,7 +71,8 @@ TEST(WorkQueueTest, AddAfterBecomesReadyLater) {
 }
 
 TEST(WorkQueueTest, RateLimitedBacksOffPerKeyUntilForget) {
-  WorkQueue q(WorkQueue::Options{.base_delay = absl::Milliseconds(5), .max_delay = absl::Seconds(1)});
+  WorkQueue q(
+      WorkQueue::Options{.base_delay = absl::Milliseconds(5), .max_delay = absl::Seconds(1)});
   q.AddRateLimited("a");
   q.AddRateLimited("a");
   EXPECT_EQ(q.NumRequeues("a"), 2);

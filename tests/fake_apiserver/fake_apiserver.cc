@@ -63,26 +63,44 @@ struct Reply {
 
 absl::string_view ReasonPhrase(int code) {
   switch (code) {
-    case 200: return "OK";
-    case 201: return "Created";
-    case 400: return "Bad Request";
-    case 401: return "Unauthorized";
-    case 404: return "Not Found";
-    case 405: return "Method Not Allowed";
-    case 409: return "Conflict";
-    case 410: return "Gone";
-    case 415: return "Unsupported Media Type";
-    case 422: return "Unprocessable Entity";
-    case 429: return "Too Many Requests";
-    case 500: return "Internal Server Error";
-    case 503: return "Service Unavailable";
-    default: return "Status";
+    case 200:
+      return "OK";
+    case 201:
+      return "Created";
+    case 400:
+      return "Bad Request";
+    case 401:
+      return "Unauthorized";
+    case 404:
+      return "Not Found";
+    case 405:
+      return "Method Not Allowed";
+    case 409:
+      return "Conflict";
+    case 410:
+      return "Gone";
+    case 415:
+      return "Unsupported Media Type";
+    case 422:
+      return "Unprocessable Entity";
+    case 429:
+      return "Too Many Requests";
+    case 500:
+      return "Internal Server Error";
+    case 503:
+      return "Service Unavailable";
+    default:
+      return "Status";
   }
 }
 
 json StatusBody(int code, absl::string_view reason, std::string message, json details = nullptr) {
-  json s = {{"kind", "Status"},   {"apiVersion", "v1"},       {"metadata", json::object()},
-            {"status", "Failure"}, {"message", std::move(message)}, {"reason", reason},
+  json s = {{"kind", "Status"},
+            {"apiVersion", "v1"},
+            {"metadata", json::object()},
+            {"status", "Failure"},
+            {"message", std::move(message)},
+            {"reason", reason},
             {"code", code}};
   if (!details.is_null()) s["details"] = std::move(details);
   return s;
@@ -200,7 +218,8 @@ class RequestReader {
       for (absl::string_view kv : absl::StrSplit(target.substr(q + 1), '&', absl::SkipEmpty())) {
         size_t eq = kv.find('=');
         std::string key = PercentDecode(kv.substr(0, eq), true);
-        req.query[key] = eq == absl::string_view::npos ? "" : PercentDecode(kv.substr(eq + 1), true);
+        req.query[key] =
+            eq == absl::string_view::npos ? "" : PercentDecode(kv.substr(eq + 1), true);
       }
     }
     for (size_t i = 1; i < lines.size(); ++i) {
@@ -392,8 +411,8 @@ class FakeApiServer::Impl {
     return Reply{200, std::move(list)};
   }
 
-  Reply Update(const ResourceInfo& res, const std::string& ns, const std::string& name,
-               json body, bool status) {
+  Reply Update(const ResourceInfo& res, const std::string& ns, const std::string& name, json body,
+               bool status) {
     std::lock_guard<std::mutex> lock(mu_);
     auto& objects = store_.at(std::string(res.plural));
     auto it = objects.find(Key(ns, name));
@@ -526,8 +545,7 @@ class FakeApiServer::Impl {
     auto& objects = store_.at(std::string(res.plural));
     std::string key = Key(ns, name);
     if (objects.count(key)) {
-      return Error(409, "AlreadyExists",
-                   absl::StrCat(res.plural, " \"", name, "\" already exists"),
+      return Error(409, "AlreadyExists", absl::StrCat(res.plural, " \"", name, "\" already exists"),
                    {{"name", name}, {"kind", res.plural}});
     }
     ++rv_;
@@ -688,9 +706,9 @@ class FakeApiServer::Impl {
 
   static bool SendReply(int fd, const Reply& reply) {
     std::string body = reply.body.dump();
-    std::string head = absl::StrCat("HTTP/1.1 ", reply.code, " ", ReasonPhrase(reply.code),
-                                    "\r\nContent-Type: application/json\r\nContent-Length: ",
-                                    body.size(), "\r\n\r\n");
+    std::string head = absl::StrCat(
+        "HTTP/1.1 ", reply.code, " ", ReasonPhrase(reply.code),
+        "\r\nContent-Type: application/json\r\nContent-Length: ", body.size(), "\r\n\r\n");
     return SendAll(fd, head) && SendAll(fd, body);
   }
 
@@ -747,9 +765,9 @@ class FakeApiServer::Impl {
     }
     const ResourceInfo* res = FindResource(parts[i]);
     if (res == nullptr || api_version != res->api_version) {
-      return SendReply(fd, Error(404, "NotFound",
-                                 absl::StrCat("the server could not find the requested resource ",
-                                              req.path)));
+      return SendReply(
+          fd, Error(404, "NotFound",
+                    absl::StrCat("the server could not find the requested resource ", req.path)));
     }
     std::string name = parts.size() > i + 1 ? parts[i + 1] : "";
     std::string sub = parts.size() > i + 2 ? parts[i + 2] : "";
@@ -776,8 +794,8 @@ class FakeApiServer::Impl {
         } else if (kv.first == "metadata.namespace") {
           filter.field_namespace = kv.second;
         } else {
-          return SendReply(fd, Error(400, "BadRequest",
-                                     absl::StrCat("field label not supported: ", kv.first)));
+          return SendReply(
+              fd, Error(400, "BadRequest", absl::StrCat("field label not supported: ", kv.first)));
         }
       }
       std::string watch = req.query["watch"];
@@ -821,7 +839,8 @@ class FakeApiServer::Impl {
       if (!absl::StartsWith(req.headers["content-type"], "application/merge-patch+json")) {
         return SendReply(fd, Error(415, "UnsupportedMediaType",
                                    absl::StrCat("the body of the request was in an unsupported "
-                                                "format: ", req.headers["content-type"],
+                                                "format: ",
+                                                req.headers["content-type"],
                                                 " (only application/merge-patch+json)")));
       }
       return SendReply(fd, MergePatch(*res, ns, name, body, status));
@@ -933,9 +952,8 @@ class FakeApiServer::Impl {
           out.push_back(expired(position, compacted_rv_));
           end = true;
         } else {
-          auto it = std::upper_bound(
-              history_.begin(), history_.end(), position,
-              [](int64_t rv, const WatchEvent& e) { return rv < e.rv; });
+          auto it = std::upper_bound(history_.begin(), history_.end(), position,
+                                     [](int64_t rv, const WatchEvent& e) { return rv < e.rv; });
           for (; it != history_.end(); ++it) {
             position = it->rv;
             if (it->resource != &res) continue;
@@ -963,7 +981,8 @@ class FakeApiServer::Impl {
       for (const json& e : out) {
         if (!chunk(e)) return;
       }
-      if (!out.empty() && bookmarks) next_bookmark = std::chrono::steady_clock::now() + bookmark_every;
+      if (!out.empty() && bookmarks)
+        next_bookmark = std::chrono::steady_clock::now() + bookmark_every;
       if (end || std::chrono::steady_clock::now() >= deadline) break;
     }
     SendAll(fd, "0\r\n\r\n");
@@ -1004,13 +1023,16 @@ absl::Status ToStatus(const Reply& reply) {
   if (reply.code < 400) return absl::OkStatus();
   std::string message = reply.body.value("message", "");
   switch (reply.code) {
-    case 404: return absl::NotFoundError(message);
+    case 404:
+      return absl::NotFoundError(message);
     case 409:
       return reply.body.value("reason", "") == "AlreadyExists" ? absl::AlreadyExistsError(message)
                                                                : absl::AbortedError(message);
     case 400:
-    case 422: return absl::InvalidArgumentError(message);
-    default: return absl::UnknownError(message);
+    case 422:
+      return absl::InvalidArgumentError(message);
+    default:
+      return absl::UnknownError(message);
   }
 }
 
@@ -1070,8 +1092,8 @@ absl::StatusOr<nlohmann::json> FakeApiServer::MergePatch(absl::string_view resou
                                                          absl::string_view subresource) {
   auto res = Resolve(resource);
   if (!res.ok()) return res.status();
-  Reply r = impl_->MergePatch(**res, std::string(ns), std::string(name), patch,
-                              subresource == "status");
+  Reply r =
+      impl_->MergePatch(**res, std::string(ns), std::string(name), patch, subresource == "status");
   if (r.code >= 400) return ToStatus(r);
   return r.body;
 }

@@ -50,7 +50,8 @@ namespace kubetrain::fake_apiserver {
 //  - errors come back as a v1 Status body with code, reason and message.
 //
 // Not implemented (on purpose; documented so tests do not rely on it):
-//  - authentication other than one bearer token, authorization, TLS, admission, schema validation of spec
+//  - authentication other than one bearer token, authorization, TLS, admission, schema validation
+//  of spec
 //    fields, defaulting other than pod phase;
 //  - strategic-merge-patch, JSON patch, server-side apply, dryRun;
 //  - graceful deletion: DELETE removes the object at once (no

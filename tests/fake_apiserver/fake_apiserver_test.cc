@@ -163,9 +163,10 @@ TEST_F(FakeApiServerTest, MergePatchSetsPodPhase) {
   EXPECT_EQ(ok.body["spec"]["containers"][0]["name"], "c");
 
   // On the main resource the status part of a patch is ignored.
-  Response main = Call(http::methods::PATCH, "/api/v1/namespaces/ns1/pods/p1",
-                       {{"status", {{"phase", "Failed"}}}, {"metadata", {{"labels", {{"a", "b"}}}}}},
-                       "application/merge-patch+json");
+  Response main =
+      Call(http::methods::PATCH, "/api/v1/namespaces/ns1/pods/p1",
+           {{"status", {{"phase", "Failed"}}}, {"metadata", {{"labels", {{"a", "b"}}}}}},
+           "application/merge-patch+json");
   EXPECT_EQ(main.body["status"]["phase"], "Running");
   EXPECT_EQ(main.body["metadata"]["labels"]["a"], "b");
 }
@@ -188,9 +189,10 @@ TEST_F(FakeApiServerTest, ListFiltersByLabelAndPages) {
   std::vector<std::string> names;
   std::string cont;
   do {
-    Response page = Call(http::methods::GET,
-                         "/api/v1/namespaces/ns1/pods?limit=2" +
-                             (cont.empty() ? "" : "&continue=" + web::uri::encode_data_string(cont)));
+    Response page =
+        Call(http::methods::GET,
+             "/api/v1/namespaces/ns1/pods?limit=2" +
+                 (cont.empty() ? "" : "&continue=" + web::uri::encode_data_string(cont)));
     ASSERT_EQ(page.code, 200);
     EXPECT_LE(page.body["items"].size(), 2u);
     for (const json& item : page.body["items"]) names.push_back(item["metadata"]["name"]);
@@ -201,21 +203,25 @@ TEST_F(FakeApiServerTest, ListFiltersByLabelAndPages) {
 
 TEST_F(FakeApiServerTest, WatchStreamsEventsInOrderWithSelectorSemantics) {
   Call(http::methods::POST, "/api/v1/namespaces/ns1/pods", Pod("before"));
-  Response list = Call(http::methods::GET, "/api/v1/namespaces/ns1/pods?labelSelector=kubetrain.io/job-name=j1");
+  Response list = Call(http::methods::GET,
+                       "/api/v1/namespaces/ns1/pods?labelSelector=kubetrain.io/job-name=j1");
   std::string rv = list.body["metadata"]["resourceVersion"];
 
   http::http_request req(http::methods::GET);
-  req.set_request_uri("/api/v1/namespaces/ns1/pods?watch=true&labelSelector=kubetrain.io/job-name%3Dj1&"
-                      "allowWatchBookmarks=true&resourceVersion=" + rv);
+  req.set_request_uri(
+      "/api/v1/namespaces/ns1/pods?watch=true&labelSelector=kubetrain.io/job-name%3Dj1&"
+      "allowWatchBookmarks=true&resourceVersion=" +
+      rv);
   WatchReader watch(client_->request(req).get());
 
   Call(http::methods::POST, "/api/v1/namespaces/ns1/pods", Pod("p1"));
   Call(http::methods::POST, "/api/v1/namespaces/ns1/pods", Pod("other", "j2"));
-  Call(http::methods::PATCH, "/api/v1/namespaces/ns1/pods/p1/status", {{"status", {{"phase", "Running"}}}},
-       "application/merge-patch+json");
+  Call(http::methods::PATCH, "/api/v1/namespaces/ns1/pods/p1/status",
+       {{"status", {{"phase", "Running"}}}}, "application/merge-patch+json");
   // Relabelling a pod out of the selector is a DELETED for this watch.
   Call(http::methods::PATCH, "/api/v1/namespaces/ns1/pods/before",
-       {{"metadata", {{"labels", {{"kubetrain.io/job-name", "j3"}}}}}}, "application/merge-patch+json");
+       {{"metadata", {{"labels", {{"kubetrain.io/job-name", "j3"}}}}}},
+       "application/merge-patch+json");
   Call(http::methods::DEL, "/api/v1/namespaces/ns1/pods/p1");
 
   json e1 = watch.NextNonBookmark();
@@ -249,7 +255,8 @@ TEST_F(FakeApiServerTest, WatchWithoutResourceVersionStartsWithTheCurrentObjects
 }
 
 TEST_F(FakeApiServerTest, CompactedHistoryAnswersGone) {
-  std::string rv = Call(http::methods::GET, "/api/v1/namespaces/ns1/pods").body["metadata"]["resourceVersion"];
+  std::string rv =
+      Call(http::methods::GET, "/api/v1/namespaces/ns1/pods").body["metadata"]["resourceVersion"];
   http::http_request open_req(http::methods::GET);
   open_req.set_request_uri("/api/v1/namespaces/ns1/pods?watch=true&resourceVersion=" + rv);
   WatchReader open_watch(client_->request(open_req).get());
@@ -296,7 +303,8 @@ TEST_F(FakeApiServerTest, InjectedFailuresThenRecovery) {
 
 TEST_F(FakeApiServerTest, DeletingAnOwnerDeletesItsDependents) {
   json job = {{"metadata", {{"name", "j1"}}}, {"spec", json::object()}};
-  json created = Call(http::methods::POST, "/apis/kubetrain.io/v1/namespaces/ns1/trainingjobs", job).body;
+  json created =
+      Call(http::methods::POST, "/apis/kubetrain.io/v1/namespaces/ns1/trainingjobs", job).body;
   json pod = Pod("j1-worker-0");
   pod["metadata"]["ownerReferences"] = {{{"apiVersion", "kubetrain.io/v1"},
                                          {"kind", "TrainingJob"},
@@ -305,18 +313,20 @@ TEST_F(FakeApiServerTest, DeletingAnOwnerDeletesItsDependents) {
                                          {"controller", true}}};
   Call(http::methods::POST, "/api/v1/namespaces/ns1/pods", pod);
   Call(http::methods::POST, "/api/v1/namespaces/ns1/pods", Pod("unowned"));
-  EXPECT_EQ(Call(http::methods::DEL, "/apis/kubetrain.io/v1/namespaces/ns1/trainingjobs/j1").code, 200);
+  EXPECT_EQ(Call(http::methods::DEL, "/apis/kubetrain.io/v1/namespaces/ns1/trainingjobs/j1").code,
+            200);
   EXPECT_EQ(server_->Count("pods"), 1u);
   EXPECT_TRUE(server_->Get("pods", "ns1", "unowned").ok());
-  EXPECT_EQ(Call(http::methods::DEL, "/apis/kubetrain.io/v1/namespaces/ns1/trainingjobs/j1").code, 404);
+  EXPECT_EQ(Call(http::methods::DEL, "/apis/kubetrain.io/v1/namespaces/ns1/trainingjobs/j1").code,
+            404);
 }
 
 TEST_F(FakeApiServerTest, CountsRequestsByVerbAndResource) {
   Call(http::methods::POST, "/api/v1/namespaces/ns1/pods", Pod("a"));
   Call(http::methods::GET, "/api/v1/namespaces/ns1/pods/a");
   Call(http::methods::GET, "/api/v1/namespaces/ns1/pods");
-  Call(http::methods::PATCH, "/api/v1/namespaces/ns1/pods/a/status", {{"status", {{"phase", "Running"}}}},
-       "application/merge-patch+json");
+  Call(http::methods::PATCH, "/api/v1/namespaces/ns1/pods/a/status",
+       {{"status", {{"phase", "Running"}}}}, "application/merge-patch+json");
   auto counts = server_->RequestCounts();
   EXPECT_EQ(counts["create pods"], 1);
   EXPECT_EQ(counts["get pods"], 1);
@@ -327,7 +337,9 @@ TEST_F(FakeApiServerTest, CountsRequestsByVerbAndResource) {
 TEST_F(FakeApiServerTest, LeasesLiveInTheCoordinationGroup) {
   json lease = {{"metadata", {{"name", "kubetrain-operator"}}},
                 {"spec", {{"holderIdentity", "a"}, {"leaseDurationSeconds", 15}}}};
-  EXPECT_EQ(Call(http::methods::POST, "/apis/coordination.k8s.io/v1/namespaces/ns1/leases", lease).code, 201);
+  EXPECT_EQ(
+      Call(http::methods::POST, "/apis/coordination.k8s.io/v1/namespaces/ns1/leases", lease).code,
+      201);
   EXPECT_EQ(Call(http::methods::POST, "/api/v1/namespaces/ns1/leases", lease).code, 404);
 }
 

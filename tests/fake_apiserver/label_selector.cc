@@ -43,7 +43,10 @@ absl::StatusOr<LabelSelector> LabelSelector::Parse(absl::string_view text) {
   if (absl::StripAsciiWhitespace(text).empty()) return selector;
   for (const std::string& raw : SplitRequirements(text)) {
     absl::string_view req = absl::StripAsciiWhitespace(raw);
-    auto bad = [&] { return absl::InvalidArgumentError(absl::StrCat("labelSelector: invalid requirement \"", req, "\"")); };
+    auto bad = [&] {
+      return absl::InvalidArgumentError(
+          absl::StrCat("labelSelector: invalid requirement \"", req, "\""));
+    };
     Requirement r;
     size_t pos;
     if ((pos = req.find(" notin ")) != absl::string_view::npos ||

@@ -38,11 +38,10 @@ json Job(const std::string& name, const std::string& restart_policy = "Never",
 json PodStatus(const std::string& phase, std::optional<int> exit_code = std::nullopt) {
   json status = {{"phase", phase}};
   if (exit_code) {
-    status["containerStatuses"] = {{{"name", "kubetrain"},
-                                    {"restartCount", 0},
-                                    {"state",
-                                     {{"terminated",
-                                       {{"exitCode", *exit_code}, {"message", "exit"}}}}}}};
+    status["containerStatuses"] = {
+        {{"name", "kubetrain"},
+         {"restartCount", 0},
+         {"state", {{"terminated", {{"exitCode", *exit_code}, {"message", "exit"}}}}}}};
   }
   return {{"status", status}};
 }
@@ -65,8 +64,8 @@ class OperatorIntegrationTest : public ::testing::Test {
   std::unique_ptr<OperatorProcess> StartOperator(const std::string& name,
                                                  std::vector<std::string> extra = {
                                                      "--leader-elect=false"}) {
-    std::vector<std::string> args = {"--kubeconfig", kubeconfig_, "--namespace", "ns1",
-                                     "--workers", "2"};
+    std::vector<std::string> args = {"--kubeconfig", kubeconfig_, "--namespace",
+                                     "ns1",          "--workers", "2"};
     args.insert(args.end(), extra.begin(), extra.end());
     auto op = std::make_unique<OperatorProcess>(KUBETRAIN_OPERATOR_BINARY, args,
                                                 dir_ + "/" + name + ".log");
@@ -209,9 +208,9 @@ TEST_F(OperatorIntegrationTest, NeverPolicyFailsOnAnyFailure) {
 
 TEST_F(OperatorIntegrationTest, ActiveDeadlineFailsTheJobWithNoOtherEvent) {
   auto op = StartOperator("op");
-  ASSERT_TRUE(server_->Create("trainingjobs", "ns1",
-                              Job("d", "Never", {{"activeDeadlineSeconds", 2}}))
-                  .ok());
+  ASSERT_TRUE(
+      server_->Create("trainingjobs", "ns1", Job("d", "Never", {{"activeDeadlineSeconds", 2}}))
+          .ok());
   ASSERT_TRUE(WaitForReplicas(8)) << op->Log();
   SetAllRunning();
   ASSERT_TRUE(WaitForState("d", "RUNNING"));
@@ -254,7 +253,7 @@ TEST_F(OperatorIntegrationTest, RecoversFromDroppedWatchesGoneAndServerErrors) {
   ASSERT_TRUE(WaitForReplicas(8)) << op->Log();
   server_->FailNextRequests(3, 500);
   server_->DropWatches();
-  SetAllRunning();  // changes made while the watches are down
+  SetAllRunning();            // changes made while the watches are down
   server_->CompactHistory();  // and the history they would resume from is gone
   ASSERT_TRUE(WaitForState("w", "RUNNING")) << op->Log();
   EXPECT_GE(Requests("list pods"), 2) << "a relist after 410";
@@ -262,10 +261,15 @@ TEST_F(OperatorIntegrationTest, RecoversFromDroppedWatchesGoneAndServerErrors) {
 }
 
 TEST_F(OperatorIntegrationTest, OnlyTheLeaderActsAndTheOtherTakesOver) {
-  std::vector<std::string> election = {"--leader-elect=true",     "--lease-duration", "2",
-                                       "--renew-deadline",        "1.5",
-                                       "--retry-period",          "0.2",
-                                       "--leader-election-namespace", "ns1"};
+  std::vector<std::string> election = {"--leader-elect=true",
+                                       "--lease-duration",
+                                       "2",
+                                       "--renew-deadline",
+                                       "1.5",
+                                       "--retry-period",
+                                       "0.2",
+                                       "--leader-election-namespace",
+                                       "ns1"};
   auto a = StartOperator("a", election);
   auto holder = [&]() -> std::string {
     auto lease = server_->Get("leases", "ns1", "kubetrain-operator");
@@ -284,9 +288,9 @@ TEST_F(OperatorIntegrationTest, OnlyTheLeaderActsAndTheOtherTakesOver) {
   EXPECT_TRUE(absl::EndsWith(holder(), absl::StrCat("_", a->pid())));
 
   a->Kill(SIGKILL);  // no release: b must wait out the lease
-  ASSERT_TRUE(server_->WaitUntil(
-      [&] { return absl::EndsWith(holder(), absl::StrCat("_", b->pid())); }))
-      << b->Log();
+  ASSERT_TRUE(server_->WaitUntil([&] {
+    return absl::EndsWith(holder(), absl::StrCat("_", b->pid()));
+  })) << b->Log();
   ASSERT_TRUE(server_->Create("trainingjobs", "ns1", Job("two")).ok());
   ASSERT_TRUE(WaitForState("two", "PREPARING")) << b->Log();
   EXPECT_EQ(Requests("create pods"), 16);
