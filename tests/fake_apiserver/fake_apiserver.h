@@ -58,6 +58,8 @@ namespace kubetrain::fake_apiserver {
 //    deletionTimestamp, no finalizers). Owner-referenced dependents in the same
 //    namespace are removed with their owner unless propagationPolicy=Orphan
 //    (a synchronous stand-in for the garbage collector);
+//  - resourceVersion on a list (lists always read the latest state);
+//  - cluster-scoped resources and namespaces as objects;
 //  - consistent list snapshots across pages (each page reads the current
 //    state; the continue token is the last name returned);
 //  - resourceVersionMatch, sendInitialEvents, timeouts other than
