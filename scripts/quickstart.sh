@@ -5,18 +5,20 @@
 # local processes. Then prints the job as `jobs describe` shows it.
 #
 #   scripts/quickstart.sh              everything
-#   QUICKSTART_SKIP_BUILD=1 ...        reuse an existing build/ tree
+#   QUICKSTART_SKIP_BUILD=1 ...        reuse an existing build tree
+#   BUILD_DIR=build-x ...              build tree to use (default build)
 # State and logs go to $KUBETRAIN_HOME (default ~/.kubetrain); the job name
 # is fmnist_hptuning, suffixed with the time when that name is taken.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+build="${BUILD_DIR:-build}"
 if [[ -z "${QUICKSTART_SKIP_BUILD:-}" ]]; then
   scripts/install-deps.sh
-  cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKUBETRAIN_CUDA=AUTO
-  cmake --build build -j "$(nproc)" --target kubetrain kubetrain-runtime
+  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKUBETRAIN_CUDA=AUTO
+  cmake --build "$build" -j "$(nproc)" --target kubetrain kubetrain-runtime
 fi
-kubetrain=build/cli/kubetrain
+kubetrain="$build/cli/kubetrain"
 
 echo "== Checking the examples"
 "$kubetrain" validate examples/*.yaml
@@ -29,7 +31,7 @@ fi
 echo "== Submitting $job"
 status=0
 "$kubetrain" jobs submit training "$job" --local \
-  --config examples/fashion-mnist-hptuning.yaml --stream-logs || status=$?
+  --config examples/fashion-mnist-hptuning.yaml --job-dir "/tmp/kubetrain/$job" --stream-logs || status=$?
 
 echo "== kubetrain jobs describe $job"
 KUBETRAIN_BACKEND=local "$kubetrain" jobs describe "$job"
