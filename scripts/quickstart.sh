@@ -28,6 +28,10 @@ if KUBETRAIN_BACKEND=local "$kubetrain" jobs describe "$job" >/dev/null 2>&1; th
   job="fmnist_hptuning_$(date +%Y%m%d_%H%M%S)"
 fi
 
+# The job's output folder: trials resume from checkpoints found there, so a
+# new job starts from an empty one.
+rm -rf "/tmp/kubetrain/$job"
+
 echo "== Submitting $job"
 status=0
 "$kubetrain" jobs submit training "$job" --local \
