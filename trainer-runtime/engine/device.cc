@@ -20,6 +20,36 @@ Kernel Device::FindKernel(absl::string_view op) const {
   return it == kernels_.end() ? nullptr : it->second;
 }
 
+absl::StatusOr<Tensor> Device::FromHost(const Tensor& host) {
+  if (host.device_type() != DeviceType::kCpu) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name(), ": FromHost of a tensor that is not in host memory"));
+  }
+  if (type() == DeviceType::kCpu) return host;
+  Tensor on_device = Allocate(host.shape());
+  if (absl::Status s = CopyFromHost(host, on_device); !s.ok()) return s;
+  return on_device;
+}
+
+absl::StatusOr<Tensor> Device::ToHost(const Tensor& tensor) {
+  if (tensor.device_type() == DeviceType::kCpu) return tensor;
+  Tensor host = Tensor::Host(tensor.shape());
+  if (absl::Status s = CopyToHost(tensor, host); !s.ok()) return s;
+  return host;
+}
+
+absl::StatusOr<float> Device::ReadScalar(const Tensor& tensor) {
+  if (tensor.num_elements() != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name(), ": reading a scalar from a tensor of shape ", ShapeString(tensor.shape())));
+  }
+  if (tensor.device_type() == DeviceType::kCpu) return tensor.at(0);
+  float value = 0;
+  Tensor host = Tensor::WrapHost(tensor.shape(), &value, nullptr);
+  if (absl::Status s = CopyToHost(tensor, host); !s.ok()) return s;
+  return value;
+}
+
 CpuDevice::CpuDevice(int num_threads) {
   if (num_threads <= 0)
     num_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));

@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "trainer-runtime/engine/graph.h"
 #include "trainer-runtime/engine/tensor.h"
@@ -67,6 +68,23 @@ class Device {
   virtual absl::Status CopyToHost(const Tensor& device_tensor, Tensor& host) = 0;
   // Waits for queued work (a no-op on the CPU).
   virtual absl::Status Synchronize() { return absl::OkStatus(); }
+
+  // Transfers for code above the kernel layer, which must never read or
+  // write a tensor's data() unless the tensor is in host memory. On the CPU
+  // device they share the tensor instead of copying it, so the CPU path
+  // neither allocates nor copies.
+  //
+  // `host`'s values in this device's memory: `host` itself (shared) when
+  // this device's memory is host memory, else a new tensor copied from it.
+  // InvalidArgument when `host` is not in host memory.
+  absl::StatusOr<Tensor> FromHost(const Tensor& host);
+  // `tensor`'s values in host memory: `tensor` itself (shared) when it
+  // already is in host memory, else a new host tensor copied through this
+  // device (which waits for the kernels that produce it).
+  absl::StatusOr<Tensor> ToHost(const Tensor& tensor);
+  // The value of a one-element tensor (a loss, an accuracy), read through
+  // this device; InvalidArgument for another element count.
+  absl::StatusOr<float> ReadScalar(const Tensor& tensor);
 
   // Uninitialised tensor in this device's memory.
   Tensor Allocate(const Shape& shape);

@@ -114,10 +114,10 @@ absl::Status Optimizer::Apply(VariableStore& variables, std::span<const NamedGra
       std::string key = absl::StrCat(g.name, "/", slot);
       auto it = slots_.find(key);
       if (it == slots_.end()) {
-        Tensor init = device_.Allocate(var->shape());
-        Tensor host = Tensor::Filled(var->shape(), SlotInitialValue());
-        if (absl::Status s = device_.CopyFromHost(host, init); !s.ok()) return s;
-        it = slots_.emplace(key, std::move(init)).first;
+        absl::StatusOr<Tensor> init =
+            device_.FromHost(Tensor::Filled(var->shape(), SlotInitialValue()));
+        if (!init.ok()) return init.status();
+        it = slots_.emplace(key, *std::move(init)).first;
       }
       outputs.push_back(it->second);
     }
@@ -129,15 +129,18 @@ absl::Status Optimizer::Apply(VariableStore& variables, std::span<const NamedGra
   return absl::OkStatus();
 }
 
-void Optimizer::SaveState(v1::OptimizerState* state) const {
+absl::Status Optimizer::SaveState(v1::OptimizerState* state) const {
   state->Clear();
   state->set_type(type_);
   state->set_iterations(iterations_);
   for (const auto& [name, tensor] : slots_) {
     v1::NamedTensor* t = state->add_slots();
     t->set_name(name);
-    TensorToProto(tensor, t->mutable_value());
+    if (absl::Status s = TensorToProto(tensor, device_, t->mutable_value()); !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat("optimizer slot '", name, "': ", s.message()));
+    }
   }
+  return absl::OkStatus();
 }
 
 absl::Status Optimizer::RestoreState(const v1::OptimizerState& state) {
@@ -152,7 +155,9 @@ absl::Status Optimizer::RestoreState(const v1::OptimizerState& state) {
       return absl::InvalidArgumentError(
           absl::StrCat("optimizer slot '", t.name(), "': ", value.status().message()));
     }
-    slots[t.name()] = *std::move(value);
+    absl::StatusOr<Tensor> on_device = device_.FromHost(*value);
+    if (!on_device.ok()) return on_device.status();
+    slots[t.name()] = *std::move(on_device);
   }
   slots_ = std::move(slots);
   iterations_ = state.iterations();

@@ -60,8 +60,11 @@ class Optimizer {
   double learning_rate() const { return options_.learning_rate; }
   void set_learning_rate(double lr) { options_.learning_rate = lr; }
 
-  void SaveState(v1::OptimizerState* state) const;
-  // InvalidArgument when the state is of another optimizer type or malformed.
+  // The slots are copied to host memory through the optimizer's device;
+  // an error is the device's.
+  absl::Status SaveState(v1::OptimizerState* state) const;
+  // Slots are copied to the optimizer's device. InvalidArgument when the
+  // state is of another optimizer type or malformed.
   absl::Status RestoreState(const v1::OptimizerState& state);
 
  protected:

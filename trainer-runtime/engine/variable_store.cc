@@ -6,6 +6,7 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "trainer-runtime/engine/device.h"
 
 namespace kubetrain::runtime::engine {
 
@@ -26,17 +27,29 @@ const Tensor* VariableStore::Find(absl::string_view name) const {
   return it == values_.end() ? nullptr : &it->second;
 }
 
-absl::Status VariableStore::Assign(const std::string& name, const Tensor& value) {
+absl::Status VariableStore::Assign(const std::string& name, const Tensor& host_value) {
+  if (host_value.device_type() != DeviceType::kCpu) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("value for variable '", name, "' is not in host memory"));
+  }
   Tensor* existing = Find(name);
-  if (existing == nullptr) return Create(name, value.Clone());
-  if (existing->shape() != value.shape()) {
+  if (existing == nullptr) {
+    if (device_ == nullptr || device_->type() == DeviceType::kCpu) {
+      return Create(name, host_value.Clone());
+    }
+    Tensor value = device_->Allocate(host_value.shape());
+    if (absl::Status s = device_->CopyFromHost(host_value, value); !s.ok()) return s;
+    return Create(name, std::move(value));
+  }
+  if (existing->shape() != host_value.shape()) {
     return absl::InvalidArgumentError(absl::StrCat("variable '", name, "' has shape ",
                                                    ShapeString(existing->shape()), ", value has ",
-                                                   ShapeString(value.shape())));
+                                                   ShapeString(host_value.shape())));
   }
-  if (value.num_elements() > 0) {
-    std::memcpy(existing->data(), value.data(),
-                sizeof(float) * static_cast<size_t>(value.num_elements()));
+  if (device_ != nullptr) return device_->CopyFromHost(host_value, *existing);
+  if (host_value.num_elements() > 0) {
+    std::memcpy(existing->data(), host_value.data(),
+                sizeof(float) * static_cast<size_t>(host_value.num_elements()));
   }
   return absl::OkStatus();
 }
@@ -72,6 +85,11 @@ absl::Status InitializeVariables(const Graph& graph, uint64_t seed, VariableStor
       return absl::InvalidArgumentError(
           absl::StrCat("variable '", node.name, "': unknown initializer '", init, "'"));
     }
+    if (store.device() != nullptr) {
+      absl::StatusOr<Tensor> on_device = store.device()->FromHost(value);
+      if (!on_device.ok()) return on_device.status();
+      value = *std::move(on_device);
+    }
     if (absl::Status s = store.Create(node.name, std::move(value)); !s.ok()) return s;
   }
   return absl::OkStatus();
@@ -82,6 +100,20 @@ void TensorToProto(const Tensor& tensor, v1::TensorProto* proto) {
   for (int64_t d : tensor.shape()) proto->add_shape(d);
   proto->set_data(reinterpret_cast<const char*>(tensor.data()),
                   sizeof(float) * static_cast<size_t>(tensor.num_elements()));
+}
+
+absl::Status TensorToProto(const Tensor& tensor, Device& device, v1::TensorProto* proto) {
+  if (tensor.device_type() == DeviceType::kCpu) {
+    TensorToProto(tensor, proto);
+    return absl::OkStatus();
+  }
+  proto->clear_shape();
+  for (int64_t d : tensor.shape()) proto->add_shape(d);
+  std::string* bytes = proto->mutable_data();
+  bytes->resize(sizeof(float) * static_cast<size_t>(tensor.num_elements()));
+  // The copy lands in the proto's own bytes: no intermediate host tensor.
+  Tensor host = Tensor::WrapHost(tensor.shape(), reinterpret_cast<float*>(bytes->data()), nullptr);
+  return device.CopyToHost(tensor, host);
 }
 
 absl::StatusOr<Tensor> TensorFromProto(const v1::TensorProto& proto) {
