@@ -31,6 +31,24 @@ TrainingContext::TrainingContext(const TrainerOptions& options, Model& model, De
   train_fetches_.insert(train_fetches_.end(), model.gradients.begin(), model.gradients.end());
 }
 
+namespace {
+
+// `cache` with `shape`, on `device`: reshaped in place when its buffer is
+// large enough (a smaller last batch, an eval batch), else reallocated.
+Tensor& ReuseOrAllocate(Device& device, Tensor& cache, const Shape& shape) {
+  if (cache.valid() && cache.shape() == shape) return cache;
+  size_t bytes = static_cast<size_t>(NumElements(shape)) * sizeof(float);
+  if (cache.valid() && cache.buffer()->size() >= bytes) {
+    cache = Tensor(shape, cache.buffer());
+  } else {
+    cache = Tensor();  // back to the allocator first: the new block may reuse it
+    cache = device.Allocate(shape);
+  }
+  return cache;
+}
+
+}  // namespace
+
 absl::Status TrainingContext::FeedBatch(const data::Batch& batch) {
   Shape shape = {batch.size};
   shape.insert(shape.end(), model.example_shape.begin(), model.example_shape.end());
@@ -40,13 +58,24 @@ absl::Status TrainingContext::FeedBatch(const data::Batch& batch) {
         absl::StrCat("batch ", batch.index, " holds ", batch.features.size(), " values for ",
                      batch.size, " examples of shape ", ShapeString(model.example_shape)));
   }
-  // The executor reads the batch in place; it outlives the run.
+  // On the CPU the executor reads the batch in place; it outlives the run.
   Tensor features = Tensor::WrapHost(shape, const_cast<float*>(batch.features.data()), nullptr);
   if (!labels_.valid() || labels_.num_elements() != batch.size)
     labels_ = Tensor::Host({batch.size});
   float* l = labels_.data();
   for (int64_t i = 0; i < batch.size; ++i) l[i] = static_cast<float>(batch.labels[i]);
-  feeds_ = {{model.input, std::move(features)}, {model.labels, labels_}};
+  if (device.type() == DeviceType::kCpu) {
+    feeds_ = {{model.input, std::move(features)}, {model.labels, labels_}};
+    return absl::OkStatus();
+  }
+  // Elsewhere the batch is copied into device buffers that persist across
+  // steps, so a steady loop allocates no device memory for its inputs. The
+  // device orders each upload after the kernels still reading the last one.
+  Tensor& device_features = ReuseOrAllocate(device, device_features_, shape);
+  Tensor& device_labels = ReuseOrAllocate(device, device_labels_, labels_.shape());
+  if (absl::Status s = device.CopyFromHost(features, device_features); !s.ok()) return s;
+  if (absl::Status s = device.CopyFromHost(labels_, device_labels); !s.ok()) return s;
+  feeds_ = {{model.input, device_features}, {model.labels, device_labels}};
   return absl::OkStatus();
 }
 
@@ -56,8 +85,12 @@ absl::StatusOr<GradientResult> TrainingContext::ComputeGradients(const data::Bat
   RunContext run{true, options.seed, step};
   if (absl::Status s = executor_.Run(feeds_, train_fetches_, &results_, run); !s.ok()) return s;
   GradientResult r;
-  r.loss = results_[0].at(0);
-  r.accuracy = results_[1].at(0);
+  absl::StatusOr<float> loss = device.ReadScalar(results_[0]);
+  if (!loss.ok()) return loss.status();
+  absl::StatusOr<float> accuracy = device.ReadScalar(results_[1]);
+  if (!accuracy.ok()) return accuracy.status();
+  r.loss = *loss;
+  r.accuracy = *accuracy;
   r.gradients.reserve(model.variable_names.size());
   for (size_t i = 0; i < model.variable_names.size(); ++i) {
     r.gradients.push_back({model.variable_names[i], results_[2 + i]});
@@ -73,18 +106,24 @@ absl::StatusOr<std::pair<float, float>> TrainingContext::Evaluate(const data::Ba
       !s.ok()) {
     return s;
   }
-  return std::make_pair(results_[0].at(0), results_[1].at(0));
+  absl::StatusOr<float> loss = device.ReadScalar(results_[0]);
+  if (!loss.ok()) return loss.status();
+  absl::StatusOr<float> accuracy = device.ReadScalar(results_[1]);
+  if (!accuracy.ok()) return accuracy.status();
+  return std::make_pair(*loss, *accuracy);
 }
 
-void TrainingContext::SnapshotLocal(int64_t global_step, v1::Checkpoint* checkpoint) const {
+absl::Status TrainingContext::SnapshotLocal(int64_t global_step, v1::Checkpoint* checkpoint) const {
   checkpoint->Clear();
   checkpoint->set_global_step(global_step);
   for (const auto& [name, value] : variables.values()) {
     v1::NamedTensor* t = checkpoint->add_variables();
     t->set_name(name);
-    TensorToProto(value, t->mutable_value());
+    if (absl::Status s = TensorToProto(value, device, t->mutable_value()); !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat("variable '", name, "': ", s.message()));
+    }
   }
-  optimizer.SaveState(checkpoint->mutable_optimizer());
+  return optimizer.SaveState(checkpoint->mutable_optimizer());
 }
 
 absl::Status TrainingContext::RestoreLocal(const v1::Checkpoint& checkpoint) {
@@ -205,6 +244,8 @@ class Loop {
   std::unique_ptr<summary::EventWriter> train_events_;
   std::unique_ptr<summary::EventWriter> eval_events_;
   int64_t last_checkpoint_step_ = -1;
+  // Outlives everything in Run that holds device tensors.
+  absl::StatusOr<std::unique_ptr<Device>> device_;
 };
 
 absl::Status Loop::Evaluate(TrainingContext& ctx, int64_t step, bool final_eval,
@@ -254,7 +295,10 @@ absl::Status Loop::Export(TrainingContext& ctx) {
   for (const std::string& name : ctx.model.variable_names) {
     v1::NamedTensor* t = exported.add_variables();
     t->set_name(name);
-    TensorToProto(*ctx.variables.Find(name), t->mutable_value());
+    if (absl::Status s = TensorToProto(*ctx.variables.Find(name), ctx.device, t->mutable_value());
+        !s.ok()) {
+      return s;
+    }
   }
   exported.set_input(ctx.model.graph.OutputName(ctx.model.input));
   exported.set_logits(ctx.model.graph.OutputName(ctx.model.logits));
@@ -277,6 +321,27 @@ absl::StatusOr<TrainResult> Loop::Run() {
   if (o_.batch_size <= 0) {
     return WithExitCode(absl::InvalidArgumentError("--batch_size must be positive"), kExitUsage);
   }
+  // The device before the data: a placement that cannot be had is a usage
+  // error, found before seconds of loading.
+  device_ = env_.make_device ? env_.make_device(o_) : DefaultDeviceFactory()(o_);
+  if (!device_.ok()) return device_.status();
+  if (*device_ == nullptr) {
+    return absl::InternalError(
+        absl::StrCat("--device=", o_.device, ": the factory gave no device"));
+  }
+  if ((*device_)->type() != DeviceType::kCpu && !env_.strategy->RunsOnAnyDevice()) {
+    if (o_.device != "auto") {
+      return WithExitCode(absl::InvalidArgumentError(
+                              absl::StrCat("--device=", o_.device,
+                                           ": this task's training strategy keeps its tensors in "
+                                           "host memory; use --device=cpu")),
+                          kExitUsage);
+    }
+    Log(absl::StrCat("Not using ", (*device_)->name(),
+                     ": this task's training strategy keeps its tensors in host memory"));
+    device_ = std::unique_ptr<Device>(std::make_unique<CpuDevice>(o_.threads));
+  }
+  Log(absl::StrCat("Device: ", (*device_)->name(), " (--device=", o_.device, ")"));
   absl::StatusOr<data::Dataset> train = data::LoadDataset(o_.train_data_paths);
   if (!train.ok()) return BadInput(train.status(), "--train_data_paths");
   train_ = std::make_shared<const data::Dataset>(*std::move(train));
@@ -301,13 +366,13 @@ absl::StatusOr<TrainResult> Loop::Run() {
   absl::StatusOr<Model> built = BuildModel(*spec, train_->example_shape, num_classes);
   if (!built.ok()) return BadInput(built.status(), "model");
   Model model = *std::move(built);
-  CpuDevice device(o_.threads);
+  Device& device = **device_;
   OptimizerOptions oo;
   oo.learning_rate = o_.learning_rate;
   absl::StatusOr<std::unique_ptr<Optimizer>> optimizer =
       Optimizer::Create(o_.optimizer, oo, device);
   if (!optimizer.ok()) return WithExitCode(optimizer.status(), kExitUsage);
-  VariableStore variables;
+  VariableStore variables(&device);
   TrainingContext ctx(o_, model, device, variables, **optimizer);
   TrainingStrategy& strategy = *env_.strategy;
   const bool chief = strategy.IsChief();
@@ -446,6 +511,37 @@ absl::StatusOr<TrainResult> Loop::Run() {
 }
 
 }  // namespace
+
+absl::Status CheckDevicePlacement(absl::string_view placement) {
+  if (placement == "cpu" || placement == "gpu" || placement == "auto") return absl::OkStatus();
+  return WithExitCode(absl::InvalidArgumentError(
+                          absl::StrCat("--device must be cpu, gpu or auto, got '", placement, "'")),
+                      kExitUsage);
+}
+
+namespace {
+DeviceFactory& DefaultDeviceFactoryStorage() {
+  static auto* factory = new DeviceFactory(CreateCpuOnlyDevice);
+  return *factory;
+}
+}  // namespace
+
+void SetDefaultDeviceFactory(DeviceFactory factory) {
+  DefaultDeviceFactoryStorage() = factory ? std::move(factory) : DeviceFactory(CreateCpuOnlyDevice);
+}
+
+const DeviceFactory& DefaultDeviceFactory() { return DefaultDeviceFactoryStorage(); }
+
+absl::StatusOr<std::unique_ptr<Device>> CreateCpuOnlyDevice(const TrainerOptions& options) {
+  if (absl::Status s = CheckDevicePlacement(options.device); !s.ok()) return s;
+  if (options.device == "gpu") {
+    return WithExitCode(absl::FailedPreconditionError(
+                            "--device=gpu: this trainer has no CUDA device support (built "
+                            "without CUDA); use --device=cpu or --device=auto"),
+                        kExitUsage);
+  }
+  return std::make_unique<CpuDevice>(options.threads);
+}
 
 absl::StatusOr<TrainResult> Train(const TrainerOptions& options, TrainerEnvironment env) {
   Loop loop(options, std::move(env));

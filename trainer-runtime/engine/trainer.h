@@ -38,7 +38,11 @@ struct TrainerOptions {
   int64_t save_checkpoints_steps = 0;  // > 0: by steps instead of seconds
   int keep_checkpoints = 5;
   uint64_t seed = 0;
-  int threads = 0;            // 0: all cores
+  int threads = 0;  // 0: all cores
+  // Where the graph runs: "cpu", "gpu" (a CUDA device; a usage error when
+  // there is none) or "auto" (the GPU when one is visible and the build has
+  // CUDA, else the CPU). See TrainerEnvironment::make_device.
+  std::string device = "auto";
   std::string model = "mlp";  // mlp, cnn, or a model YAML file
   int64_t hidden1 = 256;
   int64_t hidden2 = 128;
@@ -62,7 +66,9 @@ class MetricsSink {
 
 // A batch's loss and accuracy, and the gradient of every variable computed
 // at the current variable values. Gradient tensors alias the executor's
-// buffers: valid until the next graph run.
+// buffers: valid until the next graph run. They are in the memory of the
+// context's device (host memory on the CPU device; read them through
+// Device::ToHost / CopyToHost elsewhere).
 struct GradientResult {
   float loss = 0;
   float accuracy = 0;
@@ -70,7 +76,10 @@ struct GradientResult {
 };
 
 // What a strategy works with; all owned by the trainer and valid for the
-// whole run.
+// whole run. `variables` holds its values in `device`'s memory (its
+// device() is `device`, or null with a CPU device); every transfer between
+// host memory (batches, checkpoints, metrics) and the device goes through
+// `device`.
 class TrainingContext {
  public:
   TrainingContext(const TrainerOptions& options, Model& model, Device& device,
@@ -81,8 +90,9 @@ class TrainingContext {
   absl::StatusOr<GradientResult> ComputeGradients(const data::Batch& batch, int64_t step);
   // Loss and accuracy on `batch` (inference mode: no dropout).
   absl::StatusOr<std::pair<float, float>> Evaluate(const data::Batch& batch);
-  // The local variables and optimizer state, for a checkpoint.
-  void SnapshotLocal(int64_t global_step, v1::Checkpoint* checkpoint) const;
+  // The local variables and optimizer state, for a checkpoint (copied to
+  // host memory through the device; an error is the device's).
+  absl::Status SnapshotLocal(int64_t global_step, v1::Checkpoint* checkpoint) const;
   // Loads variables (and optimizer state, when the checkpoint has it).
   absl::Status RestoreLocal(const v1::Checkpoint& checkpoint);
 
@@ -96,7 +106,11 @@ class TrainingContext {
   absl::Status FeedBatch(const data::Batch& batch);
   Executor executor_;
   std::vector<Output> train_fetches_;
-  Tensor labels_;
+  Tensor labels_;  // host memory
+  // On a device whose memory is not host memory: the batch's copies there,
+  // kept across steps (reshaped in place while they are large enough).
+  Tensor device_features_;
+  Tensor device_labels_;
   std::vector<engine::Feed> feeds_;
   std::vector<Tensor> results_;
 };
@@ -132,8 +146,7 @@ class TrainingStrategy {
   // Fills a checkpoint of the current state.
   virtual absl::Status Snapshot(TrainingContext& ctx, int64_t global_step,
                                 v1::Checkpoint* checkpoint) {
-    ctx.SnapshotLocal(global_step, checkpoint);
-    return absl::OkStatus();
+    return ctx.SnapshotLocal(global_step, checkpoint);
   }
   // Whether this task writes checkpoints, summaries and the export, and
   // runs evaluations (the chief).
@@ -143,6 +156,12 @@ class TrainingStrategy {
   virtual int shard_count() const { return 1; }
   // After the last step (e.g. tell the cluster this worker is done).
   virtual absl::Status Finish(TrainingContext& ctx) { return absl::OkStatus(); }
+  // Whether the strategy reaches variables and gradients only through the
+  // device (kernels, Device transfers), so it works on any device. A
+  // strategy that reads tensor data() directly (host memory) keeps the
+  // default: the trainer then runs it on the CPU (--device=auto) or refuses
+  // the GPU (--device=gpu, a usage error).
+  virtual bool RunsOnAnyDevice() const { return false; }
 };
 
 // Single process: gradients and updates on the local device.
@@ -151,7 +170,33 @@ class LocalStrategy final : public TrainingStrategy {
   absl::StatusOr<int64_t> Initialize(TrainingContext& ctx, const v1::Checkpoint* restored) override;
   absl::StatusOr<StepResult> Step(TrainingContext& ctx, const data::Batch& batch,
                                   int64_t global_step) override;
+  bool RunsOnAnyDevice() const override { return true; }
 };
+
+// Makes the device a run trains on, from options.device and
+// options.threads. Errors carry their exit code (exit_codes.h): a placement
+// that cannot be had ("gpu" without a GPU) is a usage error (2) naming
+// --device.
+using DeviceFactory =
+    std::function<absl::StatusOr<std::unique_ptr<Device>>(const TrainerOptions& options)>;
+
+// The engine's own factory, for builds without CUDA: "cpu" and "auto" give a
+// CpuDevice with options.threads; "gpu" is a usage error (no CUDA device in
+// this build); another value InvalidArgument (usage) naming --device. The
+// kubetrain-runtime binary passes a factory that adds the CUDA device when
+// it is built with CUDA (trainer-runtime/cmd/device_factory.h).
+absl::StatusOr<std::unique_ptr<Device>> CreateCpuOnlyDevice(const TrainerOptions& options);
+
+// The factory Train uses when TrainerEnvironment::make_device is null:
+// CreateCpuOnlyDevice unless a binary installed another (kubetrain-runtime
+// installs its CUDA-aware one in main). Set it before any training starts:
+// not synchronised with running trainers.
+void SetDefaultDeviceFactory(DeviceFactory factory);
+const DeviceFactory& DefaultDeviceFactory();
+
+// Usage error (exit code 2) naming --device unless `placement` is cpu, gpu
+// or auto.
+absl::Status CheckDevicePlacement(absl::string_view placement);
 
 // What the outside world provides; every field has a working default.
 struct TrainerEnvironment {
@@ -162,6 +207,7 @@ struct TrainerEnvironment {
   // Called after each step with the new global step; an error stops the run
   // with that error (fault injection in tests, cancellation).
   std::function<absl::Status(int64_t)> after_step;
+  DeviceFactory make_device;  // null: DefaultDeviceFactory()
 };
 
 struct TrainResult {

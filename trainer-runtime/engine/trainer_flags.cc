@@ -63,6 +63,12 @@ const std::map<std::string, FlagDef>& Flags() {
        {[](TrainerOptions& o, const std::string& v) { return absl::SimpleAtoi(v, &o.seed); },
         "(0)"}},
       {"threads", {Int32(&TrainerOptions::threads), "compute threads (all cores)"}},
+      {"device",
+       {[](TrainerOptions& o, const std::string& v) {
+          o.device = v;
+          return CheckDevicePlacement(v).ok();
+        },
+        "cpu, gpu or auto: the GPU when the build has CUDA and one is visible (auto)"}},
       {"model", {String(&TrainerOptions::model), "mlp, cnn or a model YAML file (mlp)"}},
       {"hidden1", {Int(&TrainerOptions::hidden1), "mlp: first hidden layer (256)"}},
       {"hidden2", {Int(&TrainerOptions::hidden2), "mlp: second hidden layer (128)"}},
@@ -101,6 +107,7 @@ absl::StatusOr<TrainerOptions> ParseTrainerFlags(const std::vector<std::string>&
       value = args[++i];
     }
     if (!it->second.set(options, value)) {
+      if (name == "device") return CheckDevicePlacement(value);
       return Usage(absl::StrCat("flag '--", name, "': cannot parse '", value, "'"));
     }
   }

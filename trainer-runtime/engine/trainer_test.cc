@@ -1,7 +1,9 @@
 #include "trainer-runtime/engine/trainer.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -87,6 +89,25 @@ TEST(TrainerFlagsTest, UnknownOrBadFlagIsUsageError) {
   EXPECT_EQ(ExitCodeFor(bad.status()), kExitUsage);
   auto missing = ParseTrainerFlags({"--seed"});
   EXPECT_EQ(ExitCodeFor(missing.status()), kExitUsage);
+}
+
+TEST(TrainerFlagsTest, ParsesDevicePlacement) {
+  auto defaults = ParseTrainerFlags({});
+  ASSERT_TRUE(defaults.ok()) << defaults.status();
+  EXPECT_EQ(defaults->device, "auto");
+  for (const char* placement : {"cpu", "gpu", "auto"}) {
+    auto o = ParseTrainerFlags({std::string("--device=") + placement});
+    ASSERT_TRUE(o.ok()) << o.status();
+    EXPECT_EQ(o->device, placement);
+  }
+  auto spaced = ParseTrainerFlags({"--device", "cpu"});
+  ASSERT_TRUE(spaced.ok()) << spaced.status();
+  EXPECT_EQ(spaced->device, "cpu");
+  auto bad = ParseTrainerFlags({"--device=tpu"});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(ExitCodeFor(bad.status()), kExitUsage);
+  EXPECT_NE(bad.status().message().find("--device"), std::string::npos) << bad.status();
+  EXPECT_NE(bad.status().message().find("tpu"), std::string::npos) << bad.status();
 }
 
 TEST(ExitCodesTest, RetryableIsAtLeast128) {
@@ -256,6 +277,228 @@ TEST(TrainerTest, MissingDataAndBadModelFileAreBadInput) {
   EXPECT_NE(r.status().message().find("model.yaml:2: maxpool needs an image input"),
             std::string::npos)
       << r.status();
+}
+
+// A device whose memory the engine must treat as not host memory: its
+// buffers say kCuda, so every transfer above the kernel layer has to go
+// through CopyFromHost/CopyToHost (counted here), as it would for a GPU.
+// The memory is host memory underneath, so the CPU kernels can run on it
+// and the results can be compared bit for bit with the CPU device's.
+class NonHostAllocator final : public Allocator {
+ public:
+  DeviceType device_type() const override { return DeviceType::kCuda; }
+  void* Allocate(size_t bytes) override { return HostAllocator()->Allocate(bytes); }
+  void Deallocate(void* ptr) override { HostAllocator()->Deallocate(ptr); }
+};
+
+std::atomic<int64_t> uploads{0};
+std::atomic<int64_t> downloads{0};
+
+class NonHostDevice final : public Device {
+ public:
+  NonHostDevice() {
+    for (const auto& [op, kernel] : CpuKernelTable()) RegisterKernel(op, kernel);
+  }
+  DeviceType type() const override { return DeviceType::kCuda; }
+  absl::string_view name() const override { return "/device:TEST:0"; }
+  Allocator* allocator() override { return &allocator_; }
+  int num_threads() const override { return 1; }
+  absl::Status CopyFromHost(const Tensor& host, Tensor& device_tensor) override {
+    if (host.device_type() != DeviceType::kCpu ||
+        device_tensor.device_type() != DeviceType::kCuda) {
+      return absl::InvalidArgumentError("CopyFromHost wants host -> device");
+    }
+    ++uploads;
+    return Copy(host, device_tensor);
+  }
+  absl::Status CopyToHost(const Tensor& device_tensor, Tensor& host) override {
+    if (host.device_type() != DeviceType::kCpu ||
+        device_tensor.device_type() != DeviceType::kCuda) {
+      return absl::InvalidArgumentError("CopyToHost wants device -> host");
+    }
+    ++downloads;
+    return Copy(device_tensor, host);
+  }
+
+ private:
+  static absl::Status Copy(const Tensor& from, Tensor& to) {
+    if (from.shape() != to.shape()) return absl::InvalidArgumentError("shape mismatch");
+    std::memcpy(to.data(), from.data(), sizeof(float) * static_cast<size_t>(from.num_elements()));
+    return absl::OkStatus();
+  }
+  NonHostAllocator allocator_;
+};
+
+DeviceFactory NonHostDeviceFactory() {
+  return [](const TrainerOptions&) -> absl::StatusOr<std::unique_ptr<Device>> {
+    return std::make_unique<NonHostDevice>();
+  };
+}
+
+void ExpectSameCheckpoints(const std::string& a_path, const std::string& b_path) {
+  auto a = ReadCheckpoint(a_path);
+  auto b = ReadCheckpoint(b_path);
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(b.ok()) << b.status();
+  ASSERT_GT(a->variables_size(), 0);
+  ASSERT_EQ(a->variables_size(), b->variables_size());
+  for (int i = 0; i < a->variables_size(); ++i) {
+    EXPECT_EQ(a->variables(i).name(), b->variables(i).name());
+    EXPECT_EQ(a->variables(i).value().data(), b->variables(i).value().data())
+        << a->variables(i).name();
+  }
+  ASSERT_GT(a->optimizer().slots_size(), 0);
+  ASSERT_EQ(a->optimizer().slots_size(), b->optimizer().slots_size());
+  for (int i = 0; i < a->optimizer().slots_size(); ++i) {
+    EXPECT_EQ(a->optimizer().slots(i).value().data(), b->optimizer().slots(i).value().data())
+        << a->optimizer().slots(i).name();
+  }
+}
+
+// Initialisation, feeds, loss/accuracy, checkpoints, optimizer slots,
+// resume and export all work on a device whose memory is not host memory,
+// and give exactly the CPU device's results.
+TEST(TrainerTest, NonHostDeviceTrainsResumesAndExportsLikeCpu) {
+  std::string dir = TempDir("nonhost");
+  TrainerOptions o = SmallRun(dir);
+  o.max_steps = 30;
+  o.save_checkpoints_steps = 10;
+  std::ostringstream log;
+
+  TrainerOptions cpu = o;
+  cpu.output_path = (fs::path(dir) / "cpu").string();
+  cpu.device = "cpu";
+  TrainerEnvironment cpu_env;
+  cpu_env.log = &log;
+  absl::StatusOr<TrainResult> on_cpu = Train(cpu, std::move(cpu_env));
+  ASSERT_TRUE(on_cpu.ok()) << on_cpu.status() << "\n" << log.str();
+
+  // Stopped after step 13, restarted from model.ckpt-10.
+  TrainerOptions other = o;
+  other.output_path = (fs::path(dir) / "other").string();
+  other.device = "gpu";
+  TrainerEnvironment first_env;
+  first_env.log = &log;
+  first_env.make_device = NonHostDeviceFactory();
+  first_env.after_step = [](int64_t step) {
+    return step == 13 ? absl::AbortedError("killed at step 13") : absl::OkStatus();
+  };
+  uploads = 0;
+  downloads = 0;
+  ASSERT_FALSE(Train(other, std::move(first_env)).ok());
+  std::ostringstream resumed_log;
+  TrainerEnvironment second_env;
+  second_env.log = &resumed_log;
+  second_env.make_device = NonHostDeviceFactory();
+  absl::StatusOr<TrainResult> on_other = Train(other, std::move(second_env));
+  ASSERT_TRUE(on_other.ok()) << on_other.status() << "\n" << resumed_log.str();
+  EXPECT_NE(resumed_log.str().find("Device: /device:TEST:0"), std::string::npos)
+      << resumed_log.str();
+  EXPECT_NE(resumed_log.str().find("Restored checkpoint at step 10"), std::string::npos)
+      << resumed_log.str();
+  // Every step uploads a batch (features, labels) and reads back loss and
+  // accuracy.
+  EXPECT_GE(uploads.load(), 2 * (13 + 20));
+  EXPECT_GE(downloads.load(), 2 * (13 + 20));
+
+  EXPECT_EQ(on_other->global_step, 30);
+  EXPECT_EQ(on_other->final_loss, on_cpu->final_loss);
+  EXPECT_EQ(on_other->final_accuracy, on_cpu->final_accuracy);
+  ExpectSameCheckpoints((fs::path(cpu.output_path) / "model.ckpt-30").string(),
+                        (fs::path(other.output_path) / "model.ckpt-30").string());
+  std::ifstream a(fs::path(cpu.output_path) / "export" / "model.pb", std::ios::binary);
+  std::ifstream b(fs::path(other.output_path) / "export" / "model.pb", std::ios::binary);
+  v1::ExportedModel ea, eb;
+  ASSERT_TRUE(ea.ParseFromIstream(&a));
+  ASSERT_TRUE(eb.ParseFromIstream(&b));
+  ASSERT_GT(ea.variables_size(), 0);
+  ASSERT_EQ(ea.variables_size(), eb.variables_size());
+  for (int i = 0; i < ea.variables_size(); ++i) {
+    EXPECT_EQ(ea.variables(i).value().data(), eb.variables(i).value().data());
+  }
+}
+
+TEST(TrainerTest, GpuPlacementWithoutCudaIsUsageErrorBeforeLoadingData) {
+  std::string dir = TempDir("nogpu");
+  TrainerOptions o = SmallRun(dir);
+  o.device = "gpu";
+  // Missing data would be exit code 3: the device is checked first.
+  o.train_data_paths = (fs::path(dir) / "missing.csv").string();
+  std::ostringstream log;
+  TrainerEnvironment env;
+  env.log = &log;
+  absl::StatusOr<TrainResult> r = Train(o, std::move(env));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(ExitCodeFor(r.status()), kExitUsage) << r.status();
+  EXPECT_NE(r.status().message().find("--device=gpu"), std::string::npos) << r.status();
+
+  o.device = "tpu";
+  TrainerEnvironment env2;
+  env2.log = &log;
+  r = Train(o, std::move(env2));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(ExitCodeFor(r.status()), kExitUsage) << r.status();
+  EXPECT_NE(r.status().message().find("--device"), std::string::npos) << r.status();
+}
+
+TEST(TrainerTest, DefaultDeviceFactoryIsReplaceable) {
+  std::string dir = TempDir("factory");
+  TrainerOptions o = SmallRun(dir);
+  o.max_steps = 3;
+  std::ostringstream log;
+  SetDefaultDeviceFactory(NonHostDeviceFactory());
+  TrainerEnvironment env;
+  env.log = &log;
+  absl::StatusOr<TrainResult> r = Train(o, std::move(env));
+  SetDefaultDeviceFactory(nullptr);  // back to CreateCpuOnlyDevice
+  ASSERT_TRUE(r.ok()) << r.status() << "\n" << log.str();
+  EXPECT_NE(log.str().find("Device: /device:TEST:0"), std::string::npos) << log.str();
+  absl::StatusOr<std::unique_ptr<Device>> cpu = DefaultDeviceFactory()(o);
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  EXPECT_EQ((*cpu)->type(), DeviceType::kCpu);
+}
+
+// A strategy that reads tensor data directly (as a host-memory strategy
+// may) runs on the CPU under --device=auto and refuses --device=gpu.
+class HostOnlyStrategy final : public TrainingStrategy {
+ public:
+  absl::StatusOr<int64_t> Initialize(TrainingContext& ctx,
+                                     const v1::Checkpoint* restored) override {
+    return local_.Initialize(ctx, restored);
+  }
+  absl::StatusOr<StepResult> Step(TrainingContext& ctx, const data::Batch& batch,
+                                  int64_t global_step) override {
+    EXPECT_EQ(ctx.device.type(), DeviceType::kCpu);
+    return local_.Step(ctx, batch, global_step);
+  }
+
+ private:
+  LocalStrategy local_;
+};
+
+TEST(TrainerTest, HostMemoryStrategyStaysOnCpu) {
+  std::string dir = TempDir("hostonly");
+  TrainerOptions o = SmallRun(dir);
+  o.max_steps = 3;
+  std::ostringstream log;
+  TrainerEnvironment env;
+  env.log = &log;
+  env.make_device = NonHostDeviceFactory();
+  env.strategy = std::make_unique<HostOnlyStrategy>();
+  absl::StatusOr<TrainResult> r = Train(o, std::move(env));
+  ASSERT_TRUE(r.ok()) << r.status() << "\n" << log.str();
+  EXPECT_EQ(r->global_step, 3);
+  EXPECT_NE(log.str().find("Not using /device:TEST:0"), std::string::npos) << log.str();
+
+  o.device = "gpu";
+  TrainerEnvironment env2;
+  env2.log = &log;
+  env2.make_device = NonHostDeviceFactory();
+  env2.strategy = std::make_unique<HostOnlyStrategy>();
+  r = Train(o, std::move(env2));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(ExitCodeFor(r.status()), kExitUsage) << r.status();
+  EXPECT_NE(r.status().message().find("--device=gpu"), std::string::npos) << r.status();
 }
 
 }  // namespace
