@@ -120,7 +120,7 @@ struct LogFollower {
 // replicas are gone. Returns the final job.
 absl::StatusOr<v1::TrainingJob> FollowJob(local::JobStore& store, const std::string& name, bool logs,
                                           const std::string& task, const std::string& trial,
-                                          std::ostream& out) {
+                                          std::ostream& out, bool progress = true) {
   LogFollower follower{KubetrainHome(), name, task, trial, {}, 0};
   std::string last_progress;
   const bool tty = isatty(STDOUT_FILENO) && &out == &std::cout;
@@ -135,14 +135,14 @@ absl::StatusOr<v1::TrainingJob> FollowJob(local::JobStore& store, const std::str
       replicas_left = !running.ok() || *running;
     }
     if (logs) follower.Poll(store, out);
-    const std::string progress = ProgressLine(*job);
-    if (!progress.empty() && progress != last_progress) {
+    const std::string line = progress ? ProgressLine(*job) : "";
+    if (!line.empty() && line != last_progress) {
       if (tty && !logs) {
-        out << "\r\033[K" << progress << std::flush;  // one line, rewritten
+        out << "\r\033[K" << line << std::flush;  // one line, rewritten
       } else {
-        out << "[kubetrain] " << progress << "\n" << std::flush;
+        out << "[kubetrain] " << line << "\n" << std::flush;
       }
-      last_progress = progress;
+      last_progress = line;
     }
     if (finished && !replicas_left) {
       if (logs) follower.Poll(store, out);
@@ -167,7 +167,7 @@ int StreamLogs(const std::vector<std::string>& args, std::ostream& out, std::ost
   const std::string& name = parsed.positional[0];
   absl::StatusOr<v1::TrainingJob> job =
       FollowJob(*store, name, true, parsed.Flag("task-name") ? *parsed.Flag("task-name") : "",
-                parsed.Flag("trial") ? *parsed.Flag("trial") : "", out);
+                parsed.Flag("trial") ? *parsed.Flag("trial") : "", out, /*progress=*/false);
   if (!job.ok()) {
     err << "kubetrain " << command << ": " << job.status().message() << "\n";
     return kExitFailed;
