@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "trainer-runtime/cmd/device_factory.h"
 #include "trainer-runtime/cmd/subcommand.h"
 #include "trainer-runtime/exit_codes.h"
 
@@ -42,6 +43,9 @@ int main(int argc, char** argv) {
     cmd::PrintUsage(std::cerr);
     return kExitUsage;
   }
+  // Every subcommand's trainer places its graph with --device through the
+  // factory that knows this build's devices (CUDA when linked in).
+  engine::SetDefaultDeviceFactory(cmd::CreateTrainerDevice);
   std::vector<std::string> args(argv + 2, argv + argc);
   return it->second.run(args);
 }

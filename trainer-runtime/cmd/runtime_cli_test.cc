@@ -10,6 +10,7 @@
 #include <string>
 
 #include "gtest/gtest.h"
+#include "trainer-runtime/cmd/device_factory.h"
 #include "trainer-runtime/engine/checkpoint.h"
 #include "trainer-runtime/exit_codes.h"
 
@@ -66,6 +67,21 @@ TEST_F(RuntimeCliTest, ExitCodes) {
   EXPECT_EQ(RunBinary(Flags("ok", 5), log), kExitOk) << Slurp(log);
   EXPECT_NE(Slurp(log).find("Final metrics after 5 steps, loss: "), std::string::npos)
       << Slurp(log);
+}
+
+TEST_F(RuntimeCliTest, DeviceFlag) {
+  std::string log = (dir_ / "log").string();
+  EXPECT_EQ(RunBinary(Flags("cpu", 3) + " --device=cpu", log), kExitOk) << Slurp(log);
+  EXPECT_NE(Slurp(log).find("Device: /device:CPU:0 (--device=cpu)"), std::string::npos)
+      << Slurp(log);
+  EXPECT_EQ(RunBinary(Flags("tpu", 3) + " --device=tpu", log), kExitUsage) << Slurp(log);
+  EXPECT_NE(Slurp(log).find("--device"), std::string::npos) << Slurp(log);
+  if (cmd::BuiltWithCuda() && cmd::VisibleGpuCount() > 0) {
+    GTEST_SKIP() << "a GPU is visible: --device=gpu is valid here";
+  }
+  EXPECT_EQ(RunBinary(Flags("gpu", 3) + " --device=gpu", log), kExitUsage) << Slurp(log);
+  EXPECT_NE(Slurp(log).find("--device=gpu"), std::string::npos) << Slurp(log);
+  EXPECT_EQ(Slurp(log).find("Final metrics"), std::string::npos) << Slurp(log);
 }
 
 TEST_F(RuntimeCliTest, RestartResumesFromLatestCheckpoint) {

@@ -1,0 +1,46 @@
+#include "trainer-runtime/cmd/device_factory.h"
+
+#include "absl/strings/str_cat.h"
+#include "trainer-runtime/exit_codes.h"
+
+#if KUBETRAIN_RUNTIME_WITH_CUDA
+#include "trainer-runtime/cuda/cuda_device.h"
+#endif
+
+namespace kubetrain::runtime::cmd {
+
+bool BuiltWithCuda() { return KUBETRAIN_RUNTIME_WITH_CUDA != 0; }
+
+int VisibleGpuCount() {
+#if KUBETRAIN_RUNTIME_WITH_CUDA
+  return cuda::VisibleDeviceCount();
+#else
+  return 0;
+#endif
+}
+
+absl::StatusOr<std::unique_ptr<engine::Device>> CreateTrainerDevice(
+    const engine::TrainerOptions& options) {
+#if KUBETRAIN_RUNTIME_WITH_CUDA
+  if (absl::Status s = engine::CheckDevicePlacement(options.device); !s.ok()) return s;
+  if (options.device == "cpu") return std::make_unique<engine::CpuDevice>(options.threads);
+  if (VisibleGpuCount() == 0) {
+    if (options.device == "auto") return std::make_unique<engine::CpuDevice>(options.threads);
+    return WithExitCode(
+        absl::FailedPreconditionError(
+            "--device=gpu: no CUDA device is visible to this process (cudaGetDeviceCount found "
+            "none: no GPU, no driver, or CUDA_VISIBLE_DEVICES hides them); use --device=cpu or "
+            "--device=auto"),
+        kExitUsage);
+  }
+  absl::StatusOr<std::unique_ptr<engine::Device>> device =
+      cuda::CreateDeviceForPlacement(options.device, options.threads);
+  // A visible GPU that cannot be opened (a driver fault) is not a usage
+  // error; its status keeps CUDA's message.
+  return device;
+#else
+  return engine::CreateCpuOnlyDevice(options);
+#endif
+}
+
+}  // namespace kubetrain::runtime::cmd
