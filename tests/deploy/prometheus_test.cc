@@ -1,12 +1,8 @@
 // A real Prometheus (Debian's /usr/bin/prometheus) scrapes two MetricsServers,
 // one holding the operator's metrics and one a runtime task's, and its HTTP
 // API returns their series, then their changes.
-#include <dirent.h>
-#include <fcntl.h>
-#include <signal.h>
 #include <stdlib.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -14,8 +10,6 @@
 #include <fstream>
 #include <map>
 #include <optional>
-#include <set>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -23,7 +17,6 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
@@ -33,6 +26,7 @@
 #include "operator/observability/operator_metrics.h"
 #include "operator/observability/runtime_metrics.h"
 #include "prometheus/registry.h"
+#include "tests/deploy/child_process.h"
 
 namespace kubetrain::deploy_testing {
 namespace {
@@ -55,93 +49,6 @@ std::string UrlEncode(const std::string& text) {
   }
   return out;
 }
-
-// The TCP port `pid` listens on (IPv4), found through /proc: Prometheus is
-// started on port 0 and does not print the port it got.
-std::optional<int> ListeningPort(pid_t pid) {
-  std::set<std::string> inodes;
-  const std::string fd_dir = absl::StrCat("/proc/", pid, "/fd");
-  DIR* d = opendir(fd_dir.c_str());
-  if (d == nullptr) return std::nullopt;
-  while (dirent* entry = readdir(d)) {
-    char target[256];
-    ssize_t n = readlink((fd_dir + "/" + entry->d_name).c_str(), target, sizeof(target) - 1);
-    if (n <= 0) continue;
-    target[n] = '\0';
-    std::string link(target);
-    if (absl::StartsWith(link, "socket:[")) inodes.insert(link.substr(8, link.size() - 9));
-  }
-  closedir(d);
-  std::ifstream tcp(absl::StrCat("/proc/", pid, "/net/tcp"));
-  std::string line;
-  std::getline(tcp, line);  // header
-  while (std::getline(tcp, line)) {
-    std::vector<std::string> f = absl::StrSplit(line, ' ', absl::SkipWhitespace());
-    // sl local_address rem_address st tx:rx tr:tm retrnsmt uid timeout inode
-    if (f.size() < 10 || f[3] != "0A" || inodes.count(f[9]) == 0) continue;
-    int port = 0;
-    if (absl::SimpleHexAtoi(f[1].substr(f[1].find(':') + 1), &port)) return port;
-  }
-  return std::nullopt;
-}
-
-class PrometheusProcess {
- public:
-  bool Start(const std::string& dir) {
-    const std::string config = dir + "/prometheus.yml", log = dir + "/prometheus.log";
-    log_path_ = log;
-    pid_ = fork();
-    if (pid_ < 0) return false;
-    if (pid_ == 0) {
-      int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      if (fd >= 0) {
-        dup2(fd, 1);
-        dup2(fd, 2);
-      }
-      // Nothing else of ours: the MetricsServers' listening sockets, inherited
-      // without close-on-exec, would otherwise also be Prometheus's.
-      close_range(3, ~0U, 0);
-      const std::string config_flag = "--config.file=" + config;
-      const std::string storage_flag = "--storage.tsdb.path=" + dir + "/data";
-      execl(kPrometheus, kPrometheus, config_flag.c_str(), storage_flag.c_str(),
-            "--web.listen-address=127.0.0.1:0", "--log.level=info", static_cast<char*>(nullptr));
-      _exit(127);
-    }
-    return true;
-  }
-  ~PrometheusProcess() { Stop(); }
-  // SIGTERM, then SIGKILL if it has not exited within 30 s.
-  void Stop() {
-    if (pid_ <= 0) return;
-    kill(pid_, SIGTERM);
-    const absl::Time deadline = absl::Now() + absl::Seconds(30);
-    int status;
-    while (waitpid(pid_, &status, WNOHANG) == 0) {
-      if (absl::Now() > deadline) {
-        kill(pid_, SIGKILL);
-        waitpid(pid_, &status, 0);
-        break;
-      }
-      absl::SleepFor(absl::Milliseconds(20));
-    }
-    pid_ = -1;
-  }
-  bool Exited() {
-    int status;
-    return pid_ <= 0 || waitpid(pid_, &status, WNOHANG) != 0;
-  }
-  pid_t pid() const { return pid_; }
-  std::string Log() const {
-    std::ifstream in(log_path_);
-    std::stringstream text;
-    text << in.rdbuf();
-    return text.str();
-  }
-
- private:
-  pid_t pid_ = -1;
-  std::string log_path_;
-};
 
 class PrometheusTest : public ::testing::Test {
  protected:
@@ -237,8 +144,11 @@ TEST_F(PrometheusTest, ScrapesOperatorAndRuntimeMetrics) {
            << "- job_name: kubetrain-runtime\n  static_configs:\n  - targets: ['127.0.0.1:"
            << (*runtime_server)->port() << "']\n";
   }
-  PrometheusProcess prometheus;
-  ASSERT_TRUE(prometheus.Start(dir_));
+  ChildProcess prometheus({kPrometheus, "--config.file=" + dir_ + "/prometheus.yml",
+                           "--storage.tsdb.path=" + dir_ + "/data",
+                           "--web.listen-address=127.0.0.1:0"},
+                          dir_ + "/prometheus.log");
+  ASSERT_TRUE(prometheus.Start());
 
   std::optional<int> port;
   for (const absl::Time deadline = absl::Now() + absl::Seconds(60);

@@ -1,0 +1,141 @@
+// The real kubetrain-operator against the fake API server, through a job's
+// whole life with leader election on: every request it makes must be one the
+// shipped RBAC grants. This checks rbac_test.cc's reading of the code from
+// the other side (requests actually sent, though only on the paths run here).
+#include <stdlib.h>
+
+#include <fstream>
+#include <map>
+#include <set>
+#include <string>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/deploy/child_process.h"
+#include "tests/deploy/manifest_checks.h"
+#include "tests/deploy/rbac_calls.h"
+#include "tests/fake_apiserver/fake_apiserver.h"
+
+#ifndef KUBETRAIN_OPERATOR_BINARY
+#error "KUBETRAIN_OPERATOR_BINARY must name the kubetrain-operator binary"
+#endif
+
+namespace kubetrain::deploy_testing {
+namespace {
+
+using fake_apiserver::FakeApiServer;
+using nlohmann::json;
+
+constexpr char kToken[] = "deploy-test-token";
+
+std::set<Permission> GrantedByFile(const std::string& file) {
+  auto text = ReadFile(SourcePath(file));
+  EXPECT_TRUE(text.ok()) << text.status();
+  auto docs = ParseDocuments(text.ok() ? *text : "");
+  EXPECT_TRUE(docs.ok() && !docs->empty());
+  if (!docs.ok() || docs->empty()) return {};
+  auto granted = GrantedPermissions(YAML::Dump((*docs)[0]["rules"]));
+  EXPECT_TRUE(granted.ok()) << granted.status();
+  return granted.ok() ? *granted : std::set<Permission>{};
+}
+
+TEST(OperatorRbacE2eTest, EveryRequestOfAJobsLifeIsGranted) {
+  FakeApiServer::Options options;
+  options.bearer_token = kToken;
+  options.bookmark_interval = absl::Milliseconds(200);
+  auto server = FakeApiServer::Start(options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  std::string dir = ::testing::TempDir() + "/deploy_rbac_e2e_XXXXXX";
+  ASSERT_NE(mkdtemp(dir.data()), nullptr);
+  {
+    std::ofstream out(dir + "/kubeconfig");
+    out << "apiVersion: v1\nkind: Config\ncurrent-context: fake\n"
+        << "clusters:\n- name: fake\n  cluster:\n    server: " << (*server)->url() << "\n"
+        << "contexts:\n- name: fake\n  context: {cluster: fake, user: op, namespace: ns1}\n"
+        << "users:\n- name: op\n  user:\n    token: " << kToken << "\n";
+  }
+  ChildProcess op({KUBETRAIN_OPERATOR_BINARY, "--kubeconfig", dir + "/kubeconfig", "--namespace",
+                   "ns1", "--leader-elect=true", "--leader-election-namespace", "ns1"},
+                  dir + "/operator.log");
+  ASSERT_TRUE(op.Start());
+
+  // A STANDARD_1 job that succeeds and is then deleted by its TTL.
+  json job = {{"apiVersion", "kubetrain.io/v1"},
+              {"kind", "TrainingJob"},
+              {"metadata", {{"name", "rbac"}}},
+              {"spec",
+               {{"trainingInput", {{"scaleTier", "STANDARD_1"}}},
+                {"runPolicy",
+                 {{"restartPolicy", "Never"},
+                  {"cleanPodPolicy", "Running"},
+                  {"ttlSecondsAfterFinished", 0}}}}}};
+  ASSERT_TRUE((*server)->Create("trainingjobs", "ns1", job).ok());
+  ASSERT_TRUE((*server)->WaitUntil([&] { return (*server)->Count("pods") == 8; },
+                                   absl::Seconds(60)))
+      << op.Log();
+  for (const json& pod : (*server)->List("pods", "ns1")) {
+    ASSERT_TRUE((*server)
+                    ->MergePatch("pods", "ns1", pod["metadata"]["name"].get<std::string>(),
+                                 {{"status", {{"phase", "Running"}}}}, "status")
+                    .ok());
+  }
+  ASSERT_TRUE((*server)
+                  ->MergePatch("pods", "ns1", "rbac-master-0",
+                               {{"status",
+                                 {{"phase", "Succeeded"},
+                                  {"containerStatuses",
+                                   {{{"name", "kubetrain"},
+                                     {"restartCount", 0},
+                                     {"state", {{"terminated", {{"exitCode", 0}}}}}}}}}}},
+                               "status")
+                  .ok());
+  // Gone: succeeded, cleaned up, deleted by the TTL.
+  EXPECT_TRUE((*server)->WaitUntil([&] { return (*server)->Count("trainingjobs") == 0; },
+                                   absl::Seconds(60)))
+      << op.Log();
+  op.Stop();
+
+  auto header = ReadFile(SourcePath("operator/kube/cluster_client.h"));
+  ASSERT_TRUE(header.ok());
+  auto constants = ParseResourceConstants(*header);
+  ASSERT_TRUE(constants.ok()) << constants.status();
+  std::map<std::string, std::string> group_of;  // plural -> group
+  for (const auto& [name, group_plural] : *constants) {
+    std::vector<std::string> parts = absl::StrSplit(group_plural, '/');
+    group_of[parts.back()] = parts.front();
+  }
+
+  std::set<Permission> granted = GrantedByFile("deploy/rbac/cluster/cluster_role.yaml");
+  for (const Permission& p : GrantedByFile("deploy/rbac/base/leader_election_role.yaml")) {
+    granted.insert(p);
+  }
+  std::set<Permission> seen;
+  for (const auto& [key, count] : (*server)->RequestCounts()) {
+    // "verb plural[/subresource]"
+    std::vector<std::string> parts = absl::StrSplit(key, absl::MaxSplits(' ', 1));
+    ASSERT_EQ(parts.size(), 2u) << key;
+    std::string plural = parts[1].substr(0, parts[1].find('/'));
+    ASSERT_TRUE(group_of.count(plural)) << "request on a resource the operator does not name: "
+                                        << key;
+    Permission p{parts[0], absl::StrCat(group_of[plural], "/", parts[1])};
+    seen.insert(p);
+    EXPECT_TRUE(granted.count(p)) << "the operator sent " << count << " x '" << key
+                                  << "', which the RBAC does not grant";
+  }
+  // The run went through the paths that matter.
+  for (const Permission& p : std::vector<Permission>{{"create", "/pods"},
+                                                    {"create", "/services"},
+                                                    {"watch", "/pods"},
+                                                    {"update", "kubetrain.io/trainingjobs/status"},
+                                                    {"delete", "kubetrain.io/trainingjobs"},
+                                                    {"create", "/events"},
+                                                    {"create", "coordination.k8s.io/leases"}}) {
+    EXPECT_TRUE(seen.count(p)) << "not exercised: " << p.first << " " << p.second;
+  }
+}
+
+}  // namespace
+}  // namespace kubetrain::deploy_testing
