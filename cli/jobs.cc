@@ -20,6 +20,7 @@
 #include "api/job_file.h"
 #include "api/validation.h"
 #include "cli/commands.h"
+#include "cli/jobs_cluster.h"
 #include "cli/jobs_format.h"
 #include "cli/local_backend.h"
 #include "google/protobuf/util/time_util.h"
@@ -50,6 +51,32 @@ std::unique_ptr<local::JobStore> OpenStoreOrReport(const std::string& command, s
     return nullptr;
   }
   return *std::move(store);
+}
+
+// The cluster side, or nullptr after printing why not.
+std::unique_ptr<ClusterJobs> ConnectOrReport(const std::string& command, const ParsedArgs& parsed,
+                                             std::ostream& err) {
+  absl::StatusOr<std::unique_ptr<ClusterJobs>> cluster =
+      ClusterJobs::Connect(parsed.Flag("namespace") ? *parsed.Flag("namespace") : "");
+  if (!cluster.ok()) {
+    err << "kubetrain " << command << ": " << cluster.status().message() << "\n";
+    return nullptr;
+  }
+  return *std::move(cluster);
+}
+
+// Polls a job on the cluster until it ends, printing progress changes.
+absl::StatusOr<v1::TrainingJob> FollowClusterJob(ClusterJobs& cluster, const std::string& name, std::ostream& out) {
+  std::string last;
+  for (;;) {
+    absl::StatusOr<v1::TrainingJob> job = cluster.Get(name);
+    if (!job.ok()) return job.status();
+    const std::string line = ProgressLine(*job);
+    if (!line.empty() && line != last) out << "[kubetrain] " << line << "\n" << std::flush;
+    last = line;
+    if (core::IsTerminal(job->status().state())) return job;
+    std::this_thread::sleep_for(std::chrono::seconds(2));
+  }
 }
 
 int UsageError(const std::string& command, const std::string& message, std::ostream& err) {
@@ -159,7 +186,9 @@ int StreamLogs(const std::vector<std::string>& args, std::ostream& out, std::ost
   if (!parsed.error.empty()) return UsageError(command, parsed.error, err);
   if (parsed.positional.size() != 1) return UsageError(command, "name one job: kubetrain jobs stream-logs JOB", err);
   if (!UseLocalBackend(parsed.Has("local"))) {
-    err << NoClusterBackendMessage(command);
+    err << "kubetrain " << command << ": on a cluster, read the replicas' logs with `kubectl logs -l "
+        << "kubetrain.io/job-name=" << api::KubernetesName(parsed.positional[0])
+        << "`; stream-logs works with the local backend (--local)\n";
     return kExitUsage;
   }
   std::unique_ptr<local::JobStore> store = OpenStoreOrReport(command, err);
@@ -198,7 +227,7 @@ int SubmitTraining(const std::vector<std::string>& args, std::ostream& out, std:
   const std::string command = "jobs submit training";
   ParsedArgs parsed = ParseArgs(args,
                                 {"config", "scale-tier", "module-name", "package-path", "job-dir", "region",
-                                 "labels", "runtime-version", "python-version", "master-image-uri"},
+                                 "labels", "runtime-version", "python-version", "master-image-uri", "namespace"},
                                 {"stream-logs", "local", "wait", "async"});
   if (!parsed.error.empty()) return UsageError(command, parsed.error, err);
   if (parsed.positional.size() != 1) {
@@ -267,9 +296,28 @@ int SubmitTraining(const std::vector<std::string>& args, std::ostream& out, std:
     return kExitUsage;
   }
   (void)bare_config;
+  const bool stream = parsed.Has("stream-logs") && *parsed.Flag("stream-logs") == "true";
+  const bool wait = parsed.Has("wait") && *parsed.Flag("wait") == "true";
   if (!UseLocalBackend(parsed.Has("local"))) {
-    err << NoClusterBackendMessage(command);
-    return kExitUsage;
+    std::unique_ptr<ClusterJobs> cluster = ConnectOrReport(command, parsed, err);
+    if (cluster == nullptr) return kExitFailed;
+    if (absl::Status s = cluster->Create(job); !s.ok()) {
+      err << "kubetrain " << command << ": " << s.message() << "\n";
+      return kExitFailed;
+    }
+    out << "Job [" << name << "] submitted successfully.\n"
+        << "TrainingJob " << cluster->namespace_name() << "/" << api::KubernetesName(name) << "\n"
+        << "  $ kubetrain jobs describe " << name << "\n";
+    if (!stream && !wait) return kExitOk;
+    if (stream) {
+      out << "(logs: kubectl logs -f -l kubetrain.io/job-name=" << api::KubernetesName(name) << ")\n";
+    }
+    absl::StatusOr<v1::TrainingJob> final_job = FollowClusterJob(*cluster, name, out);
+    if (!final_job.ok()) {
+      err << "kubetrain " << command << ": " << final_job.status().message() << "\n";
+      return kExitFailed;
+    }
+    return PrintFinal(*final_job, command, out, err);
   }
 
   const absl::Time now = absl::Now();
@@ -292,8 +340,6 @@ int SubmitTraining(const std::vector<std::string>& args, std::ostream& out, std:
     return kExitFailed;
   }
   out << "Job [" << name << "] submitted successfully.\n";
-  const bool stream = parsed.Has("stream-logs") && *parsed.Flag("stream-logs") == "true";
-  const bool wait = parsed.Has("wait") && *parsed.Flag("wait") == "true";
   if (!stream) {
     out << "Your job is still active. You may view the status of your job with the command\n\n"
         << "  $ kubetrain jobs describe " << name << "\n\n"
@@ -314,26 +360,34 @@ int SubmitTraining(const std::vector<std::string>& args, std::ostream& out, std:
 
 int Describe(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   const std::string command = "jobs describe";
-  ParsedArgs parsed = ParseArgs(args, {"format"}, {"summarize", "local"});
+  ParsedArgs parsed = ParseArgs(args, {"format", "namespace"}, {"summarize", "local"});
   if (!parsed.error.empty()) return UsageError(command, parsed.error, err);
   if (parsed.positional.size() != 1) return UsageError(command, "name one job: kubetrain jobs describe JOB", err);
   const std::string format = parsed.Flag("format") ? *parsed.Flag("format") : "yaml";
   if (format != "yaml" && format != "json") {
     return UsageError(command, "--format: yaml or json, got \"" + format + "\"", err);
   }
+  nlohmann::json resource;
   if (!UseLocalBackend(parsed.Has("local"))) {
-    err << NoClusterBackendMessage(command);
-    return kExitUsage;
+    std::unique_ptr<ClusterJobs> cluster = ConnectOrReport(command, parsed, err);
+    if (cluster == nullptr) return kExitFailed;
+    absl::StatusOr<v1::TrainingJob> job = cluster->Get(parsed.positional[0]);
+    if (!job.ok()) {
+      err << "kubetrain " << command << ": " << job.status().message() << "\n";
+      return kExitFailed;
+    }
+    resource = JobResource(*job);
+  } else {
+    std::unique_ptr<local::JobStore> store = OpenStoreOrReport(command, err);
+    if (store == nullptr) return kExitFailed;
+    absl::StatusOr<v1::TrainingJob> job = store->GetJob(parsed.positional[0]);
+    if (!job.ok()) {
+      err << "kubetrain " << command << ": " << job.status().message() << "\n";
+      return kExitFailed;
+    }
+    absl::StatusOr<std::vector<v1::HyperparameterOutput>> archived = store->ArchivedTrials(parsed.positional[0]);
+    resource = JobResource(*job, archived.ok() ? *archived : std::vector<v1::HyperparameterOutput>{});
   }
-  std::unique_ptr<local::JobStore> store = OpenStoreOrReport(command, err);
-  if (store == nullptr) return kExitFailed;
-  absl::StatusOr<v1::TrainingJob> job = store->GetJob(parsed.positional[0]);
-  if (!job.ok()) {
-    err << "kubetrain " << command << ": " << job.status().message() << "\n";
-    return kExitFailed;
-  }
-  absl::StatusOr<std::vector<v1::HyperparameterOutput>> archived = store->ArchivedTrials(parsed.positional[0]);
-  nlohmann::json resource = JobResource(*job, archived.ok() ? *archived : std::vector<v1::HyperparameterOutput>{});
   if (parsed.Has("summarize") && *parsed.Flag("summarize") == "true") {
     out << SummarizeJob(resource);
   } else if (format == "json") {
@@ -346,7 +400,7 @@ int Describe(const std::vector<std::string>& args, std::ostream& out, std::ostre
 
 int List(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   const std::string command = "jobs list";
-  ParsedArgs parsed = ParseArgs(args, {"filter", "limit", "page-size", "sort-by"}, {"local"});
+  ParsedArgs parsed = ParseArgs(args, {"filter", "limit", "page-size", "sort-by", "namespace"}, {"local"});
   if (!parsed.error.empty()) return UsageError(command, parsed.error, err);
   if (!parsed.positional.empty()) return UsageError(command, "takes no positional arguments", err);
   int64_t limit = -1;
@@ -361,13 +415,16 @@ int List(const std::vector<std::string>& args, std::ostream& out, std::ostream& 
     if (!predicate.ok()) return UsageError(command, std::string(predicate.status().message()), err);
     keep = *predicate;
   }
+  absl::StatusOr<std::vector<v1::TrainingJob>> jobs;
   if (!UseLocalBackend(parsed.Has("local"))) {
-    err << NoClusterBackendMessage(command);
-    return kExitUsage;
+    std::unique_ptr<ClusterJobs> cluster = ConnectOrReport(command, parsed, err);
+    if (cluster == nullptr) return kExitFailed;
+    jobs = cluster->List();
+  } else {
+    std::unique_ptr<local::JobStore> store = OpenStoreOrReport(command, err);
+    if (store == nullptr) return kExitFailed;
+    jobs = store->ListJobs();
   }
-  std::unique_ptr<local::JobStore> store = OpenStoreOrReport(command, err);
-  if (store == nullptr) return kExitFailed;
-  absl::StatusOr<std::vector<v1::TrainingJob>> jobs = store->ListJobs();
   if (!jobs.ok()) {
     err << "kubetrain " << command << ": " << jobs.status().message() << "\n";
     return kExitFailed;
@@ -397,14 +454,27 @@ int List(const std::vector<std::string>& args, std::ostream& out, std::ostream& 
 
 int Cancel(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   const std::string command = "jobs cancel";
-  ParsedArgs parsed = ParseArgs(args, {}, {"local", "wait"});
+  ParsedArgs parsed = ParseArgs(args, {"namespace"}, {"local", "wait"});
   if (!parsed.error.empty()) return UsageError(command, parsed.error, err);
   if (parsed.positional.size() != 1) return UsageError(command, "name one job: kubetrain jobs cancel JOB", err);
-  if (!UseLocalBackend(parsed.Has("local"))) {
-    err << NoClusterBackendMessage(command);
-    return kExitUsage;
-  }
   const std::string& name = parsed.positional[0];
+  if (!UseLocalBackend(parsed.Has("local"))) {
+    std::unique_ptr<ClusterJobs> cluster = ConnectOrReport(command, parsed, err);
+    if (cluster == nullptr) return kExitFailed;
+    absl::StatusOr<v1::TrainingJob> job = cluster->Get(name);
+    if (job.ok() && core::IsTerminal(job->status().state())) {
+      err << "kubetrain " << command << ": job [" << name << "] has already ended "
+          << v1::State_Name(job->status().state()) << "; nothing to cancel\n";
+      return kExitFailed;
+    }
+    absl::Status s = job.ok() ? cluster->Cancel(name) : job.status();
+    if (!s.ok()) {
+      err << "kubetrain " << command << ": " << s.message() << "\n";
+      return kExitFailed;
+    }
+    out << "Cancelled job [" << name << "].\n";
+    return kExitOk;
+  }
   std::unique_ptr<local::JobStore> store = OpenStoreOrReport(command, err);
   if (store == nullptr) return kExitFailed;
   absl::StatusOr<v1::TrainingJob> job = store->GetJob(name);

@@ -67,13 +67,6 @@ bool UseLocalBackend(bool local_flag) {
   return backend != nullptr && std::string(backend) == "local";
 }
 
-std::string NoClusterBackendMessage(const std::string& command) {
-  return absl::StrCat("kubetrain ", command,
-                      ": the Kubernetes backend is not available from the CLI yet; use the local "
-                      "backend with --local (or KUBETRAIN_BACKEND=local), or apply a TrainingJob "
-                      "manifest with kubectl.\n");
-}
-
 std::string RuntimeBinary() {
   if (const char* runtime = std::getenv("KUBETRAIN_RUNTIME"); runtime != nullptr && *runtime != '\0') {
     return runtime;

@@ -22,10 +22,6 @@ absl::StatusOr<std::unique_ptr<local::JobStore>> OpenLocalStore(const std::strin
 // KUBETRAIN_BACKEND=local.
 bool UseLocalBackend(bool local_flag);
 
-// The message for commands run without the local backend: only the local
-// backend is wired into the CLI so far.
-std::string NoClusterBackendMessage(const std::string& command);
-
 // The `kubetrain-runtime` binary replicas run: $KUBETRAIN_RUNTIME, else next to
 // this executable, else in the build tree beside it, else "kubetrain-runtime"
 // (PATH).

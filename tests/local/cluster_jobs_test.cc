@@ -1,0 +1,110 @@
+// `kubetrain jobs` without --local: TrainingJob resources on a (fake)
+// Kubernetes API server, through the CLI library and the real binary.
+#include <sys/wait.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "cli/jobs_cluster.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "operator/kube/rest_client.h"
+#include "operator/local/test_util.h"
+#include "tests/fake_apiserver/fake_apiserver.h"
+
+namespace kubetrain::cli {
+namespace {
+
+using ::testing::HasSubstr;
+
+v1::TrainingJob Job(const std::string& id) {
+  v1::TrainingJob job;
+  job.set_api_version("kubetrain.io/v1");
+  job.set_kind("TrainingJob");
+  job.mutable_metadata()->set_name(id);
+  job.mutable_spec()->mutable_training_input()->set_scale_tier(v1::TrainingInput::BASIC);
+  job.mutable_spec()->mutable_training_input()->add_args("--num_epochs=1");
+  return job;
+}
+
+class ClusterJobsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto server = fake_apiserver::FakeApiServer::Start();
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = *std::move(server);
+    kube::ClusterConfig config;
+    config.server = server_->url();
+    auto client = kube::RestClusterClient::Create(config);
+    ASSERT_TRUE(client.ok()) << client.status();
+    jobs_ = std::make_unique<ClusterJobs>(*std::move(client), "team-a");
+  }
+
+  std::unique_ptr<fake_apiserver::FakeApiServer> server_;
+  std::unique_ptr<ClusterJobs> jobs_;
+};
+
+TEST_F(ClusterJobsTest, CreateGetListCancelKeepTheCloudMlJobId) {
+  ASSERT_TRUE(jobs_->Create(Job("fmnist_hptuning")).ok());
+  auto object = server_->Get("trainingjobs", "team-a", "fmnist-hptuning");
+  ASSERT_TRUE(object.ok()) << object.status();
+  EXPECT_EQ((*object)["metadata"]["annotations"][kJobIdAnnotation], "fmnist_hptuning");
+  EXPECT_EQ((*object)["spec"]["trainingInput"]["args"][0], "--num_epochs=1");
+
+  auto job = jobs_->Get("fmnist_hptuning");
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->metadata().name(), "fmnist_hptuning");
+  EXPECT_EQ(job->spec().training_input().scale_tier(), v1::TrainingInput::BASIC);
+
+  EXPECT_EQ(jobs_->Create(Job("fmnist_hptuning")).code(), absl::StatusCode::kAlreadyExists);
+  ASSERT_TRUE(jobs_->Create(Job("second")).ok());
+  auto list = jobs_->List();
+  ASSERT_TRUE(list.ok()) << list.status();
+  EXPECT_EQ(list->size(), 2u);
+
+  ASSERT_TRUE(jobs_->Cancel("fmnist_hptuning").ok());
+  EXPECT_EQ((*server_->Get("trainingjobs", "team-a", "fmnist-hptuning"))["spec"]["cancel"], true);
+
+  auto missing = jobs_->Get("nope");
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(missing.status().message(), HasSubstr("team-a"));
+  EXPECT_EQ(jobs_->Cancel("nope").code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(ClusterJobsTest, CliWithoutLocalUsesTheKubeconfig) {
+  local::TempDir dir;
+  const std::string kubeconfig = dir.path() + "/config";
+  std::ofstream(kubeconfig) << "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+                            << "clusters: [{name: k, cluster: {server: '" << server_->url() << "'}}]\n"
+                            << "users: [{name: u, user: {token: t}}]\n"
+                            << "contexts: [{name: c, context: {cluster: k, user: u, namespace: team-a}}]\n";
+  const std::string config = dir.path() + "/job.yaml";
+  std::ofstream(config) << "trainingInput:\n  scaleTier: BASIC\n";
+  auto run = [&](const std::string& args) {
+    const std::string out = dir.path() + "/out";
+    std::string command = absl::StrCat("KUBECONFIG=", kubeconfig, " KUBETRAIN_BACKEND= KUBETRAIN_HOME=", dir.path(),
+                                       " ", KUBETRAIN_CLI, " ", args, " >", out, " 2>&1");
+    int status = std::system(command.c_str());
+    std::ifstream in(out);
+    std::stringstream text;
+    text << in.rdbuf();
+    return std::make_pair(WIFEXITED(status) ? WEXITSTATUS(status) : -1, text.str());
+  };
+  auto [code, out] = run("jobs submit training cli_job --config " + config);
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_THAT(out, HasSubstr("Job [cli_job] submitted successfully."));
+  ASSERT_TRUE(server_->Get("trainingjobs", "team-a", "cli-job").ok());
+  auto [dcode, describe] = run("jobs describe cli_job");
+  EXPECT_EQ(dcode, 0) << describe;
+  EXPECT_THAT(describe, HasSubstr("jobId: cli_job"));
+  auto [lcode, list] = run("jobs list");
+  EXPECT_EQ(lcode, 0) << list;
+  EXPECT_THAT(list, HasSubstr("cli_job"));
+  auto [ccode, cancel] = run("jobs cancel cli_job");
+  EXPECT_EQ(ccode, 0) << cancel;
+  EXPECT_EQ((*server_->Get("trainingjobs", "team-a", "cli-job"))["spec"]["cancel"], true);
+}
+
+}  // namespace
+}  // namespace kubetrain::cli
