@@ -86,8 +86,8 @@ absl::StatusOr<HttpResponse> HttpGet(const std::string& host, int port, const st
 
     const size_t head_end = reply.find("\r\n\r\n");
     if (head_end == std::string::npos) {
-      return absl::InternalError(absl::StrCat(where, ": reply has no header end (", reply.size(),
-                                              " bytes)"));
+      return absl::InternalError(
+          absl::StrCat(where, ": reply has no header end (", reply.size(), " bytes)"));
     }
     std::vector<std::string> lines = absl::StrSplit(reply.substr(0, head_end), "\r\n");
     std::vector<std::string> status_line = absl::StrSplit(lines[0], absl::MaxSplits(' ', 2));

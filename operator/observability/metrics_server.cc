@@ -37,8 +37,9 @@ HealthByPort& Registry() {
 }
 
 void Reply(mg_connection* conn, int code, const std::string& body, bool head) {
-  const char* reason = code == 200 ? "OK" : code == 503 ? "Service Unavailable"
-                                                         : "Internal Server Error";
+  const char* reason = code == 200   ? "OK"
+                       : code == 503 ? "Service Unavailable"
+                                     : "Internal Server Error";
   mg_printf(conn,
             "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\n"
             "Content-Length: %zu\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n",
@@ -144,9 +145,9 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
     HealthByPort& registry = Registry();
     absl::MutexLock lock(&registry.mu);
     if (!registry.servers.emplace(server->port_, server->health_).second) {
-      return absl::AlreadyExistsError(absl::StrCat(
-          "metrics server on '", options.address, "': port ", server->port_,
-          " already served by another MetricsServer in this process"));
+      return absl::AlreadyExistsError(
+          absl::StrCat("metrics server on '", options.address, "': port ", server->port_,
+                       " already served by another MetricsServer in this process"));
     }
   }
   for (const auto& collectable : collectables) server->exposer_->RegisterCollectable(collectable);

@@ -134,8 +134,8 @@ TEST(MetricsServerTest, PortInUseIsUnavailable) {
   auto registry = std::make_shared<prometheus::Registry>();
   auto first = StartOn127({registry});
   ASSERT_NE(first, nullptr);
-  auto second = MetricsServer::Start(
-      {.address = "127.0.0.1:" + std::to_string(first->port())}, {registry});
+  auto second =
+      MetricsServer::Start({.address = "127.0.0.1:" + std::to_string(first->port())}, {registry});
   EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable) << second.status();
 }
 
@@ -145,8 +145,7 @@ TEST(MetricsServerTest, StoppedServerRefusesConnections) {
   ASSERT_NE(server, nullptr);
   const int port = server->port();
   server.reset();
-  EXPECT_EQ(HttpGet("127.0.0.1", port, "/healthz").status().code(),
-            absl::StatusCode::kUnavailable);
+  EXPECT_EQ(HttpGet("127.0.0.1", port, "/healthz").status().code(), absl::StatusCode::kUnavailable);
 }
 
 }  // namespace

@@ -13,9 +13,8 @@ using prometheus::Histogram;
 // Reconciles take milliseconds (pure core plus a few API calls) but can take
 // seconds under API throttling.
 const Histogram::BucketBoundaries& LatencyBuckets() {
-  static const Histogram::BucketBoundaries buckets = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
-                                                      0.1,   0.25,   0.5,   1,    2.5,   5,
-                                                      10,    30};
+  static const Histogram::BucketBoundaries buckets = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+                                                      0.25,  0.5,    1,     2.5,  5,     10,   30};
   return buckets;
 }
 
@@ -76,12 +75,11 @@ OperatorMetrics::OperatorMetrics(prometheus::Registry& registry)
                   .Name("kubetrain_operator_trials")
                   .Help("Hyperparameter tuning trials of live jobs, by state.")
                   .Register(registry)),
-      trial_suggestion_seconds_(
-          BuildHistogram()
-              .Name("kubetrain_operator_trial_suggestion_duration_seconds")
-              .Help("Time the tuner took to suggest the next trials.")
-              .Register(registry)
-              .Add({}, SuggestionBuckets())),
+      trial_suggestion_seconds_(BuildHistogram()
+                                    .Name("kubetrain_operator_trial_suggestion_duration_seconds")
+                                    .Help("Time the tuner took to suggest the next trials.")
+                                    .Register(registry)
+                                    .Add({}, SuggestionBuckets())),
       leader_(BuildGauge()
                   .Name("kubetrain_operator_leader")
                   .Help("1 while this replica holds the leader lease, else 0.")

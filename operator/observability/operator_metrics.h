@@ -39,11 +39,10 @@ class OperatorMetrics {
   // come back later, e.g. a deadline timer).
   static constexpr std::string_view kResults[] = {"success", "error", "requeue"};
   // Kubernetes API verbs as RBAC names them.
-  static constexpr std::string_view kVerbs[] = {"get",   "list",  "watch", "create",
+  static constexpr std::string_view kVerbs[] = {"get",    "list",  "watch", "create",
                                                 "update", "patch", "delete"};
-  static constexpr std::string_view kStates[] = {"QUEUED",    "PREPARING", "RUNNING",
-                                                 "SUCCEEDED", "FAILED",    "CANCELLING",
-                                                 "CANCELLED"};
+  static constexpr std::string_view kStates[] = {"QUEUED", "PREPARING",  "RUNNING",  "SUCCEEDED",
+                                                 "FAILED", "CANCELLING", "CANCELLED"};
 
   explicit OperatorMetrics(prometheus::Registry& registry);
 

@@ -39,8 +39,9 @@ TEST(OperatorMetricsTest, EveryDocumentedSeriesExistsAtZero) {
   prometheus::Registry registry;
   OperatorMetrics metrics(registry);
   for (std::string_view result : OperatorMetrics::kResults) {
-    EXPECT_EQ(Sample(registry, "kubetrain_operator_reconcile_total", {{"result", std::string(result)}}),
-              0.0);
+    EXPECT_EQ(
+        Sample(registry, "kubetrain_operator_reconcile_total", {{"result", std::string(result)}}),
+        0.0);
     EXPECT_EQ(Sample(registry, "kubetrain_operator_reconcile_duration_seconds",
                      {{"result", std::string(result)}}),
               0.0);
@@ -63,8 +64,9 @@ TEST(OperatorMetricsTest, ReconcilesCountAndTimeByResult) {
   metrics.ObserveReconcile("error", 0.5);
   EXPECT_EQ(Sample(registry, "kubetrain_operator_reconcile_total", {{"result", "success"}}), 2.0);
   EXPECT_EQ(Sample(registry, "kubetrain_operator_reconcile_total", {{"result", "error"}}), 1.0);
-  EXPECT_EQ(Sample(registry, "kubetrain_operator_reconcile_duration_seconds", {{"result", "error"}}),
-            1.0);
+  EXPECT_EQ(
+      Sample(registry, "kubetrain_operator_reconcile_duration_seconds", {{"result", "error"}}),
+      1.0);
 }
 
 TEST(OperatorMetricsTest, UnknownLabelValuesAreBounded) {
@@ -77,9 +79,9 @@ TEST(OperatorMetricsTest, UnknownLabelValuesAreBounded) {
   EXPECT_EQ(Sample(registry, "kubetrain_operator_api_requests_total",
                    {{"verb", "other"}, {"code", "200"}}),
             1.0);
-  EXPECT_EQ(Sample(registry, "kubetrain_operator_api_requests_total",
-                   {{"verb", "get"}, {"code", "0"}}),
-            1.0);
+  EXPECT_EQ(
+      Sample(registry, "kubetrain_operator_api_requests_total", {{"verb", "get"}, {"code", "0"}}),
+      1.0);
 }
 
 TEST(OperatorMetricsTest, ApiRequestsByVerbAndCode) {

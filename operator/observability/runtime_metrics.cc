@@ -11,10 +11,9 @@ using prometheus::Histogram;
 // Steps and collectives span sub-millisecond (small models on CPU) to
 // tens of seconds (large all-reduces across hosts).
 const Histogram::BucketBoundaries& Buckets() {
-  static const Histogram::BucketBoundaries buckets = {0.0001, 0.00025, 0.0005, 0.001, 0.0025,
-                                                      0.005,  0.01,    0.025,  0.05,  0.1,
-                                                      0.25,   0.5,     1,      2.5,   5,
-                                                      10,     30};
+  static const Histogram::BucketBoundaries buckets = {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005,
+                                                      0.01,   0.025,   0.05,   0.1,   0.25,   0.5,
+                                                      1,      2.5,     5,      10,    30};
   return buckets;
 }
 

@@ -67,7 +67,8 @@ TEST(RuntimeMetricsTest, CollectivesByOp) {
   metrics.ObserveCollective(RuntimeMetrics::Collective::kAllReduce, 4096, 0.003);
   metrics.ObserveCollective(RuntimeMetrics::Collective::kPush, 100, 0.001);
   auto families = registry.Collect();
-  const auto* all_reduce = Find(families, "kubetrain_runtime_collective_bytes_total", WithOp("allreduce"));
+  const auto* all_reduce =
+      Find(families, "kubetrain_runtime_collective_bytes_total", WithOp("allreduce"));
   const auto* push = Find(families, "kubetrain_runtime_collective_bytes_total", WithOp("push"));
   const auto* pull = Find(families, "kubetrain_runtime_collective_bytes_total", WithOp("pull"));
   ASSERT_TRUE(all_reduce && push && pull);

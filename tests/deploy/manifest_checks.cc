@@ -17,7 +17,9 @@
 namespace kubetrain::deploy_testing {
 namespace {
 
-bool IsTrue(const YAML::Node& node) { return node && node.IsScalar() && node.as<std::string>() == "true"; }
+bool IsTrue(const YAML::Node& node) {
+  return node && node.IsScalar() && node.as<std::string>() == "true";
+}
 
 std::string Str(const YAML::Node& node) {
   return node && node.IsScalar() ? node.as<std::string>() : std::string();

@@ -79,9 +79,9 @@ std::vector<Stage> ParseDockerfile(const std::string& text) {
     logical.clear();
     if (line.empty()) return;
     std::vector<std::string> parts = absl::StrSplit(line, absl::MaxSplits(' ', 1));
-    Instruction instruction{absl::AsciiStrToUpper(parts[0]),
-                            parts.size() > 1 ? std::string(absl::StripAsciiWhitespace(parts[1]))
-                                             : ""};
+    Instruction instruction{
+        absl::AsciiStrToUpper(parts[0]),
+        parts.size() > 1 ? std::string(absl::StripAsciiWhitespace(parts[1])) : ""};
     if (instruction.keyword == "FROM") {
       std::vector<std::string> words =
           absl::StrSplit(instruction.arguments, ' ', absl::SkipWhitespace());

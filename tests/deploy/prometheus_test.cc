@@ -54,7 +54,8 @@ class PrometheusTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (access(kPrometheus, X_OK) != 0) GTEST_SKIP() << kPrometheus << " is not installed";
-    std::string pattern = (std::filesystem::temp_directory_path() / "kubetrain-prom-XXXXXX").string();
+    std::string pattern =
+        (std::filesystem::temp_directory_path() / "kubetrain-prom-XXXXXX").string();
     ASSERT_NE(mkdtemp(pattern.data()), nullptr);
     dir_ = pattern;
   }
@@ -99,12 +100,13 @@ class PrometheusTest : public ::testing::Test {
         return ::testing::AssertionSuccess();
       }
       last = absl::StrCat(samples.size(), " samples",
-                          samples.empty() ? "" : absl::StrCat(", first ", samples[0].first.dump(),
-                                                              " = ", samples[0].second));
+                          samples.empty() ? ""
+                                          : absl::StrCat(", first ", samples[0].first.dump(), " = ",
+                                                         samples[0].second));
       absl::SleepFor(absl::Milliseconds(200));  // between polls; the deadline bounds the wait
     }
-    return ::testing::AssertionFailure() << query << ": want " << want << " from job " << job
-                                         << ", last saw " << last;
+    return ::testing::AssertionFailure()
+           << query << ": want " << want << " from job " << job << ", last saw " << last;
   }
 
   // Prometheus's view of its scrape targets, for failure messages.
@@ -124,8 +126,8 @@ TEST_F(PrometheusTest, ScrapesOperatorAndRuntimeMetrics) {
   operator_metrics.SetJobsByState({{"RUNNING", 2}});
 
   auto runtime_registry = std::make_shared<prometheus::Registry>();
-  observability::RuntimeMetrics runtime_metrics(
-      *runtime_registry, {{"task_type", "worker"}, {"task_index", "0"}});
+  observability::RuntimeMetrics runtime_metrics(*runtime_registry,
+                                                {{"task_type", "worker"}, {"task_index", "0"}});
   runtime_metrics.ObserveStep(0.5, 256);
   runtime_metrics.ObserveCollective(observability::RuntimeMetrics::Collective::kAllReduce, 4096,
                                     0.002);
@@ -144,10 +146,10 @@ TEST_F(PrometheusTest, ScrapesOperatorAndRuntimeMetrics) {
            << "- job_name: kubetrain-runtime\n  static_configs:\n  - targets: ['127.0.0.1:"
            << (*runtime_server)->port() << "']\n";
   }
-  ChildProcess prometheus({kPrometheus, "--config.file=" + dir_ + "/prometheus.yml",
-                           "--storage.tsdb.path=" + dir_ + "/data",
-                           "--web.listen-address=127.0.0.1:0"},
-                          dir_ + "/prometheus.log");
+  ChildProcess prometheus(
+      {kPrometheus, "--config.file=" + dir_ + "/prometheus.yml",
+       "--storage.tsdb.path=" + dir_ + "/data", "--web.listen-address=127.0.0.1:0"},
+      dir_ + "/prometheus.log");
   ASSERT_TRUE(prometheus.Start());
 
   std::optional<int> port;

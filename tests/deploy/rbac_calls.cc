@@ -165,9 +165,8 @@ absl::StatusOr<std::map<Permission, std::vector<CallSite>>> ExtractPermissions(
     const std::map<std::string, std::string>& sources,
     const std::map<std::string, std::string>& resources) {
   static const std::map<std::string, std::string> kVerbs = {
-      {"Get", "get"},       {"List", "list"},          {"Watch", "watch"},
-      {"Create", "create"}, {"Update", "update"},      {"MergePatch", "patch"},
-      {"Delete", "delete"}};
+      {"Get", "get"},       {"List", "list"},        {"Watch", "watch"},  {"Create", "create"},
+      {"Update", "update"}, {"MergePatch", "patch"}, {"Delete", "delete"}};
   static const std::regex kCall(
       R"re(\b(\w*[Cc]lient\w*(?:\(\))?)\s*(?:->|\.)\s*(Get|List|Watch|Create|Update|MergePatch|Delete)\s*\()re");
 
@@ -192,8 +191,9 @@ absl::StatusOr<std::map<Permission, std::vector<CallSite>>> ExtractPermissions(
       const size_t open = it->position(0) + it->length(0) - 1;
       const std::string method = (*it)[2];
       std::vector<std::string> args = Arguments(text, open);
-      CallSite site{file, LineOf(text, it->position(0)),
-                    absl::StrCat((*it)[1].str(), "->", method, "(", absl::StrJoin(args, ", "), ")")};
+      CallSite site{
+          file, LineOf(text, it->position(0)),
+          absl::StrCat((*it)[1].str(), "->", method, "(", absl::StrJoin(args, ", "), ")")};
       auto where = [&] { return absl::StrCat(site.file, ":", site.line, ": ", site.text); };
       if (args.empty() || args[0].empty()) {
         return absl::InvalidArgumentError(absl::StrCat(where(), ": no resource argument"));
@@ -221,8 +221,8 @@ absl::StatusOr<std::map<Permission, std::vector<CallSite>>> ExtractPermissions(
         if (status_arg == "true") {
           subresource = "/status";
         } else if (status_arg != "false") {
-          return absl::InvalidArgumentError(absl::StrCat(
-              where(), ": the status argument is not a literal true/false"));
+          return absl::InvalidArgumentError(
+              absl::StrCat(where(), ": the status argument is not a literal true/false"));
         }
       }
       for (const std::string& c : constants) {
@@ -260,8 +260,8 @@ absl::StatusOr<std::set<Permission>> GrantedPermissions(const std::string& rules
           std::string g = group.as<std::string>(), r = resource.as<std::string>(),
                       v = verb.as<std::string>();
           if (g == "*" || r == "*" || v == "*" || absl::StrContains(r, "/*")) {
-            return absl::InvalidArgumentError(absl::StrCat(where, ": wildcard in ", g, "/", r,
-                                                           " ", v));
+            return absl::InvalidArgumentError(
+                absl::StrCat(where, ": wildcard in ", g, "/", r, " ", v));
           }
           out.insert({v, absl::StrCat(g, "/", r)});
         }

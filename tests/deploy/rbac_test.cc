@@ -14,8 +14,9 @@
 namespace kubetrain::deploy_testing {
 namespace {
 
-const std::map<std::string, std::string> kResources = {
-    {"kPods", "/pods"}, {"kJobs", "kubetrain.io/trainingjobs"}, {"kLeases", "coordination.k8s.io/leases"}};
+const std::map<std::string, std::string> kResources = {{"kPods", "/pods"},
+                                                       {"kJobs", "kubetrain.io/trainingjobs"},
+                                                       {"kLeases", "coordination.k8s.io/leases"}};
 
 std::set<Permission> Keys(const std::map<Permission, std::vector<CallSite>>& calls) {
   std::set<Permission> out;
@@ -25,8 +26,9 @@ std::set<Permission> Keys(const std::map<Permission, std::vector<CallSite>>& cal
 
 TEST(ExtractPermissionsTest, NamedConstantsAndVerbs) {
   auto calls = ExtractPermissions(
-      {{"a.cc", "void F() { client_->Create(kPods, ns, o); client_->Get(kJobs, ns, n);\n"
-                "  client_->MergePatch(kJobs, ns, n, p, false); client_->Delete(kPods, ns, n); }"}},
+      {{"a.cc",
+        "void F() { client_->Create(kPods, ns, o); client_->Get(kJobs, ns, n);\n"
+        "  client_->MergePatch(kJobs, ns, n, p, false); client_->Delete(kPods, ns, n); }"}},
       kResources);
   ASSERT_TRUE(calls.ok()) << calls.status();
   EXPECT_EQ(Keys(*calls), (std::set<Permission>{{"create", "/pods"},
@@ -37,24 +39,25 @@ TEST(ExtractPermissionsTest, NamedConstantsAndVerbs) {
 }
 
 TEST(ExtractPermissionsTest, StatusSubresourceOnlyWithLiteralTrue) {
-  auto calls = ExtractPermissions(
-      {{"a.cc", "void F() { client_->Update(kJobs, ns, o, /*status=*/true);\n"
-                "client_->Update(kLeases, ns, o, false); }"}},
-      kResources);
+  auto calls = ExtractPermissions({{"a.cc",
+                                    "void F() { client_->Update(kJobs, ns, o, /*status=*/true);\n"
+                                    "client_->Update(kLeases, ns, o, false); }"}},
+                                  kResources);
   ASSERT_TRUE(calls.ok()) << calls.status();
   EXPECT_EQ(Keys(*calls), (std::set<Permission>{{"update", "kubetrain.io/trainingjobs/status"},
                                                 {"update", "coordination.k8s.io/leases"}}));
 
-  auto unknown = ExtractPermissions({{"a.cc", "void F() { client_->Update(kJobs, ns, o, s); }"}},
-                                    kResources);
+  auto unknown =
+      ExtractPermissions({{"a.cc", "void F() { client_->Update(kJobs, ns, o, s); }"}}, kResources);
   EXPECT_FALSE(unknown.ok());
 }
 
 TEST(ExtractPermissionsTest, PointerResolvedWithinItsFunctionOnly) {
   auto calls = ExtractPermissions(
-      {{"a.cc", "namespace x {\nvoid F() { const Resource* resource; if (a) resource = &kPods;\n"
-                "  client_->Delete(*resource, ns, n); }\n"
-                "void G() { const Resource* r = &kLeases; }\n}"}},
+      {{"a.cc",
+        "namespace x {\nvoid F() { const Resource* resource; if (a) resource = &kPods;\n"
+        "  client_->Delete(*resource, ns, n); }\n"
+        "void G() { const Resource* r = &kLeases; }\n}"}},
       kResources);
   ASSERT_TRUE(calls.ok()) << calls.status();
   EXPECT_EQ(Keys(*calls), (std::set<Permission>{{"delete", "/pods"}}));
@@ -62,8 +65,9 @@ TEST(ExtractPermissionsTest, PointerResolvedWithinItsFunctionOnly) {
 
 TEST(ExtractPermissionsTest, InformerResourcesComeFromWhereInformersAreBuilt) {
   auto calls = ExtractPermissions(
-      {{"informer.cc", "void Informer::Run() { client_->List(options_.resource, ns, o);\n"
-                       "client_->Watch(options_.resource, ns, w); }"},
+      {{"informer.cc",
+        "void Informer::Run() { client_->List(options_.resource, ns, o);\n"
+        "client_->Watch(options_.resource, ns, w); }"},
        {"controller.cc", "void C() { jobs_ = MakeInformer(InformerOptions{.resource = kJobs}); }"}},
       kResources);
   ASSERT_TRUE(calls.ok()) << calls.status();
@@ -72,16 +76,17 @@ TEST(ExtractPermissionsTest, InformerResourcesComeFromWhereInformersAreBuilt) {
 }
 
 TEST(ExtractPermissionsTest, UnresolvableResourceIsAnError) {
-  auto calls = ExtractPermissions({{"a.cc", "void F(const Resource& r) { client_->Get(r, ns, n); }"}},
-                                  kResources);
+  auto calls = ExtractPermissions(
+      {{"a.cc", "void F(const Resource& r) { client_->Get(r, ns, n); }"}}, kResources);
   ASSERT_FALSE(calls.ok());
   EXPECT_TRUE(absl::StrContains(calls.status().message(), "a.cc:1")) << calls.status();
 }
 
 TEST(ExtractPermissionsTest, CommentsAreNotCalls) {
   auto calls = ExtractPermissions(
-      {{"a.cc", "// client_->Delete(kJobs, ns, n);\n/* client_->Create(kJobs, ns, o); */\n"
-                "void F() { client_->List(kPods, ns, o); }"}},
+      {{"a.cc",
+        "// client_->Delete(kJobs, ns, n);\n/* client_->Create(kJobs, ns, o); */\n"
+        "void F() { client_->List(kPods, ns, o); }"}},
       kResources);
   ASSERT_TRUE(calls.ok()) << calls.status();
   EXPECT_EQ(Keys(*calls), (std::set<Permission>{{"list", "/pods"}}));
@@ -91,8 +96,10 @@ TEST(GrantedPermissionsTest, ExpandsRulesAndRefusesWildcards) {
   auto granted = GrantedPermissions(
       "- apiGroups: ['']\n  resources: [pods, services]\n  verbs: [create, delete]\n");
   ASSERT_TRUE(granted.ok()) << granted.status();
-  EXPECT_EQ(*granted, (std::set<Permission>{{"create", "/pods"}, {"create", "/services"},
-                                            {"delete", "/pods"}, {"delete", "/services"}}));
+  EXPECT_EQ(*granted, (std::set<Permission>{{"create", "/pods"},
+                                            {"create", "/services"},
+                                            {"delete", "/pods"},
+                                            {"delete", "/services"}}));
   EXPECT_FALSE(GrantedPermissions("- apiGroups: ['']\n  resources: ['*']\n  verbs: [get]\n").ok());
   EXPECT_FALSE(GrantedPermissions("- apiGroups: ['']\n  resources: [pods]\n  verbs: ['*']\n").ok());
 }
@@ -174,7 +181,8 @@ class OperatorRbacTest : public ::testing::Test {
       }
     }
     for (const Permission& p : granted) {
-      if (needed_.count(p) == 0) absl::StrAppend(&out, "\n  not used by the operator: ", p.first, " ", p.second);
+      if (needed_.count(p) == 0)
+        absl::StrAppend(&out, "\n  not used by the operator: ", p.first, " ", p.second);
     }
     return out;
   }

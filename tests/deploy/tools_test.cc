@@ -86,7 +86,8 @@ TEST_F(KustomizeTest, DeployRendersCrdRbacAndOperator) {
                                         "Service", "Deployment"}));
   for (const YAML::Node& doc : docs) {
     const std::string kind = Str(doc["kind"]);
-    if (kind == "Namespace" || kind == "CustomResourceDefinition" || absl::StartsWith(kind, "Cluster")) {
+    if (kind == "Namespace" || kind == "CustomResourceDefinition" ||
+        absl::StartsWith(kind, "Cluster")) {
       continue;
     }
     EXPECT_EQ(Str(doc["metadata"]["namespace"]), "kubetrain-system") << kind;
@@ -153,10 +154,9 @@ TEST_F(HelmTest, DefaultValuesRenderAClusterWideOperator) {
   std::vector<YAML::Node> docs =
       Render("helm template kt " + Chart() + " --namespace kubetrain-system --include-crds");
   ExpectEveryObjectWellFormed(docs);
-  EXPECT_EQ(Kinds(docs),
-            (std::multiset<std::string>{"CustomResourceDefinition", "ServiceAccount", "ClusterRole",
-                                        "ClusterRoleBinding", "Role", "RoleBinding", "Service",
-                                        "Deployment"}));
+  EXPECT_EQ(Kinds(docs), (std::multiset<std::string>{"CustomResourceDefinition", "ServiceAccount",
+                                                     "ClusterRole", "ClusterRoleBinding", "Role",
+                                                     "RoleBinding", "Service", "Deployment"}));
   const YAML::Node* deployment = Find(docs, "Deployment");
   ASSERT_NE(deployment, nullptr);
   std::vector<std::string> problems = OperatorDeploymentProblems(*deployment, 2);
@@ -192,9 +192,9 @@ TEST_F(HelmTest, OneWatchedNamespaceRendersRolesThere) {
   EXPECT_EQ(Str(container["image"]), "registry.example.com/ml/kubetrain-operator:0.1.0-rc1");
   std::set<std::string> args;
   for (const auto& arg : container["args"]) args.insert(Str(arg));
-  for (const char* want : {"--namespace=ml-team", "--log-level=debug", "--http-address=:9090",
-                           "--lease-name=kt-lease", "--workers=8",
-                           "--machine-types=/etc/kubetrain/machine-types.yaml"}) {
+  for (const char* want :
+       {"--namespace=ml-team", "--log-level=debug", "--http-address=:9090", "--lease-name=kt-lease",
+        "--workers=8", "--machine-types=/etc/kubetrain/machine-types.yaml"}) {
     EXPECT_EQ(args.count(want), 1u) << want;
   }
   const YAML::Node* config = Find(docs, "ConfigMap");
@@ -206,9 +206,9 @@ TEST_F(HelmTest, OneWatchedNamespaceRendersRolesThere) {
 }
 
 TEST_F(HelmTest, SingleReplicaWithoutLeaderElection) {
-  std::vector<YAML::Node> docs = Render("helm template kt " + Chart() +
-                                        " --namespace kubetrain-system -f " +
-                                        Values("single-replica"));
+  std::vector<YAML::Node> docs =
+      Render("helm template kt " + Chart() + " --namespace kubetrain-system -f " +
+             Values("single-replica"));
   EXPECT_EQ(Kinds(docs).count("Role"), 0u);  // no Lease rights
   EXPECT_EQ(Kinds(docs).count("Service"), 0u);
   const YAML::Node* deployment = Find(docs, "Deployment");
@@ -221,11 +221,11 @@ TEST_F(HelmTest, RefusesValuesThatCannotWork) {
   struct Case {
     std::string set, message;
   };
-  for (const Case& c : std::vector<Case>{
-           {"watchNamespaces={a,b}", "exactly one"},
-           {"replicas=2,leaderElection.enabled=false", "needs leaderElection"},
-           {"logLevel=loud", "logLevel"},
-           {"machineTypes.x.cpu=2", "needs cpu and memoryMiB"}}) {
+  for (const Case& c :
+       std::vector<Case>{{"watchNamespaces={a,b}", "exactly one"},
+                         {"replicas=2,leaderElection.enabled=false", "needs leaderElection"},
+                         {"logLevel=loud", "logLevel"},
+                         {"machineTypes.x.cpu=2", "needs cpu and memoryMiB"}}) {
     CommandResult result =
         RunCommand("helm template kt " + Chart() + " --namespace k --set " + c.set);
     EXPECT_NE(result.exit_code, 0) << c.set;
