@@ -15,7 +15,7 @@ cd "$(dirname "$0")/.."
 build="${BUILD_DIR:-build}"
 if [[ -z "${QUICKSTART_SKIP_BUILD:-}" ]]; then
   scripts/install-deps.sh
-  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKUBETRAIN_CUDA=AUTO
+  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKUBETRAIN_CUDA=AUTO
   cmake --build "$build" -j "$(nproc)" --target kubetrain kubetrain-runtime
 fi
 kubetrain="$build/cli/kubetrain"

