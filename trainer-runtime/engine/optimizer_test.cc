@@ -55,7 +55,7 @@ TEST_P(OptimizerTest, MatchesReferenceAndResumesFromSavedState) {
   }
   // Save, restore into a fresh optimizer, and continue: same as continuing.
   v1::OptimizerState state;
-  (*opt)->SaveState(&state);
+  ASSERT_TRUE((*opt)->SaveState(&state).ok());
   auto resumed = Optimizer::Create(GetParam(), options, device);
   ASSERT_TRUE((*resumed)->RestoreState(state).ok());
   VariableStore store2;
@@ -93,8 +93,62 @@ TEST(OptimizerErrors, RestoreRejectsOtherType) {
   auto adam = Optimizer::Create("adam", {}, device);
   auto sgd = Optimizer::Create("sgd", {}, device);
   v1::OptimizerState state;
-  (*adam)->SaveState(&state);
+  ASSERT_TRUE((*adam)->SaveState(&state).ok());
   EXPECT_FALSE((*sgd)->RestoreState(state).ok());
+}
+
+// Memory that claims to be a device's (kCuda), for checking that host-only
+// paths refuse it. Host memory underneath, never read by these tests.
+class DeviceTypedAllocator final : public Allocator {
+ public:
+  DeviceType device_type() const override { return DeviceType::kCuda; }
+  void* Allocate(size_t bytes) override { return HostAllocator()->Allocate(bytes); }
+  void Deallocate(void* ptr) override { HostAllocator()->Deallocate(ptr); }
+};
+
+TEST(TensorTransferTest, CpuDeviceSharesHostTensorsWithoutCopying) {
+  CpuDevice device(1);
+  Tensor host = *Tensor::FromVector({3}, {1, 2, 3});
+  absl::StatusOr<Tensor> up = device.FromHost(host);
+  ASSERT_TRUE(up.ok()) << up.status();
+  EXPECT_TRUE(up->SharesStorageWith(host));
+  absl::StatusOr<Tensor> down = device.ToHost(*up);
+  ASSERT_TRUE(down.ok()) << down.status();
+  EXPECT_TRUE(down->SharesStorageWith(host));
+  absl::StatusOr<float> scalar = device.ReadScalar(Tensor::Scalar(2.5f));
+  ASSERT_TRUE(scalar.ok()) << scalar.status();
+  EXPECT_EQ(*scalar, 2.5f);
+  EXPECT_EQ(device.ReadScalar(host).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(TensorTransferTest, HostPathsRefuseDeviceMemory) {
+  CpuDevice device(1);
+  DeviceTypedAllocator allocator;
+  Tensor on_device({2}, std::make_shared<Buffer>(&allocator, 2 * sizeof(float)));
+  EXPECT_EQ(device.FromHost(on_device).status().code(), absl::StatusCode::kInvalidArgument);
+  VariableStore store;
+  ASSERT_TRUE(store.Create("w", on_device).ok());
+  // No device to copy through: an error, not a memcpy into device memory.
+  EXPECT_EQ(store.Assign("w", Tensor::Zeros({2})).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(store.Assign("v", on_device).code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(TensorTransferTest, StoreWithDeviceAssignsAndInitialisesThroughIt) {
+  CpuDevice device(1);
+  VariableStore store(&device);
+  Tensor value = *Tensor::FromVector({2}, {4, 5});
+  ASSERT_TRUE(store.Assign("w", value).ok());
+  ASSERT_NE(store.Find("w"), nullptr);
+  // A new variable is a copy: the caller keeps its tensor.
+  EXPECT_FALSE(store.Find("w")->SharesStorageWith(value));
+  ASSERT_TRUE(store.Assign("w", *Tensor::FromVector({2}, {6, 7})).ok());
+  EXPECT_EQ(store.Find("w")->ToVector(), (std::vector<float>{6, 7}));
+  EXPECT_EQ(store.Assign("w", Tensor::Zeros({3})).code(), absl::StatusCode::kInvalidArgument);
+  v1::TensorProto proto;
+  ASSERT_TRUE(TensorToProto(*store.Find("w"), device, &proto).ok());
+  absl::StatusOr<Tensor> back = TensorFromProto(proto);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->ToVector(), (std::vector<float>{6, 7}));
 }
 
 }  // namespace

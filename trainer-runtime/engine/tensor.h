@@ -99,7 +99,8 @@ class Tensor {
 
   // A view with another shape of the same element count (no copy).
   absl::StatusOr<Tensor> Reshaped(const Shape& shape) const;
-  // A deep copy in host memory.
+  // A deep copy in host memory, of a tensor in host memory (a device
+  // tensor goes through Device::ToHost instead).
   Tensor Clone() const;
   // True when both point at the same storage and shape.
   bool SharesStorageWith(const Tensor& other) const { return buffer_ == other.buffer_; }

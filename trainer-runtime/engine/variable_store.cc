@@ -47,6 +47,10 @@ absl::Status VariableStore::Assign(const std::string& name, const Tensor& host_v
                                                    ShapeString(host_value.shape())));
   }
   if (device_ != nullptr) return device_->CopyFromHost(host_value, *existing);
+  if (existing->device_type() != DeviceType::kCpu) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "variable '", name, "' is in device memory and the store has no device to copy through"));
+  }
   if (host_value.num_elements() > 0) {
     std::memcpy(existing->data(), host_value.data(),
                 sizeof(float) * static_cast<size_t>(host_value.num_elements()));
