@@ -82,7 +82,8 @@ int main(int argc, char** argv) {
     int fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     dup2(fd, STDERR_FILENO);
     execl(KUBETRAIN_OPERATOR_BINARY, KUBETRAIN_OPERATOR_BINARY, "--kubeconfig", kubeconfig.c_str(),
-          "--namespace", "bench", "--leader-elect=false", "--workers", workers.c_str(),
+          "--namespace", "bench", "--leader-elect=false", "--http-address=127.0.0.1:0", "--workers",
+          workers.c_str(),
           "--kube-api-qps", qps.c_str(), "--kube-api-burst", burst.c_str(),
           static_cast<char*>(nullptr));
     _exit(127);

@@ -2,8 +2,12 @@
 //
 //   kubetrain-operator [--kubeconfig PATH [--context NAME]] [--namespace NS]
 //                      [--workers 4] [--leader-elect=true|false]
-//                      [--kube-api-qps 50] [--kube-api-burst 100] ...
+//                      [--kube-api-qps 50] [--kube-api-burst 100]
+//                      [--http-address :8080] [--log-level info] ...
 //
+// /metrics, /healthz and /readyz are served on --http-address from the start,
+// before leader election: a standby replica is live and ready too, and its
+// kubetrain_operator_leader reads 0.
 // Credentials: --kubeconfig, else the pod's service account, else $KUBECONFIG.
 // Leader election is on by default; --leader-elect=false for a single replica.
 // SIGTERM/SIGINT stop the workers and release the lease.
@@ -26,7 +30,10 @@
 #include "operator/kube/leader_election.h"
 #include "operator/kube/rest_client.h"
 #include "operator/kube/study_store.h"
+#include "operator/observability/metrics_server.h"
+#include "operator/observability/operator_metrics.h"
 #include "operator/tuner/tuner.h"
+#include "prometheus/registry.h"
 
 namespace {
 
@@ -48,11 +55,57 @@ constexpr char kUsage[] = R"(usage: kubetrain-operator [flags]
   --kube-api-burst N           (default 100)
   --default-image IMAGE        image for replicas without imageUri
   --metrics-address HOST:PORT  exported to replicas as KUBETRAIN_METRICS_ADDR
+  --http-address HOST:PORT     serve /metrics, /healthz, /readyz (default :8080; port 0
+                               picks a free port; the bound address is printed as
+                               "serving http on HOST:PORT")
+  --log-level LEVEL            error, warning, info or debug (default info): which of
+                               the operator's own messages reach stderr
 )";
+
+// Severity of the operator's own messages; --log-level keeps those at or
+// above the level.
+enum class LogLevel { kError = 0, kWarning = 1, kInfo = 2, kDebug = 3 };
+LogLevel g_log_level = LogLevel::kInfo;
+
+bool ParseLogLevel(const std::string& value, LogLevel* out) {
+  static const std::map<std::string, LogLevel> kLevels = {{"error", LogLevel::kError},
+                                                          {"warning", LogLevel::kWarning},
+                                                          {"info", LogLevel::kInfo},
+                                                          {"debug", LogLevel::kDebug}};
+  auto it = kLevels.find(value);
+  if (it == kLevels.end()) return false;
+  *out = it->second;
+  return true;
+}
+
+void Log(LogLevel level, const std::string& message) {
+  if (level <= g_log_level) std::cerr << "kubetrain-operator: " << message << "\n";
+}
+
+// Times every Suggest of the wrapped tuner into the operator's metrics.
+class TimedTuner : public kubetrain::tuner::Tuner {
+ public:
+  TimedTuner(std::unique_ptr<kubetrain::tuner::Tuner> inner,
+             kubetrain::observability::OperatorMetrics* metrics)
+      : inner_(std::move(inner)), metrics_(metrics) {}
+
+  std::vector<kubetrain::tuner::Assignment> Suggest(
+      const std::vector<kubetrain::tuner::TrialRecord>& history, int count) override {
+    absl::Time start = absl::Now();
+    auto out = inner_->Suggest(history, count);
+    metrics_->ObserveTrialSuggestion(absl::ToDoubleSeconds(absl::Now() - start));
+    return out;
+  }
+
+ private:
+  std::unique_ptr<kubetrain::tuner::Tuner> inner_;
+  kubetrain::observability::OperatorMetrics* metrics_;
+};
 
 struct Flags {
   std::string kubeconfig, context, ns, lease_ns, lease_name = "kubetrain-operator";
-  std::string default_image, metrics_address;
+  std::string default_image, metrics_address, http_address = ":8080";
+  LogLevel log_level = LogLevel::kInfo;
   int workers = 4;
   bool leader_elect = true;
   double qps = 50, lease_duration = 15, renew_deadline = 10, retry_period = 2;
@@ -108,7 +161,8 @@ bool ParseFlags(int argc, char** argv, Flags* flags, std::string* error) {
                                                    {"leader-election-namespace", &flags->lease_ns},
                                                    {"lease-name", &flags->lease_name},
                                                    {"default-image", &flags->default_image},
-                                                   {"metrics-address", &flags->metrics_address}};
+                                                   {"metrics-address", &flags->metrics_address},
+                                                   {"http-address", &flags->http_address}};
     if (auto it = strings.find(name); it != strings.end()) {
       if (!next()) return false;
       *it->second = value;
@@ -119,6 +173,12 @@ bool ParseFlags(int argc, char** argv, Flags* flags, std::string* error) {
         return false;
       }
       flags->leader_elect = value == "true";
+    } else if (name == "log-level") {
+      if (!next()) return false;
+      if (!ParseLogLevel(value, &flags->log_level)) {
+        *error = "--log-level must be error, warning, info or debug, not " + value;
+        return false;
+      }
     } else if (name == "workers") {
       if (!integer(&flags->workers)) return false;
     } else if (name == "kube-api-burst") {
@@ -168,17 +228,38 @@ int main(int argc, char** argv) {
     std::cerr << kUsage;
     return error.empty() ? 0 : 2;
   }
+  g_log_level = flags.log_level;
+
+  // Metrics and probes first: they answer while credentials load and while
+  // this replica waits for the lease.
+  auto registry = std::make_shared<prometheus::Registry>();
+  kubetrain::observability::OperatorMetrics metrics(*registry);
+  auto server =
+      kubetrain::observability::MetricsServer::Start({.address = flags.http_address}, {registry});
+  if (!server.ok()) {
+    Log(LogLevel::kError,
+        absl::StrCat("--http-address ", flags.http_address, ": ", server.status().ToString()));
+    return 1;
+  }
+  {
+    std::string host = flags.http_address.substr(0, flags.http_address.rfind(':'));
+    Log(LogLevel::kInfo,
+        absl::StrCat("serving http on ", host.empty() ? "0.0.0.0" : host, ":", (*server)->port()));
+  }
+
   auto config = LoadCredentials(flags);
   if (!config.ok()) {
-    std::cerr << "kubetrain-operator: credentials: " << config.status() << "\n";
+    Log(LogLevel::kError, absl::StrCat("credentials: ", config.status().ToString()));
     return 1;
   }
-  auto client = kubetrain::kube::RestClusterClient::Create(
-      *config, kubetrain::kube::RestClientOptions{.qps = flags.qps, .burst = flags.burst});
+  kubetrain::kube::RestClientOptions client_options{.qps = flags.qps, .burst = flags.burst};
+  client_options.metrics = &metrics;
+  auto client = kubetrain::kube::RestClusterClient::Create(*config, client_options);
   if (!client.ok()) {
-    std::cerr << "kubetrain-operator: " << client.status() << "\n";
+    Log(LogLevel::kError, client.status().ToString());
     return 1;
   }
+  (*server)->SetReady(true);
 
   absl::Mutex mu;
   bool stop = false, leading = !flags.leader_elect;
@@ -195,9 +276,13 @@ int main(int argc, char** argv) {
   options.workers = std::max(1, flags.workers);
   if (!flags.default_image.empty()) options.reconcile.default_image = flags.default_image;
   options.reconcile.metrics_address = flags.metrics_address;
-  options.reconcile.tuner_factory = [](const kubetrain::v1::HyperparameterSpec& spec,
-                                       uint64_t seed) {
-    return kubetrain::tuner::Tuner::Create(spec, seed);
+  options.metrics = &metrics;
+  options.reconcile.tuner_factory =
+      [&metrics](const kubetrain::v1::HyperparameterSpec& spec,
+                 uint64_t seed) -> absl::StatusOr<std::unique_ptr<kubetrain::tuner::Tuner>> {
+    auto tuner = kubetrain::tuner::Tuner::Create(spec, seed);
+    if (!tuner.ok()) return tuner.status();
+    return std::unique_ptr<kubetrain::tuner::Tuner>(new TimedTuner(*std::move(tuner), &metrics));
   };
   options.reconcile.stop_rule = kubetrain::tuner::ShouldStopEarly;
   kubetrain::kube::Controller controller(client->get(), options, &studies);
@@ -223,15 +308,19 @@ int main(int argc, char** argv) {
                                               .retry_period = absl::Seconds(flags.retry_period)});
     elector->Start(
         [&] {
+          metrics.SetLeader(true);
           absl::MutexLock lock(&mu);
           leading = true;
         },
-        [] {
+        [&metrics] {
+          metrics.SetLeader(false);
           // Another replica may be acting already: stop at once, as client-go
           // controllers do, and let the restart rejoin the election.
-          std::cerr << "kubetrain-operator: lost the leader lease, exiting\n";
+          Log(LogLevel::kError, "lost the leader lease, exiting");
           std::_Exit(1);
         });
+  } else {
+    metrics.SetLeader(true);
   }
 
   struct Wake {
@@ -246,19 +335,18 @@ int main(int argc, char** argv) {
     started = !stop;
   }
   if (started) {
-    std::cerr << "kubetrain-operator: " << identity << " starting " << options.workers
-              << " workers on "
-              << (flags.ns.empty() ? std::string("all namespaces") : "namespace " + flags.ns)
-              << "\n";
+    Log(LogLevel::kInfo,
+        absl::StrCat(identity, " starting ", options.workers, " workers on ",
+                     flags.ns.empty() ? std::string("all namespaces") : "namespace " + flags.ns));
     if (!controller.Start()) {
-      std::cerr << "kubetrain-operator: caches did not sync\n";
+      Log(LogLevel::kError, "caches did not sync");
       return 1;
     }
-    std::cerr << "kubetrain-operator: caches synced\n";
+    Log(LogLevel::kInfo, "caches synced");
     absl::MutexLock lock(&mu);
     mu.Await(absl::Condition(&stop));
   }
-  std::cerr << "kubetrain-operator: stopping\n";
+  Log(LogLevel::kInfo, "stopping");
   controller.Stop();
   if (elector) elector->Stop();
   return 0;

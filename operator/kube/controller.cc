@@ -150,11 +150,20 @@ bool Controller::Start(absl::Duration sync_timeout) {
   for (int i = 0; i < options_.workers; ++i) {
     workers_.emplace_back([this] { Worker(); });
   }
+  if (options_.metrics != nullptr) {
+    state_metrics_thread_ = std::thread([this] {
+      do {
+        RecordStateMetrics();
+      } while (!stopping_.WaitForNotificationWithTimeout(options_.state_metrics_period));
+    });
+  }
   return true;
 }
 
 void Controller::Stop() {
   if (stopped_.exchange(true)) return;
+  stopping_.Notify();
+  if (state_metrics_thread_.joinable()) state_metrics_thread_.join();
   queue_.ShutDown();
   for (auto& t : workers_) t.join();
   workers_.clear();
@@ -172,9 +181,50 @@ void Controller::EnqueueByUid(const std::string& uid) {
   }
 }
 
+void Controller::RecordStateMetrics() {
+  std::map<std::string, int64_t> jobs, trials;
+  for (const ObjectPtr& job : jobs_->cache().List()) {
+    const json* status = nullptr;
+    if (auto it = job->find("status"); it != job->end() && it->is_object()) status = &*it;
+    // A job the controller has not written a status for yet is waiting: QUEUED.
+    std::string state = "QUEUED";
+    if (status != nullptr && status->contains("state") && (*status)["state"].is_string()) {
+      state = (*status)["state"].get<std::string>();
+    }
+    ++jobs[state];
+    if (status == nullptr) continue;
+    auto output = status->find("trainingOutput");
+    if (output == status->end() || !output->is_object()) continue;
+    auto list = output->find("trials");
+    if (list == output->end() || !list->is_array()) continue;
+    for (const json& trial : *list) {
+      if (trial.is_object() && trial.contains("state") && trial["state"].is_string()) {
+        ++trials[trial["state"].get<std::string>()];
+      }
+    }
+  }
+  options_.metrics->SetJobsByState(jobs);
+  options_.metrics->SetTrialsByState(trials);
+  options_.metrics->SetWorkQueueDepth(static_cast<int64_t>(queue_.Len()));
+}
+
 void Controller::Worker() {
-  while (auto key = queue_.Get()) {
-    absl::Status status = SyncJob(*key);
+  observability::OperatorMetrics* metrics = options_.metrics;
+  absl::Duration waited;
+  while (auto key = queue_.Get(&waited)) {
+    if (metrics != nullptr) {
+      metrics->ObserveWorkQueueWait(absl::ToDoubleSeconds(waited));
+      metrics->SetWorkQueueDepth(static_cast<int64_t>(queue_.Len()));
+    }
+    const absl::Time start = absl::Now();
+    bool requeued = false;
+    absl::Status status = SyncJob(*key, &requeued);
+    if (metrics != nullptr) {
+      metrics->ObserveReconcile(!status.ok() ? "error"
+                                : requeued   ? "requeue"
+                                             : "success",
+                                absl::ToDoubleSeconds(absl::Now() - start));
+    }
     if (status.ok()) {
       queue_.Forget(*key);
     } else {
@@ -212,7 +262,7 @@ absl::Status Controller::WriteStatus(json job_object, const v1::TrainingJobStatu
       .status();
 }
 
-absl::Status Controller::SyncJob(const std::string& key) {
+absl::Status Controller::SyncJob(const std::string& key, bool* requeued) {
   ++syncs_;
   const absl::Time now = absl::Now();
   ObjectPtr job_object = jobs_->cache().Get(key);
@@ -377,7 +427,10 @@ absl::Status Controller::SyncJob(const std::string& key) {
     if (studies_ != nullptr) studies_->ForgetJob(uid);
     return first_error;
   }
-  if (result.requeue_after) queue_.AddAfter(key, *result.requeue_after);
+  if (result.requeue_after) {
+    queue_.AddAfter(key, *result.requeue_after);
+    if (requeued != nullptr) *requeued = true;
+  }
   return first_error;
 }
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "operator/core/reconciler.h"
 #include "operator/kube/cluster_client.h"
@@ -15,6 +16,7 @@
 #include "operator/kube/informer.h"
 #include "operator/kube/study_store.h"
 #include "operator/kube/work_queue.h"
+#include "operator/observability/operator_metrics.h"
 
 namespace kubetrain::kube {
 
@@ -25,6 +27,11 @@ struct ControllerOptions {
   // (core::KubernetesAddresses).
   core::ReconcileOptions reconcile;
   absl::Duration expectations_timeout = absl::Minutes(5);
+  // Where reconcile results and latency, work-queue depth and wait, and jobs
+  // and trials by state (read from the cache every `state_metrics_period`)
+  // are recorded; null: nowhere. Not owned; must outlive the controller.
+  observability::OperatorMetrics* metrics = nullptr;
+  absl::Duration state_metrics_period = absl::Seconds(5);
 };
 
 // The Kubernetes controller for TrainingJobs: informers (jobs; the operator's
@@ -54,8 +61,9 @@ class Controller {
   bool Start(absl::Duration sync_timeout = absl::Minutes(2));
   void Stop();
 
-  // One reconcile of "namespace/name". Public for tests.
-  absl::Status SyncJob(const std::string& key);
+  // One reconcile of "namespace/name". Public for tests. `requeued`, when not
+  // null, is set when the reconcile asked to come back later (a timer).
+  absl::Status SyncJob(const std::string& key, bool* requeued = nullptr);
 
   void Enqueue(const std::string& key) { queue_.Add(key); }
   // Requeues the job with this uid (new trial metrics arrive keyed by uid).
@@ -64,6 +72,8 @@ class Controller {
 
  private:
   void Worker();
+  // Jobs and trials by state, counted from the job cache, into metrics.
+  void RecordStateMetrics();
   void OnReplicaEvent(const ObjectPtr& object, bool added, bool deleted, const std::string& kind);
   std::vector<ObjectPtr> Owned(const ObjectCache& cache, const nlohmann::json& job) const;
   absl::Status WriteStatus(nlohmann::json job_object, const v1::TrainingJobStatus& status);
@@ -76,6 +86,8 @@ class Controller {
   WorkQueue queue_;
   std::unique_ptr<Informer> jobs_, pods_, services_;
   std::vector<std::thread> workers_;
+  std::thread state_metrics_thread_;
+  absl::Notification stopping_;
   std::atomic<int64_t> syncs_{0};
   std::atomic<bool> stopped_{false};
 };

@@ -157,8 +157,12 @@ class RestClusterClient::Impl {
     return req;
   }
 
-  absl::StatusOr<json> Do(const http::method& method, const std::string& uri, const json* body,
-                          const std::string& content_type = "application/json") {
+  void Count(std::string_view verb, int code) {
+    if (options_.metrics != nullptr) options_.metrics->CountApiRequest(verb, code);
+  }
+
+  absl::StatusOr<json> Do(std::string_view verb, const http::method& method, const std::string& uri,
+                          const json* body, const std::string& content_type = "application/json") {
     limiter_.Wait();
     std::string context = absl::StrCat(method, " ", uri);
     http::http_request req = NewRequest(method, uri);
@@ -170,8 +174,10 @@ class RestClusterClient::Impl {
       code = resp.status_code();
       text = resp.extract_utf8string(true).get();
     } catch (const std::exception& e) {
+      Count(verb, 0);
       return absl::UnavailableError(absl::StrCat(context, ": ", e.what()));
     }
+    Count(verb, code);
     json parsed = json::parse(text, nullptr, /*allow_exceptions=*/false);
     if (parsed.is_discarded()) parsed = json();
     absl::Status status = StatusFromHttp(code, parsed, context);
@@ -199,6 +205,7 @@ class RestClusterClient::Impl {
     try {
       http::http_response resp =
           watch_client_->request(NewRequest(http::methods::GET, uri), cancel.get_token()).get();
+      Count("watch", resp.status_code());
       if (resp.status_code() != 200) {
         std::string text = resp.extract_utf8string(true).get();
         json parsed = json::parse(text, nullptr, false);
@@ -207,6 +214,7 @@ class RestClusterClient::Impl {
       return std::unique_ptr<WatchStream>(
           new RestWatchStream(std::move(resp), std::move(cancel), context));
     } catch (const std::exception& e) {
+      Count("watch", 0);
       return absl::UnavailableError(absl::StrCat(context, ": ", e.what()));
     }
   }
@@ -235,7 +243,7 @@ absl::StatusOr<std::unique_ptr<RestClusterClient>> RestClusterClient::Create(
 
 absl::StatusOr<json> RestClusterClient::Get(const Resource& resource, const std::string& ns,
                                             const std::string& name) {
-  return impl_->Do(http::methods::GET, ResourcePath(resource, ns, name), nullptr);
+  return impl_->Do("get", http::methods::GET, ResourcePath(resource, ns, name), nullptr);
 }
 
 absl::StatusOr<json> RestClusterClient::List(const Resource& resource, const std::string& ns,
@@ -245,12 +253,12 @@ absl::StatusOr<json> RestClusterClient::List(const Resource& resource, const std
                            {"fieldSelector", options.field_selector},
                            {"limit", options.limit > 0 ? std::to_string(options.limit) : ""},
                            {"continue", options.continue_token}});
-  return impl_->Do(http::methods::GET, uri, nullptr);
+  return impl_->Do("list", http::methods::GET, uri, nullptr);
 }
 
 absl::StatusOr<json> RestClusterClient::Create(const Resource& resource, const std::string& ns,
                                                const json& object) {
-  return impl_->Do(http::methods::POST, ResourcePath(resource, ns), &object);
+  return impl_->Do("create", http::methods::POST, ResourcePath(resource, ns), &object);
 }
 
 absl::StatusOr<json> RestClusterClient::Update(const Resource& resource, const std::string& ns,
@@ -264,13 +272,13 @@ absl::StatusOr<json> RestClusterClient::Update(const Resource& resource, const s
     return absl::InvalidArgumentError(
         absl::StrCat("update ", resource.plural, ": metadata.name is required"));
   }
-  return impl_->Do(http::methods::PUT, ResourcePath(resource, ns, name, status), &object);
+  return impl_->Do("update", http::methods::PUT, ResourcePath(resource, ns, name, status), &object);
 }
 
 absl::StatusOr<json> RestClusterClient::MergePatch(const Resource& resource, const std::string& ns,
                                                    const std::string& name, const json& patch,
                                                    bool status) {
-  return impl_->Do(http::methods::PATCH, ResourcePath(resource, ns, name, status), &patch,
+  return impl_->Do("patch", http::methods::PATCH, ResourcePath(resource, ns, name, status), &patch,
                    "application/merge-patch+json");
 }
 
@@ -278,7 +286,8 @@ absl::Status RestClusterClient::Delete(const Resource& resource, const std::stri
                                        const std::string& name) {
   json options = {
       {"kind", "DeleteOptions"}, {"apiVersion", "v1"}, {"propagationPolicy", "Background"}};
-  return impl_->Do(http::methods::DEL, ResourcePath(resource, ns, name), &options).status();
+  return impl_->Do("delete", http::methods::DEL, ResourcePath(resource, ns, name), &options)
+      .status();
 }
 
 absl::StatusOr<std::unique_ptr<WatchStream>> RestClusterClient::Watch(const Resource& resource,

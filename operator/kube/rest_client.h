@@ -6,6 +6,7 @@
 #include "absl/status/statusor.h"
 #include "operator/kube/cluster_client.h"
 #include "operator/kube/kubeconfig.h"
+#include "operator/observability/operator_metrics.h"
 
 namespace kubetrain::kube {
 
@@ -17,6 +18,9 @@ struct RestClientOptions {
   // watch connection a little after it.
   int watch_timeout_seconds = 300;
   std::string user_agent = "kubetrain-operator";
+  // Counts every request by RBAC verb and HTTP code (0: no answer); null:
+  // nothing is counted. Not owned; must outlive the client.
+  observability::OperatorMetrics* metrics = nullptr;
 };
 
 // ClusterClient over the Kubernetes REST API, on cpprestsdk's http_client.

@@ -11,7 +11,12 @@ void WorkQueue::AddLocked(const std::string& key) {
   if (shutting_down_ || dirty_.count(key)) return;
   dirty_.insert(key);
   if (processing_.count(key)) return;  // Done() queues it again
+  PushLocked(key);
+}
+
+void WorkQueue::PushLocked(const std::string& key) {
   queue_.push_back(key);
+  queued_at_[key] = absl::Now();
   cv_.Signal();
 }
 
@@ -65,21 +70,25 @@ void WorkQueue::PromoteDueLocked(absl::Time now) {
   }
 }
 
-std::optional<std::string> WorkQueue::PopLocked() {
+std::optional<std::string> WorkQueue::PopLocked(absl::Duration* waited) {
   if (queue_.empty()) return std::nullopt;
   std::string key = std::move(queue_.front());
   queue_.pop_front();
+  if (auto it = queued_at_.find(key); it != queued_at_.end()) {
+    if (waited != nullptr) *waited = absl::Now() - it->second;
+    queued_at_.erase(it);
+  }
   dirty_.erase(key);
   processing_.insert(key);
   return key;
 }
 
-std::optional<std::string> WorkQueue::Get() {
+std::optional<std::string> WorkQueue::Get(absl::Duration* waited) {
   absl::MutexLock lock(&mu_);
   for (;;) {
     if (shutting_down_) return std::nullopt;
     PromoteDueLocked(absl::Now());
-    if (auto key = PopLocked()) return key;
+    if (auto key = PopLocked(waited)) return key;
     if (delayed_.empty()) {
       cv_.Wait(&mu_);
     } else {
@@ -100,10 +109,7 @@ std::optional<std::string> WorkQueue::TryGet() {
 void WorkQueue::Done(const std::string& key) {
   absl::MutexLock lock(&mu_);
   processing_.erase(key);
-  if (dirty_.count(key) && !shutting_down_) {
-    queue_.push_back(key);
-    cv_.Signal();
-  }
+  if (dirty_.count(key) && !shutting_down_) PushLocked(key);
 }
 
 void WorkQueue::ShutDown() {

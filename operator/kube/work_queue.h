@@ -39,7 +39,9 @@ class WorkQueue {
   int NumRequeues(const std::string& key) const;
 
   // Blocks until a key is ready (or ShutDown). The caller must call Done(key).
-  std::optional<std::string> Get();
+  // `waited`, when not null, receives how long the key sat ready in the queue
+  // before this Get took it (the work-queue wait metric).
+  std::optional<std::string> Get(absl::Duration* waited = nullptr);
   // Non-blocking Get: nullopt when nothing is ready now.
   std::optional<std::string> TryGet();
   void Done(const std::string& key);
@@ -50,14 +52,17 @@ class WorkQueue {
  private:
   void AddLocked(const std::string& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PromoteDueLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  std::optional<std::string> PopLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::optional<std::string> PopLocked(absl::Duration* waited = nullptr)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void PushLocked(const std::string& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Options options_;
   mutable absl::Mutex mu_;
   absl::CondVar cv_;
   std::deque<std::string> queue_ ABSL_GUARDED_BY(mu_);
-  std::set<std::string> dirty_ ABSL_GUARDED_BY(mu_);       // queued or to be requeued
-  std::set<std::string> processing_ ABSL_GUARDED_BY(mu_);  // handed out, not Done
+  std::set<std::string> dirty_ ABSL_GUARDED_BY(mu_);                  // queued or to be requeued
+  std::set<std::string> processing_ ABSL_GUARDED_BY(mu_);             // handed out, not Done
+  std::map<std::string, absl::Time> queued_at_ ABSL_GUARDED_BY(mu_);  // keys in queue_
   std::map<std::string, absl::Time> delayed_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, int> failures_ ABSL_GUARDED_BY(mu_);
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;

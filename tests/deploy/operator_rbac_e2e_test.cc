@@ -11,6 +11,7 @@
 #include <string>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
@@ -61,9 +62,10 @@ TEST(OperatorRbacE2eTest, EveryRequestOfAJobsLifeIsGranted) {
         << "contexts:\n- name: fake\n  context: {cluster: fake, user: op, namespace: ns1}\n"
         << "users:\n- name: op\n  user:\n    token: " << kToken << "\n";
   }
-  ChildProcess op({KUBETRAIN_OPERATOR_BINARY, "--kubeconfig", dir + "/kubeconfig", "--namespace",
-                   "ns1", "--leader-elect=true", "--leader-election-namespace", "ns1"},
-                  dir + "/operator.log");
+  ChildProcess op(
+      {KUBETRAIN_OPERATOR_BINARY, "--kubeconfig", dir + "/kubeconfig", "--namespace", "ns1",
+       "--leader-elect=true", "--leader-election-namespace", "ns1", "--http-address=127.0.0.1:0"},
+      dir + "/operator.log");
   ASSERT_TRUE(op.Start());
 
   // A STANDARD_1 job that succeeds and is then deleted by its TTL.
@@ -147,15 +149,24 @@ TEST(OperatorRbacE2eTest, EveryRequestOfAJobsLifeIsGranted) {
 namespace kubetrain::deploy_testing {
 namespace {
 
-// Once kubetrain-operator serves /metrics, /healthz and /readyz
-// (`--http-address`, operator/observability's MetricsServer), the Deployment's
-// probes and the Prometheus scrape work against the real binary. Skips while
-// the binary has no such flag.
+// kubetrain-operator serves /metrics, /healthz and /readyz on --http-address
+// (operator/observability's MetricsServer): the Deployment's probes and the
+// Prometheus scrape work against the real binary, and a job's reconcile shows
+// in the metrics.
+// The value of the sample `series` (name and labels exactly as the text
+// format prints them) in a /metrics body; nullopt when absent.
+std::optional<double> SampleValue(const std::string& metrics, const std::string& series) {
+  for (absl::string_view line : absl::StrSplit(metrics, '\n')) {
+    if (!absl::ConsumePrefix(&line, series) || !absl::ConsumePrefix(&line, " ")) continue;
+    double value;
+    if (absl::SimpleAtod(line, &value)) return value;
+  }
+  return std::nullopt;
+}
+
 TEST(OperatorHttpEndpointTest, ServesMetricsHealthAndReadiness) {
   CommandResult help = RunCommand(std::string(KUBETRAIN_OPERATOR_BINARY) + " --help");
-  if (!absl::StrContains(help.output, "--http-address")) {
-    GTEST_SKIP() << "kubetrain-operator has no --http-address flag yet";
-  }
+  ASSERT_TRUE(absl::StrContains(help.output, "--http-address")) << help.output;
   FakeApiServer::Options options;
   options.bearer_token = kToken;
   auto server = FakeApiServer::Start(options);
@@ -174,8 +185,14 @@ TEST(OperatorHttpEndpointTest, ServesMetricsHealthAndReadiness) {
        "--leader-elect=true", "--leader-election-namespace", "ns1", "--http-address=127.0.0.1:0"},
       dir + "/operator.log");
   ASSERT_TRUE(op.Start());
+  json job = {{"apiVersion", "kubetrain.io/v1"},
+              {"kind", "TrainingJob"},
+              {"metadata", {{"name", "http"}}},
+              {"spec", {{"trainingInput", {{"scaleTier", "BASIC"}}}}}};
+  ASSERT_TRUE((*server)->Create("trainingjobs", "ns1", job).ok());
 
-  // Poll (the deadline bounds it) until the endpoint answers as a ready leader.
+  // Poll (the deadline bounds it) until the endpoint answers as a ready leader
+  // that has reconciled the job.
   const absl::Time deadline = absl::Now() + absl::Seconds(60);
   std::optional<int> port;
   std::string metrics, last = "not listening";
@@ -190,16 +207,31 @@ TEST(OperatorHttpEndpointTest, ServesMetricsHealthAndReadiness) {
       ready = readyz.ok() && readyz->status == 200;
       metrics = scrape.ok() && scrape->status == 200 ? scrape->body : "";
       last = absl::StrCat("healthz ", healthy, " readyz ", ready, " metrics ", metrics.size(), "B");
-      if (healthy && ready && absl::StrContains(metrics, "kubetrain_operator_leader 1")) break;
+      if (healthy && ready && SampleValue(metrics, "kubetrain_operator_leader") == 1 &&
+          SampleValue(metrics, "kubetrain_operator_reconcile_total{result=\"success\"}") >= 1 &&
+          SampleValue(metrics, "kubetrain_operator_jobs{state=\"PREPARING\"}") == 1) {
+        break;
+      }
     }
     absl::SleepFor(absl::Milliseconds(100));  // between polls
   }
   EXPECT_TRUE(healthy) << last << "\n" << op.Log();
   EXPECT_TRUE(ready) << last;
-  EXPECT_TRUE(absl::StrContains(metrics, "kubetrain_operator_leader 1")) << metrics;
+  EXPECT_EQ(SampleValue(metrics, "kubetrain_operator_leader"), 1) << metrics;
+  EXPECT_GE(SampleValue(metrics, "kubetrain_operator_reconcile_total{result=\"success\"}"), 1);
+  EXPECT_EQ(SampleValue(metrics, "kubetrain_operator_jobs{state=\"PREPARING\"}"), 1);
+  // At least the BASIC job's one pod and one service were created.
+  EXPECT_GE(
+      SampleValue(metrics, "kubetrain_operator_api_requests_total{code=\"201\",verb=\"create\"}"),
+      2);
   for (const char* family :
-       {"kubetrain_operator_reconcile_total", "kubetrain_operator_workqueue_depth",
-        "kubetrain_operator_api_requests_total", "kubetrain_operator_jobs"}) {
+       {"kubetrain_operator_reconcile_total{result=\"success\"}",
+        "kubetrain_operator_reconcile_duration_seconds_count{result=\"success\"}",
+        "kubetrain_operator_workqueue_depth", "kubetrain_operator_workqueue_wait_seconds_count",
+        "kubetrain_operator_api_requests_total{code=\"201\",verb=\"create\"}",
+        "kubetrain_operator_api_requests_total{code=\"200\",verb=\"list\"}",
+        "kubetrain_operator_api_requests_total{code=\"200\",verb=\"watch\"}",
+        "kubetrain_operator_jobs{state=\"PREPARING\"}"}) {
     EXPECT_TRUE(absl::StrContains(metrics, family)) << family;
   }
   op.Stop();

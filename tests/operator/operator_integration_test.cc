@@ -64,8 +64,9 @@ class OperatorIntegrationTest : public ::testing::Test {
   std::unique_ptr<OperatorProcess> StartOperator(const std::string& name,
                                                  std::vector<std::string> extra = {
                                                      "--leader-elect=false"}) {
-    std::vector<std::string> args = {"--kubeconfig", kubeconfig_, "--namespace",
-                                     "ns1",          "--workers", "2"};
+    // Port 0: operators run side by side (and beside other tests).
+    std::vector<std::string> args = {"--kubeconfig", kubeconfig_, "--namespace", "ns1",
+                                     "--workers",    "2",         "--http-address=127.0.0.1:0"};
     args.insert(args.end(), extra.begin(), extra.end());
     auto op = std::make_unique<OperatorProcess>(KUBETRAIN_OPERATOR_BINARY, args,
                                                 dir_ + "/" + name + ".log");

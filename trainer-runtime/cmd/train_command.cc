@@ -3,8 +3,20 @@
 // ps or evaluator; see trainer-runtime/dist/strategy/task_runner.h).
 #include <cstdlib>
 #include <iostream>
+#include <map>
 #include <memory>
+#include <optional>
+#include <string>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "api/roles.h"
+#if KUBETRAIN_RUNTIME_WITH_METRICS
+#include "operator/observability/metrics_server.h"
+#include "operator/observability/runtime_metrics.h"
+#include "prometheus/registry.h"
+#endif
 #include "trainer-runtime/cmd/subcommand.h"
 #include "trainer-runtime/dist/strategy/task_runner.h"
 #include "trainer-runtime/engine/trainer.h"
@@ -36,6 +48,51 @@ class HypertuneFileSink : public engine::MetricsSink {
   std::unique_ptr<hypertune::HypertuneWriter> writer_;
 };
 
+#if KUBETRAIN_RUNTIME_WITH_METRICS
+// Feeds evaluation results into the task's Prometheus metrics: "loss" (the
+// last evaluation's loss) and the hyperparameter metric tag (the objective).
+// Only the chief evaluates during training, so only its loss/objective move.
+class PrometheusSink : public engine::MetricsSink {
+ public:
+  PrometheusSink(observability::RuntimeMetrics* metrics, std::string objective_tag)
+      : metrics_(metrics), objective_tag_(std::move(objective_tag)) {}
+
+  absl::Status Report(int64_t, const std::map<std::string, double>& metrics) override {
+    if (auto it = metrics.find("loss"); it != metrics.end()) metrics_->SetLoss(it->second);
+    if (auto it = metrics.find(objective_tag_); it != metrics.end()) {
+      metrics_->SetObjective(it->second);
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  observability::RuntimeMetrics* metrics_;
+  std::string objective_tag_;
+};
+
+#endif  // KUBETRAIN_RUNTIME_WITH_METRICS
+
+// Takes --metrics_address ADDR / --metrics_address=ADDR out of `args` (the
+// trainer flags do not know it); falls back to $KUBETRAIN_RUNTIME_METRICS_ADDR.
+std::string ExtractMetricsAddress(std::vector<std::string>& args) {
+  std::string address;
+  if (const char* env = std::getenv("KUBETRAIN_RUNTIME_METRICS_ADDR"); env != nullptr) {
+    address = env;
+  }
+  for (size_t i = 0; i < args.size();) {
+    if (args[i] == "--metrics_address" && i + 1 < args.size()) {
+      address = args[i + 1];
+      args.erase(args.begin() + i, args.begin() + i + 2);
+    } else if (absl::StartsWith(args[i], "--metrics_address=")) {
+      address = args[i].substr(sizeof("--metrics_address=") - 1);
+      args.erase(args.begin() + i);
+    } else {
+      ++i;
+    }
+  }
+  return address;
+}
+
 int Fail(const absl::Status& status) {
   const int code = ExitCodeFor(status);
   std::cerr << "ERROR: " << status.message() << " (exit code " << code
@@ -47,15 +104,21 @@ int RunTrain(const std::vector<std::string>& args_in) {
   std::vector<std::string> args = args_in;
   for (const std::string& a : args) {
     if (a == "--help" || a == "-h") {
-      std::cout << "usage: kubetrain-runtime train [flags]\n\nflags:\n"
-                << engine::TrainerFlagsHelp()
-                << "  --strategy auto|local|allreduce|ps\n"
-                   "  --sync_replicas\n"
-                   "  --transport auto|grpc|shm\n"
-                   "  --connect_timeout_secs N\n";
+      std::cout
+          << "usage: kubetrain-runtime train [flags]\n\nflags:\n"
+          << engine::TrainerFlagsHelp()
+          << "  --strategy auto|local|allreduce|ps\n"
+             "  --sync_replicas\n"
+             "  --transport auto|grpc|shm\n"
+             "  --connect_timeout_secs N\n"
+             "  --metrics_address HOST:PORT  serve Prometheus /metrics (step time, examples/s,\n"
+             "                               loss, objective; env KUBETRAIN_RUNTIME_METRICS_ADDR;\n"
+             "                               the bound address is printed as \"serving metrics "
+             "on\")\n";
       return kExitOk;
     }
   }
+  const std::string metrics_address = ExtractMetricsAddress(args);
   absl::StatusOr<dist::DistributedFlags> flags = dist::ExtractDistributedFlags(args);
   if (!flags.ok()) return Fail(WithExitCode(flags.status(), kExitUsage));
   absl::StatusOr<engine::TrainerOptions> options = engine::ParseTrainerFlags(args);
@@ -77,6 +140,57 @@ int RunTrain(const std::vector<std::string>& args_in) {
     hypertune_sink = std::make_unique<HypertuneFileSink>(*std::move(writer));
     env.metrics_sinks.push_back(hypertune_sink.get());
   }
+#if KUBETRAIN_RUNTIME_WITH_METRICS
+  // Declared before the server so that the server, which scrapes the
+  // registry, stops first.
+  auto registry = std::make_shared<prometheus::Registry>();
+  std::unique_ptr<observability::RuntimeMetrics> metrics;
+  std::unique_ptr<observability::MetricsServer> metrics_server;
+  std::unique_ptr<PrometheusSink> prometheus_sink;
+  if (!metrics_address.empty()) {
+    const dist::TaskId& task = cluster->task();
+    const char* job = std::getenv("CLOUD_ML_JOB_ID");
+    prometheus::Labels labels = {
+        {"job_id", job != nullptr ? job : ""},
+        {"task_type", task.role == api::Role::kMaster ? cluster->master_name()
+                                                      : std::string(api::RoleName(task.role))},
+        {"task_index", std::to_string(task.index)}};
+    if (!cluster->trial().empty()) labels["trial"] = cluster->trial();
+    metrics = std::make_unique<observability::RuntimeMetrics>(*registry, labels);
+    auto server = observability::MetricsServer::Start({.address = metrics_address}, {registry});
+    if (!server.ok()) {
+      return Fail(
+          WithExitCode(absl::Status(server.status().code(),
+                                    absl::StrCat("--metrics_address: ", server.status().message())),
+                       kExitUsage));
+    }
+    metrics_server = *std::move(server);
+    metrics_server->SetReady(true);
+    std::cerr << "kubetrain-runtime: serving metrics on "
+              << metrics_address.substr(0, metrics_address.rfind(':')) << ":"
+              << metrics_server->port() << std::endl;
+    const char* tag = std::getenv("KUBETRAIN_METRIC_TAG");
+    prometheus_sink = std::make_unique<PrometheusSink>(
+        metrics.get(), tag != nullptr && *tag != '\0' ? tag : "training/hptuning/metric");
+    env.metrics_sinks.push_back(prometheus_sink.get());
+    // Step time: between consecutive steps of this task (the first step,
+    // which includes start-up, is not timed).
+    const int64_t examples_per_step = options->batch_size;
+    env.after_step = [m = metrics.get(), examples_per_step,
+                      last = std::optional<absl::Time>()](int64_t) mutable {
+      absl::Time now = absl::Now();
+      if (last) m->ObserveStep(absl::ToDoubleSeconds(now - *last), examples_per_step);
+      last = now;
+      return absl::OkStatus();
+    };
+  }
+#else
+  if (!metrics_address.empty()) {
+    return Fail(WithExitCode(
+        absl::UnimplementedError("--metrics_address: this build has no Prometheus metrics"),
+        kExitUsage));
+  }
+#endif
   absl::StatusOr<engine::TrainResult> result =
       dist::RunTask(*cluster, *flags, *std::move(options), std::move(env));
   if (!result.ok()) return Fail(result.status());
