@@ -6,6 +6,8 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "operator/kube/api_status.h"
+#include "operator/observability/operator_metrics.h"
+#include "prometheus/registry.h"
 #include "tests/fake_apiserver/fake_apiserver.h"
 
 namespace kubetrain::kube {
@@ -175,6 +177,52 @@ TEST_F(RestClientTest, WatchFromCompactedVersionReportsGone) {
   ASSERT_TRUE(event.ok() && event->has_value());
   EXPECT_EQ((*event)->type, "ERROR");
   EXPECT_EQ((*event)->object["code"], 410);
+}
+
+}  // namespace
+}  // namespace kubetrain::kube
+
+namespace kubetrain::kube {
+namespace {
+
+// Every request lands in kubetrain_operator_api_requests_total under its RBAC
+// verb and the HTTP code the server answered (0 when none came back).
+TEST(RestClientMetricsTest, CountsRequestsByVerbAndCode) {
+  auto server = fake_apiserver::FakeApiServer::Start();
+  ASSERT_TRUE(server.ok()) << server.status();
+  prometheus::Registry registry;
+  observability::OperatorMetrics metrics(registry);
+  ClusterConfig config;
+  config.server = (*server)->url();
+  RestClientOptions options{.qps = 0};
+  options.metrics = &metrics;
+  auto client = RestClusterClient::Create(config, options);
+  ASSERT_TRUE(client.ok()) << client.status();
+  RestClusterClient& c = **client;
+  ASSERT_TRUE(c.Create(kPods, "ns1", Pod("a")).ok());
+  EXPECT_FALSE(c.Create(kPods, "ns1", Pod("a")).ok());  // 409
+  ASSERT_TRUE(c.Get(kPods, "ns1", "a").ok());
+  EXPECT_FALSE(c.Get(kPods, "ns1", "missing").ok());  // 404
+  ASSERT_TRUE(c.List(kPods, "ns1", ListOptions{}).ok());
+  ASSERT_TRUE(c.Delete(kPods, "ns1", "a").ok());
+  auto watch = c.Watch(kPods, "ns1", WatchOptions{});
+  ASSERT_TRUE(watch.ok()) << watch.status();
+  (*watch)->Cancel();
+
+  std::map<std::string, double> counts;
+  for (const auto& family : registry.Collect()) {
+    if (family.name != "kubetrain_operator_api_requests_total") continue;
+    for (const auto& metric : family.metric) {
+      std::string key;
+      for (const auto& label : metric.label) key += label.name + "=" + label.value + " ";
+      counts[key] = metric.counter.value;
+    }
+  }
+  std::map<std::string, double> want = {{"code=201 verb=create ", 1}, {"code=409 verb=create ", 1},
+                                        {"code=200 verb=get ", 1},    {"code=404 verb=get ", 1},
+                                        {"code=200 verb=list ", 1},   {"code=200 verb=delete ", 1},
+                                        {"code=200 verb=watch ", 1}};
+  EXPECT_EQ(counts, want);
 }
 
 }  // namespace

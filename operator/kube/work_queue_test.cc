@@ -4,6 +4,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "operator/kube/backoff.h"
 
@@ -87,6 +88,26 @@ TEST(WorkQueueTest, ShutDownReleasesWaiters) {
   std::thread waiter([&] { EXPECT_EQ(q.Get(), std::nullopt); });
   q.ShutDown();
   waiter.join();
+}
+
+// The wait Get reports is bounded by the time since the key became ready to
+// be taken: since Add, or, for a key added while processing, since Done.
+TEST(WorkQueueTest, GetReportsTheTimeAKeyWaitedReady) {
+  WorkQueue queue;
+  const absl::Time before_add = absl::Now();
+  queue.Add("a");
+  absl::Duration waited = absl::InfiniteDuration();
+  ASSERT_EQ(queue.Get(&waited), "a");
+  EXPECT_GE(waited, absl::ZeroDuration());
+  EXPECT_LE(waited, absl::Now() - before_add);
+  queue.Add("a");  // while processing: ready again only at Done
+  const absl::Time before_done = absl::Now();
+  queue.Done("a");
+  waited = absl::InfiniteDuration();
+  ASSERT_EQ(queue.Get(&waited), "a");
+  EXPECT_GE(waited, absl::ZeroDuration());
+  EXPECT_LE(waited, absl::Now() - before_done);
+  queue.Done("a");
 }
 
 TEST(BackoffTest, ExponentialAndCapped) {
