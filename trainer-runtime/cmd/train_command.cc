@@ -166,9 +166,9 @@ int RunTrain(const std::vector<std::string>& args_in) {
     }
     metrics_server = *std::move(server);
     metrics_server->SetReady(true);
-    std::cerr << "kubetrain-runtime: serving metrics on "
-              << metrics_address.substr(0, metrics_address.rfind(':')) << ":"
-              << metrics_server->port() << std::endl;
+    const std::string host = metrics_address.substr(0, metrics_address.rfind(':'));
+    std::cerr << "kubetrain-runtime: serving metrics on " << (host.empty() ? "0.0.0.0" : host)
+              << ":" << metrics_server->port() << std::endl;
     const char* tag = std::getenv("KUBETRAIN_METRIC_TAG");
     prometheus_sink = std::make_unique<PrometheusSink>(
         metrics.get(), tag != nullptr && *tag != '\0' ? tag : "training/hptuning/metric");
