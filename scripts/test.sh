@@ -42,7 +42,14 @@ CC=clang-14 CXX=clang++-14 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=
 cmake --build build-asan -j "$jobs" --target unit_tests fuzzers kubetrain kubetrain-runtime
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-ctest --test-dir build-asan --output-on-failure -j "$jobs" -L unit --timeout 600
+# Tests that drive cpprestsdk's HTTP client are left out here: UBSan's vptr
+# check misfires inside /usr/include/cpprest/astreambuf.h (the stream buffer's
+# type information lives in Debian's gcc-built libcpprest), and neither
+# -fno-sanitize=vptr nor a suppression file silenced it in this build. They
+# run in the default build above.
+ctest --test-dir build-asan --output-on-failure -j "$jobs" -L unit --timeout 600 \
+  -E '^(ControllerTest|EventRecorderTest|InformerTest|LeaderElectionTest|RestClientTest|RestClientMetricsTest|FakeApiServerTest)\.'
+
 
 # The TrainingJob parser (every user file goes through it) gets a full minute;
 # the other parsers a shorter run each, to keep CI under half an hour.
