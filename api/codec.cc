@@ -1,5 +1,6 @@
 #include "api/codec.h"
 
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -7,6 +8,7 @@
 #include <cmath>
 #include <limits>
 #include <set>
+#include <sstream>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -598,6 +600,77 @@ size_t FindStrayFlowEntry(std::string_view text) {
   return std::string_view::npos;
 }
 
+// Counts the documents in a YAML stream through yaml-cpp's event parser, with
+// limits. yaml-cpp 0.7's LoadAll loops for ever on some malformed streams (a
+// stray '}' followed by an anchor yields endless empty documents), so the
+// stream is walked here first, bounded, and only the first document is ever
+// loaded as a tree.
+class DocumentCounter : public YAML::EventHandler {
+ public:
+  // Every event but the closing ones consumes input, so a well-formed stream
+  // has far fewer events than this; more means the parser is not advancing.
+  explicit DocumentCounter(size_t input_bytes) : event_budget_(4 * input_bytes + 1024) {}
+
+  struct NoProgress {
+    YAML::Mark mark;
+  };
+
+  int documents() const { return documents_; }
+  // Where the second document's content starts (for the "one document" error).
+  const YAML::Mark& second_document() const { return second_document_; }
+
+  void OnDocumentStart(const YAML::Mark& mark) override {
+    ++documents_;
+    Step(mark);
+  }
+  void OnDocumentEnd() override { Step(last_); }
+  void OnNull(const YAML::Mark& mark, YAML::anchor_t) override { Node(mark); }
+  void OnAlias(const YAML::Mark& mark, YAML::anchor_t) override { Node(mark); }
+  void OnScalar(const YAML::Mark& mark, const std::string&, YAML::anchor_t,
+                const std::string&) override {
+    Node(mark);
+  }
+  void OnSequenceStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t,
+                       YAML::EmitterStyle::value) override {
+    Node(mark);
+  }
+  void OnSequenceEnd() override { Step(last_); }
+  void OnMapStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t,
+                  YAML::EmitterStyle::value) override {
+    Node(mark);
+  }
+  void OnMapEnd() override { Step(last_); }
+
+ private:
+  void Node(const YAML::Mark& mark) {
+    if (documents_ == 2 && !second_seen_) {
+      second_document_ = mark;
+      second_seen_ = true;
+    }
+    Step(mark);
+  }
+  void Step(const YAML::Mark& mark) {
+    last_ = mark;
+    if (++events_ > event_budget_) throw NoProgress{mark};
+  }
+
+  size_t event_budget_;
+  size_t events_ = 0;
+  int documents_ = 0;
+  bool second_seen_ = false;
+  YAML::Mark second_document_ = YAML::Mark::null_mark();
+  YAML::Mark last_ = YAML::Mark::null_mark();
+};
+
+FieldError ErrorAtMark(const YAML::Mark& mark, std::string reason) {
+  FieldError error{"", std::move(reason)};
+  if (mark.line >= 0) {
+    error.line = mark.line + 1;
+    error.column = mark.column + 1;
+  }
+  return error;
+}
+
 // Parses exactly one YAML document, or reports why not.
 std::optional<YAML::Node> ParseSingleDocument(std::string_view text,
                                               std::vector<FieldError>* errors) {
@@ -624,30 +697,45 @@ std::optional<YAML::Node> ParseSingleDocument(std::string_view text,
     errors->push_back(PositionedError(text, text.find('\0'), "input contains a NUL byte"));
     return std::nullopt;
   }
-  std::vector<YAML::Node> documents;
+  // More documents than this are not counted one by one.
+  constexpr int kMaxDocumentsCounted = 64;
+  const std::string owned(text);
+  DocumentCounter counter(text.size());
   try {
-    documents = YAML::LoadAll(std::string(text));
-  } catch (const YAML::Exception& e) {
-    FieldError error{"", e.msg};
-    if (e.mark.line >= 0) {
-      error.line = e.mark.line + 1;
-      error.column = e.mark.column + 1;
+    std::istringstream stream(owned);
+    YAML::Parser parser(stream);
+    while (counter.documents() <= kMaxDocumentsCounted && parser.HandleNextDocument(counter)) {
     }
-    errors->push_back(std::move(error));
+  } catch (const YAML::Exception& e) {
+    errors->push_back(ErrorAtMark(e.mark, e.msg));
+    return std::nullopt;
+  } catch (const DocumentCounter::NoProgress& stuck) {
+    errors->push_back(ErrorAtMark(stuck.mark, "malformed YAML: the parser stopped advancing here"));
     return std::nullopt;
   }
-  if (documents.empty() || (documents.size() == 1 && IsNullScalar(documents[0]))) {
+  if (counter.documents() > 1) {
+    const std::string found = counter.documents() > kMaxDocumentsCounted
+                                  ? "more than " + std::to_string(kMaxDocumentsCounted)
+                                  : std::to_string(counter.documents());
+    errors->push_back(ErrorAtMark(counter.second_document(),
+                                  "expected one YAML document, found " + found +
+                                      " (split them into files)"));
+    return std::nullopt;
+  }
+  YAML::Node document;
+  if (counter.documents() == 1) {
+    try {
+      document = YAML::Load(owned);
+    } catch (const YAML::Exception& e) {
+      errors->push_back(ErrorAtMark(e.mark, e.msg));
+      return std::nullopt;
+    }
+  }
+  if (counter.documents() == 0 || IsNullScalar(document)) {
     errors->push_back({"", "the file is empty: expected a TrainingJob or a config with trainingInput"});
     return std::nullopt;
   }
-  if (documents.size() > 1) {
-    FieldError error = ErrorAt(documents[1], "",
-                               "expected one YAML document, found " +
-                                   std::to_string(documents.size()) + " (split them into files)");
-    errors->push_back(std::move(error));
-    return std::nullopt;
-  }
-  return documents[0];
+  return document;
 }
 
 // --- YAML output ------------------------------------------------------------

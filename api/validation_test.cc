@@ -71,6 +71,15 @@ std::vector<InvalidCase> Cases() {
        "end of sequence flow not found", 3},
       {"multi_document", Job("    scaleTier: BASIC\n") + "---\n" + Job("    scaleTier: BASIC\n"), "",
        "expected one YAML document, found 2 (split them into files)", 9},
+      // yaml-cpp's LoadAll turns this stream into endless empty documents; it
+      // must be an error, not a hang (found by the fuzzer).
+      {"endless_documents", "#\n      -pe?: NVIDIA_TESLA_T4}\n&2, ty0eIA_TESLA_T4}\ntrain.ioic\n", "",
+       "expected one YAML document, found more than 64 (split them into files)"},
+      {"many_documents", [] {
+         std::string yaml;
+         for (int i = 0; i < 100; ++i) yaml += "---\na: 1\n";
+         return yaml;
+       }(), "", "expected one YAML document, found more than 64 (split them into files)", 4},
       {"not_utf8", "trainingInput:\n  region: \"caf\xe9\"\n", "",
        "input is not valid UTF-8 (byte offset 29)", 2},
       {"stray_comma", "- a\n,\n", "",
