@@ -149,9 +149,9 @@ struct Context {
   }
 };
 
-absl::Duration RecreateBackoff(int restarts) {
+absl::Duration RecreateBackoff(int restarts, absl::Duration base) {
   if (restarts <= 0) return absl::ZeroDuration();
-  absl::Duration delay = kRecreateBackoffBase;
+  absl::Duration delay = std::min(base, kRecreateBackoffMax);
   for (int i = 1; i < restarts && delay < kRecreateBackoffMax; ++i) delay *= 2;
   return std::min(delay, kRecreateBackoffMax);
 }
@@ -460,7 +460,8 @@ SetOutcome ReconcileSet(Context& c, const std::string& trial_id,
   if (!to_create.empty()) {
     std::optional<absl::Time> due;
     if (set_created && c.status().restart_count() > 0 && c.status().has_last_restart_time()) {
-      due = FromProto(c.status().last_restart_time()) + RecreateBackoff(c.status().restart_count());
+      due = FromProto(c.status().last_restart_time()) + RecreateBackoff(c.status().restart_count(),
+                                                                   c.options.recreate_backoff_base);
     }
     if (due && c.now < *due) {
       c.RequeueAt(*due);

@@ -56,7 +56,7 @@ namespace kubetrain::core {
 // failure that would need restart number backoffLimit+1 fails the job, and so
 // does a replica restarted in place once the count is past the limit. A
 // recreation waits an exponential backoff after the previous one
-// (kRecreateBackoffBase * 2^(n-1), at most kRecreateBackoffMax), enforced with
+// (ReconcileOptions::recreate_backoff_base * 2^(n-1), at most kRecreateBackoffMax), enforced with
 // requeue_after. A replica whose pod vanished without the reconciler deleting
 // it is created again without being counted.
 //
@@ -210,6 +210,9 @@ struct ReconcileOptions {
   // error message, not a crash).
   TunerFactory tuner_factory;
   StopRule stop_rule;
+  // The wait before the first recreation of a failed replica set; it doubles
+  // with each further one, up to kRecreateBackoffMax.
+  absl::Duration recreate_backoff_base = kRecreateBackoffBase;
 };
 
 // One reconcile. `job` is the TrainingJob as stored (not defaulted: the
