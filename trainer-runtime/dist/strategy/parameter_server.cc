@@ -230,8 +230,10 @@ class ParameterShardServer {
           t->set_name(name);
           runtime::engine::TensorToProto(*variables_.Find(name), t->mutable_value());
         }
-        optimizer_->SaveState(shard.mutable_optimizer());
-        shard.SerializeToString(reply_payload);
+        RETURN_IF_ERROR(optimizer_->SaveState(shard.mutable_optimizer()));
+        if (!shard.SerializeToString(reply_payload)) {
+          return absl::InternalError("could not serialise the parameter-server snapshot");
+        }
         break;
       }
       case kDone:
@@ -364,7 +366,7 @@ class ParameterServerStrategy final : public runtime::engine::TrainingStrategy {
     for (size_t i = 0; i < sizes.size(); ++i) shards_[placement[i]].push_back(sizes[i].first);
     if (rank_ == 0) {
       v1::Checkpoint full;
-      ctx.SnapshotLocal(restored != nullptr ? restored->global_step() : 0, &full);
+      RETURN_IF_ERROR(ctx.SnapshotLocal(restored != nullptr ? restored->global_step() : 0, &full));
       for (int p = 0; p < num_ps_; ++p) {
         v1::Checkpoint shard;
         shard.set_global_step(full.global_step());
