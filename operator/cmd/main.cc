@@ -3,7 +3,8 @@
 //   kubetrain-operator [--kubeconfig PATH [--context NAME]] [--namespace NS]
 //                      [--workers 4] [--leader-elect=true|false]
 //                      [--kube-api-qps 50] [--kube-api-burst 100]
-//                      [--http-address :8080] [--log-level info] ...
+//                      [--http-address :8080] [--log-level info]
+//                      [--restart-backoff 10s] ...
 //
 // /metrics, /healthz and /readyz are served on --http-address from the start,
 // before leader election: a standby replica is live and ready too, and its
@@ -25,6 +26,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "operator/core/reconciler.h"
 #include "operator/kube/controller.h"
 #include "operator/kube/kubeconfig.h"
 #include "operator/kube/leader_election.h"
@@ -60,6 +63,8 @@ constexpr char kUsage[] = R"(usage: kubetrain-operator [flags]
                                "serving http on HOST:PORT")
   --log-level LEVEL            error, warning, info or debug (default info): which of
                                the operator's own messages reach stderr
+  --restart-backoff DURATION   wait before recreating a failed replica, doubled with each
+                               further recreation up to 5m (default 10s; e.g. 500ms, 2s, 1m)
 )";
 
 // Severity of the operator's own messages; --log-level keeps those at or
@@ -110,6 +115,7 @@ struct Flags {
   bool leader_elect = true;
   double qps = 50, lease_duration = 15, renew_deadline = 10, retry_period = 2;
   int burst = 100;
+  absl::Duration restart_backoff = kubetrain::core::kRecreateBackoffBase;
 };
 
 bool ParseFlags(int argc, char** argv, Flags* flags, std::string* error) {
@@ -177,6 +183,15 @@ bool ParseFlags(int argc, char** argv, Flags* flags, std::string* error) {
       if (!next()) return false;
       if (!ParseLogLevel(value, &flags->log_level)) {
         *error = "--log-level must be error, warning, info or debug, not " + value;
+        return false;
+      }
+    } else if (name == "restart-backoff") {
+      if (!next()) return false;
+      // A zero base would recreate a crash-looping replica with no pause at all.
+      if (!absl::ParseDuration(value, &flags->restart_backoff) ||
+          flags->restart_backoff <= absl::ZeroDuration() ||
+          flags->restart_backoff == absl::InfiniteDuration()) {
+        *error = "--restart-backoff: not a positive duration such as 500ms, 10s or 1m: " + value;
         return false;
       }
     } else if (name == "workers") {
@@ -276,6 +291,7 @@ int main(int argc, char** argv) {
   options.workers = std::max(1, flags.workers);
   if (!flags.default_image.empty()) options.reconcile.default_image = flags.default_image;
   options.reconcile.metrics_address = flags.metrics_address;
+  options.reconcile.recreate_backoff_base = flags.restart_backoff;
   options.metrics = &metrics;
   options.reconcile.tuner_factory =
       [&metrics](const kubetrain::v1::HyperparameterSpec& spec,

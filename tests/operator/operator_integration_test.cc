@@ -46,6 +46,25 @@ json PodStatus(const std::string& phase, std::optional<int> exit_code = std::nul
   return {{"status", status}};
 }
 
+// A pod whose container the kubelet restarted in place `restarts` times (its
+// restartPolicy OnFailure), running again after exiting with `last_exit_code`.
+json RestartedInPlace(int restarts, int last_exit_code) {
+  json container = {
+      {"name", "kubetrain"},
+      {"restartCount", restarts},
+      {"state", {{"running", json::object()}}},
+      {"lastState", {{"terminated", {{"exitCode", last_exit_code}, {"message", "crashed"}}}}}};
+  return {{"status", {{"phase", "Running"}, {"containerStatuses", json::array({container})}}}};
+}
+
+// A pod the kubelet evicted: failed as a whole, no container exit code.
+json Evicted() {
+  return {{"status",
+           {{"phase", "Failed"},
+            {"reason", "Evicted"},
+            {"message", "The node was low on resource: memory."}}}};
+}
+
 class OperatorIntegrationTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -65,8 +84,13 @@ class OperatorIntegrationTest : public ::testing::Test {
                                                  std::vector<std::string> extra = {
                                                      "--leader-elect=false"}) {
     // Port 0: operators run side by side (and beside other tests).
-    std::vector<std::string> args = {"--kubeconfig", kubeconfig_, "--namespace", "ns1",
-                                     "--workers",    "2",         "--http-address=127.0.0.1:0"};
+    std::vector<std::string> args = {"--kubeconfig",
+                                     kubeconfig_,
+                                     "--namespace",
+                                     "ns1",
+                                     "--workers",
+                                     "2",
+                                     "--http-address=127.0.0.1:0"};
     args.insert(args.end(), extra.begin(), extra.end());
     auto op = std::make_unique<OperatorProcess>(KUBETRAIN_OPERATOR_BINARY, args,
                                                 dir_ + "/" + name + ".log");
@@ -102,6 +126,60 @@ class OperatorIntegrationTest : public ::testing::Test {
     for (const std::string& pod : Names("pods")) SetPhase(pod, PodStatus("Running"));
   }
   int64_t Requests(const std::string& key) { return server_->RequestCounts()[key]; }
+
+  // Recreations wait 200 ms (doubling) instead of the default 10 s.
+  std::unique_ptr<OperatorProcess> StartFastRestartingOperator(const std::string& name) {
+    return StartOperator(name, {"--leader-elect=false", "--restart-backoff=200ms"});
+  }
+  std::string PodUid(const std::string& pod) {
+    auto p = server_->Get("pods", "ns1", pod);
+    return p.ok() ? (*p)["metadata"].value("uid", "") : "";
+  }
+  std::string PodPhase(const std::string& pod) {
+    auto p = server_->Get("pods", "ns1", pod);
+    return p.ok() && p->contains("status") ? (*p)["status"].value("phase", "") : "";
+  }
+  // Waits until `pod` exists again as a new object (another uid).
+  bool WaitForRecreation(const std::string& pod, const std::string& old_uid) {
+    return server_->WaitUntil([&] {
+      const std::string uid = PodUid(pod);
+      return !uid.empty() && uid != old_uid;
+    });
+  }
+  json Status(const std::string& job) {
+    json j = JobObject(job);
+    return j.is_object() && j.contains("status") ? j["status"] : json::object();
+  }
+  int RestartCount(const std::string& job) { return Status(job).value("restartCount", 0); }
+  json Condition(const std::string& job, const std::string& type) {
+    for (const json& c : Status(job).value("conditions", json::array())) {
+      if (c.value("type", "") == type) return c;
+    }
+    return json::object();
+  }
+  int Succeeded(const std::string& job, const std::string& role) {
+    json statuses = Status(job).value("replicaStatuses", json::object());
+    return statuses.contains(role) ? statuses[role].value("succeeded", 0) : 0;
+  }
+  // An Event on `job` with this reason whose message contains `text`.
+  bool HasEvent(const std::string& job, const std::string& reason, const std::string& text = "") {
+    for (const json& e : server_->List("events", "ns1")) {
+      if (e["involvedObject"].value("name", "") == job && e.value("reason", "") == reason &&
+          e.value("message", "").find(text) != std::string::npos) {
+        return true;
+      }
+    }
+    return false;
+  }
+  // Ends `job` the way a TensorFlow job ends: every replica running, worker 3
+  // finishes first, then the master; the ps and the other workers still run.
+  void FinishWithMaster(const std::string& job, OperatorProcess& op) {
+    SetAllRunning();
+    ASSERT_TRUE(WaitForState(job, "RUNNING")) << op.Log();
+    SetPhase(job + "-worker-3", PodStatus("Succeeded", 0));
+    SetPhase(job + "-master-0", PodStatus("Succeeded", 0));
+    ASSERT_TRUE(WaitForState(job, "SUCCEEDED")) << op.Log();
+  }
 
   std::unique_ptr<FakeApiServer> server_;
   std::string dir_, kubeconfig_;
@@ -299,6 +377,221 @@ TEST_F(OperatorIntegrationTest, OnlyTheLeaderActsAndTheOtherTakesOver) {
   // A clean shutdown releases the lease at once.
   EXPECT_EQ(b->Terminate(), 0);
   EXPECT_EQ(holder(), "");
+}
+
+// ---- Restart policies, backoffLimit, cleanPodPolicy --------------------------
+
+TEST_F(OperatorIntegrationTest, RestartBackoffFlagRejectsWhatIsNotAPositiveDuration) {
+  // "10" has no unit; 0 would recreate a crash-looping replica with no pause.
+  const std::vector<std::string> bad_values = {"soon", "10", "0s", "-1s"};
+  for (size_t i = 0; i < bad_values.size(); ++i) {
+    const std::string& bad = bad_values[i];
+    auto op =
+        StartOperator(absl::StrCat("bad", i), {"--leader-elect=false", "--restart-backoff=" + bad});
+    EXPECT_EQ(op->Wait(), 2) << bad;
+    const std::string log = op->Log();
+    EXPECT_NE(log.find("--restart-backoff: not a positive duration such as 500ms, 10s or 1m: " +
+                       bad + "\n"),
+              std::string::npos)
+        << log;
+    EXPECT_NE(log.find("--restart-backoff DURATION"), std::string::npos) << "usage:\n" << log;
+  }
+  EXPECT_EQ(Requests("list trainingjobs"), 0);
+}
+
+// OnFailure and Always: a failed replica runs again and the job goes on.
+class RetryingPolicyTest : public OperatorIntegrationTest,
+                           public ::testing::WithParamInterface<std::string> {};
+
+TEST_P(RetryingPolicyTest, FailedReplicasAreRecreatedAndTheJobGoesOn) {
+  auto op = StartFastRestartingOperator("op");
+  ASSERT_TRUE(server_->Create("trainingjobs", "ns1", Job("r", GetParam())).ok());
+  ASSERT_TRUE(WaitForReplicas(8)) << op->Log();
+  SetAllRunning();
+  ASSERT_TRUE(WaitForState("r", "RUNNING")) << op->Log();
+
+  // A container error, which Never and ExitCode would not retry.
+  std::string uid = PodUid("r-worker-2");
+  SetPhase("r-worker-2", PodStatus("Failed", 1));
+  ASSERT_TRUE(WaitForRecreation("r-worker-2", uid)) << op->Log();
+  EXPECT_EQ(RestartCount("r"), 1);
+  EXPECT_TRUE(HasEvent("r", "Restarting", "worker-2 exited with code 1"));
+  EXPECT_EQ(Condition("r", "Restarting").value("status", ""), "True");
+
+  // A pod-level failure (no exit code), on a ps this time.
+  uid = PodUid("r-ps-1");
+  SetPhase("r-ps-1", Evicted());
+  ASSERT_TRUE(WaitForRecreation("r-ps-1", uid)) << op->Log();
+  EXPECT_EQ(RestartCount("r"), 2);
+  EXPECT_TRUE(HasEvent("r", "Restarting", "ps-1 failed: Evicted"));
+  // The state never goes back; restarts show in the conditions.
+  EXPECT_EQ(State("r"), "RUNNING");
+
+  SetAllRunning();  // the new pods start
+  ASSERT_TRUE(server_->WaitUntil([&] {
+    return Condition("r", "Running").value("status", "") == "True" &&
+           Condition("r", "Restarting").value("status", "") == "False";
+  })) << op->Log();
+  SetPhase("r-master-0", PodStatus("Succeeded", 0));
+  ASSERT_TRUE(WaitForState("r", "SUCCEEDED")) << op->Log();
+  EXPECT_EQ(RestartCount("r"), 2);
+  EXPECT_EQ(Requests("create pods"), 10);
+}
+
+INSTANTIATE_TEST_SUITE_P(Policies, RetryingPolicyTest, ::testing::Values("OnFailure", "Always"),
+                         [](const auto& info) { return info.param; });
+
+// A replica that exited 0 has done its part (workers often finish before the
+// master): it is never run again, whatever else restarts (Kubeflow's #1186).
+class CompletedReplicaTest : public OperatorIntegrationTest,
+                             public ::testing::WithParamInterface<std::string> {};
+
+TEST_P(CompletedReplicaTest, IsNeverRecreated) {
+  auto op = StartFastRestartingOperator("op");
+  ASSERT_TRUE(server_->Create("trainingjobs", "ns1", Job("c", GetParam())).ok());
+  ASSERT_TRUE(WaitForReplicas(8)) << op->Log();
+  SetAllRunning();
+  ASSERT_TRUE(WaitForState("c", "RUNNING")) << op->Log();
+
+  const std::string done_uid = PodUid("c-worker-3");
+  SetPhase("c-worker-3", PodStatus("Succeeded", 0));
+  ASSERT_TRUE(server_->WaitUntil([&] { return Succeeded("c", "worker") == 1; })) << op->Log();
+  // The operator keeps reconciling the job: another worker is killed by a
+  // signal (retryable under both policies) and comes back...
+  const std::string killed_uid = PodUid("c-worker-1");
+  SetPhase("c-worker-1", PodStatus("Failed", 137));
+  ASSERT_TRUE(WaitForRecreation("c-worker-1", killed_uid)) << op->Log();
+  // ...while the completed one stays as it was.
+  EXPECT_EQ(PodUid("c-worker-3"), done_uid);
+  EXPECT_EQ(PodPhase("c-worker-3"), "Succeeded");
+  EXPECT_EQ(Requests("delete pods"), 1);
+  EXPECT_EQ(Requests("create pods"), 9);
+  EXPECT_EQ(RestartCount("c"), 1);
+
+  SetPhase("c-master-0", PodStatus("Succeeded", 0));
+  ASSERT_TRUE(WaitForState("c", "SUCCEEDED")) << op->Log();
+  // cleanPodPolicy Running: what still runs goes, the completed replicas stay.
+  const std::set<std::string> completed = {"c-master-0", "c-worker-3"};
+  ASSERT_TRUE(server_->WaitUntil([&] { return Names("pods") == completed; })) << op->Log();
+  EXPECT_EQ(PodUid("c-worker-3"), done_uid);
+}
+
+INSTANTIATE_TEST_SUITE_P(Policies, CompletedReplicaTest, ::testing::Values("OnFailure", "ExitCode"),
+                         [](const auto& info) { return info.param; });
+
+// Without a kubelet to restart containers in place, every failure here is a
+// recreation: backoffLimit must count them (Kubeflow's #2342).
+TEST_F(OperatorIntegrationTest, BackoffLimitCountsRecreations) {
+  auto op = StartFastRestartingOperator("op");
+  ASSERT_TRUE(
+      server_->Create("trainingjobs", "ns1", Job("b", "OnFailure", {{"backoffLimit", 2}})).ok());
+  ASSERT_TRUE(WaitForReplicas(8)) << op->Log();
+  SetAllRunning();
+  ASSERT_TRUE(WaitForState("b", "RUNNING")) << op->Log();
+
+  for (int restart = 1; restart <= 2; ++restart) {
+    const std::string uid = PodUid("b-worker-0");
+    SetPhase("b-worker-0", PodStatus("Failed", 1));
+    ASSERT_TRUE(WaitForRecreation("b-worker-0", uid)) << "restart " << restart << "\n" << op->Log();
+    EXPECT_EQ(RestartCount("b"), restart);
+    EXPECT_EQ(State("b"), "RUNNING");
+  }
+  // The third failure would need a third restart: over the limit.
+  const std::string last_uid = PodUid("b-worker-0");
+  SetPhase("b-worker-0", PodStatus("Failed", 1));
+  ASSERT_TRUE(WaitForState("b", "FAILED")) << op->Log();
+  const std::string message = Status("b").value("errorMessage", "");
+  EXPECT_NE(message.find("backoffLimit 2"), std::string::npos) << message;
+  EXPECT_NE(message.find("worker-0 exited with code 1"), std::string::npos) << message;
+  EXPECT_EQ(Condition("b", "Failed").value("reason", ""), "BackoffLimitExceeded");
+  EXPECT_EQ(RestartCount("b"), 2);
+
+  // Not recreated; cleanPodPolicy Running deletes the replicas that still run
+  // and keeps the failed one (its logs tell why).
+  ASSERT_TRUE(server_->WaitUntil([&] {
+    return Names("pods") == std::set<std::string>{"b-worker-0"};
+  })) << op->Log();
+  EXPECT_EQ(PodUid("b-worker-0"), last_uid);
+  EXPECT_EQ(Requests("create pods"), 10);
+}
+
+// Restarts in place (the container's restartCount in pod status) and
+// recreations draw on the same budget.
+TEST_F(OperatorIntegrationTest, BackoffLimitCountsContainerRestartsWithRecreations) {
+  auto op = StartFastRestartingOperator("op");
+  ASSERT_TRUE(
+      server_->Create("trainingjobs", "ns1", Job("i", "OnFailure", {{"backoffLimit", 2}})).ok());
+  ASSERT_TRUE(WaitForReplicas(8)) << op->Log();
+  SetAllRunning();
+  ASSERT_TRUE(WaitForState("i", "RUNNING")) << op->Log();
+
+  // Restart 1 of 2: a recreation.
+  const std::string uid = PodUid("i-worker-1");
+  SetPhase("i-worker-1", PodStatus("Failed", 1));
+  ASSERT_TRUE(WaitForRecreation("i-worker-1", uid)) << op->Log();
+  EXPECT_EQ(RestartCount("i"), 1);
+
+  // Restart 2 of 2: the kubelet restarted worker-2's container in place.
+  SetPhase("i-worker-2", RestartedInPlace(1, 1));
+  ASSERT_TRUE(server_->WaitUntil([&] { return RestartCount("i") == 2; })) << op->Log();
+  ASSERT_TRUE(server_->WaitUntil([&] {
+    return HasEvent("i", "Restarting", "worker-2 restarted in place (1 so far), last exit code 1");
+  })) << op->Log();
+  EXPECT_EQ(State("i"), "RUNNING");
+
+  // A third restart, in place again, is one too many.
+  SetPhase("i-worker-2", RestartedInPlace(2, 1));
+  ASSERT_TRUE(WaitForState("i", "FAILED")) << op->Log();
+  const std::string message = Status("i").value("errorMessage", "");
+  EXPECT_NE(message.find("backoffLimit 2"), std::string::npos) << message;
+  EXPECT_NE(message.find("worker-2 restarted in place 2 times"), std::string::npos) << message;
+  EXPECT_EQ(Condition("i", "Failed").value("reason", ""), "BackoffLimitExceeded");
+  EXPECT_EQ(RestartCount("i"), 3);
+  EXPECT_EQ(Requests("create pods"), 9);
+}
+
+TEST_F(OperatorIntegrationTest, CleanPodPolicyDefaultsToRunning) {
+  auto op = StartOperator("op");
+  json job = Job("p");
+  job["spec"]["runPolicy"].erase("cleanPodPolicy");
+  ASSERT_TRUE(server_->Create("trainingjobs", "ns1", job).ok());
+  ASSERT_TRUE(WaitForReplicas(8)) << op->Log();
+  ASSERT_NO_FATAL_FAILURE(FinishWithMaster("p", *op));
+  // The ps (which never exit on their own) and the running workers go, with
+  // their Services; the completed replicas stay.
+  const std::set<std::string> completed = {"p-master-0", "p-worker-3"};
+  ASSERT_TRUE(server_->WaitUntil([&] {
+    return Names("pods") == completed && Names("services") == completed;
+  })) << op->Log();
+  EXPECT_FALSE(JobObject("p")["spec"]["runPolicy"].contains("cleanPodPolicy"));
+}
+
+TEST_F(OperatorIntegrationTest, CleanPodPolicyAllDeletesEveryReplica) {
+  auto op = StartOperator("op");
+  ASSERT_TRUE(
+      server_->Create("trainingjobs", "ns1", Job("a", "Never", {{"cleanPodPolicy", "All"}})).ok());
+  ASSERT_TRUE(WaitForReplicas(8)) << op->Log();
+  ASSERT_NO_FATAL_FAILURE(FinishWithMaster("a", *op));
+  ASSERT_TRUE(server_->WaitUntil([&] {
+    return server_->Count("pods") == 0 && server_->Count("services") == 0;
+  })) << op->Log();
+  EXPECT_EQ(State("a"), "SUCCEEDED");
+}
+
+TEST_F(OperatorIntegrationTest, CleanPodPolicyNoneKeepsEveryReplica) {
+  auto op = StartOperator("op");
+  ASSERT_TRUE(
+      server_->Create("trainingjobs", "ns1", Job("z", "Never", {{"cleanPodPolicy", "None"}})).ok());
+  ASSERT_TRUE(WaitForReplicas(8)) << op->Log();
+  ASSERT_NO_FATAL_FAILURE(FinishWithMaster("z", *op));
+  // The operator records a pass's events after its deletes: once the
+  // JobSucceeded event is there, any clean-up of that pass has been done.
+  ASSERT_TRUE(server_->WaitUntil([&] { return HasEvent("z", "JobSucceeded"); })) << op->Log();
+  EXPECT_EQ(server_->Count("pods"), 8u);
+  EXPECT_EQ(server_->Count("services"), 8u);
+  EXPECT_EQ(Requests("delete pods"), 0);
+  EXPECT_EQ(Requests("delete services"), 0);
+  EXPECT_EQ(PodPhase("z-ps-0"), "Running");
 }
 
 }  // namespace

@@ -58,6 +58,14 @@ int OperatorProcess::Terminate() {
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
+int OperatorProcess::Wait() {
+  if (pid_ <= 0) return -1;
+  int status = 0;
+  ::waitpid(pid_, &status, 0);
+  pid_ = -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
 std::string OperatorProcess::Log() const {
   std::ifstream in(log_path_);
   std::stringstream out;

@@ -20,6 +20,9 @@ class OperatorProcess {
   void Kill(int signal);  // sends `signal` and reaps the process
   // Sends SIGTERM and waits; the exit status (-1 when killed by a signal).
   int Terminate();
+  // Waits for the process to exit by itself; its exit status (-1 when killed
+  // by a signal or not running).
+  int Wait();
   bool running() const { return pid_ > 0; }
   pid_t pid() const { return pid_; }
   std::string Log() const;  // what it wrote to stderr so far
