@@ -221,7 +221,7 @@ absl::StatusOr<double> CublasStepSeconds(CudaDevice& gpu, const std::vector<Gemm
   auto step = [&]() -> absl::Status {
     for (size_t i = 0; i < gemms.size(); ++i) {
       const GemmShape& g = gemms[i];
-      CUBLAS_CHECK(cublasSgemm(
+      CUBLAS_CHECK(gpu.cublas_api().sgemm(
           gpu.cublas(), g.tb ? CUBLAS_OP_T : CUBLAS_OP_N, g.ta ? CUBLAS_OP_T : CUBLAS_OP_N,
           static_cast<int>(g.n), static_cast<int>(g.m), static_cast<int>(g.k), &alpha, buffers[i].b,
           static_cast<int>(g.tb ? g.k : g.n), buffers[i].a, static_cast<int>(g.ta ? g.m : g.k),

@@ -1,6 +1,7 @@
 #include "trainer-runtime/cuda/cuda_check.h"
 
 #include "absl/strings/str_cat.h"
+#include "trainer-runtime/cuda/cublas_library.h"
 
 namespace kubetrain::runtime::cuda {
 
@@ -35,7 +36,7 @@ absl::Status CudaStatus(cudaError_t error, const char* expr, const char* file, i
 
 absl::Status CublasStatus(cublasStatus_t status, const char* expr, const char* file, int line) {
   std::string message =
-      absl::StrCat("cuBLAS error ", static_cast<int>(status), " (", cublasGetStatusString(status),
+      absl::StrCat("cuBLAS error ", static_cast<int>(status), " (", CublasStatusName(status),
                    ") in ", expr, Where(file, line));
   if (status == CUBLAS_STATUS_ALLOC_FAILED) return absl::ResourceExhaustedError(message);
   if (status == CUBLAS_STATUS_NOT_INITIALIZED) return absl::FailedPreconditionError(message);

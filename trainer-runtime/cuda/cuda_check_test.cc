@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "trainer-runtime/cuda/cublas_library.h"
 #include "trainer-runtime/cuda/cuda_device.h"
 #include "trainer-runtime/cuda/nccl_communicator.h"
 
@@ -136,6 +137,27 @@ TEST(CreateDeviceForPlacementTest, CpuAutoGpuAndBadValues) {
     ASSERT_TRUE(gpu.ok()) << gpu.status();
     EXPECT_EQ((*gpu)->type(), engine::DeviceType::kCuda);
   }
+}
+
+// cuBLAS is loaded at run time (cublas_library.h); the toolkit that built this
+// test has it, GPU or not, and every entry point the device calls resolves.
+TEST(CublasLibraryTest, LoadsWithEveryEntryPoint) {
+  absl::StatusOr<const CublasApi*> api = Cublas();
+  ASSERT_TRUE(api.ok()) << api.status();
+  EXPECT_NE((*api)->create, nullptr);
+  EXPECT_NE((*api)->destroy, nullptr);
+  EXPECT_NE((*api)->set_stream, nullptr);
+  EXPECT_NE((*api)->set_math_mode, nullptr);
+  EXPECT_NE((*api)->sgemm, nullptr);
+  // Loaded once: the same table every time.
+  EXPECT_EQ(*Cublas(), *api);
+}
+
+TEST(CublasLibraryTest, StatusNamesNeedNoLibrary) {
+  EXPECT_STREQ(CublasStatusName(CUBLAS_STATUS_ALLOC_FAILED), "CUBLAS_STATUS_ALLOC_FAILED");
+  EXPECT_STREQ(CublasStatusName(static_cast<cublasStatus_t>(999)), "unknown cuBLAS status");
+  EXPECT_THAT(FailCublas(CUBLAS_STATUS_EXECUTION_FAILED).message(),
+              HasSubstr("CUBLAS_STATUS_EXECUTION_FAILED"));
 }
 
 }  // namespace

@@ -190,9 +190,12 @@ absl::Status CudaDevice::Init() {
   CUDA_CHECK(cudaEventCreateWithFlags(&compute_done_, cudaEventDisableTiming));
   for (Staging& s : staging_)
     CUDA_CHECK(cudaEventCreateWithFlags(&s.copied, cudaEventDisableTiming));
-  CUBLAS_CHECK(cublasCreate(&cublas_));
-  CUBLAS_CHECK(cublasSetStream(cublas_, compute_stream_));
-  CUBLAS_CHECK(cublasSetMathMode(
+  absl::StatusOr<const CublasApi*> cublas_api = Cublas();
+  if (!cublas_api.ok()) return cublas_api.status();
+  cublas_api_ = *cublas_api;
+  CUBLAS_CHECK(cublas_api_->create(&cublas_));
+  CUBLAS_CHECK(cublas_api_->set_stream(cublas_, compute_stream_));
+  CUBLAS_CHECK(cublas_api_->set_math_mode(
       cublas_, options_.allow_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
   CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&device_error_), sizeof(ErrorRecord)));
   CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&host_error_), sizeof(ErrorRecord),
@@ -206,7 +209,7 @@ CudaDevice::~CudaDevice() {
   if (compute_stream_ != nullptr) cudaStreamSynchronize(compute_stream_);
   if (copy_stream_ != nullptr) cudaStreamSynchronize(copy_stream_);
   scratch_.reset();
-  if (cublas_ != nullptr) cublasDestroy(cublas_);
+  if (cublas_ != nullptr) cublas_api_->destroy(cublas_);
   for (Staging& s : staging_) {
     if (s.data != nullptr) cudaFreeHost(s.data);
     if (s.copied != nullptr) cudaEventDestroy(s.copied);

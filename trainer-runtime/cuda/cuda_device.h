@@ -13,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "trainer-runtime/cuda/cublas_library.h"
 #include "trainer-runtime/cuda/cuda_launch.h"
 #include "trainer-runtime/engine/device.h"
 #include "trainer-runtime/engine/tensor.h"
@@ -146,6 +147,8 @@ class CudaDevice final : public engine::Device {
   cudaStream_t compute_stream() const { return compute_stream_; }
   cudaStream_t copy_stream() const { return copy_stream_; }
   cublasHandle_t cublas() const { return cublas_; }
+  // The cuBLAS entry points (loaded at Init; see cublas_library.h).
+  const CublasApi& cublas_api() const { return *cublas_api_; }
   CudaCachingAllocator& caching_allocator() { return *allocator_; }
   // Makes this device current for the calling thread and sets the thread's
   // error rank.
@@ -176,6 +179,7 @@ class CudaDevice final : public engine::Device {
   std::unique_ptr<CudaCachingAllocator> allocator_;
   cudaStream_t compute_stream_ = nullptr;
   cudaStream_t copy_stream_ = nullptr;
+  const CublasApi* cublas_api_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
   cudaEvent_t compute_done_ = nullptr;  // recorded on compute, waited by copy
   // Pinned staging buffers used in turn, so the host memcpy of one upload
