@@ -40,9 +40,6 @@ struct Header {
 };
 static_assert(sizeof(Header) == 32);
 
-absl::Span<const std::byte> AsBytes(const Header& h) {
-  return {reinterpret_cast<const std::byte*>(&h), sizeof(h)};
-}
 absl::Span<std::byte> AsBytes(Header& h) { return {reinterpret_cast<std::byte*>(&h), sizeof(h)}; }
 
 absl::Status SendMessage(Transport& t, int peer, Tag header_tag, Tag payload_tag, Header header,
