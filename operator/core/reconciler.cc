@@ -11,6 +11,7 @@
 #include "api/scale_tiers.h"
 #include "api/validation.h"
 #include "google/protobuf/util/message_differencer.h"
+#include "operator/tuner/search_space.h"
 
 namespace kubetrain::core {
 namespace {
@@ -888,12 +889,98 @@ void StopActiveTrials(Context& c, const std::string& why) {
   }
 }
 
+// ---- A resumed study (resumePreviousJobId) ----------------------------------
+
+constexpr char kResumeField[] = "spec.trainingInput.hyperparameters.resumePreviousJobId";
+
+// Why the earlier study cannot be continued; "" when it can.
+std::string PreviousStudyProblem(const Context& c) {
+  const std::string& id = c.hp().resume_previous_job_id();
+  const PreviousStudy& previous = c.observed.previous_study;
+  const std::string quoted = "job '" + id + "'";
+  if (api::KubernetesName(id) == api::KubernetesName(c.job.metadata().name())) {
+    return "names this job itself";
+  }
+  if (!previous.found) {
+    const std::string& ns = c.job.metadata().namespace_();
+    return "no " + quoted + " found" + (ns.empty() ? "" : " in namespace '" + ns + "'");
+  }
+  const v1::TrainingJob earlier = Normalize(previous.job);
+  if (!IsStudy(earlier)) return quoted + " is not a hyperparameter tuning job";
+  if (!IsTerminal(previous.job.status().state())) {
+    return quoted + " is " +
+           v1::State_Name(previous.job.status().state() == v1::STATE_UNSPECIFIED
+                              ? v1::QUEUED
+                              : previous.job.status().state()) +
+           ": only a finished study can be resumed";
+  }
+  const v1::HyperparameterSpec& theirs = earlier.spec().training_input().hyperparameters();
+  if (theirs.goal() != c.hp().goal()) {
+    return quoted + " has goal " + v1::HyperparameterSpec::GoalType_Name(theirs.goal()) +
+           ", this job " + v1::HyperparameterSpec::GoalType_Name(c.hp().goal());
+  }
+  if (theirs.hyperparameter_metric_tag() != c.hp().hyperparameter_metric_tag()) {
+    return quoted + " has hyperparameterMetricTag '" + theirs.hyperparameter_metric_tag() +
+           "', this job '" + c.hp().hyperparameter_metric_tag() + "'";
+  }
+  return "";
+}
+
+struct ResumedHistory {
+  std::vector<tuner::TrialRecord> trials;  // completed, in this spec's canonical form
+  int left_out = 0;                        // completed but not fitting this spec
+};
+
+// The earlier study's completed trials that fit this job's spec. Their ids
+// are "<earlier job>/<trial id>", so they never collide with this job's.
+ResumedHistory ResumedTrials(const Context& c) {
+  ResumedHistory history;
+  const PreviousStudy& previous = c.observed.previous_study;
+  std::vector<const v1::HyperparameterOutput*> candidates;
+  for (const auto& t : previous.job.status().training_output().trials()) candidates.push_back(&t);
+  for (const auto& t : previous.archived_trials) candidates.push_back(&t);
+  absl::StatusOr<tuner::SearchSpace> space = tuner::SearchSpace::Create(c.hp());
+  std::set<std::string> seen;  // a trial both in status and archived counts once
+  std::set<std::string> names;
+  for (const v1::ParameterSpec& p : c.hp().params()) names.insert(p.parameter_name());
+  for (const v1::HyperparameterOutput* t : candidates) {
+    if (!HasObjective(*t) || !seen.insert(t->trial_id()).second) continue;
+    tuner::TrialRecord record = ToRecord(*t);
+    bool fits = space.ok() && static_cast<size_t>(t->hyperparameters_size()) == names.size();
+    for (const auto& [name, value] : t->hyperparameters()) fits = fits && names.count(name) > 0;
+    absl::StatusOr<tuner::Assignment> canonical =
+        fits ? space->Canonicalize(record.assignment)
+             : absl::StatusOr<tuner::Assignment>(absl::InvalidArgumentError("parameters differ"));
+    if (!canonical.ok()) {
+      ++history.left_out;
+      continue;
+    }
+    record.assignment = *std::move(canonical);
+    record.trial_id = previous.job.metadata().name() + "/" + t->trial_id();
+    history.trials.push_back(std::move(record));
+  }
+  return history;
+}
+
 void ReconcileStudy(Context& c) {
   const v1::HyperparameterSpec& spec = c.hp();
   v1::TrainingOutput* out = c.status().mutable_training_output();
   out->set_is_hyperparameter_tuning_job(true);
   out->set_hyperparameter_metric_tag(spec.hyperparameter_metric_tag());
   if (out->total_trial_count() < out->trials_size()) out->set_total_trial_count(out->trials_size());
+
+  // The earlier study this one continues: checked before the first trial;
+  // afterwards its trials are used while it is still there and usable.
+  ResumedHistory resumed;
+  const bool first_trials = out->total_trial_count() == 0 && c.observed.archived_trials.empty();
+  if (!spec.resume_previous_job_id().empty()) {
+    const std::string problem = PreviousStudyProblem(c);
+    if (!problem.empty() && first_trials) {
+      FailJob(c, "PreviousStudyUnusable", std::string(kResumeField) + ": " + problem);
+      return;
+    }
+    if (problem.empty()) resumed = ResumedTrials(c);
+  }
 
   std::set<std::string> known;  // every trial on record, active or not
   std::set<std::string> active;
@@ -921,6 +1008,7 @@ void ReconcileStudy(Context& c) {
     for (const v1::HyperparameterOutput& t : c.observed.archived_trials) {
       if (HasObjective(t)) completed.push_back(ToRecord(t));
     }
+    completed.insert(completed.end(), resumed.trials.begin(), resumed.trials.end());
   };
   collect_completed();
 
@@ -1000,7 +1088,7 @@ void ReconcileStudy(Context& c) {
                                                spec.max_trials() - out->total_trial_count());
   bool exhausted = false;
   if (free_slots > 0) {
-    std::vector<tuner::TrialRecord> history;
+    std::vector<tuner::TrialRecord> history = resumed.trials;
     for (const v1::HyperparameterOutput& t : c.observed.archived_trials) {
       history.push_back(ToRecord(t));
     }
@@ -1018,6 +1106,15 @@ void ReconcileStudy(Context& c) {
     std::vector<tuner::Assignment> suggestions =
         (*tuner)->Suggest(history, static_cast<int>(free_slots));
     exhausted = static_cast<int64_t>(suggestions.size()) < free_slots;
+    if (first_trials && !spec.resume_previous_job_id().empty()) {
+      c.Emit(EmitEvent::Type::kNormal, "StudyResumed",
+             "continuing the study of job '" + spec.resume_previous_job_id() + "': " +
+                 std::to_string(resumed.trials.size()) + " completed trials seed the search" +
+                 (resumed.left_out > 0 ? "; " + std::to_string(resumed.left_out) +
+                                             " left out (their hyperparameters do not fit this "
+                                             "spec)"
+                                       : ""));
+    }
     for (const tuner::Assignment& assignment : suggestions) {
       v1::HyperparameterOutput* trial = out->add_trials();
       out->set_total_trial_count(out->total_trial_count() + 1);

@@ -108,6 +108,26 @@ namespace kubetrain::core {
 // Observed::archived_trials, so the tuner still sees the whole study. A
 // backend without a store loses only their hyperparameters for the tuner:
 // completedTrialCount never decreases.
+//
+// Resumed studies (hyperparameters.resumePreviousJobId, Cloud ML's): the
+// completed trials (those with an objective, stopped early included) of the
+// earlier job, in its status and archived (Observed::previous_study), join
+// the tuner's history as completed trials and the early-stopping rule's
+// completed set: they shape the suggestions and are never suggested again.
+// They are not this job's trials: not in trainingOutput.trials, not in
+// completedTrialCount or totalTrialCount, not counted against maxTrials or
+// maxFailedTrials; this job's trial ids start at "1". A resumed trial whose
+// hyperparameters do not fit this spec (a parameter missing or unknown, a
+// value out of range, not listed, an unknown category) is left out of the
+// history; the StudyResumed event says how many. Before the first trial
+// starts, the earlier study must be usable, else the job ends FAILED with a
+// message naming spec.trainingInput.hyperparameters.resumePreviousJobId: no
+// such job, this job itself, not a tuning job, not finished yet (as Cloud ML
+// required; SUCCEEDED, FAILED and CANCELLED studies all qualify, and a
+// running one would keep changing the history under the new study), a
+// different goal, or a different hyperparameterMetricTag. Once trials run,
+// the check is not repeated: an earlier job deleted meanwhile (e.g. by its
+// TTL) only takes its trials out of the history, it does not fail this job.
 inline constexpr int kMaxTrialsInStatus = 100;
 inline constexpr int kMaxMetricsPerTrial = 100;
 inline constexpr absl::Duration kRecreateBackoffBase = absl::Seconds(10);
@@ -120,6 +140,18 @@ struct MetricReport {
   std::map<std::string, double> values;
 };
 
+// The earlier study a tuning job continues (hyperparameters.resumePreviousJobId),
+// as the backend finds it: the TrainingJob of that name (same namespace on
+// Kubernetes, same $KUBETRAIN_HOME locally) as stored, spec and status, and
+// the trials it archived out of its status. Only the earlier job's own trials
+// count: a study it resumed in turn is not followed.
+struct PreviousStudy {
+  // False when the backend has no job of that name.
+  bool found = false;
+  v1::TrainingJob job;
+  std::vector<v1::HyperparameterOutput> archived_trials;
+};
+
 // Everything the backend observes of one job.
 struct Observed {
   std::vector<ObservedReplica> replicas;  // pods/processes labelled with the job
@@ -129,6 +161,8 @@ struct Observed {
   std::map<std::string, std::vector<MetricReport>> trial_metrics;
   // Trials that left status earlier (ArchiveTrial), from the job store.
   std::vector<v1::HyperparameterOutput> archived_trials;
+  // Read only when the spec names resumePreviousJobId; backends fill it then.
+  PreviousStudy previous_study;
 };
 
 // ---- Actions. Carry them out in this order: store ArchiveTrials, write

@@ -24,11 +24,13 @@ using testing::UnorderedElementsAreArray;
 // Suggests {"x": "<n>"} for n = 1, 2, ... up to `capacity` points.
 class FakeTuner : public tuner::Tuner {
  public:
-  FakeTuner(int capacity, std::vector<std::pair<size_t, int>>* calls)
-      : capacity_(capacity), calls_(calls) {}
+  FakeTuner(int capacity, std::vector<std::pair<size_t, int>>* calls,
+            std::vector<tuner::TrialRecord>* last_history = nullptr)
+      : capacity_(capacity), calls_(calls), last_history_(last_history) {}
   std::vector<tuner::Assignment> Suggest(const std::vector<tuner::TrialRecord>& history,
                                          int count) override {
     calls_->emplace_back(history.size(), count);
+    if (last_history_ != nullptr) *last_history_ = history;
     std::vector<tuner::Assignment> out;
     for (int i = 0; i < count; ++i) {
       const int n = static_cast<int>(history.size()) + i + 1;
@@ -41,6 +43,7 @@ class FakeTuner : public tuner::Tuner {
  private:
   int capacity_;
   std::vector<std::pair<size_t, int>>* calls_;
+  std::vector<tuner::TrialRecord>* last_history_;
 };
 
 constexpr absl::Duration kGrace = absl::Seconds(30);
@@ -55,6 +58,7 @@ struct Harness {
   ReconcileOptions options;
   int tuner_capacity = 1000;
   std::vector<std::pair<size_t, int>> suggest_calls;
+  std::vector<tuner::TrialRecord> last_history;  // what the tuner saw last
   std::vector<uint64_t> seeds;
   std::set<std::string> stop_trials;  // the fake stop rule stops these
   bool slow_deletes = false;
@@ -64,7 +68,7 @@ struct Harness {
     options.tuner_factory = [this](const v1::HyperparameterSpec&,
                                    uint64_t seed) -> absl::StatusOr<std::unique_ptr<tuner::Tuner>> {
       seeds.push_back(seed);
-      return std::make_unique<FakeTuner>(tuner_capacity, &suggest_calls);
+      return std::make_unique<FakeTuner>(tuner_capacity, &suggest_calls, &last_history);
     };
     options.stop_rule = [this](const v1::HyperparameterSpec&, const tuner::TrialRecord& running,
                                const std::vector<tuner::TrialRecord>&) {
@@ -1070,6 +1074,222 @@ TEST(StudyTest, LongStudyKeepsStatusCappedAndTheTunerSeesEverything) {
   EXPECT_EQ(trials.size(), kMaxTrialsInStatus);
   EXPECT_EQ(trials[0].trial_id(), std::to_string(kTrials));  // best first
   EXPECT_EQ(trials[trials.size() - 1].trial_id(), "1");      // failed last
+}
+
+// ---- Resumed studies (resumePreviousJobId) ---------------------------------
+
+v1::HyperparameterOutput FinishedTrial(const std::string& id, const std::string& x, double value,
+                                       v1::State state = v1::SUCCEEDED) {
+  v1::HyperparameterOutput t;
+  t.set_trial_id(id);
+  (*t.mutable_hyperparameters())["x"] = x;
+  t.set_state(state);
+  if (state == v1::SUCCEEDED) {
+    t.mutable_final_metric()->set_training_step(10);
+    t.mutable_final_metric()->set_objective_value(value);
+    *t.add_all_metrics() = t.final_metric();
+  } else {
+    t.set_error_message("exited with code 1");
+  }
+  return t;
+}
+
+// A finished study named "earlier", with the same goal, tag and parameter as
+// Study(): trials x=10 (0.5), x=20 (0.7) in status, x=30 (0.6) archived.
+PreviousStudy Earlier() {
+  PreviousStudy previous;
+  previous.found = true;
+  previous.job = Study(3, 1);
+  previous.job.mutable_metadata()->set_name("earlier");
+  previous.job.mutable_metadata()->set_uid("uid-0");
+  previous.job.mutable_status()->set_state(v1::SUCCEEDED);
+  auto* out = previous.job.mutable_status()->mutable_training_output();
+  *out->add_trials() = FinishedTrial("2", "20", 0.7);
+  *out->add_trials() = FinishedTrial("1", "10", 0.5);
+  previous.archived_trials.push_back(FinishedTrial("3", "30", 0.6));
+  return previous;
+}
+
+v1::TrainingJob Resuming(int max_trials, int parallel) {
+  v1::TrainingJob job = Study(max_trials, parallel);
+  job.mutable_spec()->mutable_training_input()->mutable_hyperparameters()
+      ->set_resume_previous_job_id("earlier");
+  return job;
+}
+
+TEST(ResumeTest, EarlierTrialsSeedTheTunerButAreNotThisJobsTrials) {
+  Harness h(Resuming(2, 2));
+  h.observed.previous_study = Earlier();
+  auto* earlier_out = h.observed.previous_study.job.mutable_status()->mutable_training_output();
+  // Left out: a failed trial, a metric-less one, and three that do not fit
+  // the spec (out of range, not an integer, an extra parameter).
+  *earlier_out->add_trials() = FinishedTrial("4", "40", 0, v1::FAILED);
+  v1::HyperparameterOutput no_metric = FinishedTrial("5", "50", 0.9);
+  no_metric.clear_final_metric();
+  no_metric.set_error_message("succeeded without reporting metric");
+  *earlier_out->add_trials() = no_metric;
+  *earlier_out->add_trials() = FinishedTrial("6", "5000", 0.9);
+  *earlier_out->add_trials() = FinishedTrial("7", "2.5", 0.9);
+  v1::HyperparameterOutput extra = FinishedTrial("8", "80", 0.9);
+  (*extra.mutable_hyperparameters())["y"] = "1";
+  *earlier_out->add_trials() = extra;
+
+  ReconcileResult r = h.Step();
+  // The tuner saw the three completed trials that fit, as completed history.
+  ASSERT_EQ(h.suggest_calls.size(), 1u);
+  EXPECT_EQ(h.suggest_calls[0], (std::pair<size_t, int>(3, 2)));
+  std::vector<std::string> ids;
+  for (const tuner::TrialRecord& t : h.last_history) {
+    ids.push_back(t.trial_id);
+    EXPECT_EQ(t.status, tuner::TrialRecord::Status::kCompleted) << t.trial_id;
+    ASSERT_TRUE(t.objective.has_value()) << t.trial_id;
+    EXPECT_EQ(*t.objective, std::stoi(t.assignment.at("x")) == 10   ? 0.5
+                            : std::stoi(t.assignment.at("x")) == 20 ? 0.7
+                                                                    : 0.6);
+  }
+  EXPECT_THAT(ids, UnorderedElementsAre("earlier/1", "earlier/2", "earlier/3"));
+  EXPECT_THAT(EventReasons(r), testing::Contains("StudyResumed"));
+  for (const Action& a : r.actions) {
+    if (auto* e = std::get_if<EmitEvent>(&a); e && e->reason == "StudyResumed") {
+      EXPECT_THAT(e->message, HasSubstr("3 completed trials"));
+      EXPECT_THAT(e->message, HasSubstr("3 left out"));
+    }
+  }
+  // This job's own trials are numbered from 1 and are all it counts.
+  const v1::TrainingOutput& out = h.job.status().training_output();
+  ASSERT_EQ(out.trials_size(), 2);
+  EXPECT_EQ(out.trials(0).trial_id(), "1");
+  EXPECT_EQ(out.trials(1).trial_id(), "2");
+  EXPECT_EQ(out.total_trial_count(), 2);
+  EXPECT_EQ(out.completed_trial_count(), 0);
+
+  h.Settle();
+  h.RunAll();
+  Report(h, "1", 10, 0.1);
+  Report(h, "2", 10, 0.2);
+  h.Exit("mnist-t1-master-0", 0);
+  h.Exit("mnist-t2-master-0", 0);
+  h.Settle();
+  EXPECT_EQ(h.job.status().state(), v1::SUCCEEDED);
+  EXPECT_EQ(h.job.status().training_output().completed_trial_count(), 2);
+  EXPECT_EQ(h.job.status().training_output().total_trial_count(), 2);
+  // The earlier trials were better, but the best trial reported is this job's.
+  EXPECT_EQ(h.job.status().training_output().trials(0).trial_id(), "2");
+  for (const auto& t : h.job.status().training_output().trials()) {
+    EXPECT_THAT(t.trial_id(), testing::Not(HasSubstr("earlier")));
+  }
+}
+
+TEST(ResumeTest, RealTunerNeverSuggestsAResumedPointAgain) {
+  // A 5-point grid of which the earlier study ran 10, 20, 30: only 2 remain.
+  v1::TrainingJob job = Resuming(5, 5);
+  v1::HyperparameterSpec* hp = job.mutable_spec()->mutable_training_input()->mutable_hyperparameters();
+  hp->set_algorithm(v1::HyperparameterSpec::GRID_SEARCH);
+  v1::ParameterSpec* x = hp->mutable_params(0);
+  x->set_type(v1::ParameterSpec::DISCRETE);
+  x->clear_min_value();
+  x->clear_max_value();
+  for (double v : {10, 20, 30, 40, 50}) x->add_discrete_values(v);
+  Harness h(job);
+  h.options.tuner_factory = tuner::Tuner::Create;
+  h.observed.previous_study = Earlier();
+  h.Settle();
+  std::vector<std::string> xs;
+  for (const auto& t : h.job.status().training_output().trials()) {
+    xs.push_back(t.hyperparameters().at("x"));
+  }
+  EXPECT_THAT(xs, UnorderedElementsAre("40", "50"));
+}
+
+TEST(ResumeTest, EarlyStoppingJudgesAgainstResumedTrialsToo) {
+  v1::TrainingJob job = Resuming(1, 1);
+  job.mutable_spec()->mutable_training_input()->mutable_hyperparameters()
+      ->set_enable_trial_early_stopping(true);
+  Harness h(job);
+  h.observed.previous_study = Earlier();
+  size_t completed_seen = 0;
+  h.options.stop_rule = [&](const v1::HyperparameterSpec&, const tuner::TrialRecord&,
+                            const std::vector<tuner::TrialRecord>& completed) {
+    completed_seen = completed.size();
+    return false;
+  };
+  h.Settle();
+  h.RunAll();
+  Report(h, "1", 5, 0.1);
+  h.Settle();
+  EXPECT_EQ(completed_seen, 3u);
+}
+
+TEST(ResumeTest, UnusableEarlierStudyFailsTheJobBeforeAnyTrial) {
+  struct Case {
+    std::string name;
+    std::function<void(PreviousStudy&, v1::TrainingJob&)> change;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {"missing", [](PreviousStudy& p, v1::TrainingJob&) { p = PreviousStudy{}; },
+       "no job 'earlier' found in namespace 'default'"},
+      {"itself",
+       [](PreviousStudy&, v1::TrainingJob& j) { j.mutable_metadata()->set_name("earlier"); },
+       "names this job itself"},
+      {"not_a_study",
+       [](PreviousStudy& p, v1::TrainingJob&) {
+         p.job.mutable_spec()->mutable_training_input()->clear_hyperparameters();
+       },
+       "job 'earlier' is not a hyperparameter tuning job"},
+      {"running",
+       [](PreviousStudy& p, v1::TrainingJob&) { p.job.mutable_status()->set_state(v1::RUNNING); },
+       "job 'earlier' is RUNNING: only a finished study can be resumed"},
+      {"other_goal",
+       [](PreviousStudy& p, v1::TrainingJob&) {
+         p.job.mutable_spec()->mutable_training_input()->mutable_hyperparameters()->set_goal(
+             v1::HyperparameterSpec::MINIMIZE);
+       },
+       "job 'earlier' has goal MINIMIZE, this job MAXIMIZE"},
+      {"other_tag",
+       [](PreviousStudy& p, v1::TrainingJob&) {
+         p.job.mutable_spec()->mutable_training_input()->mutable_hyperparameters()
+             ->clear_hyperparameter_metric_tag();
+       },
+       "job 'earlier' has hyperparameterMetricTag 'training/hptuning/metric', this job "
+       "'accuracy'"},
+  };
+  for (const Case& tc : cases) {
+    SCOPED_TRACE(tc.name);
+    v1::TrainingJob job = Resuming(4, 2);
+    PreviousStudy previous = Earlier();
+    tc.change(previous, job);
+    Harness h(job);
+    h.observed.previous_study = previous;
+    ReconcileResult r = h.Step();
+    EXPECT_EQ(h.job.status().state(), v1::FAILED);
+    EXPECT_EQ(h.job.status().error_message(),
+              "spec.trainingInput.hyperparameters.resumePreviousJobId: " + tc.message);
+    EXPECT_THAT(Created(r), IsEmpty());
+    EXPECT_THAT(EventReasons(r), ElementsAre("PreviousStudyUnusable"));
+    EXPECT_TRUE(h.suggest_calls.empty());
+    EXPECT_EQ(h.job.status().training_output().total_trial_count(), 0);
+    h.Settle();  // and stays so, with nothing more to do
+    EXPECT_EQ(h.job.status().state(), v1::FAILED);
+  }
+}
+
+TEST(ResumeTest, AnEarlierJobDeletedMidStudyOnlyLeavesTheHistory) {
+  Harness h(Resuming(3, 1));
+  h.observed.previous_study = Earlier();
+  h.Settle();
+  h.RunAll();
+  h.Settle();
+  ASSERT_EQ(h.suggest_calls.size(), 1u);
+  EXPECT_EQ(h.suggest_calls[0].first, 3u);
+  h.observed.previous_study = PreviousStudy{};  // e.g. its TTL deleted it
+  Report(h, "1", 10, 0.3);
+  h.Exit("mnist-t1-master-0", 0);
+  h.Settle();
+  EXPECT_EQ(h.job.status().state(), v1::RUNNING);
+  ASSERT_EQ(h.suggest_calls.size(), 2u);
+  EXPECT_EQ(h.suggest_calls[1].first, 1u);  // only this job's trial 1
+  EXPECT_EQ(h.job.status().training_output().total_trial_count(), 2);
 }
 
 TEST(ReconcileTest, FailedPodWithoutContainerFailureIsPodLevel) {

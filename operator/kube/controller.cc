@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "api/codec.h"
+#include "api/validation.h"
 #include "operator/core/kube_objects.h"
 #include "operator/core/naming.h"
 #include "operator/core/tf_config.h"
@@ -303,6 +304,29 @@ absl::Status Controller::SyncJob(const std::string& key, bool* requeued) {
   if (studies_ != nullptr) {
     observed.trial_metrics = studies_->TrialMetrics(uid);
     observed.archived_trials = studies_->ArchivedTrials(uid);
+  }
+  // The study this one continues: the earlier TrainingJob of the same
+  // namespace, from the cache, with the trials it archived. A missing job
+  // is for the reconciler to judge; one the schema cannot read is passed as
+  // found but empty (so it is reported as no tuning job).
+  const std::string& previous_name =
+      job->spec().training_input().hyperparameters().resume_previous_job_id();
+  if (!previous_name.empty() && !core::IsTerminal(job->status().state())) {
+    // A Cloud ML name ("fmnist_hptuning") names the object "fmnist-hptuning".
+    const std::string previous_key = absl::StrCat(ns, "/", api::KubernetesName(previous_name));
+    if (ObjectPtr previous = jobs_->cache().Get(previous_key)) {
+      observed.previous_study.found = true;
+      auto parsed = JobFromObject(*previous);
+      if (parsed.ok()) {
+        observed.previous_study.job = *std::move(parsed);
+      } else {
+        observed.previous_study.job.mutable_metadata()->set_name(MetaString(*previous, "name"));
+      }
+      if (studies_ != nullptr) {
+        observed.previous_study.archived_trials =
+            studies_->ArchivedTrials(MetaString(*previous, "uid"));
+      }
+    }
   }
   core::ReconcileOptions reconcile = options_.reconcile;
   reconcile.address = core::KubernetesAddresses(ns);

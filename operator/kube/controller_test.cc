@@ -1,11 +1,13 @@
 #include "operator/kube/controller.h"
 
+#include <map>
 #include <memory>
 #include <set>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "operator/kube/rest_client.h"
+#include "operator/tuner/tuner.h"
 #include "tests/fake_apiserver/fake_apiserver.h"
 
 namespace kubetrain::kube {
@@ -205,6 +207,109 @@ TEST_F(ControllerTest, StatusConflictRereadsAndWritesAgain) {
   EXPECT_EQ(counts["get trainingjobs"], 1);
   EXPECT_EQ(State("s"), "RUNNING");
   EXPECT_EQ(JobObject("s")["metadata"]["labels"]["team"], "a");
+}
+
+json StudyJob(const std::string& name, const std::string& resume) {
+  json job = {{"apiVersion", "kubetrain.io/v1"},
+              {"kind", "TrainingJob"},
+              {"metadata", {{"name", name}}},
+              {"spec",
+               {{"trainingInput",
+                 {{"scaleTier", "BASIC"},
+                  {"hyperparameters",
+                   {{"goal", "MAXIMIZE"},
+                    {"maxTrials", 2},
+                    {"maxParallelTrials", 2},
+                    {"hyperparameterMetricTag", "accuracy"},
+                    {"params",
+                     {{{"parameterName", "x"},
+                       {"type", "INTEGER"},
+                       {"minValue", 1},
+                       {"maxValue", 100},
+                       {"scaleType", "UNIT_LINEAR_SCALE"}}}}}}}}}}};
+  if (!resume.empty()) {
+    job["spec"]["trainingInput"]["hyperparameters"]["resumePreviousJobId"] = resume;
+  }
+  return job;
+}
+
+json FinishedTrialJson(const std::string& id, const std::string& x, double value) {
+  return {{"trialId", id},
+          {"hyperparameters", {{"x", x}}},
+          {"state", "SUCCEEDED"},
+          {"finalMetric", {{"trainingStep", 10}, {"objectiveValue", value}}}};
+}
+
+// Passes the production tuner its history, keeping a copy.
+class RecordingTuner : public tuner::Tuner {
+ public:
+  RecordingTuner(std::unique_ptr<tuner::Tuner> inner, std::vector<tuner::TrialRecord>* last)
+      : inner_(std::move(inner)), last_(last) {}
+  std::vector<tuner::Assignment> Suggest(const std::vector<tuner::TrialRecord>& history,
+                                         int count) override {
+    *last_ = history;
+    return inner_->Suggest(history, count);
+  }
+
+ private:
+  std::unique_ptr<tuner::Tuner> inner_;
+  std::vector<tuner::TrialRecord>* last_;
+};
+
+TEST_F(ControllerTest, ResumedStudyReadsTheEarlierJobAndItsArchivedTrials) {
+  controller_->Stop();  // this test drives its own controller
+  auto first = server_->Create("trainingjobs", "ns1", StudyJob("first", ""));
+  ASSERT_TRUE(first.ok());
+  ASSERT_TRUE(server_
+                  ->MergePatch("trainingjobs", "ns1", "first",
+                               {{"status",
+                                 {{"state", "SUCCEEDED"},
+                                  {"trainingOutput",
+                                   {{"isHyperparameterTuningJob", true},
+                                    {"trials",
+                                     {FinishedTrialJson("2", "20", 0.7),
+                                      FinishedTrialJson("1", "10", 0.5)}}}}}}},
+                               "status")
+                  .ok());
+  v1::HyperparameterOutput archived;
+  archived.set_trial_id("3");
+  (*archived.mutable_hyperparameters())["x"] = "30";
+  archived.set_state(v1::SUCCEEDED);
+  archived.mutable_final_metric()->set_objective_value(0.6);
+  studies_.Archive(MetaString(*first, "uid"), archived);
+  ASSERT_TRUE(server_->Create("trainingjobs", "ns1", StudyJob("second", "first")).ok());
+  ASSERT_TRUE(server_->Create("trainingjobs", "ns1", StudyJob("orphan", "nowhere")).ok());
+
+  std::vector<tuner::TrialRecord> history;
+  ControllerOptions options;
+  options.ns = "ns1";
+  options.workers = 0;
+  options.reconcile.tuner_factory =
+      [&](const v1::HyperparameterSpec& spec,
+          uint64_t seed) -> absl::StatusOr<std::unique_ptr<tuner::Tuner>> {
+    absl::StatusOr<std::unique_ptr<tuner::Tuner>> inner = tuner::Tuner::Create(spec, seed);
+    if (!inner.ok()) return inner.status();
+    return std::make_unique<RecordingTuner>(*std::move(inner), &history);
+  };
+  Controller controller(client_.get(), options, &studies_);
+  ASSERT_TRUE(controller.Start(absl::Seconds(30)));
+  ASSERT_TRUE(controller.SyncJob("ns1/second").ok());
+  std::map<std::string, std::string> seen;
+  for (const tuner::TrialRecord& r : history) seen[r.trial_id] = r.assignment.at("x");
+  EXPECT_EQ(seen, (std::map<std::string, std::string>{
+                      {"first/1", "10"}, {"first/2", "20"}, {"first/3", "30"}}));
+  json second = JobObject("second");
+  const json& trials = second["status"]["trainingOutput"]["trials"];
+  ASSERT_EQ(trials.size(), 2u) << second["status"];
+  EXPECT_EQ(trials[0]["trialId"], "1");
+  EXPECT_EQ(trials[1]["trialId"], "2");
+
+  ASSERT_TRUE(controller.SyncJob("ns1/orphan").ok());
+  EXPECT_EQ(State("orphan"), "FAILED");
+  EXPECT_EQ(JobObject("orphan")["status"].value("errorMessage", ""),
+            "spec.trainingInput.hyperparameters.resumePreviousJobId: no job 'nowhere' found in "
+            "namespace 'ns1'");
+  controller.Stop();
 }
 
 TEST(JobFromObjectTest, IgnoresServerFieldsAndRejectsWrongTypes) {

@@ -223,6 +223,22 @@ absl::StatusOr<bool> Controller::SyncJob(const std::string& name) {
   auto archived = store_->ArchivedTrials(name);
   if (!archived.ok()) return archived.status();
   observed.archived_trials = *std::move(archived);
+  // The study this one continues: the earlier job in the same store, with
+  // the trials it archived. A missing job is for the reconciler to judge.
+  const std::string& previous_name =
+      job->spec().training_input().hyperparameters().resume_previous_job_id();
+  if (!previous_name.empty() && !core::IsTerminal(job->status().state())) {
+    absl::StatusOr<v1::TrainingJob> previous = store_->GetJob(previous_name);
+    if (previous.ok()) {
+      auto previous_archived = store_->ArchivedTrials(previous_name);
+      if (!previous_archived.ok()) return previous_archived.status();
+      observed.previous_study.found = true;
+      observed.previous_study.job = *std::move(previous);
+      observed.previous_study.archived_trials = *std::move(previous_archived);
+    } else if (!absl::IsNotFound(previous.status())) {
+      return previous.status();
+    }
+  }
 
   // 2. Reconcile.
   auto ports = store_->Ports(name);

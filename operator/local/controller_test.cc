@@ -27,6 +27,22 @@ std::string EnvOf(const LaunchRequest& r, const std::string& name) {
   return "";
 }
 
+// The production tuner, with the history of its last Suggest call kept.
+class RecordingTuner : public tuner::Tuner {
+ public:
+  RecordingTuner(std::unique_ptr<tuner::Tuner> inner, std::vector<tuner::TrialRecord>* last)
+      : inner_(std::move(inner)), last_(last) {}
+  std::vector<tuner::Assignment> Suggest(const std::vector<tuner::TrialRecord>& history,
+                                         int count) override {
+    *last_ = history;
+    return inner_->Suggest(history, count);
+  }
+
+ private:
+  std::unique_ptr<tuner::Tuner> inner_;
+  std::vector<tuner::TrialRecord>* last_;
+};
+
 class ControllerTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -43,7 +59,12 @@ class ControllerTest : public ::testing::Test {
     options.runtime_binary = "/opt/kubetrain-runtime";
     options.clock = [this] { return now_; };
     options.allocate_port = [this]() -> absl::StatusOr<int> { return next_port_++; };
-    options.tuner_factory = tuner::Tuner::Create;
+    options.tuner_factory = [this](const v1::HyperparameterSpec& spec, uint64_t seed)
+        -> absl::StatusOr<std::unique_ptr<tuner::Tuner>> {
+      absl::StatusOr<std::unique_ptr<tuner::Tuner>> inner = tuner::Tuner::Create(spec, seed);
+      if (!inner.ok()) return inner.status();
+      return std::make_unique<RecordingTuner>(*std::move(inner), &last_history_);
+    };
     options.stop_rule = tuner::ShouldStopEarly;
     controller_ = std::make_unique<Controller>(store_.get(), &launcher_, options);
   }
@@ -114,6 +135,7 @@ class ControllerTest : public ::testing::Test {
   std::unique_ptr<Controller> controller_;
   absl::Time now_ = absl::FromUnixSeconds(1800000000);
   int next_port_ = 30000;
+  std::vector<tuner::TrialRecord> last_history_;  // what the tuner saw last
 };
 
 TEST_F(ControllerTest, SingleReplicaJobRunsTheRuntimeAndSucceeds) {
@@ -224,6 +246,91 @@ TEST_F(ControllerTest, StudyRunsMaxTrialsWithMetricsAcrossAControllerRestart) {
   }
   EXPECT_EQ(ids, (std::set<std::string>{"1", "2", "3", "4"}));
   EXPECT_EQ(launcher_.launched.size(), 4u);  // one master per trial, none twice
+}
+
+TEST_F(ControllerTest, ResumedStudySeedsTheTunerWithTheEarlierJobsTrials) {
+  Submit(StudyJob("first", 3, 3));
+  std::map<std::string, std::string> first_x;  // trial -> x
+  for (int round = 0; round < 20 && !core::IsTerminal(Get("first").status().state()); ++round) {
+    Sync("first");
+    for (const LaunchRequest& r : launcher_.launched) {
+      FakeProcessLauncher::Process* p = launcher_.Find(r.name);
+      if (p == nullptr || p->status.state != ProcessStatus::State::kRunning) continue;
+      for (const std::string& arg : r.argv) {
+        if (arg.rfind("--x=", 0) == 0) first_x[EnvOf(r, "CLOUD_ML_TRIAL_ID")] = arg.substr(4);
+      }
+      Report(r, std::stod(first_x[EnvOf(r, "CLOUD_ML_TRIAL_ID")]), 10);
+      launcher_.Exit(r.name, 0);
+    }
+  }
+  ASSERT_EQ(Get("first").status().state(), v1::SUCCEEDED) << Get("first").status().error_message();
+  ASSERT_EQ(first_x.size(), 3u);
+  // A trial that left the first job's status lives in the store only.
+  v1::HyperparameterOutput archived;
+  archived.set_trial_id("9");
+  (*archived.mutable_hyperparameters())["x"] = "0.125";
+  archived.set_state(v1::SUCCEEDED);
+  archived.mutable_final_metric()->set_training_step(10);
+  archived.mutable_final_metric()->set_objective_value(0.125);
+  *archived.add_all_metrics() = archived.final_metric();
+  ASSERT_TRUE(store_->ArchiveTrial("first", archived).ok());
+  first_x["9"] = "0.125";
+
+  v1::TrainingJob second = StudyJob("second", 2, 2);
+  second.mutable_spec()->mutable_training_input()->mutable_hyperparameters()
+      ->set_resume_previous_job_id("first");
+  Submit(second);
+  last_history_.clear();
+  Sync("second");
+  // The tuner saw the first study's four completed trials, and nothing else.
+  std::map<std::string, std::string> seen;
+  for (const tuner::TrialRecord& r : last_history_) {
+    EXPECT_EQ(r.status, tuner::TrialRecord::Status::kCompleted) << r.trial_id;
+    ASSERT_TRUE(r.objective.has_value());
+    EXPECT_DOUBLE_EQ(*r.objective, std::stod(r.assignment.at("x")));
+    seen[r.trial_id] = r.assignment.at("x");
+  }
+  std::map<std::string, std::string> expected;
+  for (const auto& [id, x] : first_x) expected["first/" + id] = x;
+  EXPECT_EQ(seen, expected);
+  // Its own trials are numbered from 1, none repeats an earlier point, and
+  // the earlier trials are not counted as its own.
+  v1::TrainingJob job = Get("second");
+  ASSERT_EQ(job.status().state(), v1::QUEUED) << job.status().error_message();
+  const v1::TrainingOutput& out = job.status().training_output();
+  ASSERT_EQ(out.trials_size(), 2);
+  EXPECT_EQ(out.trials(0).trial_id(), "1");
+  EXPECT_EQ(out.trials(1).trial_id(), "2");
+  EXPECT_EQ(out.total_trial_count(), 2);
+  EXPECT_EQ(out.completed_trial_count(), 0);
+  std::set<std::string> earlier_points;
+  for (const auto& [id, x] : first_x) earlier_points.insert(x);
+  for (const auto& t : out.trials()) {
+    EXPECT_EQ(earlier_points.count(t.hyperparameters().at("x")), 0u) << t.hyperparameters().at("x");
+  }
+  auto events = store_->Events("second");
+  ASSERT_TRUE(events.ok());
+  bool resumed_event = false;
+  for (const StoredEvent& e : *events) {
+    if (e.reason == "StudyResumed") {
+      resumed_event = true;
+      EXPECT_THAT(e.message, HasSubstr("4 completed trials"));
+    }
+  }
+  EXPECT_TRUE(resumed_event);
+}
+
+TEST_F(ControllerTest, ResumingAMissingStudyFailsTheJob) {
+  v1::TrainingJob job = StudyJob("orphan", 2, 1);
+  job.mutable_spec()->mutable_training_input()->mutable_hyperparameters()
+      ->set_resume_previous_job_id("nowhere");
+  Submit(job);
+  Sync("orphan");
+  v1::TrainingJob got = Get("orphan");
+  EXPECT_EQ(got.status().state(), v1::FAILED);
+  EXPECT_THAT(got.status().error_message(),
+              HasSubstr("spec.trainingInput.hyperparameters.resumePreviousJobId: no job 'nowhere'"));
+  EXPECT_TRUE(launcher_.launched.empty());
 }
 
 TEST_F(ControllerTest, CancelKillsEveryReplica) {
