@@ -1112,7 +1112,9 @@ PreviousStudy Earlier() {
 
 v1::TrainingJob Resuming(int max_trials, int parallel) {
   v1::TrainingJob job = Study(max_trials, parallel);
-  job.mutable_spec()->mutable_training_input()->mutable_hyperparameters()
+  job.mutable_spec()
+      ->mutable_training_input()
+      ->mutable_hyperparameters()
       ->set_resume_previous_job_id("earlier");
   return job;
 }
@@ -1183,7 +1185,8 @@ TEST(ResumeTest, EarlierTrialsSeedTheTunerButAreNotThisJobsTrials) {
 TEST(ResumeTest, RealTunerNeverSuggestsAResumedPointAgain) {
   // A 5-point grid of which the earlier study ran 10, 20, 30: only 2 remain.
   v1::TrainingJob job = Resuming(5, 5);
-  v1::HyperparameterSpec* hp = job.mutable_spec()->mutable_training_input()->mutable_hyperparameters();
+  v1::HyperparameterSpec* hp =
+      job.mutable_spec()->mutable_training_input()->mutable_hyperparameters();
   hp->set_algorithm(v1::HyperparameterSpec::GRID_SEARCH);
   v1::ParameterSpec* x = hp->mutable_params(0);
   x->set_type(v1::ParameterSpec::DISCRETE);
@@ -1203,7 +1206,9 @@ TEST(ResumeTest, RealTunerNeverSuggestsAResumedPointAgain) {
 
 TEST(ResumeTest, EarlyStoppingJudgesAgainstResumedTrialsToo) {
   v1::TrainingJob job = Resuming(1, 1);
-  job.mutable_spec()->mutable_training_input()->mutable_hyperparameters()
+  job.mutable_spec()
+      ->mutable_training_input()
+      ->mutable_hyperparameters()
       ->set_enable_trial_early_stopping(true);
   Harness h(job);
   h.observed.previous_study = Earlier();
@@ -1248,7 +1253,9 @@ TEST(ResumeTest, UnusableEarlierStudyFailsTheJobBeforeAnyTrial) {
        "job 'earlier' has goal MINIMIZE, this job MAXIMIZE"},
       {"other_tag",
        [](PreviousStudy& p, v1::TrainingJob&) {
-         p.job.mutable_spec()->mutable_training_input()->mutable_hyperparameters()
+         p.job.mutable_spec()
+             ->mutable_training_input()
+             ->mutable_hyperparameters()
              ->clear_hyperparameter_metric_tag();
        },
        "job 'earlier' has hyperparameterMetricTag 'training/hptuning/metric', this job "

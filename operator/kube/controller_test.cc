@@ -260,17 +260,13 @@ TEST_F(ControllerTest, ResumedStudyReadsTheEarlierJobAndItsArchivedTrials) {
   controller_->Stop();  // this test drives its own controller
   auto first = server_->Create("trainingjobs", "ns1", StudyJob("first", ""));
   ASSERT_TRUE(first.ok());
-  ASSERT_TRUE(server_
-                  ->MergePatch("trainingjobs", "ns1", "first",
-                               {{"status",
-                                 {{"state", "SUCCEEDED"},
-                                  {"trainingOutput",
-                                   {{"isHyperparameterTuningJob", true},
-                                    {"trials",
-                                     {FinishedTrialJson("2", "20", 0.7),
-                                      FinishedTrialJson("1", "10", 0.5)}}}}}}},
-                               "status")
-                  .ok());
+  const json status = {
+      {"state", "SUCCEEDED"},
+      {"trainingOutput",
+       {{"isHyperparameterTuningJob", true},
+        {"trials", {FinishedTrialJson("2", "20", 0.7), FinishedTrialJson("1", "10", 0.5)}}}}};
+  ASSERT_TRUE(
+      server_->MergePatch("trainingjobs", "ns1", "first", {{"status", status}}, "status").ok());
   v1::HyperparameterOutput archived;
   archived.set_trial_id("3");
   (*archived.mutable_hyperparameters())["x"] = "30";

@@ -59,8 +59,8 @@ class ControllerTest : public ::testing::Test {
     options.runtime_binary = "/opt/kubetrain-runtime";
     options.clock = [this] { return now_; };
     options.allocate_port = [this]() -> absl::StatusOr<int> { return next_port_++; };
-    options.tuner_factory = [this](const v1::HyperparameterSpec& spec, uint64_t seed)
-        -> absl::StatusOr<std::unique_ptr<tuner::Tuner>> {
+    options.tuner_factory = [this](const v1::HyperparameterSpec& spec,
+                                   uint64_t seed) -> absl::StatusOr<std::unique_ptr<tuner::Tuner>> {
       absl::StatusOr<std::unique_ptr<tuner::Tuner>> inner = tuner::Tuner::Create(spec, seed);
       if (!inner.ok()) return inner.status();
       return std::make_unique<RecordingTuner>(*std::move(inner), &last_history_);
@@ -277,7 +277,9 @@ TEST_F(ControllerTest, ResumedStudySeedsTheTunerWithTheEarlierJobsTrials) {
   first_x["9"] = "0.125";
 
   v1::TrainingJob second = StudyJob("second", 2, 2);
-  second.mutable_spec()->mutable_training_input()->mutable_hyperparameters()
+  second.mutable_spec()
+      ->mutable_training_input()
+      ->mutable_hyperparameters()
       ->set_resume_previous_job_id("first");
   Submit(second);
   last_history_.clear();
@@ -322,14 +324,17 @@ TEST_F(ControllerTest, ResumedStudySeedsTheTunerWithTheEarlierJobsTrials) {
 
 TEST_F(ControllerTest, ResumingAMissingStudyFailsTheJob) {
   v1::TrainingJob job = StudyJob("orphan", 2, 1);
-  job.mutable_spec()->mutable_training_input()->mutable_hyperparameters()
+  job.mutable_spec()
+      ->mutable_training_input()
+      ->mutable_hyperparameters()
       ->set_resume_previous_job_id("nowhere");
   Submit(job);
   Sync("orphan");
   v1::TrainingJob got = Get("orphan");
   EXPECT_EQ(got.status().state(), v1::FAILED);
-  EXPECT_THAT(got.status().error_message(),
-              HasSubstr("spec.trainingInput.hyperparameters.resumePreviousJobId: no job 'nowhere'"));
+  EXPECT_THAT(
+      got.status().error_message(),
+      HasSubstr("spec.trainingInput.hyperparameters.resumePreviousJobId: no job 'nowhere'"));
   EXPECT_TRUE(launcher_.launched.empty());
 }
 
