@@ -34,9 +34,10 @@ if [[ $mode == default ]]; then
   exit 0
 fi
 
+# -O0: it compiles in half the time of -O1, and the unit tests stay fast.
 CC=clang-14 CXX=clang++-14 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug \
   -DKUBETRAIN_CUDA=OFF -DKUBETRAIN_SANITIZE=ON -DKUBETRAIN_FUZZ=ON -DKUBETRAIN_BENCH=OFF \
-  -DCMAKE_CXX_FLAGS=-O1
+  "-DCMAKE_CXX_FLAGS_DEBUG=-g -O0"
 # Only what this mode runs: the unit tests, the fuzzers and the binaries the
 # unit tests start. UBSan's vptr check is off in this build (see CMakeLists.txt).
 cmake --build build-asan -j "$jobs" --target unit_tests fuzzers kubetrain kubetrain-runtime
