@@ -344,6 +344,21 @@ SetOutcome ReconcileSet(Context& c, const std::string& trial_id,
   const v1::RunPolicy::RestartPolicy policy = c.policy().restart_policy();
   const int backoff_limit = c.policy().backoff_limit();
 
+  // A crash loop that spends the backoff budget is blamed on the live
+  // replica restarted in place most often (the first in slot order on a tie).
+  const ObservedReplica* most_restarted_in_place = nullptr;
+  for (const Slot& want : slots) {
+    auto it = observed.find(want.key);
+    if (it == observed.end() || it->second->container_restarts == 0) continue;
+    if (it->second->phase != ReplicaPhase::kRunning && it->second->phase != ReplicaPhase::kPending) {
+      continue;
+    }
+    if (most_restarted_in_place == nullptr ||
+        it->second->container_restarts > most_restarted_in_place->container_restarts) {
+      most_restarted_in_place = it->second;
+    }
+  }
+
   int present = 0, running = 0;
   bool deciding_succeeded = false;
   std::optional<std::pair<std::string, std::string>> failure;  // reason, message
@@ -384,9 +399,11 @@ SetOutcome ReconcileSet(Context& c, const std::string& trial_id,
         if (phase == ReplicaPhase::kRunning) ++running;
         // Restarted in place by the kubelet (OnFailure/Always) once too often:
         // the budget is spent, so a crash loop ends instead of running on.
-        if (r->container_restarts > 0 && c.status().restart_count() > backoff_limit && !failure) {
+        if (r == most_restarted_in_place && c.status().restart_count() > backoff_limit &&
+            !failure) {
           std::string what = TaskName(r->key, c.use_chief()) + " restarted in place " +
-                             std::to_string(r->container_restarts) + " times";
+                             std::to_string(r->container_restarts) +
+                             (r->container_restarts == 1 ? " time" : " times");
           if (r->exit_code) what += ", last exit code " + std::to_string(*r->exit_code);
           if (!r->termination_message.empty()) what += ": " + r->termination_message;
           failure = {"BackoffLimitExceeded", "backoffLimit " + std::to_string(backoff_limit) +

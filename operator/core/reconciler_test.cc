@@ -535,6 +535,29 @@ TEST(ReconcileTest, CrashLoopInPlacePastTheLimitFailsTheJob) {
   h.Settle();
 }
 
+TEST(ReconcileTest, CrashLoopBlamesTheReplicaRestartedMostOften) {
+  v1::TrainingJob job = Job();
+  job.mutable_spec()->mutable_run_policy()->set_restart_policy(v1::RunPolicy::OnFailure);
+  job.mutable_spec()->mutable_run_policy()->set_backoff_limit(2);
+  Harness h = Running(job);
+  ObservedReplica& first = h.Pod("mnist-worker-0");
+  first.container_restarts = 1;
+  first.exit_code = 1;
+  first.termination_message = "crashed";
+  h.Settle();
+  EXPECT_EQ(h.job.status().state(), v1::RUNNING);
+  ObservedReplica& looping = h.Pod("mnist-worker-1");
+  looping.container_restarts = 2;
+  looping.exit_code = 3;
+  looping.termination_message = "bad shard";
+  ReconcileResult r = h.Step();
+  EXPECT_EQ(r.status.state(), v1::FAILED);
+  EXPECT_EQ(r.status.error_message(),
+            "backoffLimit 2 exceeded (3 restarts): worker-1 restarted in place 2 times, last "
+            "exit code 3: bad shard");
+  h.Settle();
+}
+
 TEST(ReconcileTest, CompletedReplicasAreNeverRunAgain) {
   v1::TrainingJob job = Job();
   job.mutable_spec()->mutable_run_policy()->set_restart_policy(v1::RunPolicy::Always);
