@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "operator/kube/rest_client.h"
+#include "operator/tuner/recording_tuner.h"
 #include "operator/tuner/tuner.h"
 #include "tests/fake_apiserver/fake_apiserver.h"
 
@@ -240,21 +241,6 @@ json FinishedTrialJson(const std::string& id, const std::string& x, double value
           {"finalMetric", {{"trainingStep", 10}, {"objectiveValue", value}}}};
 }
 
-// Passes the production tuner its history, keeping a copy.
-class RecordingTuner : public tuner::Tuner {
- public:
-  RecordingTuner(std::unique_ptr<tuner::Tuner> inner, std::vector<tuner::TrialRecord>* last)
-      : inner_(std::move(inner)), last_(last) {}
-  std::vector<tuner::Assignment> Suggest(const std::vector<tuner::TrialRecord>& history,
-                                         int count) override {
-    *last_ = history;
-    return inner_->Suggest(history, count);
-  }
-
- private:
-  std::unique_ptr<tuner::Tuner> inner_;
-  std::vector<tuner::TrialRecord>* last_;
-};
 
 TEST_F(ControllerTest, ResumedStudyReadsTheEarlierJobAndItsArchivedTrials) {
   controller_->Stop();  // this test drives its own controller
@@ -285,7 +271,7 @@ TEST_F(ControllerTest, ResumedStudyReadsTheEarlierJobAndItsArchivedTrials) {
           uint64_t seed) -> absl::StatusOr<std::unique_ptr<tuner::Tuner>> {
     absl::StatusOr<std::unique_ptr<tuner::Tuner>> inner = tuner::Tuner::Create(spec, seed);
     if (!inner.ok()) return inner.status();
-    return std::make_unique<RecordingTuner>(*std::move(inner), &history);
+    return std::make_unique<tuner::RecordingTuner>(*std::move(inner), &history);
   };
   Controller controller(client_.get(), options, &studies_);
   ASSERT_TRUE(controller.Start(absl::Seconds(30)));

@@ -9,6 +9,7 @@
 #include "gtest/gtest.h"
 #include "operator/local/fake_process_launcher.h"
 #include "operator/local/test_util.h"
+#include "operator/tuner/recording_tuner.h"
 #include "operator/tuner/tuner.h"
 #include "trainer-runtime/hypertune/hypertune.h"
 
@@ -26,22 +27,6 @@ std::string EnvOf(const LaunchRequest& r, const std::string& name) {
   }
   return "";
 }
-
-// The production tuner, with the history of its last Suggest call kept.
-class RecordingTuner : public tuner::Tuner {
- public:
-  RecordingTuner(std::unique_ptr<tuner::Tuner> inner, std::vector<tuner::TrialRecord>* last)
-      : inner_(std::move(inner)), last_(last) {}
-  std::vector<tuner::Assignment> Suggest(const std::vector<tuner::TrialRecord>& history,
-                                         int count) override {
-    *last_ = history;
-    return inner_->Suggest(history, count);
-  }
-
- private:
-  std::unique_ptr<tuner::Tuner> inner_;
-  std::vector<tuner::TrialRecord>* last_;
-};
 
 class ControllerTest : public ::testing::Test {
  protected:
@@ -63,7 +48,7 @@ class ControllerTest : public ::testing::Test {
                                    uint64_t seed) -> absl::StatusOr<std::unique_ptr<tuner::Tuner>> {
       absl::StatusOr<std::unique_ptr<tuner::Tuner>> inner = tuner::Tuner::Create(spec, seed);
       if (!inner.ok()) return inner.status();
-      return std::make_unique<RecordingTuner>(*std::move(inner), &last_history_);
+      return std::make_unique<tuner::RecordingTuner>(*std::move(inner), &last_history_);
     };
     options.stop_rule = tuner::ShouldStopEarly;
     controller_ = std::make_unique<Controller>(store_.get(), &launcher_, options);
