@@ -507,8 +507,8 @@ SetOutcome ReconcileSet(Context& c, const std::string& trial_id,
 // ---- Bookkeeping shared by jobs and studies --------------------------------
 
 // Per-role replica counts, and container restarts added to restartCount.
-// Container restart counts only grow within a pod, so a role's sum growing
-// means restarts; a shrinking sum means pods went away and is not counted.
+// Restarts are counted per pod (status.countedContainerRestarts): a role's
+// sum would let a pod that went away hide another pod's new restarts.
 void CountReplicas(Context& c) {
   std::map<std::string, v1::ReplicaStatus> counts;
   for (const ObservedReplica& r : c.observed.replicas) {
@@ -522,18 +522,46 @@ void CountReplicas(Context& c) {
     }
     s.set_restarts(s.restarts() + r.container_restarts);
   }
+  // Growth since the last pass, per pod. A status written before per-pod
+  // counting has no per-pod record: its per-role sums are the baseline.
+  const auto& counted = c.status().counted_container_restarts();
+  const bool per_role_baseline = counted.empty() && [&] {
+    for (const auto& [role, s] : c.status().replica_statuses()) {
+      if (s.restarts() > 0) return true;
+    }
+    return false;
+  }();
   int grown = 0;
   const ObservedReplica* most_restarted = nullptr;
-  for (const auto& [role, s] : counts) {
-    auto old = c.status().replica_statuses().find(role);
-    const int before = old == c.status().replica_statuses().end() ? 0 : old->second.restarts();
-    grown += std::max(0, s.restarts() - before);
-  }
+  int most_grown = 0;
+  google::protobuf::Map<std::string, int32_t> now_counted;
   for (const ObservedReplica& r : c.observed.replicas) {
-    if (most_restarted == nullptr || r.container_restarts > most_restarted->container_restarts) {
+    if (r.container_restarts <= 0) continue;
+    now_counted[r.name] = r.container_restarts;
+    if (per_role_baseline) continue;
+    auto it = counted.find(r.name);
+    const int before = it == counted.end() ? 0 : it->second;
+    const int pod_grown =
+        r.container_restarts >= before ? r.container_restarts - before : r.container_restarts;
+    grown += pod_grown;
+    if (pod_grown > most_grown) {
+      most_grown = pod_grown;
       most_restarted = &r;
     }
   }
+  if (per_role_baseline) {
+    for (const auto& [role, s] : counts) {
+      auto old = c.status().replica_statuses().find(role);
+      const int before = old == c.status().replica_statuses().end() ? 0 : old->second.restarts();
+      grown += std::max(0, s.restarts() - before);
+    }
+    for (const ObservedReplica& r : c.observed.replicas) {
+      if (most_restarted == nullptr || r.container_restarts > most_restarted->container_restarts) {
+        most_restarted = &r;
+      }
+    }
+  }
+  *c.status().mutable_counted_container_restarts() = std::move(now_counted);
   c.status().clear_replica_statuses();
   for (const auto& [role, s] : counts) (*c.status().mutable_replica_statuses())[role] = s;
   if (grown > 0 && most_restarted != nullptr) {

@@ -558,6 +558,30 @@ TEST(ReconcileTest, CrashLoopBlamesTheReplicaRestartedMostOften) {
   h.Settle();
 }
 
+TEST(ReconcileTest, InPlaceRestartsCountEvenWhenAnotherPodOfTheRoleGoesAway) {
+  v1::TrainingJob job = Job();
+  job.mutable_spec()->mutable_run_policy()->set_restart_policy(v1::RunPolicy::OnFailure);
+  job.mutable_spec()->mutable_run_policy()->set_backoff_limit(5);
+  Harness h = Running(job);
+  h.Pod("mnist-worker-1").container_restarts = 2;
+  h.Pod("mnist-worker-1").exit_code = 1;
+  h.Settle();
+  ASSERT_EQ(h.job.status().restart_count(), 2);
+  // Seen together: worker-1's pod is gone (its two restarts leave the
+  // worker sum) and worker-0 restarted once.
+  std::erase_if(h.observed.replicas, [](const ObservedReplica& r) { return r.name == "mnist-worker-1"; });
+  h.Pod("mnist-worker-0").container_restarts = 1;
+  h.Pod("mnist-worker-0").exit_code = 1;
+  ReconcileResult r = h.Step();
+  // A missing pod is created again without counting as a restart; worker-0's
+  // restart counts (a per-role sum would have seen 2 -> 1: nothing new).
+  EXPECT_EQ(r.status.restart_count(), 3);
+  EXPECT_EQ(r.status.counted_container_restarts().at("mnist-worker-0"), 1);
+  EXPECT_FALSE(r.status.counted_container_restarts().contains("mnist-worker-1"));
+  h.Settle();
+  EXPECT_EQ(h.job.status().state(), v1::RUNNING);
+}
+
 TEST(ReconcileTest, CompletedReplicasAreNeverRunAgain) {
   v1::TrainingJob job = Job();
   job.mutable_spec()->mutable_run_policy()->set_restart_policy(v1::RunPolicy::Always);
