@@ -71,11 +71,17 @@ std::unique_ptr<Tuner> MakeTuner(const HyperparameterSpec& spec, uint64_t seed,
   options.refine_starts = o.value("refine_starts", options.refine_starts);
   options.explore_every = o.value("explore_every", options.explore_every);
   options.explore_radius = o.value("explore_radius", options.explore_radius);
+  options.gls_mean = o.value("gls_mean", options.gls_mean);
   options.stall_window = o.value("stall_window", options.stall_window);
   options.stall_tolerance = o.value("stall_tolerance", options.stall_tolerance);
   options.fit.restarts = o.value("restarts", options.fit.restarts);
   options.fit.random_starts = o.value("random_starts", options.fit.random_starts);
   options.fit.max_iterations = o.value("fit_iterations", options.fit.max_iterations);
+  GpPrior& prior = options.fit.prior;
+  prior.log_length_mean = o.value("log_length_mean", prior.log_length_mean);
+  prior.log_length_sd = o.value("log_length_sd", prior.log_length_sd);
+  prior.max_log_length = o.value("max_log_length", prior.max_log_length);
+  prior.min_log_length = o.value("min_log_length", prior.min_log_length);
   return std::make_unique<BayesianOptimizer>(*SearchSpace::Create(spec), spec, seed, options);
 }
 

@@ -11,6 +11,8 @@ latency with 100 and 1,000 completed trials in 6-D.
 Run with Debian's Python (python3-optuna, python3-sklearn):
   /usr/bin/python3 bench/tuner/run_bench.py --driver build/bench/tuner/bench_tuner_driver
   ... --quick   (a smoke test: 2 seeds, 20 trials)
+  ... --methods kubetrain --functions hartmann6 --batches 1 --workers 1
+                (one method, one function, sequential only: for iterating)
 
 The 50-trial figures are the first 50 trials of the 100-trial runs: no method
 here knows its budget, so the prefix is exactly a 50-trial run (with 4-way
@@ -193,6 +195,12 @@ def main():
     parser.add_argument("--trials", type=int, default=100)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--methods", default="kubetrain,optuna-tpe,optuna-random,sklearn-gp-ei")
+    parser.add_argument("--functions", default=",".join(FUNCTIONS),
+                        help="comma-separated subset of " + ",".join(FUNCTIONS))
+    parser.add_argument("--batches", default="1,4",
+                        help="comma-separated suggestions per batch (1 = sequential)")
+    parser.add_argument("--no-latency", action="store_true",
+                        help="skip kubetrain's suggestion-latency measurement")
     parser.add_argument("--json", help="write all raw values here")
     parser.add_argument("--quick", action="store_true", help="smoke test: 2 seeds, 20 trials")
     args = parser.parse_args()
@@ -200,10 +208,15 @@ def main():
         args.seeds, args.trials = 2, 20
     restarts = 0
     methods = args.methods.split(",")
+    functions = args.functions.split(",")
+    batches = [int(b) for b in args.batches.split(",")]
+    for fname in functions:
+        if fname not in FUNCTIONS:
+            parser.error(f"unknown function {fname}")
     budgets = [b for b in (50, 100) if b <= args.trials] or [args.trials]
     sk_seeds = args.seeds if args.sklearn_seeds is None else min(args.sklearn_seeds, args.seeds)
     tasks = [(m, fname, args.trials, batch, seed, args.driver, restarts)
-             for m in methods for fname in FUNCTIONS for batch in (1, 4)
+             for m in methods for fname in functions for batch in batches
              for seed in range(sk_seeds if m == "sklearn-gp-ei" else args.seeds)]
     # The slowest tasks first, so the pool's tail is short.
     tasks.sort(key=lambda t: (t[0] != "sklearn-gp-ei", t[1] != "hartmann6", t[3]))
@@ -221,42 +234,45 @@ def main():
     print(f"{'function':10} {'trials':>6} {'mode':5} {'method':14} {'q1':>10} {'median':>10} "
           f"{'q3':>10} {'<=0.1':>7} {'cpu s/run':>9}")
     summary = {}
-    for fname, (_, _, fmin) in FUNCTIONS.items():
+    for fname in functions:
+        fmin = FUNCTIONS[fname][2]
         for budget in budgets:
-            for batch in (1, 4):
+            for batch in batches:
                 for method in methods:
                     runs = results.get((method, fname, batch), {})
                     regrets = [min(v[:budget]) - fmin for v in runs.values()]
                     q1, med, q3 = quartiles(regrets)
                     hits = sum(r <= 0.1 for r in regrets)
                     summary[(fname, budget, batch, method)] = (med, hits, len(regrets))
-                    mode = "seq" if batch == 1 else "par4"
+                    mode = "seq" if batch == 1 else f"par{batch}"
                     print(f"{fname:10} {budget:6d} {mode:5} {method:14} {q1:10.2e} {med:10.2e} "
                           f"{q3:10.2e} {hits:3d}/{len(regrets):<3d} "
                           f"{cpu[(method, fname, batch)] / len(regrets):9.2f}")
 
-    if "kubetrain" in methods:
+    if "kubetrain" in methods and 1 in batches and 4 in batches:
         print("# kubetrain parallel (4 per batch) vs sequential median regret")
-        for fname in FUNCTIONS:
+        for fname in functions:
             for budget in budgets:
                 seq = summary[(fname, budget, 1, "kubetrain")][0]
                 par = summary[(fname, budget, 4, "kubetrain")][0]
                 ratio = par / seq if seq > 0 else float("inf")
                 print(f"{fname:10} {budget:4d} trials: seq {seq:.2e} par4 {par:.2e} "
                       f"ratio {ratio:.2f} ({'ok' if ratio <= 2 else 'MISS'} <= 2)")
+    if "kubetrain" in methods and 1 in batches:
         print("# kubetrain targets (sequential)")
         checks = [("branin", 50, 1e-4), ("hartmann6", 50, 1e-2), ("hartmann6", 100, 1e-3)]
         for fname, budget, target in checks:
-            if budget in budgets:
+            if budget in budgets and fname in functions:
                 med = summary[(fname, budget, 1, "kubetrain")][0]
                 print(f"{fname} median regret at {budget}: {med:.2e} "
                       f"({'ok' if med <= target else 'MISS'} <= {target:g})")
-        if 100 in budgets:
+        if 100 in budgets and "hartmann6" in functions:
             _, hits, n = summary[("hartmann6", 100, 1, "kubetrain")]
             need = math.ceil(0.95 * n)
             print(f"hartmann6 seeds with regret <= 0.1 at 100: {hits}/{n} "
                   f"({'ok' if hits >= need else 'MISS'} >= {need}/{n})")
 
+    if "kubetrain" in methods and not args.no_latency:
         print("# kubetrain suggestion latency, 6-D (hartmann6), uniformly random history")
         completed = [100, 1000]
         config = {"mode": "latency", "function": "hartmann6", "completed": completed,
