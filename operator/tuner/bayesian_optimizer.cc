@@ -98,6 +98,19 @@ class Model {
     GpHyperparameters h = FitHyperparameters(x_fit, y_fit, rng, options.fit);
     absl::StatusOr<GaussianProcess> gp = GaussianProcess::Fit(x, y, h);
     if (!gp.ok()) return std::nullopt;
+    if (options.gls_mean) {
+      // Generalised least squares: weights K^-1 1 count a tight cluster of
+      // correlated points about once, so the many trials spent in the
+      // incumbent's basin no longer pull the far-from-data prediction down
+      // to their level (which made every unexplored corner look promising).
+      const Eigen::VectorXd w = gp->Solve(Eigen::VectorXd::Ones(y.size()));
+      const double level = w.dot(y) / w.sum();
+      if (std::isfinite(level)) {
+        y.array() -= level;
+        gp = GaussianProcess::Fit(x, y, h);
+        if (!gp.ok()) return std::nullopt;
+      }
+    }
 
     std::vector<int> order(train.size());
     std::iota(order.begin(), order.end(), 0);

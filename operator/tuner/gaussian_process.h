@@ -74,6 +74,9 @@ class GaussianProcess {
   void PredictWithGradient(const Eigen::VectorXd& x, double* mean, double* variance,
                            Eigen::VectorXd* dmean, Eigen::VectorXd* dvariance) const;
 
+  // (K + noise I)^-1 b for b of num_points() entries.
+  Eigen::VectorXd Solve(const Eigen::VectorXd& b) const { return llt_.solve(b); }
+
   const GpHyperparameters& hyperparameters() const { return h_; }
   int num_points() const { return static_cast<int>(x_.rows()); }
 

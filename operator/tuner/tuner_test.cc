@@ -397,3 +397,36 @@ TEST(BayesianOptimizerTest, StalledStudiesCanStepAwayFromTheIncumbentsBasin) {
 
 }  // namespace
 }  // namespace kubetrain::tuner
+
+namespace kubetrain::tuner {
+namespace {
+
+// With the GLS constant mean, a study whose trials crowd one basin still
+// converges there and stays deterministic.
+TEST(BayesianOptimizerTest, GlsMeanConvergesAndIsDeterministic) {
+  HyperparameterSpec spec;
+  spec.set_goal(HyperparameterSpec::MINIMIZE);
+  AddParam(spec, "x", ParameterSpec::DOUBLE, 0, 1);
+  AddParam(spec, "y", ParameterSpec::DOUBLE, 0, 1);
+  absl::StatusOr<SearchSpace> space = SearchSpace::Create(spec);
+  ASSERT_TRUE(space.ok());
+  BayesianOptions options;
+  options.gls_mean = true;
+  BayesianOptimizer tuner(*space, spec, 7, options);
+  BayesianOptimizer twin(*space, spec, 7, options);
+  std::vector<TrialRecord> history;
+  double best = 1e9;
+  for (int i = 0; i < 25; ++i) {
+    std::vector<Assignment> s = tuner.Suggest(history, 1);
+    ASSERT_EQ(s.size(), 1u);
+    EXPECT_EQ(s, twin.Suggest(history, 1));
+    const double x = Number(s[0].at("x")), y = Number(s[0].at("y"));
+    const double loss = (x - 0.3) * (x - 0.3) + (y - 0.7) * (y - 0.7);
+    best = std::min(best, loss);
+    history.push_back(Record(i, s[0], Status::kCompleted, loss));
+  }
+  EXPECT_LT(best, 1e-3);
+}
+
+}  // namespace
+}  // namespace kubetrain::tuner
