@@ -3,35 +3,36 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "prometheus/collectable.h"
 
-namespace prometheus {
-class Exposer;
-}
-
 namespace kubetrain::observability {
 
 // The HTTP endpoint of a kubetrain process:
 //
-//   GET /metrics  the registries, Prometheus text format (prometheus::Exposer)
+//   GET /metrics  the registries, Prometheus text format
 //   GET /healthz  200 "ok" while the liveness check passes, else 500 + reason
 //   GET /readyz   200 "ok" once ready and while the readiness check passes,
 //                 else 503 + reason
 //
-// All three share one port. prometheus::Exposer runs a civetweb server; its
-// begin_request callback answers the two health paths before civetweb routes
-// the request, and leaves every other path to the Exposer.
+// All three share one port, served by a small HTTP/1.1 server of our own
+// (one request per connection, identity encoding): an accept thread and
+// `threads` workers on ordinary thread stacks. prometheus-cpp's Exposer is
+// not used because civetweb, under it, starts its workers with fixed 100 KiB
+// stacks that the process's static thread-local storage shares: with
+// OpenBLAS (60 KiB of it) and the CUDA runtime and NCCL linked, a gzip-encoded
+// scrape overflowed the rest and crashed kubetrain-runtime.
 //
 // Liveness says "this process is not wedged" (a failing check makes the
 // kubelet restart the container); readiness says "this replica can do its
 // work" (e.g. informers synced). A standby replica under leader election is
 // ready: it is healthy, merely not leading.
 //
-// Thread-safe. The checks run on civetweb's worker threads, so they must be
+// Thread-safe. The checks run on the server's worker threads, so they must be
 // cheap and thread-safe, and must not call back into this server.
 class MetricsServer {
  public:
@@ -63,15 +64,23 @@ class MetricsServer {
   void SetLivenessCheck(std::function<absl::Status()> check);
   void SetReadinessCheck(std::function<absl::Status()> check);
 
-  // Shared with the request callback; public only so the .cc can name it.
+  // Shared with the workers; public only so the .cc can name it.
   struct Health;
+  struct Connections;
 
  private:
   MetricsServer() = default;
+  void AcceptLoop();
+  void WorkerLoop();
+  void Serve(int fd);
 
-  std::unique_ptr<prometheus::Exposer> exposer_;
+  std::vector<std::weak_ptr<prometheus::Collectable>> collectables_;
   std::shared_ptr<Health> health_;
+  std::unique_ptr<Connections> connections_;
+  int listen_fd_ = -1;
   int port_ = 0;
+  std::thread acceptor_;
+  std::vector<std::thread> workers_;
 };
 
 }  // namespace kubetrain::observability

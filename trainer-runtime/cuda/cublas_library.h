@@ -3,13 +3,11 @@
 // cuBLAS, loaded with dlopen on first use instead of being linked.
 //
 // libcublas depends on libcublasLt, which carries about 94 KiB of static
-// thread-local storage. A process that links it must fit that block into the
-// stack of every thread it starts, and civetweb (the Prometheus endpoint of
-// kubetrain-runtime and kubetrain-operator) starts its workers with 100 KiB
-// stacks: with cuBLAS linked, none of them starts and the metrics server
-// fails. A library loaded with dlopen gets its thread-local storage allocated
-// per thread on first use, so thread stacks are left alone, and a CPU-only
-// run never loads cuBLAS at all.
+// thread-local storage: linked, it is carved out of the stack of every thread
+// the process starts (gRPC's, OpenBLAS's, the metrics server's), and a thread
+// started with a small stack fails to start at all. Loaded with dlopen, its
+// thread-local storage is allocated per thread on first use, and a CPU-only
+// run never maps the cuBLAS libraries.
 
 #include <cublas_v2.h>
 
