@@ -134,6 +134,25 @@ void Reply(int fd, int code, absl::string_view content_type, absl::string_view b
 
 constexpr absl::string_view kPlainText = "text/plain; charset=utf-8";
 
+// Closing a socket with unread input makes the kernel send a reset, which can
+// destroy the reply before the client reads it (a refused oversized request,
+// say). So: end our side, drain what the client still sends for a moment,
+// then close.
+void CloseAfterReply(int fd) {
+  shutdown(fd, SHUT_WR);
+  const timeval linger{1, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &linger, sizeof(linger));
+  char buffer[4096];
+  size_t drained = 0;
+  while (drained < (1 << 20)) {
+    const ssize_t n = recv(fd, buffer, sizeof(buffer), 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    drained += static_cast<size_t>(n);
+  }
+  close(fd);
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
@@ -209,7 +228,7 @@ void MetricsServer::WorkerLoop() {
       connections_->waiting.pop_front();
     }
     Serve(fd);
-    close(fd);
+    CloseAfterReply(fd);
   }
 }
 

@@ -1,6 +1,12 @@
 #include "operator/observability/metrics_server.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <memory>
+#include <string>
 
 #include "absl/status/status.h"
 #include "gmock/gmock.h"
@@ -13,6 +19,26 @@ namespace kubetrain::observability {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+// Sends `request` as is and returns everything the server answers before it
+// closes the connection ("" when the connection fails).
+std::string RawExchange(int port, const std::string& request) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+  std::string reply;
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      send(fd, request.data(), request.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(request.size())) {
+    char buffer[4096];
+    ssize_t n;
+    while ((n = recv(fd, buffer, sizeof(buffer), 0)) > 0) reply.append(buffer, static_cast<size_t>(n));
+  }
+  close(fd);
+  return reply;
+}
 
 std::unique_ptr<MetricsServer> StartOn127(
     const std::vector<std::weak_ptr<prometheus::Collectable>>& collectables) {
@@ -137,6 +163,33 @@ TEST(MetricsServerTest, PortInUseIsUnavailable) {
   auto second =
       MetricsServer::Start({.address = "127.0.0.1:" + std::to_string(first->port())}, {registry});
   EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable) << second.status();
+}
+
+TEST(MetricsServerTest, HeadHasNoBodyAndOtherMethodsAre405) {
+  auto registry = std::make_shared<prometheus::Registry>();
+  auto server = StartOn127({registry});
+  ASSERT_NE(server, nullptr);
+  const std::string head = RawExchange(server->port(), "HEAD /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_THAT(head, StartsWith("HTTP/1.1 200 OK\r\n"));
+  EXPECT_THAT(head, HasSubstr("Content-Length: 3\r\n"));
+  EXPECT_EQ(head.substr(head.find("\r\n\r\n") + 4), "");
+  EXPECT_THAT(RawExchange(server->port(), "POST /metrics HTTP/1.1\r\nHost: x\r\n\r\n"),
+              StartsWith("HTTP/1.1 405 "));
+  EXPECT_THAT(RawExchange(server->port(), "nonsense\r\n\r\n"), StartsWith("HTTP/1.1 400 "));
+  // A query string does not change the path.
+  EXPECT_THAT(RawExchange(server->port(), "GET /healthz?verbose=1 HTTP/1.1\r\n\r\n"),
+              StartsWith("HTTP/1.1 200 OK\r\n"));
+}
+
+TEST(MetricsServerTest, OversizedRequestIs400AndTheServerGoesOn) {
+  auto registry = std::make_shared<prometheus::Registry>();
+  auto server = StartOn127({registry});
+  ASSERT_NE(server, nullptr);
+  const std::string huge = "GET /metrics HTTP/1.1\r\nX-Padding: " + std::string(64 << 10, 'a');
+  EXPECT_THAT(RawExchange(server->port(), huge), StartsWith("HTTP/1.1 400 "));
+  auto reply = HttpGet("127.0.0.1", server->port(), "/healthz");
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  EXPECT_EQ(reply->status, 200);
 }
 
 TEST(MetricsServerTest, StoppedServerRefusesConnections) {
