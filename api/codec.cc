@@ -31,14 +31,17 @@ using google::protobuf::Message;
 using google::protobuf::Reflection;
 
 // yaml-cpp marks are 0-based; users count from 1.
-FieldError ErrorAt(const YAML::Node& node, std::string path, std::string reason) {
+FieldError ErrorAtMark(const YAML::Mark& mark, std::string path, std::string reason) {
   FieldError error{std::move(path), std::move(reason)};
-  const YAML::Mark mark = node.Mark();
   if (mark.line >= 0) {
     error.line = mark.line + 1;
     error.column = mark.column + 1;
   }
   return error;
+}
+
+FieldError ErrorAt(const YAML::Node& node, std::string path, std::string reason) {
+  return ErrorAtMark(node.Mark(), std::move(path), std::move(reason));
 }
 
 std::string KindName(const YAML::Node& node) {
@@ -662,15 +665,6 @@ class DocumentCounter : public YAML::EventHandler {
   YAML::Mark last_ = YAML::Mark::null_mark();
 };
 
-FieldError ErrorAtMark(const YAML::Mark& mark, std::string reason) {
-  FieldError error{"", std::move(reason)};
-  if (mark.line >= 0) {
-    error.line = mark.line + 1;
-    error.column = mark.column + 1;
-  }
-  return error;
-}
-
 // Parses exactly one YAML document, or reports why not.
 std::optional<YAML::Node> ParseSingleDocument(std::string_view text,
                                               std::vector<FieldError>* errors) {
@@ -707,17 +701,18 @@ std::optional<YAML::Node> ParseSingleDocument(std::string_view text,
     while (counter.documents() <= kMaxDocumentsCounted && parser.HandleNextDocument(counter)) {
     }
   } catch (const YAML::Exception& e) {
-    errors->push_back(ErrorAtMark(e.mark, e.msg));
+    errors->push_back(ErrorAtMark(e.mark, "", e.msg));
     return std::nullopt;
   } catch (const DocumentCounter::NoProgress& stuck) {
-    errors->push_back(ErrorAtMark(stuck.mark, "malformed YAML: the parser stopped advancing here"));
+    errors->push_back(
+        ErrorAtMark(stuck.mark, "", "malformed YAML: the parser stopped advancing here"));
     return std::nullopt;
   }
   if (counter.documents() > 1) {
     const std::string found = counter.documents() > kMaxDocumentsCounted
                                   ? "more than " + std::to_string(kMaxDocumentsCounted)
                                   : std::to_string(counter.documents());
-    errors->push_back(ErrorAtMark(counter.second_document(),
+    errors->push_back(ErrorAtMark(counter.second_document(), "",
                                   "expected one YAML document, found " + found +
                                       " (split them into files)"));
     return std::nullopt;
@@ -727,7 +722,7 @@ std::optional<YAML::Node> ParseSingleDocument(std::string_view text,
     try {
       document = YAML::Load(owned);
     } catch (const YAML::Exception& e) {
-      errors->push_back(ErrorAtMark(e.mark, e.msg));
+      errors->push_back(ErrorAtMark(e.mark, "", e.msg));
       return std::nullopt;
     }
   }
