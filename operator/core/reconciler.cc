@@ -522,15 +522,8 @@ void CountReplicas(Context& c) {
     }
     s.set_restarts(s.restarts() + r.container_restarts);
   }
-  // Growth since the last pass, per pod. A status written before per-pod
-  // counting has no per-pod record: its per-role sums are the baseline.
+  // Growth since the last pass, per pod.
   const auto& counted = c.status().counted_container_restarts();
-  const bool per_role_baseline = counted.empty() && [&] {
-    for (const auto& [role, s] : c.status().replica_statuses()) {
-      if (s.restarts() > 0) return true;
-    }
-    return false;
-  }();
   int grown = 0;
   const ObservedReplica* most_restarted = nullptr;
   int most_grown = 0;
@@ -538,7 +531,6 @@ void CountReplicas(Context& c) {
   for (const ObservedReplica& r : c.observed.replicas) {
     if (r.container_restarts <= 0) continue;
     now_counted[r.name] = r.container_restarts;
-    if (per_role_baseline) continue;
     auto it = counted.find(r.name);
     const int before = it == counted.end() ? 0 : it->second;
     const int pod_grown =
@@ -549,22 +541,10 @@ void CountReplicas(Context& c) {
       most_restarted = &r;
     }
   }
-  if (per_role_baseline) {
-    for (const auto& [role, s] : counts) {
-      auto old = c.status().replica_statuses().find(role);
-      const int before = old == c.status().replica_statuses().end() ? 0 : old->second.restarts();
-      grown += std::max(0, s.restarts() - before);
-    }
-    for (const ObservedReplica& r : c.observed.replicas) {
-      if (most_restarted == nullptr || r.container_restarts > most_restarted->container_restarts) {
-        most_restarted = &r;
-      }
-    }
-  }
   *c.status().mutable_counted_container_restarts() = std::move(now_counted);
   c.status().clear_replica_statuses();
   for (const auto& [role, s] : counts) (*c.status().mutable_replica_statuses())[role] = s;
-  if (grown > 0 && most_restarted != nullptr) {
+  if (most_restarted != nullptr) {  // some pod grew
     c.status().set_restart_count(c.status().restart_count() + grown);
     std::string last = TaskName(most_restarted->key, c.use_chief()) + " restarted in place (" +
                        std::to_string(most_restarted->container_restarts) + " so far)";
@@ -986,16 +966,15 @@ ResumedHistory ResumedTrials(const Context& c) {
   for (const auto& t : previous.archived_trials) candidates.push_back(&t);
   absl::StatusOr<tuner::SearchSpace> space = tuner::SearchSpace::Create(c.hp());
   std::set<std::string> seen;  // a trial both in status and archived counts once
-  std::set<std::string> names;
-  for (const v1::ParameterSpec& p : c.hp().params()) names.insert(p.parameter_name());
   for (const v1::HyperparameterOutput* t : candidates) {
     if (!HasObjective(*t) || !seen.insert(t->trial_id()).second) continue;
     tuner::TrialRecord record = ToRecord(*t);
-    bool fits = space.ok() && static_cast<size_t>(t->hyperparameters_size()) == names.size();
-    for (const auto& [name, value] : t->hyperparameters()) fits = fits && names.count(name) > 0;
-    absl::StatusOr<tuner::Assignment> canonical =
-        fits ? space->Canonicalize(record.assignment)
-             : absl::StatusOr<tuner::Assignment>(absl::InvalidArgumentError("parameters differ"));
+    // Canonicalize rejects a missing parameter or a value this spec does not
+    // allow; with as many parameters as the spec, none can be unknown to it.
+    absl::StatusOr<tuner::Assignment> canonical = absl::InvalidArgumentError("parameters differ");
+    if (space.ok() && t->hyperparameters_size() == c.hp().params_size()) {
+      canonical = space->Canonicalize(record.assignment);
+    }
     if (!canonical.ok()) {
       ++history.left_out;
       continue;
