@@ -47,9 +47,6 @@ struct SupervisorPlan {
   const char* pid_path;  // nullptr: none
   const char* pid_tmp_path;
   bool restart_on_failure;
-  // Where the supervisor reports its pid once it leads its own process group
-  // (-1: nobody to tell).
-  int started_fd;
 };
 
 constexpr int kInitialBackoffMs = 1000;
@@ -190,15 +187,14 @@ int PumpAndWait(pid_t child, int out_fd, int err_fd, int log_fd) {
   return wait_status;
 }
 
-[[noreturn]] void RunSupervisor(const SupervisorPlan& plan) {
+// `started_fd` receives the supervisor's pid once it leads its own process
+// group: only then may the launcher hand the pid out, since a Kill of the
+// group before setsid() would find no group and leave the replica running.
+[[noreturn]] void RunSupervisor(const SupervisorPlan& plan, int started_fd) {
   setsid();
-  // Only now may the launcher hand out the pid: a Kill of the process group
-  // before setsid() would find no group and leave the replica running.
-  if (plan.started_fd >= 0) {
-    int self = getpid();
-    WriteAll(plan.started_fd, reinterpret_cast<const char*>(&self), sizeof(self));
-    close(plan.started_fd);
-  }
+  const int self = getpid();
+  WriteAll(started_fd, reinterpret_cast<const char*>(&self), sizeof(self));
+  close(started_fd);
   if (plan.pid_path != nullptr) {
     char text[32];
     size_t n = FormatInt(text, getpid());
@@ -422,8 +418,7 @@ absl::StatusOr<ProcessId> RealProcessLauncher::Launch(const LaunchRequest& reque
                       state_tmp.c_str(),
                       request.pid_path.empty() ? nullptr : request.pid_path.c_str(),
                       pid_tmp.c_str(),
-                      request.restart_on_failure,
-                      -1};
+                      request.restart_on_failure};
 
   int pid_pipe[2];
   if (pipe2(pid_pipe, O_CLOEXEC) != 0) {
@@ -438,10 +433,7 @@ absl::StatusOr<ProcessId> RealProcessLauncher::Launch(const LaunchRequest& reque
   if (helper == 0) {
     close(pid_pipe[0]);
     pid_t supervisor = fork();
-    if (supervisor == 0) {
-      plan.started_fd = pid_pipe[1];
-      RunSupervisor(plan);
-    }
+    if (supervisor == 0) RunSupervisor(plan, pid_pipe[1]);
     // The supervisor writes its own pid after setsid(); if it could not be
     // forked, the pipe closes empty and Launch reports that.
     _exit(supervisor > 0 ? 0 : 1);
