@@ -166,7 +166,7 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
   server->listen_fd_ = *fd;
   server->port_ = BoundPort(*fd);
   server->collectables_ = collectables;
-  server->health_ = std::make_shared<Health>();
+  server->health_ = std::make_unique<Health>();
   server->connections_ = std::make_unique<Connections>();
   for (size_t i = 0; i < std::max<size_t>(1, options.threads); ++i) {
     server->workers_.emplace_back([s = server.get()] { s->WorkerLoop(); });

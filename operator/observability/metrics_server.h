@@ -64,18 +64,17 @@ class MetricsServer {
   void SetLivenessCheck(std::function<absl::Status()> check);
   void SetReadinessCheck(std::function<absl::Status()> check);
 
-  // Shared with the workers; public only so the .cc can name it.
-  struct Health;
-  struct Connections;
-
  private:
+  struct Health;       // readiness and the checks
+  struct Connections;  // accepted, waiting for a worker
+
   MetricsServer() = default;
   void AcceptLoop();
   void WorkerLoop();
   void Serve(int fd);
 
   std::vector<std::weak_ptr<prometheus::Collectable>> collectables_;
-  std::shared_ptr<Health> health_;
+  std::unique_ptr<Health> health_;
   std::unique_ptr<Connections> connections_;
   int listen_fd_ = -1;
   int port_ = 0;
