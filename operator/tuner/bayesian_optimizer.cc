@@ -107,8 +107,7 @@ class Model {
       const double level = w.dot(y) / w.sum();
       if (std::isfinite(level)) {
         y.array() -= level;
-        gp = GaussianProcess::Fit(x, y, h);
-        if (!gp.ok()) return std::nullopt;
+        gp = gp->WithTargets(y);
       }
     }
 

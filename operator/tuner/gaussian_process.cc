@@ -218,6 +218,13 @@ absl::StatusOr<GaussianProcess> GaussianProcess::Fit(Eigen::MatrixXd x, Eigen::V
       "GaussianProcess::Fit: kernel matrix is not positive definite even with jitter");
 }
 
+GaussianProcess GaussianProcess::WithTargets(Eigen::VectorXd y) const {
+  GaussianProcess gp = *this;
+  gp.y_ = std::move(y);
+  gp.alpha_ = gp.llt_.solve(gp.y_);
+  return gp;
+}
+
 void GaussianProcess::Predict(const Eigen::MatrixXd& xs, Eigen::VectorXd* mean,
                               Eigen::VectorXd* variance) const {
   const Eigen::Index m = xs.rows(), n = x_.rows();

@@ -77,6 +77,11 @@ class GaussianProcess {
   // (K + noise I)^-1 b for b of num_points() entries.
   Eigen::VectorXd Solve(const Eigen::VectorXd& b) const { return llt_.solve(b); }
 
+  // The same points and hyperparameters conditioned on other targets (y of
+  // num_points() entries): the kernel matrix and its factor do not depend on
+  // y, so they are reused rather than computed again.
+  GaussianProcess WithTargets(Eigen::VectorXd y) const;
+
   const GpHyperparameters& hyperparameters() const { return h_; }
   int num_points() const { return static_cast<int>(x_.rows()); }
 

@@ -395,12 +395,6 @@ TEST(BayesianOptimizerTest, StalledStudiesCanStepAwayFromTheIncumbentsBasin) {
   EXPECT_FALSE(near_optimum(explore.Suggest(history, 1)));
 }
 
-}  // namespace
-}  // namespace kubetrain::tuner
-
-namespace kubetrain::tuner {
-namespace {
-
 // With the GLS constant mean, a study whose trials crowd one basin still
 // converges there and stays deterministic.
 TEST(BayesianOptimizerTest, GlsMeanConvergesAndIsDeterministic) {
