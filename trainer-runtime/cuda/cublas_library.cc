@@ -10,14 +10,14 @@
 namespace kubetrain::runtime::cuda {
 namespace {
 
+// Looks `symbol` up into `out`; a missing one is appended to `missing`.
 template <typename Fn>
-bool Resolve(void* library, const char* symbol, Fn* out, std::string* error) {
+void Resolve(void* library, const char* symbol, Fn* out, std::string* missing) {
   *out = reinterpret_cast<Fn>(dlsym(library, symbol));
   if (*out == nullptr) {
     const char* reason = dlerror();
-    absl::StrAppend(error, symbol, ": ", reason != nullptr ? reason : "not found", "; ");
+    absl::StrAppend(missing, symbol, ": ", reason != nullptr ? reason : "not found", "; ");
   }
-  return *out != nullptr;
 }
 
 absl::StatusOr<CublasApi> Load() {
