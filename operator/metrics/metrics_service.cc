@@ -13,13 +13,6 @@ std::string Key(const std::string& job, const std::string& trial) {
   return absl::StrCat(job.size(), ":", job, "/", trial);
 }
 
-bool ConstantTimeEquals(const std::string& a, const std::string& b) {
-  if (a.size() != b.size()) return false;
-  unsigned char diff = 0;
-  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
-  return diff == 0;
-}
-
 grpc::Status ToGrpc(const absl::Status& status) {
   if (status.ok()) return grpc::Status::OK;
   // absl and gRPC share the canonical code numbering.
@@ -27,6 +20,13 @@ grpc::Status ToGrpc(const absl::Status& status) {
 }
 
 }  // namespace
+
+bool TokensEqual(const std::string& a, const std::string& b) {
+  if (a.empty() || a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
 
 std::string NewTrialToken() {
   std::random_device device;  // the OS's entropy source
@@ -54,7 +54,13 @@ bool TokenRegistry::Check(const std::string& job, const std::string& trial,
                           const std::string& token) const {
   absl::MutexLock lock(&mu_);
   auto it = tokens_.find(Key(job, trial));
-  return it != tokens_.end() && !token.empty() && ConstantTimeEquals(it->second, token);
+  return it != tokens_.end() && TokensEqual(it->second, token);
+}
+
+absl::Status TokenRegistry::Authorize(const std::string& job, const std::string& trial,
+                                      const std::string& token) const {
+  if (Check(job, trial, token)) return absl::OkStatus();
+  return absl::PermissionDeniedError("unknown trial or wrong token");
 }
 
 grpc::Status MetricsServiceImpl::Report(grpc::ServerContext* context,
@@ -64,10 +70,15 @@ grpc::Status MetricsServiceImpl::Report(grpc::ServerContext* context,
       absl::StrCat("job \"", request->job(), "\" trial \"", request->trial(), "\"");
   // The token is checked first: an unauthenticated caller learns nothing
   // about which trials exist or what a valid report looks like.
-  if (!tokens_->Check(request->job(), request->trial(), request->token())) {
+  if (absl::Status authorized = tokens_->Authorize(request->job(), request->trial(),
+                                                    request->token());
+      absl::IsPermissionDenied(authorized)) {
     return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
                         absl::StrCat("metrics report for ", who,
                                      ": unknown trial or wrong token (KUBETRAIN_METRICS_TOKEN)"));
+  } else if (!authorized.ok()) {
+    return ToGrpc(absl::Status(authorized.code(), absl::StrCat("metrics report for ", who, ": ",
+                                                               authorized.message())));
   }
   if (request->values().empty()) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,

@@ -175,6 +175,51 @@ TEST(TokenTest, TokensAreLongHexAndDistinct) {
   EXPECT_EQ(seen.size(), 100u);
 }
 
+// An authority that is not answering for trials right now (an operator
+// replica that is not the leader).
+class UnavailableAuthority : public TrialAuthority {
+ public:
+  absl::Status Authorize(const std::string&, const std::string&,
+                         const std::string&) const override {
+    return absl::UnavailableError("not the leader");
+  }
+};
+
+TEST(MetricsServiceAuthorityTest, AnAuthorityErrorOtherThanDenialReachesTheCaller) {
+  UnavailableAuthority authority;
+  RecordingSink sink;
+  MetricsServiceImpl service(&authority, &sink);
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_NE(server, nullptr);
+  auto stub = v1::Metrics::NewStub(grpc::CreateChannel("127.0.0.1:" + std::to_string(port),
+                                                       grpc::InsecureChannelCredentials()));
+  v1::MetricsReportRequest request;
+  request.set_job("default/hp");
+  request.set_trial("1");
+  request.set_token(NewTrialToken());
+  (*request.mutable_values())["accuracy"] = 0.5;
+  v1::MetricsReportResponse response;
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  grpc::Status status = stub->Report(&context, request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_THAT(status.error_message(), HasSubstr("not the leader"));
+  EXPECT_THAT(status.error_message(), HasSubstr("\"default/hp\""));
+  EXPECT_TRUE(sink.reports().empty());
+  server->Shutdown();
+}
+
+TEST(TokenTest, TokensEqualNeedsTheSameNonEmptyString) {
+  EXPECT_TRUE(TokensEqual("abc", "abc"));
+  EXPECT_FALSE(TokensEqual("abc", "abd"));
+  EXPECT_FALSE(TokensEqual("abc", "abcd"));
+  EXPECT_FALSE(TokensEqual("", ""));
+}
+
 TEST(TokenTest, RegistryKeysDoNotCollide) {
   TokenRegistry tokens;
   tokens.Register("a/b", "c", "t1");
