@@ -14,6 +14,7 @@
 #include "operator/core/naming.h"
 #include "operator/core/tf_config.h"
 #include "operator/kube/api_status.h"
+#include "operator/metrics/metrics_service.h"
 
 namespace kubetrain::kube {
 
@@ -47,10 +48,30 @@ std::string OwnerUid(const json& object) {
 }
 
 // The replica caches keep what core::ParsePod / ParseService read: metadata
-// (without managedFields and annotations) and status. The spec (container
-// env with TF_CONFIG, resources) is what we rendered; we never read it back.
+// (without managedFields and annotations) and status. Of the spec (container
+// env with TF_CONFIG, resources: what we rendered, never read back) only the
+// trial's metrics token stays, as containers[].env, for the Metrics service
+// to check reports against (TrialPodHasToken).
 void StripForCache(json& object) {
+  json token_env = json::array();
+  if (auto spec = object.find("spec"); spec != object.end() && spec->is_object()) {
+    if (auto containers = spec->find("containers");
+        containers != spec->end() && containers->is_array()) {
+      for (const json& container : *containers) {
+        if (!container.is_object() || !container.contains("env") ||
+            !container["env"].is_array()) {
+          continue;
+        }
+        for (const json& var : container["env"]) {
+          if (var.is_object() && var.value("name", json()) == "KUBETRAIN_METRICS_TOKEN") {
+            token_env.push_back(var);
+          }
+        }
+      }
+    }
+  }
   object.erase("spec");
+  if (!token_env.empty()) object["spec"]["containers"] = {{{"env", std::move(token_env)}}};
   if (object.contains("metadata") && object["metadata"].is_object()) {
     object["metadata"].erase("managedFields");
     object["metadata"].erase("annotations");
@@ -180,6 +201,46 @@ void Controller::EnqueueByUid(const std::string& uid) {
       return;
     }
   }
+}
+
+std::optional<std::string> Controller::CachedJobUid(const std::string& job_key) const {
+  ObjectPtr job = jobs_ ? jobs_->cache().Get(job_key) : nullptr;
+  if (job == nullptr) return std::nullopt;
+  return MetaString(*job, "uid");
+}
+
+bool Controller::TrialPodHasToken(const std::string& job_key, const std::string& trial_id,
+                                  const std::string& token) const {
+  ObjectPtr job = jobs_ ? jobs_->cache().Get(job_key) : nullptr;
+  if (job == nullptr || pods_ == nullptr) return false;
+  // The object's member `key` when it is there with the expected type.
+  auto member = [](const json& object, const char* key, json::value_t type) -> const json* {
+    if (!object.is_object()) return nullptr;
+    auto it = object.find(key);
+    return it != object.end() && it->type() == type ? &*it : nullptr;
+  };
+  for (const ObjectPtr& pod : Owned(pods_->cache(), *job)) {
+    const json* metadata = member(*pod, "metadata", json::value_t::object);
+    const json* labels = metadata ? member(*metadata, "labels", json::value_t::object) : nullptr;
+    const json* trial = labels ? member(*labels, core::kLabelTrialId, json::value_t::string) : nullptr;
+    if (trial == nullptr || trial->get<std::string>() != trial_id) continue;
+    const json* spec = member(*pod, "spec", json::value_t::object);
+    const json* containers = spec ? member(*spec, "containers", json::value_t::array) : nullptr;
+    if (containers == nullptr) continue;
+    for (const json& container : *containers) {
+      const json* env = member(container, "env", json::value_t::array);
+      if (env == nullptr) continue;
+      for (const json& var : *env) {
+        const json* name = member(var, "name", json::value_t::string);
+        const json* value = member(var, "value", json::value_t::string);
+        if (name && value && name->get<std::string>() == "KUBETRAIN_METRICS_TOKEN" &&
+            metrics::TokensEqual(value->get<std::string>(), token)) {
+          return true;
+        }
+      }
+    }
+  }
+  return false;
 }
 
 void Controller::RecordStateMetrics() {

@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -69,6 +70,14 @@ class Controller {
   // Requeues the job with this uid (new trial metrics arrive keyed by uid).
   void EnqueueByUid(const std::string& uid);
   int64_t sync_count() const { return syncs_.load(); }
+
+  // For the Metrics service (ClusterTrialMetrics), from the caches: the uid
+  // of the job "namespace/name" (nullopt when it is not there), and whether
+  // one of the pods of that job's trial `trial_id` carries `token` as
+  // KUBETRAIN_METRICS_TOKEN.
+  std::optional<std::string> CachedJobUid(const std::string& job_key) const;
+  bool TrialPodHasToken(const std::string& job_key, const std::string& trial_id,
+                        const std::string& token) const;
 
  private:
   void Worker();
