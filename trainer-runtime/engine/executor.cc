@@ -1,5 +1,7 @@
 #include "trainer-runtime/engine/executor.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "trainer-runtime/engine/op_registry.h"
 
@@ -37,11 +39,19 @@ const Executor::Plan& Executor::GetPlan(std::span<const Feed> feeds,
   for (int id = 0; id < graph_.num_nodes(); ++id) {
     if (needed[id]) plan.nodes.push_back(id);
   }
+  for (size_t k = 0; k < fetches.size(); ++k) {
+    const int node = fetches[k].node;
+    const int position = static_cast<int>(
+        std::lower_bound(plan.nodes.begin(), plan.nodes.end(), node) - plan.nodes.begin());
+    plan.fetch_ready.emplace_back(fed[node] ? -1 : position, k);
+  }
+  std::sort(plan.fetch_ready.begin(), plan.fetch_ready.end());
   return plans_.emplace(std::move(key), std::move(plan)).first->second;
 }
 
 absl::Status Executor::Run(std::span<const Feed> feeds, std::span<const Output> fetches,
-                           std::vector<Tensor>* results, const RunContext& run) {
+                           std::vector<Tensor>* results, const RunContext& run,
+                           FetchObserver* observer) {
   if (!graph_.status().ok()) return graph_.status();
   size_t n = static_cast<size_t>(graph_.num_nodes());
   if (values_.size() != n) {
@@ -81,9 +91,27 @@ absl::Status Executor::Run(std::span<const Feed> feeds, std::span<const Output> 
     owned_[f.output.node] = 0;
   }
   const Plan& plan = GetPlan(feeds, fetches);
-  for (int id : plan.nodes) {
-    if (fed_[id]) continue;
-    if (absl::Status s = RunNode(graph_.node(id), run); !s.ok()) return s;
+  if (observer == nullptr) {
+    for (int id : plan.nodes) {
+      if (fed_[id]) continue;
+      if (absl::Status s = RunNode(graph_.node(id), run); !s.ok()) return s;
+    }
+  } else {
+    auto ready = plan.fetch_ready.begin();
+    auto report_through = [&](int position) {
+      for (; ready != plan.fetch_ready.end() && ready->first <= position; ++ready) {
+        const Output& o = fetches[ready->second];
+        observer->FetchReady(ready->second, values_[o.node][o.index]);
+      }
+    };
+    report_through(-1);
+    for (size_t i = 0; i < plan.nodes.size(); ++i) {
+      const int id = plan.nodes[i];
+      if (!fed_[id]) {
+        if (absl::Status s = RunNode(graph_.node(id), run); !s.ok()) return s;
+      }
+      report_through(static_cast<int>(i));
+    }
   }
   results->clear();
   for (const Output& o : fetches) results->push_back(values_[o.node][o.index]);

@@ -17,6 +17,26 @@ struct Feed {
   Tensor value;   // in the device's memory (host memory for the CPU device)
 };
 
+// Told during a Run, as soon as each fetch's value is final, so a caller can
+// start on it while the rest of the graph runs (e.g. all-reduce the gradients
+// of the last layers while the backward pass goes on through the first).
+//
+// FetchReady is called on the thread calling Run, in execution order, once
+// per fetch (a fed fetch before any node runs), right after the node that
+// produces it. `fetch` indexes Run's `fetches`; `value` is the tensor Run
+// will return for it. Within the run nothing writes that tensor's buffer
+// again: every node writes only its own cached outputs, once per run, and
+// view ops alias without writing. Its lifetime is that of Run's results
+// (until the next Run). On a device with asynchronous kernels the value is
+// final in the device's order: read it through the Device (ToHost
+// synchronises). FetchReady must not call into the executor. A Run that
+// fails may have reported some fetches; its error stands.
+class FetchObserver {
+ public:
+  virtual ~FetchObserver() = default;
+  virtual void FetchReady(size_t fetch, const Tensor& value) = 0;
+};
+
 // Runs the part of a graph that the fetches need, given feeds, like a
 // TensorFlow session. Variable nodes read the VariableStore (by reference: no
 // copy); Placeholders must be fed.
@@ -37,14 +57,20 @@ class Executor {
  public:
   Executor(const Graph& graph, Device& device, VariableStore& variables);
 
+  // `observer` (optional, not owned) is told of each fetch as soon as it is
+  // computed; without one Run costs the same as ever.
   absl::Status Run(std::span<const Feed> feeds, std::span<const Output> fetches,
-                   std::vector<Tensor>* results, const RunContext& run = {});
+                   std::vector<Tensor>* results, const RunContext& run = {},
+                   FetchObserver* observer = nullptr);
 
   Device& device() { return device_; }
 
  private:
   struct Plan {
     std::vector<int> nodes;  // in topological (id) order
+    // (position in `nodes` after which the fetch is final, fetch index),
+    // sorted; position -1 for a fed fetch. Read only with an observer.
+    std::vector<std::pair<int, size_t>> fetch_ready;
   };
   const Plan& GetPlan(std::span<const Feed> feeds, std::span<const Output> fetches);
   absl::Status RunNode(const Node& node, const RunContext& run);

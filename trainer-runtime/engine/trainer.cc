@@ -79,11 +79,36 @@ absl::Status TrainingContext::FeedBatch(const data::Batch& batch) {
   return absl::OkStatus();
 }
 
+namespace {
+
+// Fetches 0 and 1 of a training run are the loss and accuracy; fetch 2 + i
+// is the gradient of variable i.
+class GradientFetchObserver final : public FetchObserver {
+ public:
+  explicit GradientFetchObserver(GradientObserver& observer) : observer_(observer) {}
+  void FetchReady(size_t fetch, const Tensor& value) override {
+    if (fetch >= 2) observer_.GradientReady(fetch - 2, value);
+  }
+
+ private:
+  GradientObserver& observer_;
+};
+
+}  // namespace
+
 absl::StatusOr<GradientResult> TrainingContext::ComputeGradients(const data::Batch& batch,
-                                                                 int64_t step) {
+                                                                 int64_t step,
+                                                                 GradientObserver* observer) {
   if (absl::Status s = FeedBatch(batch); !s.ok()) return s;
   RunContext run{true, options.seed, step};
-  if (absl::Status s = executor_.Run(feeds_, train_fetches_, &results_, run); !s.ok()) return s;
+  absl::Status ran;
+  if (observer == nullptr) {
+    ran = executor_.Run(feeds_, train_fetches_, &results_, run);
+  } else {
+    GradientFetchObserver fetch_observer(*observer);
+    ran = executor_.Run(feeds_, train_fetches_, &results_, run, &fetch_observer);
+  }
+  if (!ran.ok()) return ran;
   GradientResult r;
   absl::StatusOr<float> loss = device.ReadScalar(results_[0]);
   if (!loss.ok()) return loss.status();

@@ -75,6 +75,22 @@ struct GradientResult {
   std::vector<NamedGradient> gradients;
 };
 
+// Told during ComputeGradients of each variable's gradient as soon as the
+// backward pass has computed it, so a strategy can start sending the last
+// layers' gradients while the first layers' are still being computed.
+// Called on the thread calling ComputeGradients, in the order the executor
+// computes the gradients (the same for every step of a model: roughly the
+// reverse of the forward order, the output layer first), once per variable.
+// `variable` indexes model.variable_names; `gradient` is the tensor
+// ComputeGradients will return for it (see FetchObserver: nothing writes it
+// again during the run, it lives until the next graph run, it is in the
+// device's memory).
+class GradientObserver {
+ public:
+  virtual ~GradientObserver() = default;
+  virtual void GradientReady(size_t variable, const Tensor& gradient) = 0;
+};
+
 // What a strategy works with; all owned by the trainer and valid for the
 // whole run. `variables` holds its values in `device`'s memory (its
 // device() is `device`, or null with a CPU device); every transfer between
@@ -86,8 +102,10 @@ class TrainingContext {
                   VariableStore& variables, Optimizer& optimizer);
 
   // Forward and backward on `batch` at the variables' current values; no
-  // update. `step` seeds dropout, so a step is reproducible.
-  absl::StatusOr<GradientResult> ComputeGradients(const data::Batch& batch, int64_t step);
+  // update. `step` seeds dropout, so a step is reproducible. `observer`
+  // (optional, not owned) hears of each gradient as soon as it is computed.
+  absl::StatusOr<GradientResult> ComputeGradients(const data::Batch& batch, int64_t step,
+                                                  GradientObserver* observer = nullptr);
   // Loss and accuracy on `batch` (inference mode: no dropout).
   absl::StatusOr<std::pair<float, float>> Evaluate(const data::Batch& batch);
   // The local variables and optimizer state, for a checkpoint (copied to
