@@ -2,24 +2,186 @@
 
 #include <algorithm>
 #include <cstring>
+#include <thread>
+#include <utility>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "api/status_macros.h"
 #include "trainer-runtime/dist/collectives.h"
 #include "trainer-runtime/exit_codes.h"
 
 namespace kubetrain::dist {
 
+using runtime::engine::GradientResult;
 using runtime::engine::NamedGradient;
 using runtime::engine::Tensor;
 using runtime::engine::TrainingContext;
+
+namespace {
+
+// Sums `bucket` across the replicas and divides it by their number: the one
+// reduction of both the overlapped and the sequential step, so the two agree
+// bit for bit.
+absl::Status ReduceBucket(Transport& transport, absl::Span<float> bucket, uint64_t op,
+                          absl::Time deadline) {
+  RETURN_IF_ERROR(AllReduce(transport, bucket, op, deadline));
+  const float scale = 1.0f / static_cast<float>(transport.size());
+  for (float& x : bucket) x *= scale;
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+// The communication thread: reduces the buckets handed to it, in the order
+// given, while the training thread goes on with the backward pass. After a
+// failure the step's remaining buckets are skipped (the step fails anyway)
+// and the first failure is kept for Wait. Submit, Begin and Wait are for the
+// training thread; the transport is used by the communication thread only
+// while a bucket is pending.
+class AllReduceStrategy::BucketReducer {
+ public:
+  explicit BucketReducer(Transport& transport) : transport_(transport) {
+    thread_ = std::thread([this] { Loop(); });
+  }
+  ~BucketReducer() {
+    {
+      absl::MutexLock lock(&mu_);
+      stop_ = true;
+    }
+    thread_.join();
+  }
+
+  // A new step, whose collectives must end by `deadline`.
+  void Begin(absl::Time deadline) {
+    absl::MutexLock lock(&mu_);
+    deadline_ = deadline;
+    status_ = absl::OkStatus();
+  }
+
+  // `bucket` must stay put and untouched until Wait returns.
+  void Submit(absl::Span<float> bucket, uint64_t op) {
+    absl::MutexLock lock(&mu_);
+    queue_.push_back({bucket, op});
+  }
+
+  // Waits until every bucket submitted is reduced or skipped; the step's
+  // first failure.
+  absl::Status Wait() {
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(this, &BucketReducer::Idle));
+    return status_;
+  }
+
+ private:
+  struct Job {
+    absl::Span<float> bucket;
+    uint64_t op;
+  };
+
+  bool Idle() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return queue_.empty() && !busy_; }
+  bool HasWork() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stop_ || !queue_.empty(); }
+
+  void Loop() {
+    absl::MutexLock lock(&mu_);
+    for (;;) {
+      mu_.Await(absl::Condition(this, &BucketReducer::HasWork));
+      if (queue_.empty()) return;  // stopping
+      const Job job = queue_.front();
+      queue_.pop_front();
+      if (!status_.ok()) continue;
+      busy_ = true;
+      const absl::Time deadline = deadline_;
+      mu_.Unlock();
+      absl::Status s = ReduceBucket(transport_, job.bucket, job.op, deadline);
+      mu_.Lock();
+      busy_ = false;
+      if (status_.ok()) status_ = std::move(s);
+    }
+  }
+
+  Transport& transport_;
+  absl::Mutex mu_;
+  std::deque<Job> queue_ ABSL_GUARDED_BY(mu_);
+  bool busy_ ABSL_GUARDED_BY(mu_) = false;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Time deadline_ ABSL_GUARDED_BY(mu_);
+  absl::Status status_ ABSL_GUARDED_BY(mu_);
+  std::thread thread_;  // last: started once everything above exists
+};
+
+// Packs the gradients into buckets as the backward pass reports them (on the
+// training thread) and closes a bucket once it holds bucket_bytes, handing it
+// to the reducer when there is one. The last bucket stays open for Finish.
+class AllReduceStrategy::BucketFiller final : public runtime::engine::GradientObserver {
+ public:
+  BucketFiller(AllReduceStrategy& strategy, size_t num_gradients, BucketReducer* reducer)
+      : s_(strategy),
+        bucket_floats_(std::max<size_t>(1, strategy.options_.bucket_bytes / sizeof(float))),
+        num_gradients_(num_gradients),
+        reducer_(reducer) {
+    s_.placement_.assign(num_gradients, {0, 0});
+  }
+
+  void GradientReady(size_t variable, const Tensor& gradient) override {
+    if (variable >= num_gradients_) return;  // counted short in received()
+    std::vector<float>& bucket = Current();
+    const size_t n = static_cast<size_t>(gradient.num_elements());
+    // Grown only: a bucket keeps its storage from step to step.
+    if (bucket.size() < filled_ + n) bucket.resize(filled_ + n);
+    std::memcpy(bucket.data() + filled_, gradient.data(), n * sizeof(float));
+    s_.placement_[variable] = {closed_.size(), filled_};
+    filled_ += n;
+    ++received_;
+    if (filled_ >= bucket_floats_ && received_ < num_gradients_) Close();
+  }
+
+  // After the backward pass: the batch's loss and accuracy end the last
+  // bucket, which is closed.
+  void Finish(float loss, float accuracy) {
+    std::vector<float>& bucket = Current();
+    bucket.resize(filled_ + 2);
+    bucket[filled_] = loss;
+    bucket[filled_ + 1] = accuracy;
+    filled_ += 2;
+    Close();
+  }
+
+  size_t received() const { return received_; }
+  const std::vector<Closed>& closed() const { return closed_; }
+
+ private:
+  std::vector<float>& Current() {
+    if (closed_.size() == s_.buckets_.size()) s_.buckets_.emplace_back();
+    return s_.buckets_[closed_.size()];
+  }
+
+  void Close() {
+    std::vector<float>& bucket = Current();
+    bucket.resize(filled_);
+    closed_.push_back({absl::MakeSpan(bucket), s_.op_++});
+    if (reducer_ != nullptr) reducer_->Submit(closed_.back().data, closed_.back().op);
+    filled_ = 0;
+  }
+
+  AllReduceStrategy& s_;
+  const size_t bucket_floats_;
+  const size_t num_gradients_;
+  BucketReducer* const reducer_;
+  size_t received_ = 0;
+  size_t filled_ = 0;
+  std::vector<Closed> closed_;
+};
 
 AllReduceStrategy::AllReduceStrategy(std::unique_ptr<Transport> transport, const Options& options,
                                      std::shared_ptr<void> keepalive)
     : transport_(std::move(transport)), keepalive_(std::move(keepalive)), options_(options) {}
 
 AllReduceStrategy::~AllReduceStrategy() {
-  // The transport may depend on what keepalive holds.
+  // The communication thread uses the transport; the transport may depend on
+  // what keepalive holds.
+  reducer_.reset();
   transport_.reset();
 }
 
@@ -73,67 +235,53 @@ absl::StatusOr<int64_t> AllReduceStrategy::Initialize(TrainingContext& ctx,
 
 absl::StatusOr<AllReduceStrategy::StepResult> AllReduceStrategy::Step(
     TrainingContext& ctx, const runtime::data::Batch& batch, int64_t global_step) {
-  ASSIGN_OR_RETURN(runtime::engine::GradientResult g, ctx.ComputeGradients(batch, global_step));
-  std::vector<const NamedGradient*> order;
-  for (const NamedGradient& n : g.gradients) order.push_back(&n);
-  std::sort(order.begin(), order.end(),
-            [](const NamedGradient* a, const NamedGradient* b) { return a->name < b->name; });
-
-  // Plan the buckets: consecutive gradients until a bucket holds bucket_bytes.
-  const size_t bucket_floats = std::max<size_t>(1, options_.bucket_bytes / sizeof(float));
-  std::vector<std::pair<size_t, size_t>> spans;  // [first gradient, end) per bucket
-  std::vector<size_t> sizes;
-  size_t first = 0, filled = 0;
-  for (size_t i = 0; i < order.size(); ++i) {
-    filled += order[i]->gradient.num_elements();
-    if (filled >= bucket_floats) {
-      spans.push_back({first, i + 1});
-      sizes.push_back(filled);
-      first = i + 1;
-      filled = 0;
-    }
-  }
-  if (first < order.size() || spans.empty()) {
-    spans.push_back({first, order.size()});
-    sizes.push_back(filled);
-  }
-  sizes.back() += 2;  // loss and accuracy
-  buckets_.resize(spans.size());
-
+  const size_t num_gradients = ctx.model.variable_names.size();
   const absl::Time deadline = absl::Now() + options_.step_timeout;
-  const float scale = 1.0f / static_cast<float>(transport_->size());
-  std::vector<NamedGradient> averaged;
-  averaged.reserve(order.size());
-  float loss = g.loss, accuracy = g.accuracy;
-  for (size_t b = 0; b < spans.size(); ++b) {
-    std::vector<float>& bucket = buckets_[b];
-    bucket.resize(sizes[b]);
-    size_t at = 0;
-    for (size_t i = spans[b].first; i < spans[b].second; ++i) {
-      const Tensor& t = order[i]->gradient;
-      std::memcpy(bucket.data() + at, t.data(), t.num_elements() * sizeof(float));
-      at += t.num_elements();
-    }
-    if (b + 1 == spans.size()) {
-      bucket[at] = loss;
-      bucket[at + 1] = accuracy;
-    }
-    absl::Status s = AllReduce(*transport_, absl::MakeSpan(bucket), op_++, deadline);
-    if (!s.ok()) return Fail(s, "gradient all-reduce", global_step);
-    for (float& x : bucket) x *= scale;
-    at = 0;
-    for (size_t i = spans[b].first; i < spans[b].second; ++i) {
-      const Tensor& t = order[i]->gradient;
-      averaged.push_back(
-          {order[i]->name, Tensor::WrapHost(t.shape(), bucket.data() + at, nullptr)});
-      at += t.num_elements();
-    }
-    if (b + 1 == spans.size()) {
-      loss = bucket[at];
-      accuracy = bucket[at + 1];
+  // One replica has nothing to send: no thread for it.
+  BucketReducer* reducer = nullptr;
+  if (options_.overlap && transport_->size() > 1) {
+    if (reducer_ == nullptr) reducer_ = std::make_unique<BucketReducer>(*transport_);
+    reducer = reducer_.get();
+    reducer->Begin(deadline);
+  }
+  BucketFiller filler(*this, num_gradients, reducer);
+  absl::StatusOr<GradientResult> g = ctx.ComputeGradients(batch, global_step, &filler);
+  absl::Status failed = g.status();
+  if (failed.ok() && filler.received() != num_gradients) {
+    failed = absl::InternalError(absl::StrCat("the backward pass reported ", filler.received(),
+                                              " of ", num_gradients, " gradients"));
+  }
+  if (!failed.ok()) {
+    // Nothing of this step may outlive it: the buckets already handed over
+    // are finished (the peers send them too) before the error goes up.
+    if (reducer != nullptr) reducer->Wait().IgnoreError();
+    return failed;
+  }
+  filler.Finish(g->loss, g->accuracy);
+
+  absl::Status s;
+  if (reducer != nullptr) {
+    s = reducer->Wait();
+  } else {
+    for (const Closed& bucket : filler.closed()) {
+      s = ReduceBucket(*transport_, bucket.data, bucket.op, deadline);
+      if (!s.ok()) break;
     }
   }
-  RETURN_IF_ERROR(ctx.optimizer.Apply(ctx.variables, averaged));
+  if (!s.ok()) return Fail(s, "gradient all-reduce", global_step);
+
+  const absl::Span<const float> last = filler.closed().back().data;
+  const float loss = last[last.size() - 2];
+  const float accuracy = last[last.size() - 1];
+  averaged_.clear();
+  for (size_t i = 0; i < num_gradients; ++i) {
+    const NamedGradient& local = g->gradients[i];
+    const auto [bucket, offset] = placement_[i];
+    averaged_.push_back(
+        {local.name, Tensor::WrapHost(local.gradient.shape(), buckets_[bucket].data() + offset,
+                                      nullptr)});
+  }
+  RETURN_IF_ERROR(ctx.optimizer.Apply(ctx.variables, averaged_));
   return StepResult{global_step + 1, loss, accuracy};
 }
 

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
@@ -19,19 +20,31 @@ namespace kubetrain::dist {
 //   Initialize  rank 0 (the chief) restores or initialises the variables and
 //               broadcasts them with the global step; every replica restores
 //               the optimizer state from the same checkpoint when there is one.
-//   Step        gradients, in name order, are packed into buckets of about
-//               `bucket_bytes`, each bucket is all-reduced as it fills, then
-//               divided by the number of replicas; the batch's loss and
-//               accuracy travel in the last bucket, so every replica logs the
-//               global means. The global batch is the per-replica batch times
-//               the number of replicas.
+//   Step        as the backward pass produces each gradient (the output layer
+//               first, as in PyTorch DDP), it is copied into the current
+//               bucket; a bucket is closed once it holds `bucket_bytes`. With
+//               `overlap` a communication thread all-reduces (and divides by
+//               the number of replicas) each closed bucket while the backward
+//               pass goes on; the step waits for the last bucket before the
+//               optimizer update. Without it the buckets are all-reduced one
+//               after another once the backward pass is done. The buckets,
+//               and so every sum's order, are the same either way: the two
+//               give bit-identical variables. The batch's loss and accuracy
+//               travel in the last bucket, so every replica logs the global
+//               means. The global batch is the per-replica batch times the
+//               number of replicas.
 //
 // A lost peer or a deadline fails the step with exit code 138 (retryable),
-// naming the peer. Not thread-safe: the training thread only.
+// naming the peer, whichever thread ran the failing all-reduce; a step that
+// fails has waited for every bucket it handed to the communication thread.
+// Not thread-safe: the training thread only. The communication thread is
+// started by the first overlapped step and joined by the destructor.
 class AllReduceStrategy final : public runtime::engine::TrainingStrategy {
  public:
   struct Options {
     size_t bucket_bytes = size_t{4} << 20;
+    // All-reduce buckets during the backward pass (--allreduce_overlap).
+    bool overlap = true;
     // How long one collective may wait for the slowest replica.
     absl::Duration step_timeout = absl::Minutes(5);
     // "/job:worker/task:2 (host:port)" per rank, for error messages.
@@ -54,13 +67,28 @@ class AllReduceStrategy final : public runtime::engine::TrainingStrategy {
   int shard_count() const override { return transport_->size(); }
 
  private:
+  class BucketReducer;
+  class BucketFiller;
+  // A bucket ready to be all-reduced, and the id of its collective.
+  struct Closed {
+    absl::Span<float> data;
+    uint64_t op;
+  };
+
   absl::Status Fail(absl::Status status, absl::string_view what, int64_t step) const;
 
   std::unique_ptr<Transport> transport_;
   std::shared_ptr<void> keepalive_;
   Options options_;
   uint64_t op_ = 0;
-  std::vector<std::vector<float>> buckets_;
+  // The step's buckets, kept across steps so a steady loop allocates
+  // nothing; a deque, so a bucket being all-reduced never moves.
+  std::deque<std::vector<float>> buckets_;
+  // Where each variable's gradient lies: (bucket, offset), by variable index.
+  std::vector<std::pair<size_t, size_t>> placement_;
+  std::vector<runtime::engine::NamedGradient> averaged_;
+  // The communication thread; null until the first overlapped step.
+  std::unique_ptr<BucketReducer> reducer_;
 };
 
 }  // namespace kubetrain::dist

@@ -1,13 +1,23 @@
+#include <atomic>
+#include <cstring>
+#include <random>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "trainer-runtime/dist/in_process_transport.h"
+#include "trainer-runtime/dist/strategy/all_reduce_strategy.h"
 #include "trainer-runtime/dist/strategy/parameter_server.h"
 #include "trainer-runtime/dist/strategy/task_runner.h"
+#include "trainer-runtime/exit_codes.h"
 
 namespace kubetrain::dist {
 namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+namespace engine = runtime::engine;
 
 TEST(PlaceVariablesTest, GreedyBySizeLargestFirst) {
   // 1000 -> ps0, 600 -> ps1, 500 -> ps1 (600 < 1000), 10 -> ps0 (1000 < 1100),
@@ -38,13 +48,23 @@ TEST(DistributedFlagsTest, TakesItsFlagsAndLeavesTheRest) {
   EXPECT_TRUE(flags->sync_replicas);
   EXPECT_EQ(flags->transport, "grpc");
   EXPECT_EQ(flags->connect_timeout, absl::Seconds(5));
+  EXPECT_TRUE(flags->allreduce_overlap);
+  EXPECT_EQ(flags->allreduce_bucket_bytes, size_t{4} << 20);
   EXPECT_THAT(args, ElementsAre("--batch_size=64", "--seed=1"));
+
+  args = {"--allreduce-overlap=false", "--allreduce_bucket_kib", "256"};
+  flags = ExtractDistributedFlags(args);
+  ASSERT_TRUE(flags.ok()) << flags.status();
+  EXPECT_FALSE(flags->allreduce_overlap);
+  EXPECT_EQ(flags->allreduce_bucket_bytes, size_t{256} << 10);
+  EXPECT_TRUE(args.empty());
 }
 
 TEST(DistributedFlagsTest, BadValuesNameTheFlag) {
   for (std::vector<std::string> args : std::vector<std::vector<std::string>>{
            {"--strategy=mirrored"}, {"--transport=tcp"}, {"--sync_replicas=maybe"},
-           {"--connect_timeout_secs=-1"}, {"--strategy"}}) {
+           {"--connect_timeout_secs=-1"}, {"--strategy"}, {"--allreduce_overlap=sometimes"},
+           {"--allreduce_bucket_kib=0"}, {"--allreduce_bucket_kib=lots"}}) {
     auto flags = ExtractDistributedFlags(args);
     ASSERT_FALSE(flags.ok()) << args[0];
     EXPECT_EQ(flags.status().code(), absl::StatusCode::kInvalidArgument);
@@ -67,6 +87,243 @@ TEST(ChooseStrategyTest, DefaultsFromTheClusterShape) {
   EXPECT_THAT(std::string(ChooseStrategy(*workers, flags).status().message()), HasSubstr("no ps tasks"));
   flags.strategy = "allreduce";
   EXPECT_EQ(*ChooseStrategy(*ps, flags), "allreduce");
+}
+
+// A replica's share of a transport the test's hub owns, which the test can
+// break: after FailFromSend(k), the k-th Send from then on and every later
+// one fail as with a lost peer.
+class BorrowedTransport : public Transport {
+ public:
+  explicit BorrowedTransport(Transport& inner) : inner_(inner) {}
+  int rank() const override { return inner_.rank(); }
+  int size() const override { return inner_.size(); }
+  absl::Status Send(int peer, Tag tag, absl::Span<const std::byte> data,
+                    absl::Time deadline) override {
+    if (fail_in_.fetch_sub(1) == 1 || broken_.load()) {
+      broken_ = true;
+      return absl::UnavailableError(absl::StrCat("lost peer rank ", peer));
+    }
+    return inner_.Send(peer, tag, data, deadline);
+  }
+  absl::Status RecvInto(int peer, Tag tag, size_t size, PieceConsumer consume,
+                        absl::Time deadline) override {
+    return inner_.RecvInto(peer, tag, size, consume, deadline);
+  }
+  void FailFromSend(int k) { fail_in_ = k; }
+
+ private:
+  Transport& inner_;
+  std::atomic<int64_t> fail_in_{int64_t{1} << 62};
+  std::atomic<bool> broken_{false};
+};
+
+// One replica: an MLP whose gradients make buckets of both all-reduce
+// algorithms (ring above kExchangeAllReduceMaxBytes, exchange below) with
+// the bucket size the tests use.
+class Replica {
+ public:
+  explicit Replica(int rank)
+      : rank_(rank),
+        model_(*engine::BuildModel(engine::MlpSpec(1024, 8), {5}, 3)),
+        device_(1),
+        variables_(&device_),
+        optimizer_(*engine::Optimizer::Create("adam", {}, device_)) {
+    options_.seed = 5;
+    ctx_ = std::make_unique<engine::TrainingContext>(options_, model_, device_, variables_,
+                                                     *optimizer_);
+  }
+
+  engine::TrainingContext& ctx() { return *ctx_; }
+
+  // A different batch per rank and step.
+  runtime::data::Batch BatchFor(int step) const {
+    std::mt19937 rng(static_cast<uint32_t>(1000 * step + rank_));
+    std::normal_distribution<float> noise(0.0f, 1.0f);
+    runtime::data::Batch batch;
+    batch.size = 6;
+    batch.index = step;
+    for (int i = 0; i < 6; ++i) {
+      const int label = static_cast<int>(rng() % 3);
+      batch.labels.push_back(label);
+      for (int j = 0; j < 5; ++j) batch.features.push_back(noise(rng) + (j == label ? 2.0f : 0.0f));
+    }
+    return batch;
+  }
+
+  // Every variable, in name order, one after another.
+  std::vector<float> Flat() const {
+    std::vector<float> flat;
+    for (const auto& [name, t] : variables_.values()) {
+      flat.insert(flat.end(), t.data(), t.data() + t.num_elements());
+    }
+    return flat;
+  }
+
+ private:
+  int rank_;
+  engine::TrainerOptions options_;
+  engine::Model model_;
+  engine::CpuDevice device_;
+  engine::VariableStore variables_;
+  std::unique_ptr<engine::Optimizer> optimizer_;
+  std::unique_ptr<engine::TrainingContext> ctx_;
+};
+
+AllReduceStrategy::Options TestOptions(int n, bool overlap) {
+  AllReduceStrategy::Options options;
+  options.overlap = overlap;
+  options.bucket_bytes = 4 << 10;
+  options.step_timeout = absl::Seconds(60);
+  for (int r = 0; r < n; ++r) options.replica_names.push_back(absl::StrCat("/job:worker/task:", r));
+  return options;
+}
+
+struct ReplicaRun {
+  std::vector<float> initial;
+  std::vector<float> final;
+  std::vector<float> losses;   // the step's global mean
+  float first_local_loss = 0;  // this replica's own loss on its first batch
+  absl::Status status;
+};
+
+// `n` replicas, a thread each, train `steps` steps over an in-process hub.
+std::vector<ReplicaRun> Train(int n, bool overlap, int steps) {
+  InProcessHub hub(n);
+  std::vector<ReplicaRun> runs(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      ReplicaRun& run = runs[r];
+      Replica replica(r);
+      AllReduceStrategy strategy(std::make_unique<BorrowedTransport>(hub.transport(r)),
+                                 TestOptions(n, overlap));
+      absl::StatusOr<int64_t> start = strategy.Initialize(replica.ctx(), nullptr);
+      if (!start.ok()) {
+        run.status = start.status();
+        return;
+      }
+      run.initial = replica.Flat();
+      auto local = replica.ctx().Evaluate(replica.BatchFor(0));
+      if (local.ok()) run.first_local_loss = local->first;
+      int64_t step = *start;
+      for (int s = 0; s < steps; ++s) {
+        auto result = strategy.Step(replica.ctx(), replica.BatchFor(s), step);
+        if (!result.ok()) {
+          run.status = result.status();
+          return;
+        }
+        step = result->global_step;
+        run.losses.push_back(result->loss);
+      }
+      run.final = replica.Flat();
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  return runs;
+}
+
+TEST(AllReduceStrategyTest, OverlappedAndSequentialStepsGiveBitIdenticalVariables) {
+  for (int n : {1, 2, 3}) {
+    SCOPED_TRACE(absl::StrCat(n, " replicas"));
+    std::vector<ReplicaRun> overlapped = Train(n, /*overlap=*/true, 4);
+    std::vector<ReplicaRun> sequential = Train(n, /*overlap=*/false, 4);
+    float mean_local_loss = 0;
+    for (int r = 0; r < n; ++r) {
+      ASSERT_TRUE(overlapped[r].status.ok()) << overlapped[r].status;
+      ASSERT_TRUE(sequential[r].status.ok()) << sequential[r].status;
+      ASSERT_EQ(overlapped[r].final.size(), sequential[r].final.size());
+      // Bit for bit, and the same on every replica.
+      EXPECT_EQ(std::memcmp(overlapped[r].final.data(), sequential[r].final.data(),
+                            overlapped[r].final.size() * sizeof(float)),
+                0)
+          << "rank " << r;
+      EXPECT_EQ(std::memcmp(overlapped[r].final.data(), overlapped[0].final.data(),
+                            overlapped[r].final.size() * sizeof(float)),
+                0)
+          << "rank " << r;
+      EXPECT_EQ(overlapped[r].losses, sequential[r].losses) << "rank " << r;
+      EXPECT_EQ(overlapped[r].losses, overlapped[0].losses) << "rank " << r;
+      EXPECT_NE(overlapped[r].final, overlapped[r].initial) << "rank " << r << " did not train";
+      mean_local_loss += overlapped[r].first_local_loss / static_cast<float>(n);
+    }
+    // The first step's loss is the mean of the replicas' own.
+    EXPECT_NEAR(overlapped[0].losses[0], mean_local_loss, 1e-5f * mean_local_loss);
+  }
+}
+
+TEST(AllReduceStrategyTest, LostPeerDuringOverlappedBackwardFailsTheStepRetryably) {
+  InProcessHub hub(3);
+  std::vector<absl::Status> status(3);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 3; ++r) {
+    threads.emplace_back([&, r] {
+      Replica replica(r);
+      AllReduceStrategy strategy(std::make_unique<BorrowedTransport>(hub.transport(r)),
+                                 TestOptions(3, /*overlap=*/true));
+      absl::StatusOr<int64_t> start = strategy.Initialize(replica.ctx(), nullptr);
+      if (!start.ok()) {
+        status[r] = start.status();
+        return;
+      }
+      // Rank 2 has received the variables (nothing more is sent to it in
+      // Initialize) and dies.
+      if (r == 2) return hub.Kill(2);
+      status[r] = strategy.Step(replica.ctx(), replica.BatchFor(0), *start).status();
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_TRUE(status[2].ok()) << status[2];
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_FALSE(status[r].ok()) << "rank " << r;
+    EXPECT_EQ(status[r].code(), absl::StatusCode::kUnavailable) << status[r];
+    EXPECT_EQ(runtime::ExitCodeFor(status[r]), runtime::kExitRetryable) << status[r];
+    EXPECT_THAT(std::string(status[r].message()),
+                ::testing::AllOf(HasSubstr(absl::StrCat("replica ", r, ": gradient all-reduce at step 0")),
+                      HasSubstr("lost peer rank 2"), HasSubstr("/job:worker/task:2")));
+  }
+}
+
+TEST(AllReduceStrategyTest, SendFailingAfterSomeBucketsFailsEveryReplicasStep) {
+  // Two good steps, then rank 0's transport fails from its 5th send of the
+  // third step: its first bucket goes through, a later one fails on the
+  // communication thread while the backward pass may still run. A replica
+  // whose step failed exits (Kill), so its peers learn it is gone instead
+  // of waiting out their deadline.
+  InProcessHub hub(3);
+  std::vector<absl::Status> status(3);
+  std::vector<int> good_steps(3, 0);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 3; ++r) {
+    threads.emplace_back([&, r] {
+      Replica replica(r);
+      auto owned = std::make_unique<BorrowedTransport>(hub.transport(r));
+      BorrowedTransport& transport = *owned;
+      AllReduceStrategy strategy(std::move(owned), TestOptions(3, /*overlap=*/true));
+      absl::StatusOr<int64_t> step = strategy.Initialize(replica.ctx(), nullptr);
+      for (int s = 0; step.ok(); ++s) {
+        if (s == 2 && r == 0) transport.FailFromSend(5);
+        absl::StatusOr<AllReduceStrategy::StepResult> result =
+            strategy.Step(replica.ctx(), replica.BatchFor(s), *step);
+        if (!result.ok()) {
+          step = result.status();
+          break;
+        }
+        step = result->global_step;
+        ++good_steps[r];
+      }
+      status[r] = step.status();
+      hub.Kill(r);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(good_steps[r], 2) << "rank " << r;
+    ASSERT_FALSE(status[r].ok()) << "rank " << r;
+    EXPECT_EQ(runtime::ExitCodeFor(status[r]), runtime::kExitRetryable) << status[r];
+    EXPECT_THAT(std::string(status[r].message()),
+                HasSubstr(absl::StrCat("replica ", r, ": gradient all-reduce at step 2")));
+  }
+  EXPECT_THAT(std::string(status[0].message()), HasSubstr("lost peer rank 1"));
 }
 
 }  // namespace

@@ -65,6 +65,8 @@ absl::StatusOr<std::unique_ptr<runtime::engine::TrainingStrategy>> MakeAllReduce
   for (const auto& a : addresses) same_host &= HostOf(a) == HostOf(addresses[0]);
   const bool use_shm = flags.transport == "shm" || (flags.transport == "auto" && same_host);
   AllReduceStrategy::Options options;
+  options.overlap = flags.allreduce_overlap;
+  options.bucket_bytes = flags.allreduce_bucket_bytes;
   for (const TaskId& t : cluster.Replicas()) {
     options.replica_names.push_back(
         absl::StrCat(cluster.TaskName(t), " (", cluster.Address(t).value_or("?"), ")"));
@@ -112,6 +114,16 @@ absl::StatusOr<DistributedFlags> ExtractDistributedFlags(std::vector<std::string
       if (i + 1 >= args.size()) return absl::InvalidArgumentError(absl::StrCat("--", name, " needs a value"));
       return args[++i];
     };
+    // A bare --name means true; a value must be a boolean.
+    auto take_bool = [&](bool& out) -> absl::Status {
+      if (!has_value) {
+        out = true;
+      } else if (!absl::SimpleAtob(value, &out)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--", name, ": want true or false, got '", value, "'"));
+      }
+      return absl::OkStatus();
+    };
     if (name == "strategy") {
       ASSIGN_OR_RETURN(flags.strategy, take_value());
       if (flags.strategy != "auto" && flags.strategy != "local" && flags.strategy != "allreduce" &&
@@ -126,12 +138,17 @@ absl::StatusOr<DistributedFlags> ExtractDistributedFlags(std::vector<std::string
             absl::StrCat("--transport: want auto, grpc or shm, got '", flags.transport, "'"));
       }
     } else if (name == "sync_replicas") {
-      // A bare --sync_replicas means true; a value must be a boolean.
-      if (!has_value) {
-        flags.sync_replicas = true;
-      } else if (!absl::SimpleAtob(value, &flags.sync_replicas)) {
-        return absl::InvalidArgumentError(absl::StrCat("--sync_replicas: want true or false, got '", value, "'"));
+      RETURN_IF_ERROR(take_bool(flags.sync_replicas));
+    } else if (name == "allreduce_overlap") {
+      RETURN_IF_ERROR(take_bool(flags.allreduce_overlap));
+    } else if (name == "allreduce_bucket_kib") {
+      ASSIGN_OR_RETURN(std::string v, take_value());
+      int64_t kib = 0;
+      if (!absl::SimpleAtoi(v, &kib) || kib <= 0 || kib > (int64_t{1} << 30)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--allreduce_bucket_kib: want a positive number of KiB, got '", v, "'"));
       }
+      flags.allreduce_bucket_bytes = static_cast<size_t>(kib) << 10;
     } else if (name == "connect_timeout_secs") {
       ASSIGN_OR_RETURN(std::string v, take_value());
       double secs = 0;
@@ -200,7 +217,8 @@ int TrainMain(const std::vector<std::string>& args_in) {
       std::cout << "usage: kubetrain-runtime train [flags]\n\nflags:\n"
                 << runtime::engine::TrainerFlagsHelp()
                 << "  --strategy auto|local|allreduce|ps\n  --sync_replicas\n"
-                   "  --transport auto|grpc|shm\n  --connect_timeout_secs N\n";
+                   "  --transport auto|grpc|shm\n  --connect_timeout_secs N\n"
+                   "  --allreduce_overlap[=true|false]\n  --allreduce_bucket_kib N\n";
       return runtime::kExitOk;
     }
   }

@@ -19,11 +19,20 @@ namespace kubetrain::dist {
 //   --transport=auto|grpc|shm            allreduce: shm when every replica is
 //                                        on this host, else grpc
 //   --connect_timeout_secs=N             how long to wait for peers (120)
+//   --allreduce_overlap[=true|false]     allreduce: all-reduce gradient buckets
+//                                        while the backward pass goes on
+//                                        (default true); false waits for the
+//                                        whole backward pass first. Same
+//                                        results either way, bit for bit.
+//   --allreduce_bucket_kib=N             allreduce: gradients fused per
+//                                        all-reduce (4096 KiB)
 struct DistributedFlags {
   std::string strategy = "auto";
   bool sync_replicas = false;
   std::string transport = "auto";
   absl::Duration connect_timeout = absl::Seconds(120);
+  bool allreduce_overlap = true;
+  size_t allreduce_bucket_bytes = size_t{4} << 20;
 };
 
 // Takes the flags above out of `args` (leaving the engine's), accepting
