@@ -4,11 +4,18 @@
 //                      [--workers 4] [--leader-elect=true|false]
 //                      [--kube-api-qps 50] [--kube-api-burst 100]
 //                      [--http-address :8080] [--log-level info]
-//                      [--restart-backoff 10s] ...
+//                      [--restart-backoff 10s]
+//                      [--metrics-listen :9090 --metrics-address SVC:9090
+//                       --pod-name NAME] ...
 //
 // /metrics, /healthz and /readyz are served on --http-address from the start,
 // before leader election: a standby replica is live and ready too, and its
 // kubetrain_operator_leader reads 0.
+// With --metrics-listen, the Metrics gRPC service (trials' reports) is served
+// there too; a replica answers it only while it leads and its caches are
+// synced (before: UNAVAILABLE, and the trial retries). The leader labels its
+// own pod (--pod-name) kubetrain.io/metrics-leader=true, and the Service at
+// --metrics-address selects that label, so reports reach the leader.
 // Credentials: --kubeconfig, else the pod's service account, else $KUBECONFIG.
 // Leader election is on by default; --leader-elect=false for a single replica.
 // SIGTERM/SIGINT stop the workers and release the lease.
@@ -30,9 +37,13 @@
 #include "operator/core/reconciler.h"
 #include "operator/kube/controller.h"
 #include "operator/kube/kubeconfig.h"
+#include "grpcpp/grpcpp.h"
 #include "operator/kube/leader_election.h"
+#include "operator/kube/leader_pod_label.h"
 #include "operator/kube/rest_client.h"
 #include "operator/kube/study_store.h"
+#include "operator/kube/trial_metrics.h"
+#include "operator/metrics/metrics_service.h"
 #include "operator/observability/metrics_server.h"
 #include "operator/observability/operator_metrics.h"
 #include "operator/tuner/tuner.h"
@@ -57,7 +68,16 @@ constexpr char kUsage[] = R"(usage: kubetrain-operator [flags]
   --kube-api-qps QPS           client-side request rate limit (default 50)
   --kube-api-burst N           (default 100)
   --default-image IMAGE        image for replicas without imageUri
-  --metrics-address HOST:PORT  exported to replicas as KUBETRAIN_METRICS_ADDR
+  --metrics-listen HOST:PORT   serve the Metrics gRPC service, where trials report their
+                               metrics (port 0 picks a free port; the bound address is
+                               printed as "serving trial metrics on HOST:PORT")
+  --metrics-address HOST:PORT  where trials reach that service (the Service in front of
+                               the leader), exported to them as KUBETRAIN_METRICS_ADDR;
+                               needed with --metrics-listen, and only with it
+  --pod-name NAME              this replica's pod (downward API): the leader labels it
+                               kubetrain.io/metrics-leader=true
+  --pod-namespace NS           the pod's namespace (default: the leader election
+                               namespace)
   --http-address HOST:PORT     serve /metrics, /healthz, /readyz (default :8080; port 0
                                picks a free port; the bound address is printed as
                                "serving http on HOST:PORT")
@@ -109,7 +129,8 @@ class TimedTuner : public kubetrain::tuner::Tuner {
 
 struct Flags {
   std::string kubeconfig, context, ns, lease_ns, lease_name = "kubetrain-operator";
-  std::string default_image, metrics_address, http_address = ":8080";
+  std::string default_image, metrics_address, metrics_listen, pod_name, pod_ns;
+  std::string http_address = ":8080";
   LogLevel log_level = LogLevel::kInfo;
   int workers = 4;
   bool leader_elect = true;
@@ -168,6 +189,9 @@ bool ParseFlags(int argc, char** argv, Flags* flags, std::string* error) {
                                                    {"lease-name", &flags->lease_name},
                                                    {"default-image", &flags->default_image},
                                                    {"metrics-address", &flags->metrics_address},
+                                                   {"metrics-listen", &flags->metrics_listen},
+                                                   {"pod-name", &flags->pod_name},
+                                                   {"pod-namespace", &flags->pod_ns},
                                                    {"http-address", &flags->http_address}};
     if (auto it = strings.find(name); it != strings.end()) {
       if (!next()) return false;
@@ -210,6 +234,16 @@ bool ParseFlags(int argc, char** argv, Flags* flags, std::string* error) {
       *error = "unknown flag --" + name;
       return false;
     }
+  }
+  // Half of the pair would hand trials an address nobody serves, or serve
+  // reports no trial is told about.
+  if (flags->metrics_listen.empty() != flags->metrics_address.empty()) {
+    *error = flags->metrics_listen.empty()
+                 ? "--metrics-address needs --metrics-listen: nothing would serve the address "
+                   "given to trials"
+                 : "--metrics-listen needs --metrics-address: the address trials reach the "
+                   "service at (e.g. kubetrain-operator-trials.kubetrain-system.svc:9090)";
+    return false;
   }
   return true;
 }
@@ -291,6 +325,13 @@ int main(int argc, char** argv) {
   options.workers = std::max(1, flags.workers);
   if (!flags.default_image.empty()) options.reconcile.default_image = flags.default_image;
   options.reconcile.metrics_address = flags.metrics_address;
+  kubetrain::kube::TrialTokenIssuer trial_tokens;
+  if (!flags.metrics_listen.empty()) {
+    options.reconcile.trial_token = [&trial_tokens](const std::string& uid,
+                                                    const std::string& trial) {
+      return trial_tokens.Token(uid, trial);
+    };
+  }
   options.reconcile.recreate_backoff_base = flags.restart_backoff;
   options.metrics = &metrics;
   options.reconcile.tuner_factory =
@@ -309,11 +350,52 @@ int main(int argc, char** argv) {
   char host[256] = {0};
   gethostname(host, sizeof(host) - 1);
   std::string identity = absl::StrCat(host, "_", getpid());
+  const std::string lease_ns = !flags.lease_ns.empty() ? flags.lease_ns
+                               : !flags.ns.empty()     ? flags.ns
+                                                       : config->namespace_name;
+
+  // The Metrics service: answered from the start, UNAVAILABLE until this
+  // replica leads with synced caches.
+  std::unique_ptr<kubetrain::kube::ClusterTrialMetrics> trial_metrics;
+  std::unique_ptr<kubetrain::metrics::MetricsServiceImpl> metrics_service;
+  std::unique_ptr<grpc::Server> metrics_grpc;
+  std::unique_ptr<kubetrain::kube::LeaderPodLabel> leader_label;
+  if (!flags.metrics_listen.empty()) {
+    trial_metrics = std::make_unique<kubetrain::kube::ClusterTrialMetrics>(&controller, &studies);
+    metrics_service = std::make_unique<kubetrain::metrics::MetricsServiceImpl>(
+        trial_metrics.get(), trial_metrics.get());
+    // ":9090" is every interface, as for --http-address.
+    std::string listen = flags.metrics_listen;
+    if (absl::StartsWith(listen, ":")) listen = "0.0.0.0" + listen;
+    int port = 0;
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
+    builder.RegisterService(metrics_service.get());
+    metrics_grpc = builder.BuildAndStart();
+    if (metrics_grpc == nullptr || port == 0) {
+      Log(LogLevel::kError, absl::StrCat("--metrics-listen ", flags.metrics_listen,
+                                         ": cannot listen there (address in use or malformed)"));
+      return 1;
+    }
+    Log(LogLevel::kInfo, absl::StrCat("serving trial metrics on ",
+                                      listen.substr(0, listen.rfind(':')), ":", port));
+    if (!flags.pod_name.empty()) {
+      leader_label = std::make_unique<kubetrain::kube::LeaderPodLabel>(
+          client->get(), flags.pod_ns.empty() ? lease_ns : flags.pod_ns, flags.pod_name);
+      // Left over from when this pod last led (the container restarted).
+      if (absl::Status released = leader_label->Release(); !released.ok()) {
+        Log(LogLevel::kError, absl::StrCat("--pod-name: ", released.ToString()));
+        return 1;
+      }
+    } else if (flags.leader_elect) {
+      Log(LogLevel::kWarning,
+          "--metrics-listen without --pod-name: the leader's pod is not labelled, so a "
+          "Service in front of several replicas cannot send reports to the leader");
+    }
+  }
+
   std::unique_ptr<kubetrain::kube::LeaderElector> elector;
   if (flags.leader_elect) {
-    std::string lease_ns = !flags.lease_ns.empty() ? flags.lease_ns
-                           : !flags.ns.empty()     ? flags.ns
-                                                   : config->namespace_name;
     elector = std::make_unique<kubetrain::kube::LeaderElector>(
         client->get(),
         kubetrain::kube::LeaderElectionConfig{.ns = lease_ns,
@@ -359,10 +441,42 @@ int main(int argc, char** argv) {
       return 1;
     }
     Log(LogLevel::kInfo, "caches synced");
-    absl::MutexLock lock(&mu);
-    mu.Await(absl::Condition(&stop));
+    if (trial_metrics) trial_metrics->SetLeading(true);
+    std::thread claim;
+    if (leader_label) {
+      // Until the label is on, the Service sends reports nowhere useful (and
+      // reporters retry): keep trying, backing off up to 30 s.
+      claim = std::thread([&] {
+        absl::Duration wait = absl::Seconds(1);
+        for (;;) {
+          absl::Status claimed = leader_label->Claim();
+          if (claimed.ok()) {
+            Log(LogLevel::kInfo, absl::StrCat("labelled pod ", flags.pod_name, " ",
+                                              kubetrain::kube::kLabelMetricsLeader, "=true"));
+            return;
+          }
+          Log(LogLevel::kWarning, claimed.ToString());
+          absl::MutexLock lock(&mu);
+          if (mu.AwaitWithTimeout(absl::Condition(&stop), wait)) return;
+          wait = std::min(wait * 2, absl::Seconds(30));
+        }
+      });
+    }
+    {
+      absl::MutexLock lock(&mu);
+      mu.Await(absl::Condition(&stop));
+    }
+    if (claim.joinable()) claim.join();
   }
   Log(LogLevel::kInfo, "stopping");
+  if (metrics_grpc) metrics_grpc->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  // A standby that takes over relabels; dropping the label now keeps the
+  // Service from sending reports here meanwhile.
+  if (leader_label) {
+    if (absl::Status released = leader_label->Release(); !released.ok()) {
+      Log(LogLevel::kWarning, released.ToString());
+    }
+  }
   controller.Stop();
   if (elector) elector->Stop();
   return 0;

@@ -62,11 +62,29 @@ TEST(OperatorRbacE2eTest, EveryRequestOfAJobsLifeIsGranted) {
         << "contexts:\n- name: fake\n  context: {cluster: fake, user: op, namespace: ns1}\n"
         << "users:\n- name: op\n  user:\n    token: " << kToken << "\n";
   }
+  // The operator's own pod, which it labels when it leads (as deployed:
+  // --metrics-listen, --metrics-address, --pod-name).
+  json operator_pod = {{"apiVersion", "v1"},
+                       {"kind", "Pod"},
+                       {"metadata", {{"name", "kubetrain-operator-0"}}},
+                       {"spec", {{"containers", {{{"name", "operator"}, {"image", "op"}}}}}}};
+  ASSERT_TRUE((*server)->Create("pods", "ns1", operator_pod).ok());
   ChildProcess op(
       {KUBETRAIN_OPERATOR_BINARY, "--kubeconfig", dir + "/kubeconfig", "--namespace", "ns1",
-       "--leader-elect=true", "--leader-election-namespace", "ns1", "--http-address=127.0.0.1:0"},
+       "--leader-elect=true", "--leader-election-namespace", "ns1", "--http-address=127.0.0.1:0",
+       "--metrics-listen=127.0.0.1:0", "--metrics-address=kubetrain-operator-trials:9091",
+       "--pod-name", "kubetrain-operator-0"},
       dir + "/operator.log");
   ASSERT_TRUE(op.Start());
+  ASSERT_TRUE((*server)->WaitUntil(
+      [&] {
+        auto pod = (*server)->Get("pods", "ns1", "kubetrain-operator-0");
+        return pod.ok() &&
+               (*pod)["metadata"].value("labels", json::object()).value(
+                   "kubetrain.io/metrics-leader", "") == "true";
+      },
+      absl::Seconds(60)))
+      << op.Log();
 
   // A STANDARD_1 job that succeeds and is then deleted by its TTL.
   json job = {{"apiVersion", "kubetrain.io/v1"},
@@ -80,9 +98,10 @@ TEST(OperatorRbacE2eTest, EveryRequestOfAJobsLifeIsGranted) {
                   {"ttlSecondsAfterFinished", 0}}}}}};
   ASSERT_TRUE((*server)->Create("trainingjobs", "ns1", job).ok());
   ASSERT_TRUE(
-      (*server)->WaitUntil([&] { return (*server)->Count("pods") == 8; }, absl::Seconds(60)))
+      (*server)->WaitUntil([&] { return (*server)->Count("pods") == 9; }, absl::Seconds(60)))
       << op.Log();
   for (const json& pod : (*server)->List("pods", "ns1")) {
+    if (pod["metadata"]["name"] == "kubetrain-operator-0") continue;
     ASSERT_TRUE((*server)
                     ->MergePatch("pods", "ns1", pod["metadata"]["name"].get<std::string>(),
                                  {{"status", {{"phase", "Running"}}}}, "status")
@@ -138,7 +157,8 @@ TEST(OperatorRbacE2eTest, EveryRequestOfAJobsLifeIsGranted) {
                                                      {"update", "kubetrain.io/trainingjobs/status"},
                                                      {"delete", "kubetrain.io/trainingjobs"},
                                                      {"create", "/events"},
-                                                     {"create", "coordination.k8s.io/leases"}}) {
+                                                     {"create", "coordination.k8s.io/leases"},
+                                                     {"patch", "/pods"}}) {
     EXPECT_TRUE(seen.count(p)) << "not exercised: " << p.first << " " << p.second;
   }
 }

@@ -207,9 +207,13 @@ TEST_F(OperatorRbacTest, LeasesOnlyInTheOperatorsNamespace) {
   for (const Permission& p : GrantedBy("deploy/rbac/cluster/cluster_role.yaml")) {
     EXPECT_FALSE(absl::StartsWith(p.second, "coordination.k8s.io/")) << p.first << " " << p.second;
   }
-  for (const Permission& p : GrantedBy("deploy/rbac/base/leader_election_role.yaml")) {
-    EXPECT_EQ(p.second, "coordination.k8s.io/leases") << p.first;
-  }
+  // The Lease, and the leader's label on its own pod (kubetrain.io/metrics-leader).
+  EXPECT_EQ(GrantedBy("deploy/rbac/base/leader_election_role.yaml"),
+            (std::set<Permission>{{"get", "coordination.k8s.io/leases"},
+                                  {"create", "coordination.k8s.io/leases"},
+                                  {"update", "coordination.k8s.io/leases"},
+                                  {"list", "/pods"},
+                                  {"patch", "/pods"}}));
 }
 
 TEST_F(OperatorRbacTest, NamespacedRoleGrantsWhatTheClusterRoleGrants) {

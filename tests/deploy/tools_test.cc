@@ -83,7 +83,7 @@ TEST_F(KustomizeTest, DeployRendersCrdRbacAndOperator) {
   EXPECT_EQ(Kinds(docs),
             (std::multiset<std::string>{"Namespace", "CustomResourceDefinition", "ServiceAccount",
                                         "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
-                                        "Service", "Deployment"}));
+                                        "Service", "Service", "Deployment"}));
   for (const YAML::Node& doc : docs) {
     const std::string kind = Str(doc["kind"]);
     if (kind == "Namespace" || kind == "CustomResourceDefinition" ||
@@ -156,7 +156,8 @@ TEST_F(HelmTest, DefaultValuesRenderAClusterWideOperator) {
   ExpectEveryObjectWellFormed(docs);
   EXPECT_EQ(Kinds(docs), (std::multiset<std::string>{"CustomResourceDefinition", "ServiceAccount",
                                                      "ClusterRole", "ClusterRoleBinding", "Role",
-                                                     "RoleBinding", "Service", "Deployment"}));
+                                                     "RoleBinding", "Service", "Service",
+                                                     "Deployment"}));
   const YAML::Node* deployment = Find(docs, "Deployment");
   ASSERT_NE(deployment, nullptr);
   std::vector<std::string> problems = OperatorDeploymentProblems(*deployment, 2);
@@ -165,7 +166,26 @@ TEST_F(HelmTest, DefaultValuesRenderAClusterWideOperator) {
   EXPECT_EQ(Granted(docs, "Role", ""),
             (std::set<Permission>{{"get", "coordination.k8s.io/leases"},
                                   {"create", "coordination.k8s.io/leases"},
-                                  {"update", "coordination.k8s.io/leases"}}));
+                                  {"update", "coordination.k8s.io/leases"},
+                                  {"list", "/pods"},
+                                  {"patch", "/pods"}}));
+  // Trials report to the Service that follows the leader's label.
+  const YAML::Node* trials = nullptr;
+  for (const YAML::Node& doc : docs) {
+    if (Str(doc["kind"]) == "Service" && Str(doc["metadata"]["name"]) == "kt-kubetrain-operator-trials") {
+      trials = &doc;
+    }
+  }
+  ASSERT_NE(trials, nullptr);
+  EXPECT_EQ(Str((*trials)["spec"]["selector"]["kubetrain.io/metrics-leader"]), "true");
+  const YAML::Node container = (*deployment)["spec"]["template"]["spec"]["containers"][0];
+  std::set<std::string> args;
+  for (const auto& arg : container["args"]) args.insert(Str(arg));
+  for (const char* want :
+       {"--metrics-listen=:9091", "--pod-name=$(POD_NAME)",
+        "--metrics-address=kt-kubetrain-operator-trials.$(POD_NAMESPACE).svc:9091"}) {
+    EXPECT_EQ(args.count(want), 1u) << want;
+  }
 }
 
 TEST_F(HelmTest, OneWatchedNamespaceRendersRolesThere) {
@@ -203,7 +223,13 @@ TEST_F(HelmTest, SingleReplicaWithoutLeaderElection) {
       Render("helm template kt " + Chart() + " --namespace kubetrain-system -f " +
              Values("single-replica"));
   EXPECT_EQ(Kinds(docs).count("Role"), 0u);  // no Lease rights
-  EXPECT_EQ(Kinds(docs).count("Service"), 0u);
+  // Only the trials' Service (no /metrics one); with one replica and no
+  // election it selects the operator's pod without a leader label.
+  ASSERT_EQ(Kinds(docs).count("Service"), 1u);
+  const YAML::Node* trials = Find(docs, "Service");
+  ASSERT_NE(trials, nullptr);
+  EXPECT_EQ(Str((*trials)["metadata"]["name"]), "kt-kubetrain-operator-trials");
+  EXPECT_FALSE((*trials)["spec"]["selector"]["kubetrain.io/metrics-leader"].IsDefined());
   const YAML::Node* deployment = Find(docs, "Deployment");
   ASSERT_NE(deployment, nullptr);
   std::vector<std::string> problems = OperatorDeploymentProblems(*deployment, 1);

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <memory>
 #include <set>
 #include <string>
@@ -11,7 +12,9 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "kubetrain/v1/metrics.grpc.pb.h"
 #include "tests/fake_apiserver/fake_apiserver.h"
 #include "tests/operator/operator_process.h"
 
@@ -592,6 +595,145 @@ TEST_F(OperatorIntegrationTest, CleanPodPolicyNoneKeepsEveryReplica) {
   EXPECT_EQ(Requests("delete pods"), 0);
   EXPECT_EQ(Requests("delete services"), 0);
   EXPECT_EQ(PodPhase("z-ps-0"), "Running");
+}
+
+}  // namespace
+}  // namespace kubetrain::testing
+
+// ---- The Metrics service: trials report to the leader ------------------------
+
+namespace kubetrain::testing {
+namespace {
+
+json StudyJob(const std::string& name) {
+  return {{"apiVersion", "kubetrain.io/v1"},
+          {"kind", "TrainingJob"},
+          {"metadata", {{"name", name}}},
+          {"spec",
+           {{"trainingInput",
+             {{"scaleTier", "BASIC"},
+              {"hyperparameters",
+               {{"goal", "MAXIMIZE"},
+                {"maxTrials", 1},
+                {"maxParallelTrials", 1},
+                {"hyperparameterMetricTag", "accuracy"},
+                {"params",
+                 {{{"parameterName", "x"},
+                   {"type", "DOUBLE"},
+                   {"minValue", 0},
+                   {"maxValue", 1}}}}}}}},
+            {"runPolicy", {{"restartPolicy", "Never"}}}}}};
+}
+
+// A pod standing for an operator replica (the fake server runs no Deployment).
+json OperatorPod(const std::string& name) {
+  return {{"apiVersion", "v1"},
+          {"kind", "Pod"},
+          {"metadata",
+           {{"name", name}, {"labels", {{"app.kubernetes.io/name", "kubetrain-operator"}}}}},
+          {"spec", {{"containers", {{{"name", "operator"}, {"image", "op"}}}}}}};
+}
+
+// One report, as a trial sends it; the service's answer.
+grpc::Status SendReport(const std::string& address, const std::string& trial,
+                        const std::string& token, int64_t step, double accuracy) {
+  auto stub = v1::Metrics::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  v1::MetricsReportRequest request;
+  request.set_job("ns1/hp");
+  request.set_trial(trial);
+  request.set_task("master-0");
+  request.set_step(step);
+  request.set_token(token);
+  (*request.mutable_values())["accuracy"] = accuracy;
+  v1::MetricsReportResponse response;
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  return stub->Report(&context, request, &response);
+}
+
+TEST_F(OperatorIntegrationTest, TrialReportsReachTheLeaderAcrossAFailover) {
+  EXPECT_NE(StartOperator("half", {"--leader-elect=false", "--metrics-listen=127.0.0.1:0"})->Wait(),
+            0);
+  ASSERT_TRUE(server_->Create("pods", "ns1", OperatorPod("op-a")).ok());
+  ASSERT_TRUE(server_->Create("pods", "ns1", OperatorPod("op-b")).ok());
+  auto election = [](const std::string& pod) -> std::vector<std::string> {
+    return {"--leader-elect=true", "--lease-duration", "2", "--renew-deadline", "1.5",
+            "--retry-period", "0.2", "--leader-election-namespace", "ns1",
+            "--metrics-listen=127.0.0.1:0", "--metrics-address=kubetrain-operator-trials:9090",
+            "--pod-name", pod};
+  };
+  // The bound gRPC address, from the operator's log.
+  auto grpc_address = [](OperatorProcess& op) -> std::string {
+    const std::string log = op.Log();
+    const std::string prefix = "serving trial metrics on ";
+    size_t at = log.find(prefix);
+    if (at == std::string::npos) return "";
+    size_t end = log.find('\n', at);
+    return log.substr(at + prefix.size(), end - at - prefix.size());
+  };
+  auto label = [&](const std::string& pod) -> std::string {
+    auto object = server_->Get("pods", "ns1", pod);
+    return object.ok() ? (*object)["metadata"]["labels"].value("kubetrain.io/metrics-leader", "")
+                       : "<missing>";
+  };
+  auto a = StartOperator("a", election("op-a"));
+  ASSERT_TRUE(server_->WaitUntil([&] { return label("op-a") == "true"; })) << a->Log();
+  auto b = StartOperator("b", election("op-b"));
+  ASSERT_TRUE(server_->WaitUntil([&] { return !grpc_address(*b).empty(); })) << b->Log();
+  const std::string address_a = grpc_address(*a), address_b = grpc_address(*b);
+
+  ASSERT_TRUE(server_->Create("trainingjobs", "ns1", StudyJob("hp")).ok());
+  std::string token;
+  ASSERT_TRUE(server_->WaitUntil([&] {
+    for (const json& pod : server_->List("pods", "ns1")) {
+      if (pod["metadata"]["labels"].value("kubetrain.io/trial-id", "") != "1") continue;
+      for (const json& var : pod["spec"]["containers"][0]["env"]) {
+        if (var["name"] == "KUBETRAIN_METRICS_ADDR") {
+          EXPECT_EQ(var["value"], "kubetrain-operator-trials:9090");
+        }
+        if (var["name"] == "KUBETRAIN_METRICS_TOKEN") token = var["value"];
+      }
+    }
+    return !token.empty();
+  })) << a->Log();
+
+  // The standby sends the trial elsewhere; the leader takes the report, but
+  // not with another token.
+  EXPECT_EQ(SendReport(address_b, "1", token, 10, 0.5).error_code(),
+            grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(SendReport(address_a, "1", token + "0", 10, 0.5).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  grpc::Status first = SendReport(address_a, "1", token, 10, 0.5);
+  ASSERT_TRUE(first.ok()) << first.error_message() << a->Log();
+
+  // The leader dies holding its label; b takes over, moves the label, and
+  // takes the trial's reports with the token a issued.
+  a->Kill(SIGKILL);
+  ASSERT_TRUE(server_->WaitUntil([&] { return label("op-b") == "true" && label("op-a").empty(); }))
+      << b->Log();
+  grpc::Status second;
+  ASSERT_TRUE(server_->WaitUntil([&] {
+    second = SendReport(address_b, "1", token, 20, 0.8);
+    return second.error_code() != grpc::StatusCode::UNAVAILABLE;
+  })) << b->Log();
+  ASSERT_TRUE(second.ok()) << second.error_message();
+
+  std::string master;
+  for (const json& pod : server_->List("pods", "ns1")) {
+    if (pod["metadata"]["labels"].value("kubetrain.io/trial-id", "") == "1") {
+      master = pod["metadata"]["name"];
+    }
+  }
+  ASSERT_FALSE(master.empty());
+  SetPhase(master, PodStatus("Succeeded", 0));
+  ASSERT_TRUE(WaitForState("hp", "SUCCEEDED")) << b->Log();
+  const json trial = Status("hp")["trainingOutput"]["trials"][0];
+  EXPECT_EQ(trial["finalMetric"]["objectiveValue"], 0.8) << trial;
+  EXPECT_EQ(trial["finalMetric"]["trainingStep"], "20") << trial;
+
+  // A clean stop drops the label.
+  EXPECT_EQ(b->Terminate(), 0);
+  EXPECT_EQ(label("op-b"), "");
 }
 
 }  // namespace

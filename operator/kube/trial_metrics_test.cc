@@ -1,0 +1,196 @@
+#include "operator/kube/trial_metrics.h"
+
+#include <chrono>
+#include <memory>
+#include <set>
+#include <string>
+
+#include "gmock/gmock.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "operator/kube/rest_client.h"
+#include "operator/tuner/tuner.h"
+#include "tests/fake_apiserver/fake_apiserver.h"
+
+namespace kubetrain::kube {
+namespace {
+
+using fake_apiserver::FakeApiServer;
+using nlohmann::json;
+using ::testing::HasSubstr;
+using ::testing::MatchesRegex;
+
+TEST(TrialTokenIssuerTest, OneTokenPerTrialAndIssuer) {
+  TrialTokenIssuer issuer, other;
+  const std::string token = issuer.Token("uid-1", "1");
+  EXPECT_THAT(token, MatchesRegex("[0-9a-f]{32}"));
+  EXPECT_EQ(issuer.Token("uid-1", "1"), token);
+  std::set<std::string> distinct = {token, issuer.Token("uid-1", "2"), issuer.Token("uid-2", "1"),
+                                    issuer.Token("uid-1/", ""), issuer.Token("uid-", "1/1"),
+                                    other.Token("uid-1", "1")};
+  EXPECT_EQ(distinct.size(), 6u);
+}
+
+json StudyJob(const std::string& name) {
+  return {{"apiVersion", "kubetrain.io/v1"},
+          {"kind", "TrainingJob"},
+          {"metadata", {{"name", name}}},
+          {"spec",
+           {{"trainingInput",
+             {{"scaleTier", "BASIC"},
+              {"hyperparameters",
+               {{"goal", "MAXIMIZE"},
+                {"maxTrials", 2},
+                {"maxParallelTrials", 2},
+                {"hyperparameterMetricTag", "accuracy"},
+                {"params",
+                 {{{"parameterName", "x"},
+                   {"type", "INTEGER"},
+                   {"minValue", 1},
+                   {"maxValue", 100},
+                   {"scaleType", "UNIT_LINEAR_SCALE"}}}}}}}}}}};
+}
+
+// The real controller on the fake API server, and the real Metrics service
+// (MetricsServiceImpl over ClusterTrialMetrics) on a loopback gRPC port.
+class ClusterTrialMetricsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    server_ = *FakeApiServer::Start({});
+    ClusterConfig config;
+    config.server = server_->url();
+    client_ = *RestClusterClient::Create(config, RestClientOptions{.qps = 0});
+    ControllerOptions options;
+    options.ns = "ns1";
+    options.workers = 2;
+    options.reconcile.trial_token = [this](const std::string& uid, const std::string& trial) {
+      return issuer_.Token(uid, trial);
+    };
+    options.reconcile.tuner_factory = [](const v1::HyperparameterSpec& spec, uint64_t seed) {
+      return tuner::Tuner::Create(spec, seed);
+    };
+    controller_ = std::make_unique<Controller>(client_.get(), options, &studies_);
+    studies_.SetListener([this](const std::string& uid) { controller_->EnqueueByUid(uid); });
+    trial_metrics_ = std::make_unique<ClusterTrialMetrics>(controller_.get(), &studies_);
+    service_ = std::make_unique<metrics::MetricsServiceImpl>(trial_metrics_.get(),
+                                                             trial_metrics_.get());
+    grpc::ServerBuilder builder;
+    int port = 0;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.RegisterService(service_.get());
+    grpc_server_ = builder.BuildAndStart();
+    ASSERT_NE(grpc_server_, nullptr);
+    stub_ = v1::Metrics::NewStub(grpc::CreateChannel("127.0.0.1:" + std::to_string(port),
+                                                     grpc::InsecureChannelCredentials()));
+  }
+  void TearDown() override {
+    grpc_server_->Shutdown();
+    controller_->Stop();
+  }
+
+  grpc::Status Report(const std::string& job, const std::string& trial, const std::string& token,
+                      int64_t step, double accuracy) {
+    v1::MetricsReportRequest request;
+    request.set_job(job);
+    request.set_trial(trial);
+    request.set_task("master-0");
+    request.set_step(step);
+    request.set_token(token);
+    (*request.mutable_values())["accuracy"] = accuracy;
+    v1::MetricsReportResponse response;
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    return stub_->Report(&context, request, &response);
+  }
+
+  // The token in the spec of trial `trial`'s master pod ("" while none).
+  std::string PodToken(const std::string& trial) {
+    for (const json& pod : server_->List("pods", "ns1")) {
+      if (pod["metadata"]["labels"].value("kubetrain.io/trial-id", "") != trial) continue;
+      for (const json& var : pod["spec"]["containers"][0].value("env", json::array())) {
+        if (var["name"] == "KUBETRAIN_METRICS_TOKEN") return var["value"];
+      }
+    }
+    return "";
+  }
+
+  std::string MasterPod(const std::string& trial) {
+    for (const json& pod : server_->List("pods", "ns1")) {
+      if (pod["metadata"]["labels"].value("kubetrain.io/trial-id", "") == trial) {
+        return pod["metadata"]["name"];
+      }
+    }
+    return "";
+  }
+
+  std::unique_ptr<FakeApiServer> server_;
+  std::unique_ptr<RestClusterClient> client_;
+  TrialTokenIssuer issuer_;
+  InMemoryStudyStore studies_;
+  std::unique_ptr<Controller> controller_;
+  std::unique_ptr<ClusterTrialMetrics> trial_metrics_;
+  std::unique_ptr<metrics::MetricsServiceImpl> service_;
+  std::unique_ptr<grpc::Server> grpc_server_;
+  std::unique_ptr<v1::Metrics::Stub> stub_;
+};
+
+TEST_F(ClusterTrialMetricsTest, ATrialsReportReachesItsStatusOnlyWithItsOwnToken) {
+  ASSERT_TRUE(server_->Create("trainingjobs", "ns1", StudyJob("hp")).ok());
+  ASSERT_TRUE(controller_->Start(absl::Seconds(30)));
+  ASSERT_TRUE(server_->WaitUntil([&] { return !PodToken("1").empty() && !PodToken("2").empty(); }));
+  const std::string token1 = PodToken("1"), token2 = PodToken("2");
+  ASSERT_NE(token1, token2);
+  // The service reads the pods from the controller's cache, which follows the
+  // server by watch.
+  ASSERT_TRUE(server_->WaitUntil([&] {
+    return controller_->TrialPodHasToken("ns1/hp", "1", token1) &&
+           controller_->TrialPodHasToken("ns1/hp", "2", token2);
+  }));
+
+  // Not leading yet: the caller is told to retry, and nothing is recorded.
+  grpc::Status standby = Report("ns1/hp", "1", token1, 10, 0.5);
+  EXPECT_EQ(standby.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_THAT(standby.error_message(), HasSubstr("not the leader"));
+
+  trial_metrics_->SetLeading(true);
+  // Trial 2's token cannot report for trial 1, nor for another job.
+  EXPECT_EQ(Report("ns1/hp", "1", token2, 10, 0.99).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(Report("ns1/other", "2", token2, 10, 0.99).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(Report("ns1/hp", "1", "", 10, 0.99).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_TRUE(studies_.TrialMetrics(*controller_->CachedJobUid("ns1/hp")).empty());
+
+  grpc::Status accepted = Report("ns1/hp", "1", token1, 20, 0.75);
+  ASSERT_TRUE(accepted.ok()) << accepted.error_message();
+  const std::string pod = MasterPod("1");
+  ASSERT_FALSE(pod.empty());
+  ASSERT_TRUE(server_
+                  ->MergePatch("pods", "ns1", pod,
+                               {{"status",
+                                 {{"phase", "Succeeded"},
+                                  {"containerStatuses",
+                                   {{{"name", "kubetrain"},
+                                     {"restartCount", 0},
+                                     {"state", {{"terminated", {{"exitCode", 0}}}}}}}}}}},
+                               "status")
+                  .ok());
+  // The trial completes with the reported value as its objective.
+  auto trial_one = [&]() -> json {
+    auto job = server_->Get("trainingjobs", "ns1", "hp");
+    if (!job.ok()) return json();
+    json trials = (*job)["status"]["trainingOutput"].value("trials", json::array());
+    for (const json& t : trials) {
+      if (t.value("trialId", "") == "1") return t;
+    }
+    return json();
+  };
+  ASSERT_TRUE(server_->WaitUntil([&] { return trial_one().value("state", "") == "SUCCEEDED"; }))
+      << trial_one();
+  EXPECT_EQ(trial_one()["finalMetric"]["objectiveValue"], 0.75);
+  EXPECT_EQ(trial_one()["finalMetric"]["trainingStep"], "20");
+}
+
+}  // namespace
+}  // namespace kubetrain::kube
