@@ -4,6 +4,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "trainer-runtime/dist/in_process_transport.h"
@@ -253,6 +254,7 @@ TEST(AllReduceStrategyTest, OverlappedAndSequentialStepsGiveBitIdenticalVariable
 
 TEST(AllReduceStrategyTest, LostPeerDuringOverlappedBackwardFailsTheStepRetryably) {
   InProcessHub hub(3);
+  absl::Notification rank2_dead;
   std::vector<absl::Status> status(3);
   std::vector<std::thread> threads;
   for (int r = 0; r < 3; ++r) {
@@ -261,14 +263,17 @@ TEST(AllReduceStrategyTest, LostPeerDuringOverlappedBackwardFailsTheStepRetryabl
       AllReduceStrategy strategy(std::make_unique<BorrowedTransport>(hub.transport(r)),
                                  TestOptions(3, /*overlap=*/true));
       absl::StatusOr<int64_t> start = strategy.Initialize(replica.ctx(), nullptr);
-      if (!start.ok()) {
+      if (r == 2) {
+        // Rank 2 has received the variables (nothing more is sent to it in
+        // Initialize) and dies.
         status[r] = start.status();
+        hub.Kill(2);
+        rank2_dead.Notify();
         return;
       }
-      // Rank 2 has received the variables (nothing more is sent to it in
-      // Initialize) and dies.
-      if (r == 2) return hub.Kill(2);
-      status[r] = strategy.Step(replica.ctx(), replica.BatchFor(0), *start).status();
+      rank2_dead.WaitForNotification();
+      status[r] = start.ok() ? strategy.Step(replica.ctx(), replica.BatchFor(0), *start).status()
+                             : start.status();
     });
   }
   for (std::thread& t : threads) t.join();
@@ -279,7 +284,7 @@ TEST(AllReduceStrategyTest, LostPeerDuringOverlappedBackwardFailsTheStepRetryabl
     EXPECT_EQ(runtime::ExitCodeFor(status[r]), runtime::kExitRetryable) << status[r];
     EXPECT_THAT(std::string(status[r].message()),
                 ::testing::AllOf(HasSubstr(absl::StrCat("replica ", r, ": gradient all-reduce at step 0")),
-                      HasSubstr("lost peer rank 2"), HasSubstr("/job:worker/task:2")));
+                                 HasSubstr("lost peer rank 2"), HasSubstr("/job:worker/task:2")));
   }
 }
 
