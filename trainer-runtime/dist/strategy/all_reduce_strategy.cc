@@ -134,11 +134,17 @@ class AllReduceStrategy::BucketFiller final : public runtime::engine::GradientOb
     s_.placement_[variable] = {closed_.size(), filled_};
     filled_ += n;
     ++received_;
-    if (filled_ >= bucket_floats_ && received_ < num_gradients_) Close();
+    if (filled_ >= bucket_floats_ && received_ < num_gradients_) {
+      Close();
+      if (reducer_ != nullptr) {
+        reducer_->Submit(closed_.back().data, closed_.back().op);
+        ++submitted_;
+      }
+    }
   }
 
   // After the backward pass: the batch's loss and accuracy end the last
-  // bucket, which is closed.
+  // bucket, which is closed (and left to the caller).
   void Finish(float loss, float accuracy) {
     std::vector<float>& bucket = Current();
     bucket.resize(filled_ + 2);
@@ -150,6 +156,8 @@ class AllReduceStrategy::BucketFiller final : public runtime::engine::GradientOb
 
   size_t received() const { return received_; }
   const std::vector<Closed>& closed() const { return closed_; }
+  // closed()[0, submitted()) went to the reducer.
+  size_t submitted() const { return submitted_; }
 
  private:
   std::vector<float>& Current() {
@@ -161,7 +169,6 @@ class AllReduceStrategy::BucketFiller final : public runtime::engine::GradientOb
     std::vector<float>& bucket = Current();
     bucket.resize(filled_);
     closed_.push_back({absl::MakeSpan(bucket), s_.op_++});
-    if (reducer_ != nullptr) reducer_->Submit(closed_.back().data, closed_.back().op);
     filled_ = 0;
   }
 
@@ -171,6 +178,7 @@ class AllReduceStrategy::BucketFiller final : public runtime::engine::GradientOb
   BucketReducer* const reducer_;
   size_t received_ = 0;
   size_t filled_ = 0;
+  size_t submitted_ = 0;
   std::vector<Closed> closed_;
 };
 
@@ -259,14 +267,18 @@ absl::StatusOr<AllReduceStrategy::StepResult> AllReduceStrategy::Step(
   }
   filler.Finish(g->loss, g->accuracy);
 
+  // The buckets the communication thread has not taken are reduced here, in
+  // order after its own: the backward pass is over, so handing them over
+  // would only cost a thread switch.
   absl::Status s;
+  size_t next = 0;
   if (reducer != nullptr) {
     s = reducer->Wait();
-  } else {
-    for (const Closed& bucket : filler.closed()) {
-      s = ReduceBucket(*transport_, bucket.data, bucket.op, deadline);
-      if (!s.ok()) break;
-    }
+    next = filler.submitted();
+  }
+  for (; s.ok() && next < filler.closed().size(); ++next) {
+    const Closed& bucket = filler.closed()[next];
+    s = ReduceBucket(*transport_, bucket.data, bucket.op, deadline);
   }
   if (!s.ok()) return Fail(s, "gradient all-reduce", global_step);
 

@@ -24,8 +24,9 @@ namespace kubetrain::dist {
 //               first, as in PyTorch DDP), it is copied into the current
 //               bucket; a bucket is closed once it holds `bucket_bytes`. With
 //               `overlap` a communication thread all-reduces (and divides by
-//               the number of replicas) each closed bucket while the backward
-//               pass goes on; the step waits for the last bucket before the
+//               the number of replicas) each bucket closed while the backward
+//               pass goes on; once it is done, the step waits for that thread
+//               and reduces the last bucket itself, then applies the
 //               optimizer update. Without it the buckets are all-reduced one
 //               after another once the backward pass is done. The buckets,
 //               and so every sum's order, are the same either way: the two

@@ -290,10 +290,9 @@ TEST(AllReduceStrategyTest, LostPeerDuringOverlappedBackwardFailsTheStepRetryabl
 
 TEST(AllReduceStrategyTest, SendFailingAfterSomeBucketsFailsEveryReplicasStep) {
   // Two good steps, then rank 0's transport fails from its 5th send of the
-  // third step: its first bucket goes through, a later one fails on the
-  // communication thread while the backward pass may still run. A replica
-  // whose step failed exits (Kill), so its peers learn it is gone instead
-  // of waiting out their deadline.
+  // third step: its first bucket goes through (on the communication thread),
+  // a later one fails. A replica whose step failed exits (Kill), so its
+  // peers learn it is gone instead of waiting out their deadline.
   InProcessHub hub(3);
   std::vector<absl::Status> status(3);
   std::vector<int> good_steps(3, 0);
