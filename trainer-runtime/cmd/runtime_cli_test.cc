@@ -1,16 +1,12 @@
 // Runs the kubetrain-runtime binary as a replica would: exit codes, and a
 // restart that resumes from the latest checkpoint and ends with the same
 // weights as an uninterrupted run.
-#include <sys/wait.h>
-
-#include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <random>
 #include <string>
 
 #include "gtest/gtest.h"
 #include "trainer-runtime/cmd/device_factory.h"
+#include "trainer-runtime/cmd/runtime_cli_test_util.h"
 #include "trainer-runtime/engine/checkpoint.h"
 #include "trainer-runtime/exit_codes.h"
 
@@ -18,17 +14,8 @@ namespace kubetrain::runtime {
 namespace {
 
 namespace fs = std::filesystem;
-
-int RunBinary(const std::string& args, const std::string& log) {
-  std::string command = std::string(KUBETRAIN_RUNTIME_BINARY) + " " + args + " > " + log + " 2>&1";
-  int status = std::system(command.c_str());
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
-std::string Slurp(const std::string& path) {
-  std::ifstream in(path);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
+using cli_test::RunBinary;
+using cli_test::Slurp;
 
 class RuntimeCliTest : public ::testing::Test {
  protected:
@@ -36,18 +23,10 @@ class RuntimeCliTest : public ::testing::Test {
     dir_ = fs::path(::testing::TempDir()) / ("runtime-cli-" + std::to_string(::getpid()));
     fs::remove_all(dir_);
     fs::create_directories(dir_);
-    std::mt19937 rng(3);
-    std::normal_distribution<double> noise(0.0, 0.5);
-    std::ofstream out(dir_ / "train.csv");
-    for (int i = 0; i < 200; ++i) {
-      int label = i % 2;
-      out << (label ? 1.5 : -1.5) + noise(rng) << "," << noise(rng) << "," << label << "\n";
-    }
+    cli_test::WriteTinyDataset(dir_ / "train.csv");
   }
   std::string Flags(const std::string& out, int max_steps) const {
-    return "train --train_data_paths=" + (dir_ / "train.csv").string() +
-           " --output_path=" + (dir_ / out).string() + " --max_steps=" + std::to_string(max_steps) +
-           " --batch_size=20 --hidden1=8 --hidden2=4 --threads=1 --seed=5 --eval_every_secs=0";
+    return cli_test::TinyTrainArgs(dir_ / "train.csv", dir_ / out, max_steps);
   }
   fs::path dir_;
 };

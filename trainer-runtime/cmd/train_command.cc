@@ -18,6 +18,7 @@
 #include "prometheus/registry.h"
 #endif
 #include "trainer-runtime/cmd/subcommand.h"
+#include "trainer-runtime/cmd/trial_reporter.h"
 #include "trainer-runtime/dist/strategy/task_runner.h"
 #include "trainer-runtime/engine/trainer.h"
 #include "trainer-runtime/engine/trainer_flags.h"
@@ -46,6 +47,22 @@ class HypertuneFileSink : public engine::MetricsSink {
 
  private:
   std::unique_ptr<hypertune::HypertuneWriter> writer_;
+};
+
+// Sends each evaluation's metrics, all tags in one report, to the operator's
+// Metrics service (the tuner's objective). Queues and returns at once: the
+// operator may be slow or failing over.
+class TrialReporterSink : public engine::MetricsSink {
+ public:
+  explicit TrialReporterSink(TrialReporter* reporter) : reporter_(reporter) {}
+
+  absl::Status Report(int64_t step, const std::map<std::string, double>& metrics) override {
+    reporter_->Report(step, metrics);
+    return absl::OkStatus();
+  }
+
+ private:
+  TrialReporter* reporter_;
 };
 
 #if KUBETRAIN_RUNTIME_WITH_METRICS
@@ -114,7 +131,15 @@ int RunTrain(const std::vector<std::string>& args_in) {
              "  --metrics_address HOST:PORT  serve Prometheus /metrics (step time, examples/s,\n"
              "                               loss, objective; env KUBETRAIN_RUNTIME_METRICS_ADDR;\n"
              "                               the bound address is printed as \"serving metrics "
-             "on\")\n";
+             "on\")\n"
+             "\nenvironment:\n"
+             "  CLOUD_ML_HP_METRIC_FILE     write each evaluation to this cloudml-hypertune file\n"
+             "  KUBETRAIN_METRICS_ADDR      report each evaluation of a tuning trial to the\n"
+             "                              operator's Metrics service (with "
+             "KUBETRAIN_METRICS_TOKEN\n"
+             "                              and the trial's identity, as the operator sets them);\n"
+             "                              exit code 138 when the last report is not delivered\n"
+             "                              within KUBETRAIN_METRICS_DEADLINE (default 60s)\n";
       return kExitOk;
     }
   }
@@ -132,6 +157,19 @@ int RunTrain(const std::vector<std::string>& args_in) {
   if (!cluster.ok()) return Fail(WithExitCode(cluster.status(), kExitUsage));
 
   engine::TrainerEnvironment env;
+  // Only the chief evaluates during training, so only its metrics count.
+  std::unique_ptr<TrialReporter> trial_reporter;
+  std::unique_ptr<TrialReporterSink> trial_sink;
+  if (cluster->IsChief()) {
+    absl::StatusOr<std::unique_ptr<TrialReporter>> reporter =
+        TrialReporter::FromEnvironment(std::cerr);
+    if (!reporter.ok()) return Fail(reporter.status());
+    trial_reporter = *std::move(reporter);
+  }
+  if (trial_reporter != nullptr) {
+    trial_sink = std::make_unique<TrialReporterSink>(trial_reporter.get());
+    env.metrics_sinks.push_back(trial_sink.get());
+  }
   std::unique_ptr<HypertuneFileSink> hypertune_sink;
   if (std::getenv("CLOUD_ML_HP_METRIC_FILE") != nullptr) {
     absl::StatusOr<std::unique_ptr<hypertune::HypertuneWriter>> writer =
@@ -191,9 +229,21 @@ int RunTrain(const std::vector<std::string>& args_in) {
         kExitUsage));
   }
 #endif
+  if (trial_reporter != nullptr) {
+    // A refused token will not be accepted later: stop instead of training
+    // for nothing.
+    env.after_step = [next = std::move(env.after_step),
+                      reporter = trial_reporter.get()](int64_t step) {
+      if (absl::Status denied = reporter->permanent_error(); !denied.ok()) return denied;
+      return next ? next(step) : absl::OkStatus();
+    };
+  }
   absl::StatusOr<engine::TrainResult> result =
       dist::RunTask(*cluster, *flags, *std::move(options), std::move(env));
   if (!result.ok()) return Fail(result.status());
+  if (trial_reporter != nullptr) {
+    if (absl::Status delivered = trial_reporter->Finish(); !delivered.ok()) return Fail(delivered);
+  }
   return kExitOk;
 }
 

@@ -1,0 +1,302 @@
+// `kubetrain-runtime exec [--poll-interval DURATION] -- CMD ARGS...`: runs a
+// trainer that reports through cloudml-hypertune, and forwards its reports
+// to the operator's Metrics service. No command rewriting, no sidecar: the
+// replica's command is this one.
+//
+// With KUBETRAIN_METRICS_ADDR set (a tuning trial on the operator):
+//   1. make a private directory (mode 0700) and point the child's
+//      CLOUD_ML_HP_METRIC_FILE at a file in it; the child does not see
+//      KUBETRAIN_METRICS_ADDR/TOKEN (exec reports for it, so a child that
+//      is itself `kubetrain-runtime train` does not report twice);
+//   2. start the child, forwarding SIGTERM and SIGINT to it (signal
+//      handlers write to a pipe the main loop waits on: threads started
+//      before main, e.g. OpenBLAS's, would take signals that are only
+//      blocked in ours);
+//   3. every poll interval, and when the child exits, read the file with
+//      HypertuneFileFollower (it is rewritten whole on each report) and
+//      queue each new report (step = its global_step);
+//   4. after the child has exited: wait for the last report (at most
+//      KUBETRAIN_METRICS_DEADLINE), remove the directory, and exit with the
+//      child's code (128+N when signal N killed it). If the child succeeded
+//      but its last report was not delivered, exit 138 (retryable) instead,
+//      or 1 when the operator refused the trial's token: a trial must not end
+//      silently without its objective.
+// Without it (the local backend follows the file it set itself; a job that
+// is not a tuning study): exec the command in place, environment unchanged.
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "trainer-runtime/cmd/subcommand.h"
+#include "trainer-runtime/cmd/trial_reporter.h"
+#include "trainer-runtime/exit_codes.h"
+#include "trainer-runtime/hypertune/hypertune.h"
+
+extern char** environ;
+
+namespace kubetrain::runtime::cmd {
+namespace {
+
+// A shell's exit codes for a command that cannot be run.
+constexpr int kExitCommandNotFound = 127;
+constexpr int kExitCannotExecute = 126;
+
+constexpr char kUsage[] =
+    "usage: kubetrain-runtime exec [--poll-interval DURATION] -- CMD [ARGS...]\n"
+    "\n"
+    "Runs CMD, a trainer that reports metrics with cloudml-hypertune. On a tuning\n"
+    "trial (KUBETRAIN_METRICS_ADDR set by the operator) CMD gets a private\n"
+    "CLOUD_ML_HP_METRIC_FILE, whose new reports are forwarded to the operator's\n"
+    "Metrics service; otherwise CMD runs with the environment unchanged.\n"
+    "Exits with CMD's exit code (128+N when signal N killed it); 138 when CMD\n"
+    "succeeded but its last report was not delivered within\n"
+    "KUBETRAIN_METRICS_DEADLINE (default 60s); 127 when CMD is not found.\n"
+    "\n"
+    "flags:\n"
+    "  --poll-interval DURATION  how often to read the metric file (default 1s)\n";
+
+struct ExecArgs {
+  absl::Duration poll_interval = absl::Seconds(1);
+  std::vector<std::string> command;
+};
+
+absl::Status Usage(const std::string& message) {
+  return WithExitCode(absl::InvalidArgumentError(message), kExitUsage);
+}
+
+// Flags, then the command: after `--`, or from the first argument that is
+// not a flag.
+absl::StatusOr<ExecArgs> ParseExecArgs(const std::vector<std::string>& args) {
+  ExecArgs parsed;
+  size_t i = 0;
+  for (; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    if (arg == "--") {
+      ++i;
+      break;
+    }
+    if (!absl::StartsWith(arg, "-")) break;
+    std::optional<std::string> value;
+    if (arg == "--poll-interval") {
+      if (i + 1 == args.size()) return Usage("--poll-interval needs a value, e.g. 2s");
+      value = args[++i];
+    } else if (absl::StartsWith(arg, "--poll-interval=")) {
+      value = arg.substr(sizeof("--poll-interval=") - 1);
+    } else {
+      return Usage(absl::StrCat("unknown flag ", arg));
+    }
+    if (!absl::ParseDuration(*value, &parsed.poll_interval) ||
+        parsed.poll_interval <= absl::ZeroDuration()) {
+      return Usage(absl::StrCat("--poll-interval=", *value,
+                                ": must be a positive duration such as 500ms or 2s"));
+    }
+  }
+  parsed.command.assign(args.begin() + i, args.end());
+  if (parsed.command.empty()) return Usage("no command: kubetrain-runtime exec -- CMD [ARGS...]");
+  return parsed;
+}
+
+int Fail(const absl::Status& status) {
+  const int code = ExitCodeFor(status);
+  std::cerr << "kubetrain-runtime exec: " << status.message() << " (exit code " << code
+            << (IsRetryableExitCode(code) ? ", retryable" : "") << ")" << std::endl;
+  return code;
+}
+
+int CannotRun(const std::string& command, int error) {
+  std::cerr << "kubetrain-runtime exec: " << command << ": "
+            << (error == ENOENT ? "command not found" : std::strerror(error)) << std::endl;
+  return error == ENOENT ? kExitCommandNotFound : kExitCannotExecute;
+}
+
+std::vector<char*> Argv(std::vector<std::string>& strings) {
+  std::vector<char*> argv;
+  for (std::string& s : strings) argv.push_back(s.data());
+  argv.push_back(nullptr);
+  return argv;
+}
+
+// The child's environment: ours, with the metric file set and the
+// operator's reporting variables taken out.
+std::vector<std::string> ChildEnvironment(const std::string& metric_file) {
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string entry = *e;
+    const std::string name = entry.substr(0, entry.find('='));
+    if (name == hypertune::kMetricFileEnv || name == kMetricsAddrEnv ||
+        name == "KUBETRAIN_METRICS_TOKEN") {
+      continue;
+    }
+    env.push_back(entry);
+  }
+  env.push_back(absl::StrCat(hypertune::kMetricFileEnv, "=", metric_file));
+  return env;
+}
+
+// Removes the directory when it goes out of scope.
+struct TempDir {
+  std::filesystem::path path;
+  ~TempDir() {
+    std::error_code ignored;
+    if (!path.empty()) std::filesystem::remove_all(path, ignored);
+  }
+};
+
+absl::StatusOr<std::filesystem::path> MakePrivateDir() {
+  const char* tmp = std::getenv("TMPDIR");
+  std::string pattern = (std::filesystem::path(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") /
+                         "kubetrain-exec-XXXXXX")
+                            .string();
+  if (mkdtemp(pattern.data()) == nullptr) {
+    return absl::InternalError(
+        absl::StrCat("cannot create a directory like ", pattern, ": ", std::strerror(errno)));
+  }
+  return std::filesystem::path(pattern);
+}
+
+// Queues the reports the child has added to its metric file since the last
+// poll. A file that cannot be read is a warning: the next poll tries again.
+void Forward(hypertune::HypertuneFileFollower& follower, const std::string& path,
+             TrialReporter& reporter) {
+  absl::StatusOr<std::vector<hypertune::HypertuneReport>> fresh = follower.PollFile(path);
+  if (!fresh.ok()) {
+    std::cerr << "kubetrain-runtime exec: warning: " << fresh.status().message() << std::endl;
+    return;
+  }
+  for (const hypertune::HypertuneReport& report : *fresh) {
+    reporter.Report(report.global_step, report.metrics);
+  }
+}
+
+int ExitCodeOf(int wait_status) {
+  if (WIFEXITED(wait_status)) return WEXITSTATUS(wait_status);
+  if (WIFSIGNALED(wait_status)) return 128 + WTERMSIG(wait_status);
+  return kExitInternal;
+}
+
+// The write end of the pipe the signal handler writes to.
+int signal_pipe = -1;
+
+void OnSignal(int sig) {
+  const int saved_errno = errno;
+  const unsigned char byte = static_cast<unsigned char>(sig);
+  // Non-blocking: when the pipe is full, the loop has signals to read anyway.
+  [[maybe_unused]] ssize_t ignored = write(signal_pipe, &byte, 1);
+  errno = saved_errno;
+}
+
+// Routes SIGTERM, SIGINT and SIGCHLD to a pipe; its read end, or an error.
+absl::StatusOr<int> CatchSignals() {
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0) {
+    return absl::InternalError(absl::StrCat("pipe: ", std::strerror(errno)));
+  }
+  signal_pipe = fds[1];
+  struct sigaction action = {};
+  action.sa_handler = OnSignal;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART | SA_NOCLDSTOP;
+  for (int sig : {SIGTERM, SIGINT, SIGCHLD}) sigaction(sig, &action, nullptr);
+  return fds[0];
+}
+
+int RunAndForward(std::vector<std::string> command, absl::Duration poll_interval,
+                  TrialReporter& reporter) {
+  absl::StatusOr<std::filesystem::path> dir = MakePrivateDir();
+  if (!dir.ok()) return Fail(dir.status());
+  TempDir cleanup{*dir};
+  const std::string metric_file = (*dir / "output.metrics").string();
+  // Before the child starts, so that neither a signal to us nor its exit is
+  // missed. (Caught signals are reset to their default in the child by exec.)
+  absl::StatusOr<int> signals = CatchSignals();
+  if (!signals.ok()) return Fail(signals.status());
+
+  std::vector<std::string> env_strings = ChildEnvironment(metric_file);
+  std::vector<char*> envp = Argv(env_strings);
+  std::vector<char*> argv = Argv(command);
+  pid_t child = 0;
+  const int spawn_error = posix_spawnp(&child, argv[0], nullptr, nullptr, argv.data(), envp.data());
+  if (spawn_error != 0) return CannotRun(command[0], spawn_error);
+
+  const int interval_ms =
+      static_cast<int>(std::max<int64_t>(absl::ToInt64Milliseconds(poll_interval), 1));
+  hypertune::HypertuneFileFollower follower;
+  int wait_status = 0;
+  for (;;) {
+    pollfd ready = {*signals, POLLIN, 0};
+    if (poll(&ready, 1, interval_ms) > 0) {
+      unsigned char caught[64];
+      for (ssize_t n; (n = read(*signals, caught, sizeof(caught))) > 0;) {
+        for (ssize_t i = 0; i < n; ++i) {
+          if (caught[i] == SIGTERM || caught[i] == SIGINT) kill(child, caught[i]);
+        }
+      }
+    }
+    const pid_t done = waitpid(child, &wait_status, WNOHANG);
+    // Read after the child has exited too: its last report is in the file.
+    Forward(follower, metric_file, reporter);
+    if (done == child) break;
+    if (done < 0 && errno != EINTR) {
+      return Fail(absl::InternalError(
+          absl::StrCat("waiting for ", command[0], ": ", std::strerror(errno))));
+    }
+  }
+  const int child_code = ExitCodeOf(wait_status);
+  absl::Status delivered = reporter.Finish();
+  if (delivered.ok()) return child_code;
+  if (child_code != kExitOk) {
+    std::cerr << "kubetrain-runtime exec: warning: " << delivered.message() << std::endl;
+    return child_code;
+  }
+  return Fail(delivered);
+}
+
+int RunExec(const std::vector<std::string>& args) {
+  for (const std::string& arg : args) {
+    if (arg == "--") break;
+    if (arg == "--help" || arg == "-h") {
+      std::cout << kUsage;
+      return kExitOk;
+    }
+  }
+  absl::StatusOr<ExecArgs> parsed = ParseExecArgs(args);
+  if (!parsed.ok()) {
+    std::cerr << "kubetrain-runtime exec: " << parsed.status().message() << "\n\n" << kUsage;
+    return ExitCodeFor(parsed.status());
+  }
+  absl::StatusOr<std::unique_ptr<TrialReporter>> reporter =
+      TrialReporter::FromEnvironment(std::cerr);
+  if (!reporter.ok()) return Fail(reporter.status());
+  if (*reporter == nullptr) {
+    std::vector<char*> argv = Argv(parsed->command);
+    execvp(argv[0], argv.data());
+    return CannotRun(parsed->command[0], errno);
+  }
+  return RunAndForward(std::move(parsed->command), parsed->poll_interval, **reporter);
+}
+
+}  // namespace
+
+KUBETRAIN_RUNTIME_SUBCOMMAND(exec,
+                             "run a trainer that uses cloudml-hypertune; forward its reports to "
+                             "the operator",
+                             RunExec);
+
+}  // namespace kubetrain::runtime::cmd

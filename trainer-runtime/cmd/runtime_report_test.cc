@@ -1,0 +1,308 @@
+// kubetrain-runtime `train` and `exec` reporting a trial's metrics to a real
+// Metrics service in this process, as the operator runs them: the
+// environment MakeReplica gives a trial replica, real child processes.
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "gmock/gmock.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "operator/metrics/metrics_service.h"
+#include "trainer-runtime/cmd/runtime_cli_test_util.h"
+#include "trainer-runtime/exit_codes.h"
+#include "trainer-runtime/hypertune/hypertune.h"
+
+namespace kubetrain::runtime {
+namespace {
+
+namespace fs = std::filesystem;
+using cli_test::RunBinary;
+using cli_test::Slurp;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::Not;
+using ::testing::Pair;
+
+constexpr char kJob[] = "team-a/fmnist";
+constexpr char kTrial[] = "4";
+
+// Keeps accepted reports, and marks each one with a file "got-<step>" in
+// `dir`, so that a child process can wait for its report to have arrived.
+class MarkingSink : public metrics::ReportSink {
+ public:
+  explicit MarkingSink(fs::path dir) : dir_(std::move(dir)) {}
+  absl::Status Accept(const metrics::MetricsReport& report) override {
+    absl::MutexLock lock(&mu_);
+    reports_.push_back(report);
+    std::ofstream(dir_ / absl::StrCat("got-", report.step));
+    return absl::OkStatus();
+  }
+  std::vector<metrics::MetricsReport> reports() {
+    absl::MutexLock lock(&mu_);
+    return reports_;
+  }
+
+ private:
+  const fs::path dir_;
+  absl::Mutex mu_;
+  std::vector<metrics::MetricsReport> reports_ ABSL_GUARDED_BY(mu_);
+};
+
+class RuntimeReportTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::path(::testing::TempDir()) / ("runtime-report-" + std::to_string(::getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    log_ = (dir_ / "log").string();
+    sink_ = std::make_unique<MarkingSink>(dir_);
+    token_ = metrics::NewTrialToken();
+    tokens_.Register(kJob, kTrial, token_);
+    service_ = std::make_unique<metrics::MetricsServiceImpl>(&tokens_, sink_.get());
+    grpc::ServerBuilder builder;
+    int port = 0;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.RegisterService(service_.get());
+    server_ = builder.BuildAndStart();
+    ASSERT_NE(server_, nullptr);
+    address_ = "127.0.0.1:" + std::to_string(port);
+  }
+  void TearDown() override {
+    if (server_) server_->Shutdown();
+    fs::remove_all(dir_);
+  }
+
+  // What the operator puts in a trial replica's environment.
+  std::map<std::string, std::string> TrialEnvironment(const std::string& token) const {
+    return {{"KUBETRAIN_METRICS_ADDR", address_},
+            {"KUBETRAIN_METRICS_TOKEN", token},
+            {"KUBETRAIN_NAMESPACE", "team-a"},
+            {"KUBETRAIN_JOB_NAME", "fmnist"},
+            {"KUBETRAIN_TRIAL_ID", kTrial},
+            {"CLOUD_ML_TRIAL_ID", kTrial},
+            {"KUBETRAIN_TASK_TYPE", "master"},
+            {"KUBETRAIN_TASK_INDEX", "0"},
+            {"KUBETRAIN_METRIC_TAG", hypertune::kDefaultMetricTag}};
+  }
+  static std::string Env(const std::map<std::string, std::string>& vars) {
+    // Nothing of the test's own environment about metrics leaks in.
+    std::string env = "env -u KUBETRAIN_METRICS_ADDR -u CLOUD_ML_HP_METRIC_FILE";
+    for (const auto& [name, value] : vars) absl::StrAppend(&env, " ", name, "='", value, "'");
+    return env;
+  }
+  std::string Train(const std::string& out, int max_steps) const {
+    cli_test::WriteTinyDataset(dir_ / "train.csv");
+    return cli_test::TinyTrainArgs(dir_ / "train.csv", dir_ / out, max_steps);
+  }
+  // A shell script in the test's directory.
+  std::string Script(const std::string& name, const std::string& body) const {
+    const fs::path path = dir_ / name;
+    std::ofstream(path) << body;
+    return path.string();
+  }
+
+  fs::path dir_;
+  std::string log_;
+  metrics::TokenRegistry tokens_;
+  std::unique_ptr<MarkingSink> sink_;
+  std::string token_;
+  std::unique_ptr<metrics::MetricsServiceImpl> service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::string address_;
+};
+
+TEST_F(RuntimeReportTest, TrainReportsEachEvaluationOfTheMaster) {
+  std::map<std::string, std::string> env = TrialEnvironment(token_);
+  env["CLOUD_ML_HP_METRIC_FILE"] = (dir_ / "hypertune" / "output.metrics").string();
+  ASSERT_EQ(RunBinary(Train("out", 20), log_, Env(env)), kExitOk) << Slurp(log_);
+  std::vector<metrics::MetricsReport> reports = sink_->reports();
+  ASSERT_FALSE(reports.empty()) << Slurp(log_);
+  for (const metrics::MetricsReport& r : reports) {
+    EXPECT_EQ(r.job, kJob);
+    EXPECT_EQ(r.trial, kTrial);
+    EXPECT_EQ(r.task, "master-0");
+  }
+  EXPECT_THAT(Slurp(log_), HasSubstr("Final metrics after 20 steps"));
+  // The final evaluation, every tag in one report; the default tag carries
+  // the evaluation accuracy. The hypertune file has the same values.
+  const metrics::MetricsReport& last = reports.back();
+  EXPECT_EQ(last.step, 20);
+  std::vector<std::string> tags;
+  for (const auto& [tag, value] : last.values) tags.push_back(tag);
+  EXPECT_THAT(tags, ElementsAre("accuracy", "loss", hypertune::kDefaultMetricTag));
+  EXPECT_EQ(last.values.at(hypertune::kDefaultMetricTag), last.values.at("accuracy"));
+  std::vector<hypertune::HypertuneReport> file =
+      hypertune::ParseHypertuneFile(Slurp(env["CLOUD_ML_HP_METRIC_FILE"]));
+  ASSERT_GE(file.size(), 3u);
+  for (size_t i = file.size() - 3; i < file.size(); ++i) {
+    EXPECT_EQ(file[i].global_step, 20);
+    ASSERT_EQ(file[i].metrics.size(), 1u);
+    const auto& [tag, value] = *file[i].metrics.begin();
+    ASSERT_EQ(last.values.count(tag), 1u) << tag;
+    EXPECT_EQ(value, last.values.at(tag)) << tag;
+  }
+}
+
+TEST_F(RuntimeReportTest, TrainWithAWrongTokenFailsNamingTheTokenVariable) {
+  const int code = RunBinary(Train("out", 5), log_, Env(TrialEnvironment("not-the-token")));
+  EXPECT_NE(code, kExitOk) << Slurp(log_);
+  EXPECT_FALSE(IsRetryableExitCode(code)) << Slurp(log_);
+  EXPECT_THAT(Slurp(log_), HasSubstr("KUBETRAIN_METRICS_TOKEN"));
+  EXPECT_THAT(Slurp(log_), HasSubstr(address_));
+  EXPECT_TRUE(sink_->reports().empty());
+}
+
+TEST_F(RuntimeReportTest, TrainExitsRetryableWhenTheLastReportCannotBeDelivered) {
+  server_->Shutdown();  // connections to address_ are refused from now on
+  server_.reset();
+  std::map<std::string, std::string> env = TrialEnvironment(token_);
+  env["KUBETRAIN_METRICS_DEADLINE"] = "1s";
+  EXPECT_EQ(RunBinary(Train("out", 5), log_, Env(env)), kExitRetryable) << Slurp(log_);
+  EXPECT_THAT(Slurp(log_), HasSubstr("not delivered to the operator at " + address_));
+}
+
+TEST_F(RuntimeReportTest, TrainOutsideATrialDoesNotReport) {
+  std::map<std::string, std::string> env = TrialEnvironment(token_);
+  env.erase("KUBETRAIN_TRIAL_ID");
+  env.erase("CLOUD_ML_TRIAL_ID");
+  ASSERT_EQ(RunBinary(Train("out", 5), log_, Env(env)), kExitOk) << Slurp(log_);
+  EXPECT_THAT(Slurp(log_), HasSubstr("not a tuning trial"));
+  EXPECT_TRUE(sink_->reports().empty());
+}
+
+// A trainer that reports as cloudml-hypertune does: the whole file rewritten
+// on each report. It writes the next report only once the service has the
+// previous one, so each is forwarded while the trainer still runs.
+constexpr char kHypertuneTrainer[] = R"(
+dir="$1"
+echo "$CLOUD_ML_HP_METRIC_FILE" > "$dir/metric_file"
+env > "$dir/child_env"
+lines=""
+for i in 1 2 3; do
+  lines="${lines}{\"accuracy\": \"0.${i}\", \"global_step\": \"${i}00\", \"timestamp\": 1700000000.${i}, \"trial\": \"4\"}
+"
+  printf '%s' "$lines" > "$CLOUD_ML_HP_METRIC_FILE"
+  n=0
+  while [ ! -e "$dir/got-${i}00" ]; do
+    n=$((n + 1))
+    if [ $n -gt 6000 ]; then exit 99; fi
+    sleep 0.01
+  done
+done
+exit 7
+)";
+
+TEST_F(RuntimeReportTest, ExecForwardsEachHypertuneReportOnceInOrder) {
+  const std::string script = Script("trainer.sh", kHypertuneTrainer);
+  EXPECT_EQ(RunBinary("exec --poll-interval 20ms -- sh " + script + " " + dir_.string(), log_,
+                      Env(TrialEnvironment(token_))),
+            7)
+      << Slurp(log_);
+  std::vector<metrics::MetricsReport> reports = sink_->reports();
+  ASSERT_EQ(reports.size(), 3u) << Slurp(log_);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(reports[i].step, (i + 1) * 100);
+    EXPECT_THAT(reports[i].values, ElementsAre(Pair("accuracy", (i + 1) / 10.0)));
+    EXPECT_EQ(reports[i].job, kJob);
+    EXPECT_EQ(reports[i].trial, kTrial);
+    EXPECT_EQ(reports[i].task, "master-0");
+  }
+  // The child's metric file was private, and is gone; the token was not
+  // handed to the child.
+  std::string metric_file = Slurp((dir_ / "metric_file").string());
+  ASSERT_FALSE(metric_file.empty());
+  metric_file.pop_back();  // newline
+  EXPECT_FALSE(fs::exists(fs::path(metric_file).parent_path())) << metric_file;
+  EXPECT_THAT(Slurp((dir_ / "child_env").string()), Not(HasSubstr(token_)));
+}
+
+TEST_F(RuntimeReportTest, ExecWithAWrongTokenFailsNamingTheTokenVariable) {
+  const std::string script =
+      Script("once.sh",
+             "printf '{\"accuracy\": \"0.5\", \"global_step\": \"1\", \"timestamp\": 1.0}\\n' "
+             "> \"$CLOUD_ML_HP_METRIC_FILE\"\n");
+  const int code = RunBinary("exec -- sh " + script, log_, Env(TrialEnvironment("not-the-token")));
+  EXPECT_NE(code, kExitOk) << Slurp(log_);
+  EXPECT_FALSE(IsRetryableExitCode(code)) << Slurp(log_);
+  EXPECT_THAT(Slurp(log_), HasSubstr("KUBETRAIN_METRICS_TOKEN"));
+}
+
+TEST_F(RuntimeReportTest, ExecForwardsSigtermToTheChild) {
+  // The child says it is ready on stdout (a pipe to this test), then becomes
+  // a process that only SIGTERM ends.
+  const std::string script = Script("wait.sh", "echo ready\nexec sleep 1000\n");
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, ready[1], STDOUT_FILENO);
+  posix_spawn_file_actions_addclose(&actions, ready[0]);
+  std::vector<std::string> args = {"sh", "-c",
+                                   "exec " + Env(TrialEnvironment(token_)) + " " +
+                                       KUBETRAIN_RUNTIME_BINARY + " exec -- sh " + script};
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  ASSERT_EQ(posix_spawn(&pid, "/bin/sh", &actions, nullptr, argv.data(), environ), 0);
+  posix_spawn_file_actions_destroy(&actions);
+  close(ready[1]);
+  // Should an assertion fail, nothing is left running.
+  std::unique_ptr<pid_t, void (*)(pid_t*)> reaper(&pid, [](pid_t* p) {
+    if (*p > 0 && kill(*p, SIGKILL) == 0) waitpid(*p, nullptr, 0);
+  });
+  char line[16] = {};
+  ASSERT_GT(read(ready[0], line, sizeof(line) - 1), 0);
+  EXPECT_STREQ(line, "ready\n");
+  ASSERT_EQ(kill(pid, SIGTERM), 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  pid = 0;
+  close(ready[0]);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 128 + SIGTERM);
+}
+
+TEST_F(RuntimeReportTest, ExecExitsWithTheChildsCode) {
+  const std::string out = (dir_ / "seen").string();
+  EXPECT_EQ(RunBinary("exec -- sh -c 'echo \"$CLOUD_ML_HP_METRIC_FILE\" > " + out + "; exit 5'",
+                      log_, Env({{"CLOUD_ML_HP_METRIC_FILE", "/data/trial-4/output.metrics"}})),
+            5)
+      << Slurp(log_);
+  EXPECT_EQ(Slurp(out), "/data/trial-4/output.metrics\n");
+  // A child killed by a signal: 128 + the signal, as a shell reports it.
+  EXPECT_EQ(RunBinary("exec -- sh -c 'kill -TERM $$'", log_, Env(TrialEnvironment(token_))),
+            128 + SIGTERM)
+      << Slurp(log_);
+}
+
+TEST_F(RuntimeReportTest, ExecUsageErrors) {
+  EXPECT_EQ(RunBinary("exec --", log_, Env({})), kExitUsage);
+  EXPECT_THAT(Slurp(log_), HasSubstr("no command"));
+  EXPECT_EQ(RunBinary("exec --frobnicate -- true", log_, Env({})), kExitUsage);
+  EXPECT_THAT(Slurp(log_), HasSubstr("--frobnicate"));
+  EXPECT_EQ(RunBinary("exec --poll-interval=soon -- true", log_, Env({})), kExitUsage);
+  EXPECT_THAT(Slurp(log_), HasSubstr("--poll-interval"));
+  EXPECT_EQ(RunBinary("exec -- no-such-command-kubetrain", log_, Env({})), 127);
+  EXPECT_THAT(Slurp(log_), HasSubstr("no-such-command-kubetrain: command not found"));
+  EXPECT_EQ(RunBinary("exec -- no-such-command-kubetrain", log_, Env(TrialEnvironment(token_))),
+            127);
+  EXPECT_THAT(Slurp(log_), HasSubstr("no-such-command-kubetrain: command not found"));
+  EXPECT_EQ(RunBinary("--help", log_), kExitOk);
+  EXPECT_THAT(Slurp(log_), HasSubstr("exec"));
+}
+
+}  // namespace
+}  // namespace kubetrain::runtime
