@@ -270,7 +270,7 @@ int RunAndForward(std::vector<std::string> command, absl::Duration poll_interval
 
 int RunExec(const std::vector<std::string>& args) {
   for (const std::string& arg : args) {
-    if (arg == "--") break;
+    if (arg == "--" || !absl::StartsWith(arg, "-")) break;  // the command's own flags follow
     if (arg == "--help" || arg == "-h") {
       std::cout << kUsage;
       return kExitOk;

@@ -300,6 +300,10 @@ TEST_F(RuntimeReportTest, ExecUsageErrors) {
   EXPECT_EQ(RunBinary("exec -- no-such-command-kubetrain", log_, Env(TrialEnvironment(token_))),
             127);
   EXPECT_THAT(Slurp(log_), HasSubstr("no-such-command-kubetrain: command not found"));
+  // --help after the command is the command's.
+  EXPECT_EQ(RunBinary("exec sh -c 'exit 9' --help", log_, Env({})), 9) << Slurp(log_);
+  EXPECT_EQ(RunBinary("exec --help", log_), kExitOk);
+  EXPECT_THAT(Slurp(log_), HasSubstr("--poll-interval"));
   EXPECT_EQ(RunBinary("--help", log_), kExitOk);
   EXPECT_THAT(Slurp(log_), HasSubstr("exec"));
 }
