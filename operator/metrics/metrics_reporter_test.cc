@@ -18,6 +18,7 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "operator/metrics/metrics_service.h"
+#include "operator/metrics/metrics_test_server.h"
 
 namespace kubetrain::metrics {
 namespace {
@@ -103,24 +104,18 @@ class MetricsReporterTest : public ::testing::Test {
     token_ = NewTrialToken();
     authority_.tokens().Register(kJob, kTrial, token_);
     service_ = std::make_unique<MetricsServiceImpl>(&authority_, &sink_);
-    ASSERT_TRUE(Start("127.0.0.1:0"));
+    ASSERT_TRUE(Start(0));
   }
-  void TearDown() override { Stop(); }
 
-  bool Start(const std::string& listen) {
-    grpc::ServerBuilder builder;
-    int port = 0;
-    builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
-    builder.RegisterService(service_.get());
-    server_ = builder.BuildAndStart();
-    if (server_ == nullptr || port <= 0) return false;
-    address_ = "127.0.0.1:" + std::to_string(port);
+  // Serves on `port` (0: any free one); address_ is where.
+  bool Start(int port) {
+    server_ = LoopbackServer::Start(service_.get(), port);
+    if (server_ == nullptr) return false;
+    address_ = server_->address();
     return true;
   }
-  void Stop() {
-    if (server_) server_->Shutdown();
-    server_.reset();
-  }
+  // Connections to address_ are refused from now on.
+  void Stop() { server_.reset(); }
 
   std::unique_ptr<MetricsReporter> Reporter(const std::string& token) {
     return MetricsReporter::Create(address_, {kJob, kTrial, "master-0"}, token);
@@ -130,7 +125,7 @@ class MetricsReporterTest : public ::testing::Test {
   GatedSink sink_;
   std::string token_;
   std::unique_ptr<MetricsServiceImpl> service_;
-  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<LoopbackServer> server_;
   std::string address_;
 };
 
@@ -205,6 +200,7 @@ TEST_F(MetricsReporterTest, PermissionDeniedAndInvalidArgumentAreNotRetried) {
 
 TEST_F(MetricsReporterTest, ReachesAnOperatorThatComesBackAfterARefusedConnection) {
   const std::string address = address_;
+  const int port = server_->port();
   Stop();
   auto reporter = Reporter(token_);
   absl::Status refused = reporter->Report(1, {{"accuracy", 0.5}});
@@ -216,7 +212,7 @@ TEST_F(MetricsReporterTest, ReachesAnOperatorThatComesBackAfterARefusedConnectio
   options.initial_backoff = milliseconds(50);
   bool restarted = false;
   options.wait = [&](milliseconds d, const absl::Status&) {
-    if (!restarted) restarted = Start(address);
+    if (!restarted) restarted = Start(port);
     std::this_thread::sleep_for(d);  // the backoff itself, as in production
     return true;
   };

@@ -44,6 +44,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "trainer-runtime/cmd/command_error.h"
 #include "trainer-runtime/cmd/subcommand.h"
 #include "trainer-runtime/cmd/trial_reporter.h"
 #include "trainer-runtime/exit_codes.h"
@@ -114,10 +115,7 @@ absl::StatusOr<ExecArgs> ParseExecArgs(const std::vector<std::string>& args) {
 }
 
 int Fail(const absl::Status& status) {
-  const int code = ExitCodeFor(status);
-  std::cerr << "kubetrain-runtime exec: " << status.message() << " (exit code " << code
-            << (IsRetryableExitCode(code) ? ", retryable" : "") << ")" << std::endl;
-  return code;
+  return FailWithExitCode("kubetrain-runtime exec: ", status);
 }
 
 int CannotRun(const std::string& command, int error) {

@@ -20,9 +20,7 @@ using cli_test::Slurp;
 class RuntimeCliTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::path(::testing::TempDir()) / ("runtime-cli-" + std::to_string(::getpid()));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
+    dir_ = cli_test::FreshTempDir("runtime-cli");
     cli_test::WriteTinyDataset(dir_ / "train.csv");
   }
   std::string Flags(const std::string& out, int max_steps) const {

@@ -3,6 +3,7 @@
 // Running the kubetrain-runtime binary from a test, as a replica runs it.
 
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -10,6 +11,8 @@
 #include <iterator>
 #include <random>
 #include <string>
+
+#include "gtest/gtest.h"
 
 namespace kubetrain::runtime::cli_test {
 
@@ -26,6 +29,15 @@ inline int RunBinary(const std::string& args, const std::string& log, const std:
 inline std::string Slurp(const std::string& path) {
   std::ifstream in(path);
   return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// An empty directory of this process's own under the test's temp dir.
+inline std::filesystem::path FreshTempDir(const std::string& name) {
+  std::filesystem::path dir =
+      std::filesystem::path(::testing::TempDir()) / (name + "-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
 }
 
 // Two separable blobs, 200 rows of "x,y,label": a model learns them in a few

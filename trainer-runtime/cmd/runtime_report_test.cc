@@ -17,9 +17,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "gmock/gmock.h"
-#include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "operator/metrics/metrics_service.h"
+#include "operator/metrics/metrics_test_server.h"
 #include "trainer-runtime/cmd/runtime_cli_test_util.h"
 #include "trainer-runtime/exit_codes.h"
 #include "trainer-runtime/hypertune/hypertune.h"
@@ -63,24 +63,18 @@ class MarkingSink : public metrics::ReportSink {
 class RuntimeReportTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::path(::testing::TempDir()) / ("runtime-report-" + std::to_string(::getpid()));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
+    dir_ = cli_test::FreshTempDir("runtime-report");
     log_ = (dir_ / "log").string();
     sink_ = std::make_unique<MarkingSink>(dir_);
     token_ = metrics::NewTrialToken();
     tokens_.Register(kJob, kTrial, token_);
     service_ = std::make_unique<metrics::MetricsServiceImpl>(&tokens_, sink_.get());
-    grpc::ServerBuilder builder;
-    int port = 0;
-    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-    builder.RegisterService(service_.get());
-    server_ = builder.BuildAndStart();
+    server_ = metrics::LoopbackServer::Start(service_.get());
     ASSERT_NE(server_, nullptr);
-    address_ = "127.0.0.1:" + std::to_string(port);
+    address_ = server_->address();
   }
   void TearDown() override {
-    if (server_) server_->Shutdown();
+    server_.reset();
     fs::remove_all(dir_);
   }
 
@@ -119,7 +113,7 @@ class RuntimeReportTest : public ::testing::Test {
   std::unique_ptr<MarkingSink> sink_;
   std::string token_;
   std::unique_ptr<metrics::MetricsServiceImpl> service_;
-  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<metrics::LoopbackServer> server_;
   std::string address_;
 };
 
@@ -165,8 +159,7 @@ TEST_F(RuntimeReportTest, TrainWithAWrongTokenFailsNamingTheTokenVariable) {
 }
 
 TEST_F(RuntimeReportTest, TrainExitsRetryableWhenTheLastReportCannotBeDelivered) {
-  server_->Shutdown();  // connections to address_ are refused from now on
-  server_.reset();
+  server_.reset();  // connections to address_ are refused from now on
   std::map<std::string, std::string> env = TrialEnvironment(token_);
   env["KUBETRAIN_METRICS_DEADLINE"] = "1s";
   EXPECT_EQ(RunBinary(Train("out", 5), log_, Env(env)), kExitRetryable) << Slurp(log_);

@@ -17,6 +17,7 @@
 #include "operator/observability/runtime_metrics.h"
 #include "prometheus/registry.h"
 #endif
+#include "trainer-runtime/cmd/command_error.h"
 #include "trainer-runtime/cmd/subcommand.h"
 #include "trainer-runtime/cmd/trial_reporter.h"
 #include "trainer-runtime/dist/strategy/task_runner.h"
@@ -110,12 +111,7 @@ std::string ExtractMetricsAddress(std::vector<std::string>& args) {
   return address;
 }
 
-int Fail(const absl::Status& status) {
-  const int code = ExitCodeFor(status);
-  std::cerr << "ERROR: " << status.message() << " (exit code " << code
-            << (IsRetryableExitCode(code) ? ", retryable" : "") << ")" << std::endl;
-  return code;
-}
+int Fail(const absl::Status& status) { return FailWithExitCode("ERROR: ", status); }
 
 int RunTrain(const std::vector<std::string>& args_in) {
   std::vector<std::string> args = args_in;
