@@ -22,7 +22,9 @@
 //      or 1 when the operator refused the trial's token: a trial must not end
 //      silently without its objective.
 // Without it (the local backend follows the file it set itself; a job that
-// is not a tuning study): exec the command in place, environment unchanged.
+// is not a tuning study), and on a task other than the chief (the master, or
+// worker 0 without one: as with `train`, only the chief's metrics count):
+// exec the command in place, environment unchanged.
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -47,6 +49,7 @@
 #include "trainer-runtime/cmd/command_error.h"
 #include "trainer-runtime/cmd/subcommand.h"
 #include "trainer-runtime/cmd/trial_reporter.h"
+#include "trainer-runtime/dist/cluster_spec.h"
 #include "trainer-runtime/exit_codes.h"
 #include "trainer-runtime/hypertune/hypertune.h"
 
@@ -266,6 +269,16 @@ int RunAndForward(std::vector<std::string> command, absl::Duration poll_interval
   return Fail(delivered);
 }
 
+// Whether this replica's reports count: the chief's of the cluster TF_CONFIG
+// describes. A TF_CONFIG this runtime cannot read is the trainer's business,
+// not a reason to drop its reports: such a replica forwards.
+bool IsChief() {
+  const char* tf_config = std::getenv("TF_CONFIG");
+  absl::StatusOr<dist::ClusterSpec> cluster =
+      dist::ClusterSpec::FromTfConfig(tf_config != nullptr ? tf_config : "");
+  return !cluster.ok() || cluster->IsChief();
+}
+
 int RunExec(const std::vector<std::string>& args) {
   for (const std::string& arg : args) {
     if (arg == "--" || !absl::StartsWith(arg, "-")) break;  // the command's own flags follow
@@ -279,8 +292,8 @@ int RunExec(const std::vector<std::string>& args) {
     std::cerr << "kubetrain-runtime exec: " << parsed.status().message() << "\n\n" << kUsage;
     return ExitCodeFor(parsed.status());
   }
-  absl::StatusOr<std::unique_ptr<TrialReporter>> reporter =
-      TrialReporter::FromEnvironment(std::cerr);
+  absl::StatusOr<std::unique_ptr<TrialReporter>> reporter = std::unique_ptr<TrialReporter>();
+  if (IsChief()) reporter = TrialReporter::FromEnvironment(std::cerr);
   if (!reporter.ok()) return Fail(reporter.status());
   if (*reporter == nullptr) {
     std::vector<char*> argv = Argv(parsed->command);

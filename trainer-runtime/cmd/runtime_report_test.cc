@@ -281,6 +281,22 @@ TEST_F(RuntimeReportTest, ExecExitsWithTheChildsCode) {
       << Slurp(log_);
 }
 
+TEST_F(RuntimeReportTest, ExecOnATaskOtherThanTheChiefRunsTheCommandUnchanged) {
+  std::map<std::string, std::string> env = TrialEnvironment(token_);
+  env["KUBETRAIN_TASK_TYPE"] = "worker";
+  env["TF_CONFIG"] =
+      R"({"cluster":{"master":["h0:2222"],"worker":["h1:2222"]},"task":{"type":"worker","index":0}})";
+  env["CLOUD_ML_HP_METRIC_FILE"] = (dir_ / "worker.metrics").string();
+  const std::string script = Script("worker.sh",
+                                    "echo \"$CLOUD_ML_HP_METRIC_FILE\" > \"$1/seen\"\n"
+                                    "printf '{\"accuracy\": \"0.5\", \"global_step\": \"1\"}\\n' "
+                                    "> \"$CLOUD_ML_HP_METRIC_FILE\"\n");
+  EXPECT_EQ(RunBinary("exec -- sh " + script + " " + dir_.string(), log_, Env(env)), kExitOk)
+      << Slurp(log_);
+  EXPECT_EQ(Slurp((dir_ / "seen").string()), env["CLOUD_ML_HP_METRIC_FILE"] + "\n");
+  EXPECT_TRUE(sink_->reports().empty());
+}
+
 TEST_F(RuntimeReportTest, ExecUsageErrors) {
   EXPECT_EQ(RunBinary("exec --", log_, Env({})), kExitUsage);
   EXPECT_THAT(Slurp(log_), HasSubstr("no command"));
