@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "operator/kube/rest_client.h"
+#include "operator/kube/test_objects.h"
 #include "operator/tuner/recording_tuner.h"
 #include "operator/tuner/tuner.h"
 #include "tests/fake_apiserver/fake_apiserver.h"
@@ -16,6 +17,8 @@ namespace {
 
 using fake_apiserver::FakeApiServer;
 using nlohmann::json;
+using testing::TerminatedPodStatus;
+using testing::TuningJobObject;
 
 json StandardJob(const std::string& name) {
   return {{"apiVersion", "kubetrain.io/v1"},
@@ -26,14 +29,6 @@ json StandardJob(const std::string& name) {
             {"runPolicy", {{"restartPolicy", "Never"}, {"cleanPodPolicy", "Running"}}}}}};
 }
 
-json Terminated(const std::string& phase, int exit_code) {
-  return {{"status",
-           {{"phase", phase},
-            {"containerStatuses",
-             {{{"name", "kubetrain"},
-               {"restartCount", 0},
-               {"state", {{"terminated", {{"exitCode", exit_code}, {"message", "done"}}}}}}}}}}};
-}
 
 class ControllerTest : public ::testing::Test {
  protected:
@@ -137,7 +132,7 @@ TEST_F(ControllerTest, PodPhasesDriveTheJobToSuccessAndCleanUp) {
   }
   ASSERT_TRUE(WaitForState("j", "RUNNING"));
   ASSERT_TRUE(
-      server_->MergePatch("pods", "ns1", "j-master-0", Terminated("Succeeded", 0), "status").ok());
+      server_->MergePatch("pods", "ns1", "j-master-0", TerminatedPodStatus("Succeeded", 0), "status").ok());
   ASSERT_TRUE(WaitForState("j", "SUCCEEDED"));
   // cleanPodPolicy Running: the running workers and ps go, the master stays.
   ASSERT_TRUE(server_->WaitUntil([&] { return server_->Count("pods") == 1; }));
@@ -154,7 +149,7 @@ TEST_F(ControllerTest, FailedWorkerUnderNeverFailsTheJob) {
   ASSERT_TRUE(server_->Create("trainingjobs", "ns1", StandardJob("f")).ok());
   ASSERT_TRUE(server_->WaitUntil([&] { return server_->Count("pods") == 8; }));
   ASSERT_TRUE(
-      server_->MergePatch("pods", "ns1", "f-worker-2", Terminated("Failed", 1), "status").ok());
+      server_->MergePatch("pods", "ns1", "f-worker-2", TerminatedPodStatus("Failed", 1), "status").ok());
   ASSERT_TRUE(WaitForState("f", "FAILED"));
   auto job = server_->Get("trainingjobs", "ns1", "f");
   EXPECT_NE((*job)["status"].value("errorMessage", "").find("worker-2"), std::string::npos)
@@ -210,29 +205,6 @@ TEST_F(ControllerTest, StatusConflictRereadsAndWritesAgain) {
   EXPECT_EQ(JobObject("s")["metadata"]["labels"]["team"], "a");
 }
 
-json StudyJob(const std::string& name, const std::string& resume) {
-  json job = {{"apiVersion", "kubetrain.io/v1"},
-              {"kind", "TrainingJob"},
-              {"metadata", {{"name", name}}},
-              {"spec",
-               {{"trainingInput",
-                 {{"scaleTier", "BASIC"},
-                  {"hyperparameters",
-                   {{"goal", "MAXIMIZE"},
-                    {"maxTrials", 2},
-                    {"maxParallelTrials", 2},
-                    {"hyperparameterMetricTag", "accuracy"},
-                    {"params",
-                     {{{"parameterName", "x"},
-                       {"type", "INTEGER"},
-                       {"minValue", 1},
-                       {"maxValue", 100},
-                       {"scaleType", "UNIT_LINEAR_SCALE"}}}}}}}}}}};
-  if (!resume.empty()) {
-    job["spec"]["trainingInput"]["hyperparameters"]["resumePreviousJobId"] = resume;
-  }
-  return job;
-}
 
 json FinishedTrialJson(const std::string& id, const std::string& x, double value) {
   return {{"trialId", id},
@@ -244,7 +216,7 @@ json FinishedTrialJson(const std::string& id, const std::string& x, double value
 
 TEST_F(ControllerTest, ResumedStudyReadsTheEarlierJobAndItsArchivedTrials) {
   controller_->Stop();  // this test drives its own controller
-  auto first = server_->Create("trainingjobs", "ns1", StudyJob("first", ""));
+  auto first = server_->Create("trainingjobs", "ns1", TuningJobObject("first", 2, 2));
   ASSERT_TRUE(first.ok());
   const json status = {
       {"state", "SUCCEEDED"},
@@ -259,8 +231,8 @@ TEST_F(ControllerTest, ResumedStudyReadsTheEarlierJobAndItsArchivedTrials) {
   archived.set_state(v1::SUCCEEDED);
   archived.mutable_final_metric()->set_objective_value(0.6);
   studies_.Archive(MetaString(*first, "uid"), archived);
-  ASSERT_TRUE(server_->Create("trainingjobs", "ns1", StudyJob("second", "first")).ok());
-  ASSERT_TRUE(server_->Create("trainingjobs", "ns1", StudyJob("orphan", "nowhere")).ok());
+  ASSERT_TRUE(server_->Create("trainingjobs", "ns1", TuningJobObject("second", 2, 2, "first")).ok());
+  ASSERT_TRUE(server_->Create("trainingjobs", "ns1", TuningJobObject("orphan", 2, 2, "nowhere")).ok());
 
   std::vector<tuner::TrialRecord> history;
   ControllerOptions options;

@@ -9,6 +9,7 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "operator/kube/rest_client.h"
+#include "operator/kube/test_objects.h"
 #include "operator/tuner/tuner.h"
 #include "tests/fake_apiserver/fake_apiserver.h"
 
@@ -17,6 +18,8 @@ namespace {
 
 using fake_apiserver::FakeApiServer;
 using nlohmann::json;
+using testing::TerminatedPodStatus;
+using testing::TuningJobObject;
 using ::testing::HasSubstr;
 using ::testing::MatchesRegex;
 
@@ -31,25 +34,6 @@ TEST(TrialTokenIssuerTest, OneTokenPerTrialAndIssuer) {
   EXPECT_EQ(distinct.size(), 6u);
 }
 
-json StudyJob(const std::string& name) {
-  return {{"apiVersion", "kubetrain.io/v1"},
-          {"kind", "TrainingJob"},
-          {"metadata", {{"name", name}}},
-          {"spec",
-           {{"trainingInput",
-             {{"scaleTier", "BASIC"},
-              {"hyperparameters",
-               {{"goal", "MAXIMIZE"},
-                {"maxTrials", 2},
-                {"maxParallelTrials", 2},
-                {"hyperparameterMetricTag", "accuracy"},
-                {"params",
-                 {{{"parameterName", "x"},
-                   {"type", "INTEGER"},
-                   {"minValue", 1},
-                   {"maxValue", 100},
-                   {"scaleType", "UNIT_LINEAR_SCALE"}}}}}}}}}}};
-}
 
 // The real controller on the fake API server, and the real Metrics service
 // (MetricsServiceImpl over ClusterTrialMetrics) on a loopback gRPC port.
@@ -135,7 +119,7 @@ class ClusterTrialMetricsTest : public ::testing::Test {
 };
 
 TEST_F(ClusterTrialMetricsTest, ATrialsReportReachesItsStatusOnlyWithItsOwnToken) {
-  ASSERT_TRUE(server_->Create("trainingjobs", "ns1", StudyJob("hp")).ok());
+  ASSERT_TRUE(server_->Create("trainingjobs", "ns1", TuningJobObject("hp", 2, 2)).ok());
   ASSERT_TRUE(controller_->Start(absl::Seconds(30)));
   ASSERT_TRUE(server_->WaitUntil([&] { return !PodToken("1").empty() && !PodToken("2").empty(); }));
   const std::string token1 = PodToken("1"), token2 = PodToken("2");
@@ -167,14 +151,7 @@ TEST_F(ClusterTrialMetricsTest, ATrialsReportReachesItsStatusOnlyWithItsOwnToken
   const std::string pod = MasterPod("1");
   ASSERT_FALSE(pod.empty());
   ASSERT_TRUE(server_
-                  ->MergePatch("pods", "ns1", pod,
-                               {{"status",
-                                 {{"phase", "Succeeded"},
-                                  {"containerStatuses",
-                                   {{{"name", "kubetrain"},
-                                     {"restartCount", 0},
-                                     {"state", {{"terminated", {{"exitCode", 0}}}}}}}}}}},
-                               "status")
+                  ->MergePatch("pods", "ns1", pod, TerminatedPodStatus("Succeeded", 0), "status")
                   .ok());
   // The trial completes with the reported value as its objective.
   auto trial_one = [&]() -> json {

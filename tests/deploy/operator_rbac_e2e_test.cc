@@ -22,6 +22,7 @@
 #include "tests/deploy/child_process.h"
 #include "tests/deploy/manifest_checks.h"
 #include "tests/deploy/rbac_calls.h"
+#include "operator/kube/test_objects.h"
 #include "tests/fake_apiserver/fake_apiserver.h"
 
 #ifndef KUBETRAIN_OPERATOR_BINARY
@@ -109,13 +110,7 @@ TEST(OperatorRbacE2eTest, EveryRequestOfAJobsLifeIsGranted) {
   }
   ASSERT_TRUE((*server)
                   ->MergePatch("pods", "ns1", "rbac-master-0",
-                               {{"status",
-                                 {{"phase", "Succeeded"},
-                                  {"containerStatuses",
-                                   {{{"name", "kubetrain"},
-                                     {"restartCount", 0},
-                                     {"state", {{"terminated", {{"exitCode", 0}}}}}}}}}}},
-                               "status")
+                               kube::testing::TerminatedPodStatus("Succeeded", 0), "status")
                   .ok());
   // Gone: succeeded, cleaned up, deleted by the TTL.
   EXPECT_TRUE((*server)->WaitUntil([&] { return (*server)->Count("trainingjobs") == 0; },

@@ -15,6 +15,7 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "kubetrain/v1/metrics.grpc.pb.h"
+#include "operator/kube/test_objects.h"
 #include "tests/fake_apiserver/fake_apiserver.h"
 #include "tests/operator/operator_process.h"
 
@@ -605,25 +606,6 @@ TEST_F(OperatorIntegrationTest, CleanPodPolicyNoneKeepsEveryReplica) {
 namespace kubetrain::testing {
 namespace {
 
-json StudyJob(const std::string& name) {
-  return {{"apiVersion", "kubetrain.io/v1"},
-          {"kind", "TrainingJob"},
-          {"metadata", {{"name", name}}},
-          {"spec",
-           {{"trainingInput",
-             {{"scaleTier", "BASIC"},
-              {"hyperparameters",
-               {{"goal", "MAXIMIZE"},
-                {"maxTrials", 1},
-                {"maxParallelTrials", 1},
-                {"hyperparameterMetricTag", "accuracy"},
-                {"params",
-                 {{{"parameterName", "x"},
-                   {"type", "DOUBLE"},
-                   {"minValue", 0},
-                   {"maxValue", 1}}}}}}}},
-            {"runPolicy", {{"restartPolicy", "Never"}}}}}};
-}
 
 // A pod standing for an operator replica (the fake server runs no Deployment).
 json OperatorPod(const std::string& name) {
@@ -682,7 +664,7 @@ TEST_F(OperatorIntegrationTest, TrialReportsReachTheLeaderAcrossAFailover) {
   ASSERT_TRUE(server_->WaitUntil([&] { return !grpc_address(*b).empty(); })) << b->Log();
   const std::string address_a = grpc_address(*a), address_b = grpc_address(*b);
 
-  ASSERT_TRUE(server_->Create("trainingjobs", "ns1", StudyJob("hp")).ok());
+  ASSERT_TRUE(server_->Create("trainingjobs", "ns1", kube::testing::TuningJobObject("hp", 1, 1)).ok());
   std::string token;
   ASSERT_TRUE(server_->WaitUntil([&] {
     for (const json& pod : server_->List("pods", "ns1")) {

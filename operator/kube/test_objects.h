@@ -1,0 +1,46 @@
+#pragma once
+
+// Kubernetes objects the controller's tests and the operator's integration
+// tests create on the fake API server. Header-only, for tests.
+
+#include <string>
+
+#include "nlohmann/json.hpp"
+
+namespace kubetrain::kube::testing {
+
+// A BASIC tuning job maximising "accuracy" over one INTEGER parameter x in
+// [1, 100]; `resume` sets resumePreviousJobId when not empty.
+inline nlohmann::json TuningJobObject(const std::string& name, int max_trials,
+                                      int max_parallel_trials, const std::string& resume = "") {
+  nlohmann::json hyperparameters = {{"goal", "MAXIMIZE"},
+                                    {"maxTrials", max_trials},
+                                    {"maxParallelTrials", max_parallel_trials},
+                                    {"hyperparameterMetricTag", "accuracy"},
+                                    {"params",
+                                     {{{"parameterName", "x"},
+                                       {"type", "INTEGER"},
+                                       {"minValue", 1},
+                                       {"maxValue", 100},
+                                       {"scaleType", "UNIT_LINEAR_SCALE"}}}}};
+  if (!resume.empty()) hyperparameters["resumePreviousJobId"] = resume;
+  return {{"apiVersion", "kubetrain.io/v1"},
+          {"kind", "TrainingJob"},
+          {"metadata", {{"name", name}}},
+          {"spec",
+           {{"trainingInput", {{"scaleTier", "BASIC"}, {"hyperparameters", hyperparameters}}},
+            {"runPolicy", {{"restartPolicy", "Never"}}}}}};
+}
+
+// A pod status patch: `phase` with the container "kubetrain" terminated
+// with `exit_code`.
+inline nlohmann::json TerminatedPodStatus(const std::string& phase, int exit_code) {
+  return {{"status",
+           {{"phase", phase},
+            {"containerStatuses",
+             {{{"name", "kubetrain"},
+               {"restartCount", 0},
+               {"state", {{"terminated", {{"exitCode", exit_code}, {"message", "exit"}}}}}}}}}}};
+}
+
+}  // namespace kubetrain::kube::testing
