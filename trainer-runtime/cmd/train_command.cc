@@ -122,6 +122,9 @@ int RunTrain(const std::vector<std::string>& args_in) {
           << engine::TrainerFlagsHelp()
           << "  --strategy auto|local|allreduce|ps\n"
              "  --sync_replicas\n"
+             "  --allreduce_overlap[=true|false]  all-reduce gradient buckets while the backward\n"
+             "                               pass goes on (default true)\n"
+             "  --allreduce_bucket_kib N     gradients fused per all-reduce (default 4096)\n"
              "  --transport auto|grpc|shm\n"
              "  --connect_timeout_secs N\n"
              "  --metrics_address HOST:PORT  serve Prometheus /metrics (step time, examples/s,\n"
