@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <set>
 #include <string>
@@ -12,6 +13,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "kubetrain/v1/metrics.grpc.pb.h"
@@ -616,6 +618,17 @@ json OperatorPod(const std::string& name) {
           {"spec", {{"containers", {{{"name", "operator"}, {"image", "op"}}}}}}};
 }
 
+// Polls `predicate` every 20 ms until it holds or `timeout` passes: for what
+// the fake server's WaitUntil does not see (process logs, gRPC answers).
+bool Eventually(const std::function<bool()>& predicate,
+                absl::Duration timeout = absl::Seconds(60)) {
+  for (const absl::Time deadline = absl::Now() + timeout; absl::Now() < deadline;) {
+    if (predicate()) return true;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  return predicate();
+}
+
 // One report, as a trial sends it; the service's answer.
 grpc::Status SendReport(const std::string& address, const std::string& trial,
                         const std::string& token, int64_t step, double accuracy) {
@@ -661,7 +674,8 @@ TEST_F(OperatorIntegrationTest, TrialReportsReachTheLeaderAcrossAFailover) {
   auto a = StartOperator("a", election("op-a"));
   ASSERT_TRUE(server_->WaitUntil([&] { return label("op-a") == "true"; })) << a->Log();
   auto b = StartOperator("b", election("op-b"));
-  ASSERT_TRUE(server_->WaitUntil([&] { return !grpc_address(*b).empty(); })) << b->Log();
+  ASSERT_TRUE(Eventually([&] { return !grpc_address(*a).empty() && !grpc_address(*b).empty(); }))
+      << b->Log();
   const std::string address_a = grpc_address(*a), address_b = grpc_address(*b);
 
   ASSERT_TRUE(server_->Create("trainingjobs", "ns1", kube::testing::TuningJobObject("hp", 1, 1)).ok());
@@ -694,7 +708,7 @@ TEST_F(OperatorIntegrationTest, TrialReportsReachTheLeaderAcrossAFailover) {
   ASSERT_TRUE(server_->WaitUntil([&] { return label("op-b") == "true" && label("op-a").empty(); }))
       << b->Log();
   grpc::Status second;
-  ASSERT_TRUE(server_->WaitUntil([&] {
+  ASSERT_TRUE(Eventually([&] {
     second = SendReport(address_b, "1", token, 20, 0.8);
     return second.error_code() != grpc::StatusCode::UNAVAILABLE;
   })) << b->Log();

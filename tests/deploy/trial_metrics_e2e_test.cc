@@ -1,0 +1,176 @@
+// A tuning trial's metrics, end to end across real processes: the real
+// kubetrain-operator (on the fake API server) issues the trial's pod with its
+// Metrics address and token; a real `kubetrain-runtime train`, started with
+// that pod's command and environment, reports each evaluation over gRPC; the
+// trial ends with the reported objective in the job's status.
+#include <fstream>
+#include <functional>
+#include <optional>
+#include <random>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "operator/kube/test_objects.h"
+#include "tests/deploy/child_process.h"
+#include "tests/fake_apiserver/fake_apiserver.h"
+
+#if !defined(KUBETRAIN_OPERATOR_BINARY) || !defined(KUBETRAIN_RUNTIME_BINARY)
+#error "KUBETRAIN_OPERATOR_BINARY and KUBETRAIN_RUNTIME_BINARY must name the binaries"
+#endif
+
+namespace kubetrain::deploy_testing {
+namespace {
+
+using fake_apiserver::FakeApiServer;
+using nlohmann::json;
+
+constexpr char kToken[] = "trial-metrics-token";
+
+// The first "<prefix>VALUE" line in `log`, VALUE up to the line's end.
+std::optional<std::string> Printed(const std::string& log, const std::string& prefix) {
+  size_t at = log.find(prefix);
+  if (at == std::string::npos) return std::nullopt;
+  size_t end = log.find('\n', at);
+  if (end == std::string::npos) return std::nullopt;
+  return log.substr(at + prefix.size(), end - at - prefix.size());
+}
+
+// Polls `predicate` every 20 ms until it holds or `timeout` passes: for what
+// the fake server's WaitUntil does not see (process output, process exits).
+bool Eventually(const std::function<bool()>& predicate, absl::Duration timeout) {
+  for (const absl::Time deadline = absl::Now() + timeout; absl::Now() < deadline;) {
+    if (predicate()) return true;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  return predicate();
+}
+
+TEST(TrialMetricsE2eTest, TheRuntimesReportsBecomeTheTrialsObjective) {
+  FakeApiServer::Options options;
+  options.bearer_token = kToken;
+  options.bookmark_interval = absl::Milliseconds(200);
+  auto server = FakeApiServer::Start(options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  std::string dir = ::testing::TempDir() + "/trial_metrics_e2e_XXXXXX";
+  ASSERT_NE(mkdtemp(dir.data()), nullptr);
+  {
+    std::ofstream out(dir + "/kubeconfig");
+    out << "apiVersion: v1\nkind: Config\ncurrent-context: fake\n"
+        << "clusters:\n- name: fake\n  cluster:\n    server: " << (*server)->url() << "\n"
+        << "contexts:\n- name: fake\n  context: {cluster: fake, user: op, namespace: ns1}\n"
+        << "users:\n- name: op\n  user:\n    token: " << kToken << "\n";
+  }
+  // A small two-class data set whose classes overlap.
+  {
+    std::mt19937 rng(3);
+    std::normal_distribution<double> noise(0.0, 1.0);
+    std::ofstream out(dir + "/data.csv");
+    for (int i = 0; i < 200; ++i) {
+      int label = i % 2;
+      out << (label ? 1.0 : -1.0) + noise(rng) << "," << noise(rng) << "," << label << "\n";
+    }
+  }
+  ChildProcess op({KUBETRAIN_OPERATOR_BINARY, "--kubeconfig", dir + "/kubeconfig", "--namespace",
+                   "ns1", "--leader-elect=false", "--http-address=127.0.0.1:0",
+                   "--metrics-listen=127.0.0.1:0",
+                   "--metrics-address=kubetrain-operator-trials.kubetrain-system.svc:9091"},
+                  dir + "/operator.log");
+  ASSERT_TRUE(op.Start());
+  std::optional<std::string> metrics_address;
+  ASSERT_TRUE(Eventually(
+      [&] {
+        metrics_address = Printed(op.Log(), "serving trial metrics on ");
+        return metrics_address.has_value();
+      },
+      absl::Seconds(60)))
+      << op.Log();
+
+  // One trial of a study over the runtime's --hidden1, 40 steps.
+  json job = kube::testing::TuningJobObject("hp", 1, 1);
+  json& input = job["spec"]["trainingInput"];
+  input["hyperparameters"].erase("hyperparameterMetricTag");  // training/hptuning/metric
+  input["hyperparameters"]["params"][0]["parameterName"] = "hidden1";
+  input["hyperparameters"]["params"][0]["minValue"] = 4;
+  input["hyperparameters"]["params"][0]["maxValue"] = 8;
+  input["args"] = {"--train_data_paths=" + dir + "/data.csv",
+                   "--eval_data_paths=" + dir + "/data.csv",
+                   "--max_steps=40",
+                   "--batch_size=20",
+                   "--hidden2=4",
+                   "--threads=1",
+                   "--seed=5",
+                   "--eval_every_secs=0.2"};
+  input["jobDir"] = dir + "/out";
+  ASSERT_TRUE((*server)->Create("trainingjobs", "ns1", job).ok());
+  json pod;
+  ASSERT_TRUE((*server)->WaitUntil([&] {
+    for (const json& p : (*server)->List("pods", "ns1")) {
+      if (p["metadata"]["labels"].value("kubetrain.io/trial-id", "") == "1") pod = p;
+    }
+    return pod.is_object();
+  })) << op.Log();
+
+  // The pod's command, run here with its environment. The trial reaches the
+  // operator at the address it bound (on a cluster: the trials' Service);
+  // TF_CONFIG is left out, its one master address being a cluster DNS name.
+  const json& container = pod["spec"]["containers"][0];
+  std::vector<std::string> argv = {"/usr/bin/env", "-u", "TF_CONFIG"};
+  bool token_given = false;
+  for (const json& var : container["env"]) {
+    const std::string name = var["name"], value = var.value("value", "");
+    if (name == "TF_CONFIG") continue;
+    if (name == "KUBETRAIN_METRICS_TOKEN") token_given = !value.empty();
+    if (name == "KUBETRAIN_METRICS_ADDR") {
+      EXPECT_EQ(value, "kubetrain-operator-trials.kubetrain-system.svc:9091");
+      argv.push_back(name + "=" + *metrics_address);
+    } else {
+      argv.push_back(name + "=" + value);
+    }
+  }
+  EXPECT_TRUE(token_given);
+  ASSERT_EQ(container["command"][0], "kubetrain-runtime");
+  argv.push_back(KUBETRAIN_RUNTIME_BINARY);
+  for (size_t i = 1; i < container["command"].size(); ++i) argv.push_back(container["command"][i]);
+  for (const json& arg : container["args"]) argv.push_back(arg);
+  ChildProcess trial(argv, dir + "/trial.log");
+  ASSERT_TRUE(trial.Start());
+  ASSERT_TRUE(Eventually([&] { return trial.Exited(); }, absl::Seconds(120))) << trial.Log();
+  // "Final metrics after N steps, loss: X, accuracy: Y": the last evaluation.
+  std::smatch final_line;
+  const std::string log = trial.Log();
+  ASSERT_TRUE(std::regex_search(log, final_line,
+                                std::regex(R"(Final metrics after (\d+) steps, loss: ([0-9.]+), )"
+                                           R"(accuracy: ([0-9.]+))")))
+      << log;
+  double accuracy = 0;
+  ASSERT_TRUE(absl::SimpleAtod(final_line[3].str(), &accuracy));
+
+  // The kubelet would now report the container's exit.
+  ASSERT_TRUE((*server)
+                  ->MergePatch("pods", "ns1", pod["metadata"]["name"].get<std::string>(),
+                               kube::testing::TerminatedPodStatus("Succeeded", 0), "status")
+                  .ok());
+  auto trial_status = [&]() -> json {
+    auto object = (*server)->Get("trainingjobs", "ns1", "hp");
+    if (!object.ok()) return json::object();
+    json trials =
+        (*object)["status"].value("trainingOutput", json::object()).value("trials", json::array());
+    return trials.empty() ? json::object() : trials[0];
+  };
+  ASSERT_TRUE((*server)->WaitUntil([&] { return trial_status().value("state", "") == "SUCCEEDED"; },
+                                   absl::Seconds(60)))
+      << trial_status() << op.Log();
+  const json metric = trial_status()["finalMetric"];
+  EXPECT_EQ(metric["trainingStep"], final_line[1].str()) << metric;
+  // The log prints the accuracy rounded.
+  EXPECT_NEAR(metric["objectiveValue"].get<double>(), accuracy, 1e-3) << metric << log;
+  op.Stop();
+}
+
+}  // namespace
+}  // namespace kubetrain::deploy_testing
