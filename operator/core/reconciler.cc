@@ -282,10 +282,11 @@ DesiredReplica MakeReplica(const v1::TrainingJob& job, const std::vector<api::Re
   if (IsStudy(job)) {
     r.env.emplace_back("KUBETRAIN_METRIC_TAG", input.hyperparameters().hyperparameter_metric_tag());
   }
-  if (!options.metrics_address.empty()) {
+  // Only a trial has metrics to report (its objective).
+  if (!trial_id.empty() && !options.metrics_address.empty()) {
     r.env.emplace_back("KUBETRAIN_METRICS_ADDR", options.metrics_address);
   }
-  if (options.trial_token) {
+  if (!trial_id.empty() && options.trial_token) {
     r.env.emplace_back("KUBETRAIN_METRICS_TOKEN",
                        options.trial_token(job.metadata().uid(), trial_id));
   }

@@ -235,7 +235,8 @@ struct ReconcileOptions {
   bool services = true;
   // Image for replicas whose replicaConfig has no imageUri.
   std::string default_image = "kubetrain/runtime:latest";
-  // Exported as KUBETRAIN_METRICS_ADDR when not empty (the Metrics service).
+  // Exported to trials as KUBETRAIN_METRICS_ADDR when not empty (the Metrics
+  // service).
   std::string metrics_address;
   // The per-trial token the Metrics service checks, as
   // KUBETRAIN_METRICS_TOKEN. Called with (job uid, trial id); unset: no token.
@@ -263,7 +264,7 @@ struct ReconcileOptions {
 // CLOUD_ML_TRIAL_ID (trials), KUBETRAIN_JOB_NAME, KUBETRAIN_NAMESPACE,
 // KUBETRAIN_JOB_UID, KUBETRAIN_TASK_TYPE, KUBETRAIN_TASK_INDEX,
 // KUBETRAIN_TRIAL_ID (trials), KUBETRAIN_METRIC_TAG (studies),
-// KUBETRAIN_METRICS_ADDR and KUBETRAIN_METRICS_TOKEN (when configured).
+// KUBETRAIN_METRICS_ADDR and KUBETRAIN_METRICS_TOKEN (trials, when configured).
 ReconcileResult Reconcile(const v1::TrainingJob& job, const Observed& observed, absl::Time now,
                           const ReconcileOptions& options);
 

@@ -341,8 +341,9 @@ TEST(ReconcileTest, ReplicaCarriesEnvArgsAndResources) {
   EXPECT_EQ(w.Env("CLOUD_ML_TRIAL_ID"), "");
   EXPECT_EQ(w.Env("KUBETRAIN_TASK_TYPE"), "worker");
   EXPECT_EQ(w.Env("KUBETRAIN_TASK_INDEX"), "0");
-  EXPECT_EQ(w.Env("KUBETRAIN_METRICS_ADDR"), "operator:9090");
-  EXPECT_EQ(w.Env("KUBETRAIN_METRICS_TOKEN"), "uid-1/");
+  // Not a tuning trial: nothing to report, so no Metrics address or token.
+  EXPECT_EQ(w.Env("KUBETRAIN_METRICS_ADDR"), "");
+  EXPECT_EQ(w.Env("KUBETRAIN_METRICS_TOKEN"), "");
   EXPECT_THAT(w.Env("TF_CONFIG"), HasSubstr(R"("task":{"type":"worker","index":0})"));
   EXPECT_EQ(w.env[0].first, "TF_CONFIG");
   EXPECT_EQ(w.labels.at("kubetrain.io/replica-type"), "worker");
@@ -844,6 +845,10 @@ const v1::HyperparameterOutput* Trial(const Harness& h, const std::string& id) {
 
 TEST(StudyTest, TrialIsOnRecordInTheSameResultThatCreatesItsReplicas) {
   Harness h(Study(5, 2));
+  h.options.metrics_address = "operator:9090";
+  h.options.trial_token = [](const std::string& uid, const std::string& trial) {
+    return uid + "/" + trial;
+  };
   ReconcileResult r = h.Reconcile();
   ASSERT_EQ(r.status.training_output().trials_size(), 2);
   EXPECT_EQ(r.status.training_output().trials(0).trial_id(), "1");
@@ -859,6 +864,8 @@ TEST(StudyTest, TrialIsOnRecordInTheSameResultThatCreatesItsReplicas) {
   EXPECT_THAT(m.args, ElementsAre("--x=2", "--job-dir", "/out/2"));
   EXPECT_EQ(m.Env("CLOUD_ML_TRIAL_ID"), "2");
   EXPECT_EQ(m.Env("KUBETRAIN_METRIC_TAG"), "accuracy");
+  EXPECT_EQ(m.Env("KUBETRAIN_METRICS_ADDR"), "operator:9090");
+  EXPECT_EQ(m.Env("KUBETRAIN_METRICS_TOKEN"), "uid-1/2");
   EXPECT_THAT(m.Env("TF_CONFIG"), HasSubstr(R"("trial":"2")"));
   EXPECT_THAT(m.Env("TF_CONFIG"), HasSubstr("mnist-t2-worker-0.default.svc:2222"));
 
