@@ -250,13 +250,29 @@ int RunAndForward(std::vector<std::string> command, absl::Duration poll_interval
         }
       }
     }
-    const pid_t done = waitpid(child, &wait_status, WNOHANG);
+    // As a container's first process, exec also inherits the child's own
+    // orphans (data-loader workers, shell wrappers): reap every exited one,
+    // keeping the child's status.
+    bool child_done = false;
+    int wait_errno = 0;
+    for (;;) {
+      int status = 0;
+      const pid_t done = waitpid(-1, &status, WNOHANG);
+      if (done <= 0) {
+        if (done < 0 && errno != EINTR && errno != ECHILD) wait_errno = errno;
+        break;
+      }
+      if (done == child) {
+        wait_status = status;
+        child_done = true;
+      }
+    }
     // Read after the child has exited too: its last report is in the file.
     Forward(follower, metric_file, reporter);
-    if (done == child) break;
-    if (done < 0 && errno != EINTR) {
+    if (child_done) break;
+    if (wait_errno != 0) {
       return Fail(absl::InternalError(
-          absl::StrCat("waiting for ", command[0], ": ", std::strerror(errno))));
+          absl::StrCat("waiting for ", command[0], ": ", std::strerror(wait_errno))));
     }
   }
   const int child_code = ExitCodeOf(wait_status);
