@@ -798,10 +798,20 @@ std::vector<v1::HyperparameterMetric> TagReports(const Context& c, const std::st
 void UpdateTrialMetrics(const Context& c, v1::HyperparameterOutput* trial) {
   std::vector<v1::HyperparameterMetric> reports = TagReports(c, trial->trial_id());
   if (reports.empty()) return;  // keep what status has
+  // Reports in status that this backend does not hold came before it (an
+  // operator that led earlier wrote them): they stay, ahead of its own.
+  std::vector<v1::HyperparameterMetric> merged;
+  for (const v1::HyperparameterMetric& m : trial->all_metrics()) {
+    const bool held = std::any_of(reports.begin(), reports.end(), [&](const auto& r) {
+      return r.training_step() == m.training_step() && r.objective_value() == m.objective_value();
+    });
+    if (!held) merged.push_back(m);
+  }
+  merged.insert(merged.end(), reports.begin(), reports.end());
   const size_t skip =
-      reports.size() > kMaxMetricsPerTrial ? reports.size() - kMaxMetricsPerTrial : 0;
+      merged.size() > kMaxMetricsPerTrial ? merged.size() - kMaxMetricsPerTrial : 0;
   trial->clear_all_metrics();
-  for (size_t i = skip; i < reports.size(); ++i) *trial->add_all_metrics() = reports[i];
+  for (size_t i = skip; i < merged.size(); ++i) *trial->add_all_metrics() = merged[i];
 }
 
 // true when `a` is a better objective than `b` under the study's goal.

@@ -16,6 +16,7 @@ using api::Role;
 using testing::ElementsAre;
 using testing::HasSubstr;
 using testing::IsEmpty;
+using testing::Pair;
 using testing::UnorderedElementsAre;
 using testing::UnorderedElementsAreArray;
 
@@ -943,6 +944,30 @@ TEST(StudyTest, ParallelismAndTotalCapsThenSortedBestFirst) {
   for (const ObservedReplica& o : h.observed.replicas) {
     EXPECT_EQ(o.phase, ReplicaPhase::kSucceeded) << o.name;
   }
+}
+
+TEST(StudyTest, ReportsAnEarlierLeaderWroteStayAheadOfThisOperatorsOwn) {
+  Harness h(Study(1, 1));
+  h.Settle();
+  h.RunAll();
+  h.Settle();
+  Report(h, "1", 100, 0.4);
+  Report(h, "1", 200, 0.6);
+  h.Settle();
+  ASSERT_EQ(h.job.status().training_output().trials(0).all_metrics_size(), 2);
+  // A new leader: the reports so far are in status only; it holds a later
+  // one, and one it received again (a retry of step 200).
+  h.observed.trial_metrics.clear();
+  Report(h, "1", 200, 0.6);
+  Report(h, "1", 300, 0.7);
+  h.Exit("mnist-t1-master-0", 0);
+  h.Settle();
+  const v1::HyperparameterOutput& t = h.job.status().training_output().trials(0);
+  std::vector<std::pair<int64_t, double>> curve;
+  for (const auto& m : t.all_metrics()) curve.emplace_back(m.training_step(), m.objective_value());
+  EXPECT_THAT(curve, ElementsAre(Pair(100, 0.4), Pair(200, 0.6), Pair(300, 0.7)));
+  EXPECT_EQ(t.final_metric().objective_value(), 0.7);
+  EXPECT_EQ(t.final_metric().training_step(), 300);
 }
 
 TEST(StudyTest, MinimizeSortsAscending) {
