@@ -76,8 +76,8 @@ constexpr char kUsage[] = R"(usage: kubetrain-operator [flags]
                                needed with --metrics-listen, and only with it
   --pod-name NAME              this replica's pod (downward API): the leader labels it
                                kubetrain.io/metrics-leader=true
-  --pod-namespace NS           the pod's namespace (default: the leader election
-                               namespace)
+  --pod-namespace NS           the pod's namespace (default: the credentials' namespace,
+                               in a pod its own)
   --http-address HOST:PORT     serve /metrics, /healthz, /readyz (default :8080; port 0
                                picks a free port; the bound address is printed as
                                "serving http on HOST:PORT")
@@ -381,7 +381,8 @@ int main(int argc, char** argv) {
                                       listen.substr(0, listen.rfind(':')), ":", port));
     if (!flags.pod_name.empty()) {
       leader_label = std::make_unique<kubetrain::kube::LeaderPodLabel>(
-          client->get(), flags.pod_ns.empty() ? lease_ns : flags.pod_ns, flags.pod_name);
+          client->get(), flags.pod_ns.empty() ? config->namespace_name : flags.pod_ns,
+          flags.pod_name);
       // Left over from when this pod last led (the container restarted).
       if (absl::Status released = leader_label->Release(); !released.ok()) {
         Log(LogLevel::kError, absl::StrCat("--pod-name: ", released.ToString()));

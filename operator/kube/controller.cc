@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "api/codec.h"
+#include "api/defaults.h"
 #include "api/validation.h"
 #include "operator/core/kube_objects.h"
 #include "operator/core/naming.h"
@@ -241,6 +242,27 @@ bool Controller::TrialPodHasToken(const std::string& job_key, const std::string&
     }
   }
   return false;
+}
+
+bool Controller::TrialReportRecorded(const std::string& job_key, const std::string& trial_id,
+                                     int64_t step,
+                                     const std::map<std::string, double>& values) const {
+  ObjectPtr object = jobs_ ? jobs_->cache().Get(job_key) : nullptr;
+  if (object == nullptr) return true;
+  absl::StatusOr<v1::TrainingJob> job = JobFromObject(*object);
+  if (!job.ok()) return true;
+  std::string tag = job->spec().training_input().hyperparameters().hyperparameter_metric_tag();
+  if (tag.empty()) tag = api::kDefaultMetricTag;
+  auto value = values.find(tag);
+  if (value == values.end()) return true;
+  for (const v1::HyperparameterOutput& trial : job->status().training_output().trials()) {
+    if (trial.trial_id() != trial_id) continue;
+    for (const v1::HyperparameterMetric& m : trial.all_metrics()) {
+      if (m.training_step() == step && m.objective_value() == value->second) return true;
+    }
+    return false;
+  }
+  return true;
 }
 
 void Controller::RecordStateMetrics() {

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <atomic>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -78,6 +79,12 @@ class Controller {
   std::optional<std::string> CachedJobUid(const std::string& job_key) const;
   bool TrialPodHasToken(const std::string& job_key, const std::string& trial_id,
                         const std::string& token) const;
+  // Whether the job's status in the cache holds trial `trial_id`'s report
+  // of `values` at `step`, or has nothing to hold: the job is gone, the
+  // trial is not in status (archived), or `values` lacks the job's metric tag
+  // (status keeps the tag's reports only).
+  bool TrialReportRecorded(const std::string& job_key, const std::string& trial_id, int64_t step,
+                           const std::map<std::string, double>& values) const;
 
  private:
   void Worker();

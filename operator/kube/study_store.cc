@@ -7,7 +7,11 @@ void InMemoryStudyStore::Report(const std::string& job_uid, const std::string& t
   std::function<void(const std::string&)> listener;
   {
     absl::MutexLock lock(&mu_);
-    metrics_[job_uid][trial_id].push_back(report);
+    std::vector<core::MetricReport>& reports = metrics_[job_uid][trial_id];
+    if (reports.size() >= kMaxReportsPerTrial) {
+      reports.erase(reports.begin(), reports.begin() + (reports.size() - kMaxReportsPerTrial + 1));
+    }
+    reports.push_back(report);
     listener = listener_;
   }
   if (listener) listener(job_uid);

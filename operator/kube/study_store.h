@@ -31,6 +31,11 @@ class StudyStore {
 // their final metrics; a running trial reports again).
 class InMemoryStudyStore : public StudyStore {
  public:
+  // The most reports kept per trial: the latest. Status keeps the last
+  // core::kMaxMetricsPerTrial of the metric tag; this bounds memory and the
+  // copy each reconcile takes when a trial reports far more often.
+  static constexpr size_t kMaxReportsPerTrial = 1000;
+
   // Records a report; then calls the listener (the controller requeues the job).
   void Report(const std::string& job_uid, const std::string& trial_id,
               const core::MetricReport& report);

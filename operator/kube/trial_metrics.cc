@@ -6,6 +6,7 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 
 namespace kubetrain::kube {
 
@@ -52,6 +53,16 @@ absl::Status ClusterTrialMetrics::Accept(const metrics::MetricsReport& report) {
     return absl::NotFoundError(absl::StrCat("TrainingJob ", report.job, " no longer exists"));
   }
   studies_->Report(*uid, report.trial, core::MetricReport{report.step, report.values});
+  // The controller writes the status within a reconcile; the cache follows by
+  // watch. Polled: gRPC gives each call its own thread.
+  const absl::Time deadline = absl::Now() + record_timeout_;
+  while (!controller_->TrialReportRecorded(report.job, report.trial, report.step, report.values)) {
+    if (absl::Now() >= deadline) {
+      return absl::UnavailableError(absl::StrCat(
+          "the report is not yet recorded in TrainingJob ", report.job, "'s status; retry"));
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
   return absl::OkStatus();
 }
 

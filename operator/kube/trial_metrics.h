@@ -13,6 +13,7 @@
 #include <atomic>
 #include <string>
 
+#include "absl/time/time.h"
 #include "operator/kube/controller.h"
 #include "operator/kube/study_store.h"
 #include "operator/metrics/metrics_service.h"
@@ -41,8 +42,11 @@ class TrialTokenIssuer {
 // outlive it.
 class ClusterTrialMetrics : public metrics::TrialAuthority, public metrics::ReportSink {
  public:
-  ClusterTrialMetrics(const Controller* controller, InMemoryStudyStore* studies)
-      : controller_(controller), studies_(studies) {}
+  // `record_timeout`: how long Accept waits for the report to reach the job's
+  // status (see Accept).
+  ClusterTrialMetrics(const Controller* controller, InMemoryStudyStore* studies,
+                      absl::Duration record_timeout = absl::Seconds(10))
+      : controller_(controller), studies_(studies), record_timeout_(record_timeout) {}
 
   void SetLeading(bool leading) { leading_.store(leading); }
 
@@ -50,12 +54,19 @@ class ClusterTrialMetrics : public metrics::TrialAuthority, public metrics::Repo
   // `token`; PERMISSION_DENIED otherwise.
   absl::Status Authorize(const std::string& job, const std::string& trial,
                          const std::string& token) const override;
-  // NOT_FOUND when the job is gone from the cache (deleted meanwhile).
+  // Hands the report to the study store (which requeues the job), then
+  // answers once the job's status holds it: a report that lived only in this
+  // replica's memory would be lost if it stopped leading before writing it,
+  // after the trial had been told it was delivered. UNAVAILABLE when the
+  // status does not hold it within `record_timeout` (the trial retries; a
+  // repeated report is harmless). NOT_FOUND when the job is gone from the
+  // cache (deleted meanwhile).
   absl::Status Accept(const metrics::MetricsReport& report) override;
 
  private:
   const Controller* const controller_;
   InMemoryStudyStore* const studies_;
+  const absl::Duration record_timeout_;
   std::atomic<bool> leading_{false};
 };
 

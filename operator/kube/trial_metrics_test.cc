@@ -169,5 +169,37 @@ TEST_F(ClusterTrialMetricsTest, ATrialsReportReachesItsStatusOnlyWithItsOwnToken
   EXPECT_EQ(trial_one()["finalMetric"]["trainingStep"], "20");
 }
 
+TEST_F(ClusterTrialMetricsTest, AReportIsConfirmedOnlyOnceTheJobsStatusHoldsIt) {
+  ASSERT_TRUE(server_->Create("trainingjobs", "ns1", TuningJobObject("hp", 2, 2)).ok());
+  ASSERT_TRUE(controller_->Start(absl::Seconds(30)));
+  // A second controller that only watches (no workers): it never writes the
+  // status, as a leader that stops before its next reconcile.
+  ControllerOptions watch_only;
+  watch_only.ns = "ns1";
+  watch_only.workers = 0;
+  InMemoryStudyStore studies;
+  Controller watcher(client_.get(), watch_only, &studies);
+  ASSERT_TRUE(watcher.Start(absl::Seconds(30)));
+  // Until trial 1 is in the status it sees, there is nothing it could hold.
+  ASSERT_TRUE(server_->WaitUntil(
+      [&] { return !watcher.TrialReportRecorded("ns1/hp", "1", 5, {{"accuracy", 0.4}}); }));
+  ClusterTrialMetrics quiet(&watcher, &studies, absl::Milliseconds(300));
+  quiet.SetLeading(true);
+
+  metrics::MetricsReport report{.job = "ns1/hp", .trial = "1", .task = "master-0", .step = 5};
+  // Without the metric tag there is nothing status would keep.
+  report.values = {{"loss", 0.3}};
+  EXPECT_TRUE(quiet.Accept(report).ok());
+  report.values = {{"accuracy", 0.4}};
+  absl::Status unrecorded = quiet.Accept(report);
+  EXPECT_EQ(unrecorded.code(), absl::StatusCode::kUnavailable) << unrecorded;
+  EXPECT_THAT(std::string(unrecorded.message()), HasSubstr("not yet recorded"));
+  // The report is still held, for the reconcile that records it.
+  EXPECT_EQ(studies.TrialMetrics(*watcher.CachedJobUid("ns1/hp")).at("1").size(), 2u);
+  report.job = "ns1/gone";
+  EXPECT_EQ(quiet.Accept(report).code(), absl::StatusCode::kNotFound);
+  watcher.Stop();
+}
+
 }  // namespace
 }  // namespace kubetrain::kube
