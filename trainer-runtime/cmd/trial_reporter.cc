@@ -86,7 +86,11 @@ class GrpcTrialReporter : public TrialReporter {
   }
 
   absl::Status Finish() override {
-    absl::Status s = queue_->Flush(deadline_);
+    // The last attempt may start just before the retry deadline and run its
+    // full attempt timeout: wait for it, or a delivered report would read as
+    // lost and restart the trial for nothing.
+    absl::Status s =
+        queue_->Flush(deadline_ + metrics::MetricsReporter::RetryOptions().attempt_timeout);
     if (s.ok()) return s;
     if (absl::IsPermissionDenied(s)) return permanent_error();
     if (absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s) || absl::IsCancelled(s)) {
