@@ -4,7 +4,6 @@
 // the other side (requests actually sent, though only on the paths run here).
 #include <stdlib.h>
 
-#include <fstream>
 #include <map>
 #include <optional>
 #include <set>
@@ -56,13 +55,7 @@ TEST(OperatorRbacE2eTest, EveryRequestOfAJobsLifeIsGranted) {
   ASSERT_TRUE(server.ok()) << server.status();
   std::string dir = ::testing::TempDir() + "/deploy_rbac_e2e_XXXXXX";
   ASSERT_NE(mkdtemp(dir.data()), nullptr);
-  {
-    std::ofstream out(dir + "/kubeconfig");
-    out << "apiVersion: v1\nkind: Config\ncurrent-context: fake\n"
-        << "clusters:\n- name: fake\n  cluster:\n    server: " << (*server)->url() << "\n"
-        << "contexts:\n- name: fake\n  context: {cluster: fake, user: op, namespace: ns1}\n"
-        << "users:\n- name: op\n  user:\n    token: " << kToken << "\n";
-  }
+  fake_apiserver::WriteKubeconfig(dir, (*server)->url(), kToken);
   // The operator's own pod, which it labels when it leads (as deployed:
   // --metrics-listen, --metrics-address, --pod-name).
   json operator_pod = {{"apiVersion", "v1"},
@@ -188,13 +181,7 @@ TEST(OperatorHttpEndpointTest, ServesMetricsHealthAndReadiness) {
   ASSERT_TRUE(server.ok()) << server.status();
   std::string dir = ::testing::TempDir() + "/deploy_http_e2e_XXXXXX";
   ASSERT_NE(mkdtemp(dir.data()), nullptr);
-  {
-    std::ofstream out(dir + "/kubeconfig");
-    out << "apiVersion: v1\nkind: Config\ncurrent-context: fake\n"
-        << "clusters:\n- name: fake\n  cluster:\n    server: " << (*server)->url() << "\n"
-        << "contexts:\n- name: fake\n  context: {cluster: fake, user: op, namespace: ns1}\n"
-        << "users:\n- name: op\n  user:\n    token: " << kToken << "\n";
-  }
+  fake_apiserver::WriteKubeconfig(dir, (*server)->url(), kToken);
   ChildProcess op(
       {KUBETRAIN_OPERATOR_BINARY, "--kubeconfig", dir + "/kubeconfig", "--namespace", "ns1",
        "--leader-elect=true", "--leader-election-namespace", "ns1", "--http-address=127.0.0.1:0"},

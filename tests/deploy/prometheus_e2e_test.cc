@@ -68,13 +68,7 @@ TEST_F(PrometheusE2eTest, ScrapesTheRealOperatorAndARuntimeTask) {
   options.bearer_token = kToken;
   auto server = FakeApiServer::Start(options);
   ASSERT_TRUE(server.ok()) << server.status();
-  {
-    std::ofstream out(dir_ + "/kubeconfig");
-    out << "apiVersion: v1\nkind: Config\ncurrent-context: fake\n"
-        << "clusters:\n- name: fake\n  cluster:\n    server: " << (*server)->url() << "\n"
-        << "contexts:\n- name: fake\n  context: {cluster: fake, user: op, namespace: ns1}\n"
-        << "users:\n- name: op\n  user:\n    token: " << kToken << "\n";
-  }
+  fake_apiserver::WriteKubeconfig(dir_, (*server)->url(), kToken);
   ChildProcess op({KUBETRAIN_OPERATOR_BINARY, "--kubeconfig", dir_ + "/kubeconfig", "--namespace",
                    "ns1", "--leader-elect=false", "--http-address=127.0.0.1:0"},
                   dir_ + "/operator.log");

@@ -58,13 +58,7 @@ TEST(TrialMetricsE2eTest, TheRuntimesReportsBecomeTheTrialsObjective) {
   ASSERT_TRUE(server.ok()) << server.status();
   std::string dir = ::testing::TempDir() + "/trial_metrics_e2e_XXXXXX";
   ASSERT_NE(mkdtemp(dir.data()), nullptr);
-  {
-    std::ofstream out(dir + "/kubeconfig");
-    out << "apiVersion: v1\nkind: Config\ncurrent-context: fake\n"
-        << "clusters:\n- name: fake\n  cluster:\n    server: " << (*server)->url() << "\n"
-        << "contexts:\n- name: fake\n  context: {cluster: fake, user: op, namespace: ns1}\n"
-        << "users:\n- name: op\n  user:\n    token: " << kToken << "\n";
-  }
+  fake_apiserver::WriteKubeconfig(dir, (*server)->url(), kToken);
   // A small two-class data set whose classes overlap.
   {
     std::mt19937 rng(3);

@@ -13,6 +13,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <fstream>
 #include <list>
 #include <mutex>
 #include <optional>
@@ -1119,6 +1120,17 @@ bool FakeApiServer::WaitUntil(const std::function<bool()>& predicate, absl::Dura
 size_t FakeApiServer::Count(absl::string_view resource) const {
   const ResourceInfo* res = FindResource(resource);
   return res == nullptr ? 0 : impl_->Count(*res);
+}
+
+std::string WriteKubeconfig(const std::string& dir, const std::string& server_url,
+                            const std::string& token) {
+  const std::string path = dir + "/kubeconfig";
+  std::ofstream out(path);
+  out << "apiVersion: v1\nkind: Config\ncurrent-context: fake\n"
+      << "clusters:\n- name: fake\n  cluster:\n    server: " << server_url << "\n"
+      << "contexts:\n- name: fake\n  context: {cluster: fake, user: op, namespace: ns1}\n"
+      << "users:\n- name: op\n  user:\n    token: " << token << "\n";
+  return path;
 }
 
 }  // namespace kubetrain::fake_apiserver

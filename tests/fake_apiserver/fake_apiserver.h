@@ -134,4 +134,10 @@ class FakeApiServer {
   std::unique_ptr<Impl> impl_;
 };
 
+// Writes `dir`/kubeconfig: one context "fake" for the server at
+// `server_url`, authenticating with bearer `token`, namespace ns1. Returns
+// the file's path.
+std::string WriteKubeconfig(const std::string& dir, const std::string& server_url,
+                            const std::string& token);
+
 }  // namespace kubetrain::fake_apiserver

@@ -83,7 +83,7 @@ class OperatorIntegrationTest : public ::testing::Test {
     std::string templ = ::testing::TempDir() + "/operator_itest_XXXXXX";
     ASSERT_NE(mkdtemp(templ.data()), nullptr);
     dir_ = templ;
-    kubeconfig_ = WriteKubeconfig(dir_, server_->url(), kToken);
+    kubeconfig_ = fake_apiserver::WriteKubeconfig(dir_, server_->url(), kToken);
   }
 
   std::unique_ptr<OperatorProcess> StartOperator(const std::string& name,

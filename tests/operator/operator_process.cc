@@ -73,15 +73,5 @@ std::string OperatorProcess::Log() const {
   return out.str();
 }
 
-std::string WriteKubeconfig(const std::string& dir, const std::string& server_url,
-                            const std::string& token) {
-  std::string path = dir + "/kubeconfig";
-  std::ofstream out(path);
-  out << "apiVersion: v1\nkind: Config\ncurrent-context: fake\n"
-      << "clusters:\n- name: fake\n  cluster:\n    server: " << server_url << "\n"
-      << "contexts:\n- name: fake\n  context: {cluster: fake, user: op, namespace: ns1}\n"
-      << "users:\n- name: op\n  user:\n    token: " << token << "\n";
-  return path;
-}
 
 }  // namespace kubetrain::testing

@@ -34,8 +34,5 @@ class OperatorProcess {
   pid_t pid_ = -1;
 };
 
-// Writes a kubeconfig for `server_url` with a bearer token; returns its path.
-std::string WriteKubeconfig(const std::string& dir, const std::string& server_url,
-                            const std::string& token);
 
 }  // namespace kubetrain::testing
