@@ -21,7 +21,7 @@
 namespace kubetrain::kube {
 
 // Issues per-trial tokens: HMAC-SHA256 over "<job uid>/<trial id>" with a key
-// drawn from the OS's random source when the issuer is made, as 32 hex
+// drawn when the issuer is made (metrics::NewTrialToken), as 32 hex
 // characters. The same (uid, trial) always gets the same token from one
 // issuer, so every replica of a trial and every reconcile agree without
 // state. Thread-safe.
