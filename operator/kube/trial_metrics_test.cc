@@ -6,10 +6,11 @@
 #include <string>
 
 #include "gmock/gmock.h"
-#include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "operator/kube/rest_client.h"
 #include "operator/kube/test_objects.h"
+#include "operator/metrics/metrics_reporter.h"
+#include "operator/metrics/metrics_test_server.h"
 #include "operator/tuner/tuner.h"
 #include "tests/fake_apiserver/fake_apiserver.h"
 
@@ -18,22 +19,24 @@ namespace {
 
 using fake_apiserver::FakeApiServer;
 using nlohmann::json;
-using testing::TerminatedPodStatus;
-using testing::TuningJobObject;
 using ::testing::HasSubstr;
 using ::testing::MatchesRegex;
+using testing::TerminatedPodStatus;
+using testing::TuningJobObject;
 
 TEST(TrialTokenIssuerTest, OneTokenPerTrialAndIssuer) {
   TrialTokenIssuer issuer, other;
   const std::string token = issuer.Token("uid-1", "1");
   EXPECT_THAT(token, MatchesRegex("[0-9a-f]{32}"));
   EXPECT_EQ(issuer.Token("uid-1", "1"), token);
-  std::set<std::string> distinct = {token, issuer.Token("uid-1", "2"), issuer.Token("uid-2", "1"),
-                                    issuer.Token("uid-1/", ""), issuer.Token("uid-", "1/1"),
+  std::set<std::string> distinct = {token,
+                                    issuer.Token("uid-1", "2"),
+                                    issuer.Token("uid-2", "1"),
+                                    issuer.Token("uid-1/", ""),
+                                    issuer.Token("uid-", "1/1"),
                                     other.Token("uid-1", "1")};
   EXPECT_EQ(distinct.size(), 6u);
 }
-
 
 // The real controller on the fake API server, and the real Metrics service
 // (MetricsServiceImpl over ClusterTrialMetrics) on a loopback gRPC port.
@@ -56,35 +59,22 @@ class ClusterTrialMetricsTest : public ::testing::Test {
     controller_ = std::make_unique<Controller>(client_.get(), options, &studies_);
     studies_.SetListener([this](const std::string& uid) { controller_->EnqueueByUid(uid); });
     trial_metrics_ = std::make_unique<ClusterTrialMetrics>(controller_.get(), &studies_);
-    service_ = std::make_unique<metrics::MetricsServiceImpl>(trial_metrics_.get(),
-                                                             trial_metrics_.get());
-    grpc::ServerBuilder builder;
-    int port = 0;
-    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-    builder.RegisterService(service_.get());
-    grpc_server_ = builder.BuildAndStart();
+    service_ =
+        std::make_unique<metrics::MetricsServiceImpl>(trial_metrics_.get(), trial_metrics_.get());
+    grpc_server_ = metrics::LoopbackServer::Start(service_.get());
     ASSERT_NE(grpc_server_, nullptr);
-    stub_ = v1::Metrics::NewStub(grpc::CreateChannel("127.0.0.1:" + std::to_string(port),
-                                                     grpc::InsecureChannelCredentials()));
   }
   void TearDown() override {
-    grpc_server_->Shutdown();
+    grpc_server_.reset();
     controller_->Stop();
   }
 
-  grpc::Status Report(const std::string& job, const std::string& trial, const std::string& token,
+  // One report of `accuracy`, as trial `trial`'s master sends it.
+  absl::Status Report(const std::string& job, const std::string& trial, const std::string& token,
                       int64_t step, double accuracy) {
-    v1::MetricsReportRequest request;
-    request.set_job(job);
-    request.set_trial(trial);
-    request.set_task("master-0");
-    request.set_step(step);
-    request.set_token(token);
-    (*request.mutable_values())["accuracy"] = accuracy;
-    v1::MetricsReportResponse response;
-    grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
-    return stub_->Report(&context, request, &response);
+    return metrics::MetricsReporter::Create(grpc_server_->address(), {job, trial, "master-0"},
+                                            token)
+        ->Report(step, {{"accuracy", accuracy}}, std::chrono::seconds(30));
   }
 
   // The token in the spec of trial `trial`'s master pod ("" while none).
@@ -114,8 +104,7 @@ class ClusterTrialMetricsTest : public ::testing::Test {
   std::unique_ptr<Controller> controller_;
   std::unique_ptr<ClusterTrialMetrics> trial_metrics_;
   std::unique_ptr<metrics::MetricsServiceImpl> service_;
-  std::unique_ptr<grpc::Server> grpc_server_;
-  std::unique_ptr<v1::Metrics::Stub> stub_;
+  std::unique_ptr<metrics::LoopbackServer> grpc_server_;
 };
 
 TEST_F(ClusterTrialMetricsTest, ATrialsReportReachesItsStatusOnlyWithItsOwnToken) {
@@ -132,27 +121,23 @@ TEST_F(ClusterTrialMetricsTest, ATrialsReportReachesItsStatusOnlyWithItsOwnToken
   }));
 
   // Not leading yet: the caller is told to retry, and nothing is recorded.
-  grpc::Status standby = Report("ns1/hp", "1", token1, 10, 0.5);
-  EXPECT_EQ(standby.error_code(), grpc::StatusCode::UNAVAILABLE);
-  EXPECT_THAT(standby.error_message(), HasSubstr("not the leader"));
+  absl::Status standby = Report("ns1/hp", "1", token1, 10, 0.5);
+  EXPECT_EQ(standby.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(standby.message()), HasSubstr("not the leader"));
 
   trial_metrics_->SetLeading(true);
   // Trial 2's token cannot report for trial 1, nor for another job.
-  EXPECT_EQ(Report("ns1/hp", "1", token2, 10, 0.99).error_code(),
-            grpc::StatusCode::PERMISSION_DENIED);
-  EXPECT_EQ(Report("ns1/other", "2", token2, 10, 0.99).error_code(),
-            grpc::StatusCode::PERMISSION_DENIED);
-  EXPECT_EQ(Report("ns1/hp", "1", "", 10, 0.99).error_code(),
-            grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(Report("ns1/hp", "1", token2, 10, 0.99).code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(Report("ns1/other", "2", token2, 10, 0.99).code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(Report("ns1/hp", "1", "", 10, 0.99).code(), absl::StatusCode::kPermissionDenied);
   EXPECT_TRUE(studies_.TrialMetrics(*controller_->CachedJobUid("ns1/hp")).empty());
 
-  grpc::Status accepted = Report("ns1/hp", "1", token1, 20, 0.75);
-  ASSERT_TRUE(accepted.ok()) << accepted.error_message();
+  absl::Status accepted = Report("ns1/hp", "1", token1, 20, 0.75);
+  ASSERT_TRUE(accepted.ok()) << accepted;
   const std::string pod = MasterPod("1");
   ASSERT_FALSE(pod.empty());
-  ASSERT_TRUE(server_
-                  ->MergePatch("pods", "ns1", pod, TerminatedPodStatus("Succeeded", 0), "status")
-                  .ok());
+  ASSERT_TRUE(
+      server_->MergePatch("pods", "ns1", pod, TerminatedPodStatus("Succeeded", 0), "status").ok());
   // The trial completes with the reported value as its objective.
   auto trial_one = [&]() -> json {
     auto job = server_->Get("trainingjobs", "ns1", "hp");
@@ -181,8 +166,9 @@ TEST_F(ClusterTrialMetricsTest, AReportIsConfirmedOnlyOnceTheJobsStatusHoldsIt) 
   Controller watcher(client_.get(), watch_only, &studies);
   ASSERT_TRUE(watcher.Start(absl::Seconds(30)));
   // Until trial 1 is in the status it sees, there is nothing it could hold.
-  ASSERT_TRUE(server_->WaitUntil(
-      [&] { return !watcher.TrialReportRecorded("ns1/hp", "1", 5, {{"accuracy", 0.4}}); }));
+  ASSERT_TRUE(server_->WaitUntil([&] {
+    return !watcher.TrialReportRecorded("ns1/hp", "1", 5, {{"accuracy", 0.4}});
+  }));
   ClusterTrialMetrics quiet(&watcher, &studies, absl::Milliseconds(300));
   quiet.SetLeading(true);
 

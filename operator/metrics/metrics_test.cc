@@ -9,6 +9,7 @@
 #include "gtest/gtest.h"
 #include "operator/metrics/metrics_reporter.h"
 #include "operator/metrics/metrics_service.h"
+#include "operator/metrics/metrics_test_server.h"
 
 namespace kubetrain::metrics {
 namespace {
@@ -45,23 +46,15 @@ class MetricsServiceTest : public ::testing::Test {
  protected:
   void SetUp() override {
     service_ = std::make_unique<MetricsServiceImpl>(&tokens_, &sink_);
-    grpc::ServerBuilder builder;
-    int port = 0;
-    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-    builder.RegisterService(service_.get());
-    server_ = builder.BuildAndStart();
+    server_ = LoopbackServer::Start(service_.get());
     ASSERT_NE(server_, nullptr);
-    ASSERT_GT(port, 0);
-    address_ = "127.0.0.1:" + std::to_string(port);
-  }
-  void TearDown() override {
-    if (server_) server_->Shutdown();
+    address_ = server_->address();
   }
 
   TokenRegistry tokens_;
   RecordingSink sink_;
   std::unique_ptr<MetricsServiceImpl> service_;
-  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<LoopbackServer> server_;
   std::string address_;
 };
 
@@ -189,28 +182,15 @@ TEST(MetricsServiceAuthorityTest, AnAuthorityErrorOtherThanDenialReachesTheCalle
   UnavailableAuthority authority;
   RecordingSink sink;
   MetricsServiceImpl service(&authority, &sink);
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(&service);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  std::unique_ptr<LoopbackServer> server = LoopbackServer::Start(&service);
   ASSERT_NE(server, nullptr);
-  auto stub = v1::Metrics::NewStub(grpc::CreateChannel("127.0.0.1:" + std::to_string(port),
-                                                       grpc::InsecureChannelCredentials()));
-  v1::MetricsReportRequest request;
-  request.set_job("default/hp");
-  request.set_trial("1");
-  request.set_token(NewTrialToken());
-  (*request.mutable_values())["accuracy"] = 0.5;
-  v1::MetricsReportResponse response;
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
-  grpc::Status status = stub->Report(&context, request, &response);
-  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE);
-  EXPECT_THAT(status.error_message(), HasSubstr("not the leader"));
-  EXPECT_THAT(status.error_message(), HasSubstr("\"default/hp\""));
+  absl::Status status =
+      MetricsReporter::Create(server->address(), {"default/hp", "1", "master-0"}, NewTrialToken())
+          ->Report(1, {{"accuracy", 0.5}}, std::chrono::seconds(30));
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(status.message()), HasSubstr("not the leader"));
+  EXPECT_THAT(std::string(status.message()), HasSubstr("\"default/hp\""));
   EXPECT_TRUE(sink.reports().empty());
-  server->Shutdown();
 }
 
 TEST(TokenTest, TokensEqualNeedsTheSameNonEmptyString) {

@@ -40,16 +40,6 @@ std::optional<std::string> Printed(const std::string& log, const std::string& pr
   return log.substr(at + prefix.size(), end - at - prefix.size());
 }
 
-// Polls `predicate` every 20 ms until it holds or `timeout` passes: for what
-// the fake server's WaitUntil does not see (process output, process exits).
-bool Eventually(const std::function<bool()>& predicate, absl::Duration timeout) {
-  for (const absl::Time deadline = absl::Now() + timeout; absl::Now() < deadline;) {
-    if (predicate()) return true;
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-  return predicate();
-}
-
 TEST(TrialMetricsE2eTest, TheRuntimesReportsBecomeTheTrialsObjective) {
   FakeApiServer::Options options;
   options.bearer_token = kToken;
@@ -69,14 +59,14 @@ TEST(TrialMetricsE2eTest, TheRuntimesReportsBecomeTheTrialsObjective) {
       out << (label ? 1.0 : -1.0) + noise(rng) << "," << noise(rng) << "," << label << "\n";
     }
   }
-  ChildProcess op({KUBETRAIN_OPERATOR_BINARY, "--kubeconfig", dir + "/kubeconfig", "--namespace",
-                   "ns1", "--leader-elect=false", "--http-address=127.0.0.1:0",
-                   "--metrics-listen=127.0.0.1:0",
-                   "--metrics-address=kubetrain-operator-trials.kubetrain-system.svc:9091"},
-                  dir + "/operator.log");
+  ChildProcess op(
+      {KUBETRAIN_OPERATOR_BINARY, "--kubeconfig", dir + "/kubeconfig", "--namespace", "ns1",
+       "--leader-elect=false", "--http-address=127.0.0.1:0", "--metrics-listen=127.0.0.1:0",
+       "--metrics-address=kubetrain-operator-trials.kubetrain-system.svc:9091"},
+      dir + "/operator.log");
   ASSERT_TRUE(op.Start());
   std::optional<std::string> metrics_address;
-  ASSERT_TRUE(Eventually(
+  ASSERT_TRUE(fake_apiserver::PollUntil(
       [&] {
         metrics_address = Printed(op.Log(), "serving trial metrics on ");
         return metrics_address.has_value();
@@ -133,7 +123,8 @@ TEST(TrialMetricsE2eTest, TheRuntimesReportsBecomeTheTrialsObjective) {
   for (const json& arg : container["args"]) argv.push_back(arg);
   ChildProcess trial(argv, dir + "/trial.log");
   ASSERT_TRUE(trial.Start());
-  ASSERT_TRUE(Eventually([&] { return trial.Exited(); }, absl::Seconds(120))) << trial.Log();
+  ASSERT_TRUE(fake_apiserver::PollUntil([&] { return trial.Exited(); }, absl::Seconds(120)))
+      << trial.Log();
   // "Final metrics after N steps, loss: X, accuracy: Y": the last evaluation.
   std::smatch final_line;
   const std::string log = trial.Log();

@@ -14,10 +14,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
-#include "kubetrain/v1/metrics.grpc.pb.h"
 #include "operator/kube/test_objects.h"
+#include "operator/metrics/metrics_reporter.h"
 #include "tests/fake_apiserver/fake_apiserver.h"
 #include "tests/operator/operator_process.h"
 
@@ -608,7 +607,6 @@ TEST_F(OperatorIntegrationTest, CleanPodPolicyNoneKeepsEveryReplica) {
 namespace kubetrain::testing {
 namespace {
 
-
 // A pod standing for an operator replica (the fake server runs no Deployment).
 json OperatorPod(const std::string& name) {
   return {{"apiVersion", "v1"},
@@ -618,32 +616,11 @@ json OperatorPod(const std::string& name) {
           {"spec", {{"containers", {{{"name", "operator"}, {"image", "op"}}}}}}};
 }
 
-// Polls `predicate` every 20 ms until it holds or `timeout` passes: for what
-// the fake server's WaitUntil does not see (process logs, gRPC answers).
-bool Eventually(const std::function<bool()>& predicate,
-                absl::Duration timeout = absl::Seconds(60)) {
-  for (const absl::Time deadline = absl::Now() + timeout; absl::Now() < deadline;) {
-    if (predicate()) return true;
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-  return predicate();
-}
-
-// One report, as a trial sends it; the service's answer.
-grpc::Status SendReport(const std::string& address, const std::string& trial,
+// One report, as a trial's master sends it; the service's answer.
+absl::Status SendReport(const std::string& address, const std::string& trial,
                         const std::string& token, int64_t step, double accuracy) {
-  auto stub = v1::Metrics::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
-  v1::MetricsReportRequest request;
-  request.set_job("ns1/hp");
-  request.set_trial(trial);
-  request.set_task("master-0");
-  request.set_step(step);
-  request.set_token(token);
-  (*request.mutable_values())["accuracy"] = accuracy;
-  v1::MetricsReportResponse response;
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
-  return stub->Report(&context, request, &response);
+  return metrics::MetricsReporter::Create(address, {"ns1/hp", trial, "master-0"}, token)
+      ->Report(step, {{"accuracy", accuracy}}, std::chrono::seconds(30));
 }
 
 TEST_F(OperatorIntegrationTest, TrialReportsReachTheLeaderAcrossAFailover) {
@@ -652,10 +629,19 @@ TEST_F(OperatorIntegrationTest, TrialReportsReachTheLeaderAcrossAFailover) {
   ASSERT_TRUE(server_->Create("pods", "ns1", OperatorPod("op-a")).ok());
   ASSERT_TRUE(server_->Create("pods", "ns1", OperatorPod("op-b")).ok());
   auto election = [](const std::string& pod) -> std::vector<std::string> {
-    return {"--leader-elect=true", "--lease-duration", "2", "--renew-deadline", "1.5",
-            "--retry-period", "0.2", "--leader-election-namespace", "ns1",
-            "--metrics-listen=127.0.0.1:0", "--metrics-address=kubetrain-operator-trials:9090",
-            "--pod-name", pod};
+    return {"--leader-elect=true",
+            "--lease-duration",
+            "2",
+            "--renew-deadline",
+            "1.5",
+            "--retry-period",
+            "0.2",
+            "--leader-election-namespace",
+            "ns1",
+            "--metrics-listen=127.0.0.1:0",
+            "--metrics-address=kubetrain-operator-trials:9090",
+            "--pod-name",
+            pod};
   };
   // The bound gRPC address, from the operator's log.
   auto grpc_address = [](OperatorProcess& op) -> std::string {
@@ -674,11 +660,13 @@ TEST_F(OperatorIntegrationTest, TrialReportsReachTheLeaderAcrossAFailover) {
   auto a = StartOperator("a", election("op-a"));
   ASSERT_TRUE(server_->WaitUntil([&] { return label("op-a") == "true"; })) << a->Log();
   auto b = StartOperator("b", election("op-b"));
-  ASSERT_TRUE(Eventually([&] { return !grpc_address(*a).empty() && !grpc_address(*b).empty(); }))
-      << b->Log();
+  ASSERT_TRUE(fake_apiserver::PollUntil([&] {
+    return !grpc_address(*a).empty() && !grpc_address(*b).empty();
+  })) << b->Log();
   const std::string address_a = grpc_address(*a), address_b = grpc_address(*b);
 
-  ASSERT_TRUE(server_->Create("trainingjobs", "ns1", kube::testing::TuningJobObject("hp", 1, 1)).ok());
+  ASSERT_TRUE(
+      server_->Create("trainingjobs", "ns1", kube::testing::TuningJobObject("hp", 1, 1)).ok());
   std::string token;
   ASSERT_TRUE(server_->WaitUntil([&] {
     for (const json& pod : server_->List("pods", "ns1")) {
@@ -695,24 +683,23 @@ TEST_F(OperatorIntegrationTest, TrialReportsReachTheLeaderAcrossAFailover) {
 
   // The standby sends the trial elsewhere; the leader takes the report, but
   // not with another token.
-  EXPECT_EQ(SendReport(address_b, "1", token, 10, 0.5).error_code(),
-            grpc::StatusCode::UNAVAILABLE);
-  EXPECT_EQ(SendReport(address_a, "1", token + "0", 10, 0.5).error_code(),
-            grpc::StatusCode::PERMISSION_DENIED);
-  grpc::Status first = SendReport(address_a, "1", token, 10, 0.5);
-  ASSERT_TRUE(first.ok()) << first.error_message() << a->Log();
+  EXPECT_EQ(SendReport(address_b, "1", token, 10, 0.5).code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(SendReport(address_a, "1", token + "0", 10, 0.5).code(),
+            absl::StatusCode::kPermissionDenied);
+  absl::Status first = SendReport(address_a, "1", token, 10, 0.5);
+  ASSERT_TRUE(first.ok()) << first << a->Log();
 
   // The leader dies holding its label; b takes over, moves the label, and
   // takes the trial's reports with the token a issued.
   a->Kill(SIGKILL);
   ASSERT_TRUE(server_->WaitUntil([&] { return label("op-b") == "true" && label("op-a").empty(); }))
       << b->Log();
-  grpc::Status second;
-  ASSERT_TRUE(Eventually([&] {
+  absl::Status second;
+  ASSERT_TRUE(fake_apiserver::PollUntil([&] {
     second = SendReport(address_b, "1", token, 20, 0.8);
-    return second.error_code() != grpc::StatusCode::UNAVAILABLE;
+    return !absl::IsUnavailable(second);
   })) << b->Log();
-  ASSERT_TRUE(second.ok()) << second.error_message();
+  ASSERT_TRUE(second.ok()) << second;
 
   std::string master;
   for (const json& pod : server_->List("pods", "ns1")) {
