@@ -21,6 +21,12 @@
 //      but its last report was not delivered, exit 138 (retryable) instead,
 //      or 1 when the operator refused the trial's token: a trial must not end
 //      silently without its objective.
+//   5. once SIGTERM or SIGINT has arrived (the pod is being deleted: an early
+//      stop, a cancelled job, a drained node), the wait for the last report
+//      lasts at most kTerminationGrace more, well inside Kubernetes' default
+//      30 s grace period; then exec exits with the child's code, or 128+N
+//      if the child succeeded but its last report is still on the way (so a
+//      restarted replica reports it again), rather than block until SIGKILL.
 // Without it (the local backend follows the file it set itself; a job that
 // is not a tuning study), and on a task other than the chief (the master, or
 // worker 0 without one: as with `train`, only the chief's metrics count):
@@ -37,10 +43,12 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <future>
 #include <iostream>
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -57,6 +65,9 @@ extern char** environ;
 
 namespace kubetrain::runtime::cmd {
 namespace {
+
+// How long a report may still take once the pod is being stopped.
+constexpr absl::Duration kTerminationGrace = absl::Seconds(2);
 
 // A shell's exit codes for a command that cannot be run.
 constexpr int kExitCommandNotFound = 127;
@@ -218,6 +229,63 @@ absl::StatusOr<int> CatchSignals() {
   return fds[0];
 }
 
+// SIGTERM or SIGINT among the signals waiting in the pipe (forwarded to
+// `child` while it runs, when child > 0); 0 when none.
+int ReadTerminationSignal(int signals, pid_t child) {
+  int termination = 0;
+  unsigned char caught[64];
+  for (ssize_t n; (n = read(signals, caught, sizeof(caught))) > 0;) {
+    for (ssize_t i = 0; i < n; ++i) {
+      if (caught[i] != SIGTERM && caught[i] != SIGINT) continue;
+      termination = caught[i];
+      if (child > 0) kill(child, caught[i]);
+    }
+  }
+  return termination;
+}
+
+// Step 4 and 5: the outcome of the trial's last report, waited for on a
+// thread of its own so that a termination signal is seen while it is on the
+// way. Returns exec's exit code.
+int FinishReporting(TrialReporter& reporter, int child_code, int signals, int termination,
+                    const std::filesystem::path& private_dir) {
+  auto outcome = std::make_shared<std::promise<absl::Status>>();
+  std::future<absl::Status> delivered = outcome->get_future();
+  // Detached: when exec stops waiting it exits at once, finished or not.
+  std::thread([&reporter, outcome] { outcome->set_value(reporter.Finish()); }).detach();
+  absl::Time give_up = termination != 0 ? absl::Now() + kTerminationGrace : absl::InfiniteFuture();
+  while (delivered.wait_for(std::chrono::milliseconds(0)) != std::future_status::ready) {
+    const absl::Duration left = give_up - absl::Now();
+    if (left <= absl::ZeroDuration()) {
+      std::cerr << "kubetrain-runtime exec: stopped by signal " << termination
+                << " before the trial's last metrics report reached " << reporter.address()
+                << std::endl;
+      std::error_code ignored;
+      std::filesystem::remove_all(private_dir, ignored);
+      // Nothing else of this process needs an orderly end, and the
+      // reporter's thread is still sending.
+      std::_Exit(child_code != kExitOk ? child_code : 128 + termination);
+    }
+    pollfd ready = {signals, POLLIN, 0};
+    const int wait_ms = static_cast<int>(std::clamp<int64_t>(
+        absl::ToInt64Milliseconds(std::min(left, absl::Milliseconds(50))), 1, 50));
+    if (poll(&ready, 1, wait_ms) > 0) {
+      const int sig = ReadTerminationSignal(signals, 0);
+      if (sig != 0 && termination == 0) {
+        termination = sig;
+        give_up = absl::Now() + kTerminationGrace;
+      }
+    }
+  }
+  absl::Status status = delivered.get();
+  if (status.ok()) return child_code;
+  if (child_code != kExitOk) {
+    std::cerr << "kubetrain-runtime exec: warning: " << status.message() << std::endl;
+    return child_code;
+  }
+  return Fail(status);
+}
+
 int RunAndForward(std::vector<std::string> command, absl::Duration poll_interval,
                   TrialReporter& reporter) {
   absl::StatusOr<std::filesystem::path> dir = MakePrivateDir();
@@ -240,15 +308,11 @@ int RunAndForward(std::vector<std::string> command, absl::Duration poll_interval
       static_cast<int>(std::max<int64_t>(absl::ToInt64Milliseconds(poll_interval), 1));
   hypertune::HypertuneFileFollower follower;
   int wait_status = 0;
+  int termination = 0;  // the SIGTERM or SIGINT that arrived, if one did
   for (;;) {
     pollfd ready = {*signals, POLLIN, 0};
     if (poll(&ready, 1, interval_ms) > 0) {
-      unsigned char caught[64];
-      for (ssize_t n; (n = read(*signals, caught, sizeof(caught))) > 0;) {
-        for (ssize_t i = 0; i < n; ++i) {
-          if (caught[i] == SIGTERM || caught[i] == SIGINT) kill(child, caught[i]);
-        }
-      }
+      if (int sig = ReadTerminationSignal(*signals, child); sig != 0) termination = sig;
     }
     // As a container's first process, exec also inherits the child's own
     // orphans (data-loader workers, shell wrappers): reap every exited one,
@@ -275,14 +339,7 @@ int RunAndForward(std::vector<std::string> command, absl::Duration poll_interval
           absl::StrCat("waiting for ", command[0], ": ", std::strerror(wait_errno))));
     }
   }
-  const int child_code = ExitCodeOf(wait_status);
-  absl::Status delivered = reporter.Finish();
-  if (delivered.ok()) return child_code;
-  if (child_code != kExitOk) {
-    std::cerr << "kubetrain-runtime exec: warning: " << delivered.message() << std::endl;
-    return child_code;
-  }
-  return Fail(delivered);
+  return FinishReporting(reporter, ExitCodeOf(wait_status), *signals, termination, *dir);
 }
 
 // Whether this replica's reports count: the chief's of the cluster TF_CONFIG

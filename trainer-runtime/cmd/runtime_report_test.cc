@@ -232,40 +232,109 @@ TEST_F(RuntimeReportTest, ExecWithAWrongTokenFailsNamingTheTokenVariable) {
   EXPECT_THAT(Slurp(log_), HasSubstr("KUBETRAIN_METRICS_TOKEN"));
 }
 
+// `kubetrain-runtime exec -- sh SCRIPT` as a child process of the test,
+// with SCRIPT's stdout on a pipe to the test, so that the test can wait for
+// a line the script prints before it signals exec. Should an assertion fail,
+// nothing is left running.
+class ExecProcess {
+ public:
+  ExecProcess(const std::string& env, const std::string& script, const std::string& log) {
+    int out[2];
+    if (pipe(out) != 0) return;
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
+    posix_spawn_file_actions_addclose(&actions, out[0]);
+    std::vector<std::string> args = {
+        "sh", "-c",
+        absl::StrCat("exec ", env, " ", KUBETRAIN_RUNTIME_BINARY, " exec -- sh ", script, " 2>",
+                     log)};
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    if (posix_spawn(&pid_, "/bin/sh", &actions, nullptr, argv.data(), environ) != 0) pid_ = 0;
+    posix_spawn_file_actions_destroy(&actions);
+    close(out[1]);
+    out_ = out[0];
+  }
+  ~ExecProcess() {
+    if (pid_ > 0 && kill(pid_, SIGKILL) == 0) waitpid(pid_, nullptr, 0);
+    if (out_ >= 0) close(out_);
+  }
+  bool started() const { return pid_ > 0; }
+  // The script's next output (up to one line's worth), or "" at its end.
+  std::string ReadOutput() {
+    char line[64] = {};
+    return read(out_, line, sizeof(line) - 1) > 0 ? std::string(line) : std::string();
+  }
+  bool Signal(int sig) { return kill(pid_, sig) == 0; }
+  // The wait status of exec.
+  int Wait() {
+    int status = 0;
+    if (waitpid(pid_, &status, 0) != pid_) return -1;
+    pid_ = 0;
+    return status;
+  }
+
+ private:
+  pid_t pid_ = 0;
+  int out_ = -1;
+};
+
 TEST_F(RuntimeReportTest, ExecForwardsSigtermToTheChild) {
-  // The child says it is ready on stdout (a pipe to this test), then becomes
-  // a process that only SIGTERM ends.
-  const std::string script = Script("wait.sh", "echo ready\nexec sleep 1000\n");
-  int ready[2];
-  ASSERT_EQ(pipe(ready), 0);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, ready[1], STDOUT_FILENO);
-  posix_spawn_file_actions_addclose(&actions, ready[0]);
-  std::vector<std::string> args = {"sh", "-c",
-                                   "exec " + Env(TrialEnvironment(token_)) + " " +
-                                       KUBETRAIN_RUNTIME_BINARY + " exec -- sh " + script};
-  std::vector<char*> argv;
-  for (std::string& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  pid_t pid = 0;
-  ASSERT_EQ(posix_spawn(&pid, "/bin/sh", &actions, nullptr, argv.data(), environ), 0);
-  posix_spawn_file_actions_destroy(&actions);
-  close(ready[1]);
-  // Should an assertion fail, nothing is left running.
-  std::unique_ptr<pid_t, void (*)(pid_t*)> reaper(&pid, [](pid_t* p) {
-    if (*p > 0 && kill(*p, SIGKILL) == 0) waitpid(*p, nullptr, 0);
-  });
-  char line[16] = {};
-  ASSERT_GT(read(ready[0], line, sizeof(line) - 1), 0);
-  EXPECT_STREQ(line, "ready\n");
-  ASSERT_EQ(kill(pid, SIGTERM), 0);
-  int status = 0;
-  ASSERT_EQ(waitpid(pid, &status, 0), pid);
-  pid = 0;
-  close(ready[0]);
-  ASSERT_TRUE(WIFEXITED(status));
-  EXPECT_EQ(WEXITSTATUS(status), 128 + SIGTERM);
+  // The child says it is ready, then becomes a process that only SIGTERM ends.
+  ExecProcess exec(Env(TrialEnvironment(token_)),
+                   Script("wait.sh", "echo ready\nexec sleep 1000\n"), log_);
+  ASSERT_TRUE(exec.started());
+  ASSERT_EQ(exec.ReadOutput(), "ready\n");
+  ASSERT_TRUE(exec.Signal(SIGTERM));
+  const int status = exec.Wait();
+  ASSERT_TRUE(WIFEXITED(status)) << Slurp(log_);
+  EXPECT_EQ(WEXITSTATUS(status), 128 + SIGTERM) << Slurp(log_);
+}
+
+// An operator that cannot be reached, and a report deadline no test would
+// wait out: exec may only end early because it was told to stop.
+class UnreachableOperatorTest : public RuntimeReportTest {
+ protected:
+  std::string UnreachableEnv() {
+    server_.reset();  // nothing listens on its port any more
+    std::map<std::string, std::string> env = TrialEnvironment(token_);
+    env["KUBETRAIN_METRICS_DEADLINE"] = "1h";
+    return Env(env);
+  }
+  const std::string report_ =
+      "printf '{\"accuracy\": \"0.5\", \"global_step\": \"1\"}\\n' "
+      "> \"$CLOUD_ML_HP_METRIC_FILE\"\n";
+};
+
+TEST_F(UnreachableOperatorTest, ASigtermedTrialDoesNotWaitOutTheReportDeadline) {
+  ExecProcess exec(UnreachableEnv(),
+                   Script("stop.sh", report_ + "echo ready\nexec sleep 1000\n"), log_);
+  ASSERT_TRUE(exec.started());
+  ASSERT_EQ(exec.ReadOutput(), "ready\n");
+  ASSERT_TRUE(exec.Signal(SIGTERM));
+  const int status = exec.Wait();
+  ASSERT_TRUE(WIFEXITED(status)) << Slurp(log_);
+  EXPECT_EQ(WEXITSTATUS(status), 128 + SIGTERM) << Slurp(log_);
+  EXPECT_THAT(Slurp(log_), HasSubstr("stopped by signal 15 before the trial's last metrics "
+                                     "report reached"));
+}
+
+TEST_F(UnreachableOperatorTest, ASigtermEndsTheWaitForTheLastReport) {
+  // The child succeeds at once; exec is then waiting to deliver its report
+  // (or, if the signal comes first, forwards it to a child that is ending).
+  // Either way the report is not delivered, so exec may not exit 0: a
+  // restarted replica must report it again.
+  ExecProcess exec(UnreachableEnv(), Script("done.sh", report_ + "echo done\n"), log_);
+  ASSERT_TRUE(exec.started());
+  ASSERT_EQ(exec.ReadOutput(), "done\n");
+  ASSERT_TRUE(exec.Signal(SIGTERM));
+  const int status = exec.Wait();
+  ASSERT_TRUE(WIFEXITED(status)) << Slurp(log_);
+  EXPECT_EQ(WEXITSTATUS(status), 128 + SIGTERM) << Slurp(log_);
+  EXPECT_TRUE(IsRetryableExitCode(WEXITSTATUS(status)));
+  EXPECT_THAT(Slurp(log_), HasSubstr("stopped by signal 15"));
 }
 
 TEST_F(RuntimeReportTest, ExecExitsWithTheChildsCode) {
