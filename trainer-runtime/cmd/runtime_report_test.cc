@@ -267,13 +267,13 @@ class ExecProcess {
     char line[64] = {};
     return read(out_, line, sizeof(line) - 1) > 0 ? std::string(line) : std::string();
   }
-  bool Signal(int sig) { return kill(pid_, sig) == 0; }
-  // The wait status of exec.
-  int Wait() {
+  // Sends SIGTERM to exec and waits for it: its exit code, or -1 when it
+  // did not exit by itself (it was killed, or could not be signalled).
+  int Terminate() {
     int status = 0;
-    if (waitpid(pid_, &status, 0) != pid_) return -1;
+    if (kill(pid_, SIGTERM) != 0 || waitpid(pid_, &status, 0) != pid_) return -1;
     pid_ = 0;
-    return status;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   }
 
  private:
@@ -287,10 +287,7 @@ TEST_F(RuntimeReportTest, ExecForwardsSigtermToTheChild) {
                    Script("wait.sh", "echo ready\nexec sleep 1000\n"), log_);
   ASSERT_TRUE(exec.started());
   ASSERT_EQ(exec.ReadOutput(), "ready\n");
-  ASSERT_TRUE(exec.Signal(SIGTERM));
-  const int status = exec.Wait();
-  ASSERT_TRUE(WIFEXITED(status)) << Slurp(log_);
-  EXPECT_EQ(WEXITSTATUS(status), 128 + SIGTERM) << Slurp(log_);
+  EXPECT_EQ(exec.Terminate(), 128 + SIGTERM) << Slurp(log_);
 }
 
 // An operator that cannot be reached, and a report deadline no test would
@@ -313,10 +310,7 @@ TEST_F(UnreachableOperatorTest, ASigtermedTrialDoesNotWaitOutTheReportDeadline) 
                    Script("stop.sh", report_ + "echo ready\nexec sleep 1000\n"), log_);
   ASSERT_TRUE(exec.started());
   ASSERT_EQ(exec.ReadOutput(), "ready\n");
-  ASSERT_TRUE(exec.Signal(SIGTERM));
-  const int status = exec.Wait();
-  ASSERT_TRUE(WIFEXITED(status)) << Slurp(log_);
-  EXPECT_EQ(WEXITSTATUS(status), 128 + SIGTERM) << Slurp(log_);
+  EXPECT_EQ(exec.Terminate(), 128 + SIGTERM) << Slurp(log_);
   EXPECT_THAT(Slurp(log_), HasSubstr("stopped by signal 15 before the trial's last metrics "
                                      "report reached"));
 }
@@ -329,11 +323,7 @@ TEST_F(UnreachableOperatorTest, ASigtermEndsTheWaitForTheLastReport) {
   ExecProcess exec(UnreachableEnv(), Script("done.sh", report_ + "echo done\n"), log_);
   ASSERT_TRUE(exec.started());
   ASSERT_EQ(exec.ReadOutput(), "done\n");
-  ASSERT_TRUE(exec.Signal(SIGTERM));
-  const int status = exec.Wait();
-  ASSERT_TRUE(WIFEXITED(status)) << Slurp(log_);
-  EXPECT_EQ(WEXITSTATUS(status), 128 + SIGTERM) << Slurp(log_);
-  EXPECT_TRUE(IsRetryableExitCode(WEXITSTATUS(status)));
+  EXPECT_EQ(exec.Terminate(), 128 + SIGTERM) << Slurp(log_);
   EXPECT_THAT(Slurp(log_), HasSubstr("stopped by signal 15"));
 }
 
