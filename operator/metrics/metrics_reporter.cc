@@ -230,12 +230,15 @@ void QueuedMetricsReporter::Run() {
     absl::Status result = permanent.ok()
                               ? reporter_->ReportWithRetry(next.step, next.values, options_.retry)
                               : permanent;
-    bool newest = false;
+    // The newest report's failure is Flush's answer while one waits (or the
+    // queue is shutting down after it); any other lost report is told of,
+    // including a newest one given up while nothing waited for it.
+    bool flush_answers = false;
     {
       absl::MutexLock lock(&mu_);
       done_seq_ = next.seq;
       last_result_ = result;
-      newest = next.seq == last_seq_;
+      flush_answers = next.seq == last_seq_ && (flushing_ || stop_);
       if (result.ok()) {
         ++stats_.delivered;
       } else {
@@ -244,7 +247,7 @@ void QueuedMetricsReporter::Run() {
         if (absl::IsPermissionDenied(result) && permanent_error_.ok()) permanent_error_ = result;
       }
     }
-    if (!result.ok() && !newest && options_.on_lost) options_.on_lost(result);
+    if (!result.ok() && !flush_answers && options_.on_lost) options_.on_lost(result);
   }
 }
 

@@ -132,8 +132,9 @@ class QueuedMetricsReporter {
     size_t max_pending = 16;
     // Told of every report that was not delivered (given up, rejected, or
     // dropped to make room), with the reason; not of the newest report
-    // queued, whose fate Flush returns. Called without the queue's lock, on
-    // the sending thread or, for a dropped report, in Enqueue.
+    // queued when it fails while Flush waits (Flush returns its fate) or
+    // while the queue shuts down. Called without the queue's lock, on the
+    // sending thread or, for a dropped report, in Enqueue.
     std::function<void(const absl::Status&)> on_lost;
   };
 

@@ -327,6 +327,29 @@ TEST_F(MetricsReporterTest, FlushGivesUpAnOlderFailingReportForTheLastOne) {
   EXPECT_THAT(lost[0].message(), HasSubstr("step 1"));
 }
 
+TEST_F(MetricsReporterTest, AReportGivenUpWithNothingNewerQueuedIsToldOf) {
+  // Step 1 fails for ever and runs out of retries before anything newer is
+  // queued or anyone flushes: it must not vanish silently.
+  std::vector<absl::Status> lost;
+  absl::Notification told;
+  QueuedMetricsReporter::Options options = QueueOptions(&lost);
+  options.retry.deadline = milliseconds(200);
+  options.on_lost = [&](const absl::Status& s) {
+    lost.push_back(s);
+    told.Notify();
+  };
+  sink_.FailStep(1);
+  QueuedMetricsReporter queue(Reporter(token_), options);
+  queue.Enqueue(1, {{"accuracy", 0.1}});
+  ASSERT_TRUE(told.WaitForNotificationWithTimeout(absl::Seconds(60)));
+  queue.Enqueue(2, {{"accuracy", 0.2}});
+  ASSERT_TRUE(queue.Flush(kFlushTimeout).ok());
+  EXPECT_THAT(sink_.steps(), ElementsAre(2));
+  ASSERT_EQ(lost.size(), 1u);
+  EXPECT_EQ(lost[0].code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(lost[0].message(), HasSubstr("step 1"));
+}
+
 TEST_F(MetricsReporterTest, QueueStopsSendingOnceTheTokenIsRefused) {
   std::vector<absl::Status> lost;
   QueuedMetricsReporter queue(Reporter("not-the-token"), QueueOptions(&lost));
