@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "api/codec.h"
 #include "google/protobuf/util/json_util.h"
 #include "nlohmann/json.hpp"
@@ -83,6 +84,40 @@ double UnixSecondsOf(absl::Time t) {
   return t == absl::InfinitePast() ? 0 : absl::ToDoubleSeconds(t - absl::UnixEpoch());
 }
 
+// How long opening waits for other processes, as the busy timeout does.
+constexpr int kBusyTimeoutMs = 10000;
+
+// Turns on the WAL journal (a lasting property of the file). On a new file
+// that several processes open at once, the switch can meet another one's
+// lock in a way SQLite reports as busy at once, without calling the busy
+// handler, so it is tried again here until the busy timeout has passed.
+absl::Status UseWalJournal(sqlite3* db, const std::string& path) {
+  const absl::Time deadline = absl::Now() + absl::Milliseconds(kBusyTimeoutMs);
+  for (;;) {
+    const int rc = sqlite3_exec(db, "PRAGMA journal_mode=WAL", nullptr, nullptr, nullptr);
+    if (rc == SQLITE_OK) return absl::OkStatus();
+    if ((rc & 0xff) != SQLITE_BUSY || absl::Now() > deadline) {
+      return SqlError(db, path, "turning on the WAL journal");
+    }
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+}
+
+// PRAGMA user_version, by a statement finalized before returning.
+absl::StatusOr<int64_t> ReadSchemaVersion(sqlite3* db, const std::string& path) {
+  Statement version(db, "PRAGMA user_version");
+  if (!version.ok() || version.Step() != SQLITE_ROW) return SqlError(db, path, "reading version");
+  return version.Int(0);
+}
+
+// FailedPrecondition naming the file when `found` is newer than this code.
+absl::Status CheckSchemaVersion(const std::string& path, int64_t found) {
+  if (found <= kSchemaVersion) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      absl::StrCat("job store ", path, " has schema version ", found, "; this kubetrain reads up to ",
+                   kSchemaVersion, ": upgrade kubetrain or use another KUBETRAIN_HOME"));
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& path) {
@@ -93,7 +128,7 @@ absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& path
     sqlite3_close(db);
     return absl::UnavailableError(absl::StrCat("cannot open job store ", path, ": ", message));
   }
-  sqlite3_busy_timeout(db, 10000);
+  sqlite3_busy_timeout(db, kBusyTimeoutMs);
   std::unique_ptr<JobStore> store(new JobStore(db, path));
   if (absl::Status status = store->Migrate(); !status.ok()) return status;
   return store;
@@ -102,19 +137,24 @@ absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& path
 JobStore::~JobStore() { sqlite3_close(db_); }
 
 absl::Status JobStore::Migrate() {
-  if (absl::Status s = Exec(db_, path_, "PRAGMA journal_mode=WAL"); !s.ok()) return s;
+  if (absl::Status s = UseWalJournal(db_, path_); !s.ok()) return s;
   if (absl::Status s = Exec(db_, path_, "PRAGMA synchronous=NORMAL"); !s.ok()) return s;
-  Statement version(db_, "PRAGMA user_version");
-  if (!version.ok() || version.Step() != SQLITE_ROW) return SqlError(db_, path_, "reading version");
-  const int64_t found = version.Int(0);
-  if (found > kSchemaVersion) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("job store ", path_, " has schema version ", found, "; this kubetrain reads up to ",
-                     kSchemaVersion, ": upgrade kubetrain or use another KUBETRAIN_HOME"));
-  }
-  if (found == kSchemaVersion) return absl::OkStatus();
-  return Exec(db_, path_, R"sql(
-    BEGIN IMMEDIATE;
+  // The usual case, an up-to-date store, needs no write lock. The statement
+  // is finalized before any BEGIN: left open, it keeps a read transaction
+  // that a later write cannot upgrade while another process writes, and
+  // SQLite reports that deadlock as "database is locked" at once instead of
+  // waiting out the busy timeout.
+  absl::StatusOr<int64_t> found = ReadSchemaVersion(db_, path_);
+  if (!found.ok()) return found.status();
+  if (*found == kSchemaVersion) return absl::OkStatus();
+  if (absl::Status s = CheckSchemaVersion(path_, *found); !s.ok()) return s;
+  // Several commands may find a new store at once: each takes the write lock
+  // (waiting for the others) and reads the version again under it, so the
+  // first creates the tables and the others see them made.
+  if (absl::Status s = Exec(db_, path_, "BEGIN IMMEDIATE"); !s.ok()) return s;
+  found = ReadSchemaVersion(db_, path_);
+  absl::Status status = found.ok() ? CheckSchemaVersion(path_, *found) : found.status();
+  if (status.ok() && *found < kSchemaVersion) status = Exec(db_, path_, R"sql(
     CREATE TABLE IF NOT EXISTS jobs (
       name TEXT PRIMARY KEY, uid TEXT NOT NULL, job_json TEXT NOT NULL,
       status_json TEXT NOT NULL DEFAULT '{}', cancel_requested INTEGER NOT NULL DEFAULT 0,
@@ -139,8 +179,12 @@ absl::Status JobStore::Migrate() {
       seq INTEGER PRIMARY KEY AUTOINCREMENT, job TEXT NOT NULL, time REAL NOT NULL,
       type TEXT NOT NULL, reason TEXT NOT NULL, message TEXT NOT NULL);
     PRAGMA user_version = 1;
-    COMMIT;
   )sql");
+  if (!status.ok()) {
+    Exec(db_, path_, "ROLLBACK").IgnoreError();
+    return status;
+  }
+  return Exec(db_, path_, "COMMIT");
 }
 
 absl::Status JobStore::CreateJob(const v1::TrainingJob& job) {

@@ -1,6 +1,13 @@
 #include "operator/local/job_store.h"
 
 #include <sqlite3.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <functional>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -130,6 +137,64 @@ TEST(JobStoreTest, ReplicasPortsMetricsArchiveEventsSurviveReopen) {
   ASSERT_TRUE((*store)->DeleteReplica("j-t3-worker-1").ok());
   ASSERT_TRUE((*store)->DeleteReplica("j-t3-worker-1").ok());  // gone already: fine
   EXPECT_TRUE((*(*store)->ListReplicas("j")).empty());
+}
+
+// Forks `count` processes that wait on one pipe, so that all of them are
+// released at once when it closes, then run `body` with their index; its
+// result is the process's exit code. Returns the exit codes (-1: no normal exit).
+std::vector<int> RunInProcessesAtOnce(int count, const std::function<int(int)>& body) {
+  int gate[2];
+  if (pipe(gate) != 0) return {};
+  std::vector<pid_t> children;
+  for (int i = 0; i < count; ++i) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      close(gate[1]);
+      char byte;
+      while (read(gate[0], &byte, 1) < 0 && errno == EINTR) {
+      }
+      _exit(body(i));
+    }
+    if (pid > 0) children.push_back(pid);
+  }
+  close(gate[0]);
+  close(gate[1]);
+  std::vector<int> codes;
+  for (pid_t pid : children) {
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    codes.push_back(WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+  }
+  return codes;
+}
+
+// What parallel `kubetrain` commands on an empty $KUBETRAIN_HOME do: every one
+// creates the database, and none may fail with "database is locked".
+TEST(JobStoreTest, ProcessesOpeningANewStoreAtOnceAllSucceed) {
+  constexpr int kProcesses = 8;
+  for (int round = 0; round < 3; ++round) {
+    TempDir dir;
+    const std::string path = dir.path() + "/jobs.db";
+    std::vector<int> codes = RunInProcessesAtOnce(kProcesses, [&](int i) {
+      auto store = JobStore::Open(path);
+      if (!store.ok()) {
+        fprintf(stderr, "process %d: open: %s\n", i, std::string(store.status().message()).c_str());
+        return 1;
+      }
+      if (absl::Status s = (*store)->CreateJob(Job("job_" + std::to_string(i))); !s.ok()) {
+        fprintf(stderr, "process %d: create: %s\n", i, std::string(s.message()).c_str());
+        return 2;
+      }
+      return (*store)->ListJobs().ok() ? 0 : 3;
+    });
+    EXPECT_EQ(codes, std::vector<int>(kProcesses, 0)) << "round " << round;
+    auto store = JobStore::Open(path);
+    ASSERT_TRUE(store.ok()) << store.status();
+    auto jobs = (*store)->ListJobs();
+    ASSERT_TRUE(jobs.ok()) << jobs.status();
+    EXPECT_EQ(jobs->size(), static_cast<size_t>(kProcesses)) << "round " << round;
+  }
 }
 
 TEST(JobStoreTest, RefusesNewerSchemaAndNonDatabase) {
