@@ -2,11 +2,13 @@
 
 #include <sqlite3.h>
 
+#include <functional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "api/codec.h"
+#include "api/validation.h"
 #include "google/protobuf/util/json_util.h"
 #include "nlohmann/json.hpp"
 
@@ -103,6 +105,23 @@ absl::Status UseWalJournal(sqlite3* db, const std::string& path) {
   }
 }
 
+// Runs `body` in a write transaction (BEGIN IMMEDIATE: the write lock is
+// taken first, waiting out other writers, so what `body` reads cannot change
+// before it writes). Commits when `body` succeeds, rolls back otherwise.
+absl::Status InWriteTransaction(sqlite3* db, const std::string& path,
+                                const std::function<absl::Status()>& body) {
+  if (absl::Status s = Exec(db, path, "BEGIN IMMEDIATE"); !s.ok()) return s;
+  if (absl::Status s = body(); !s.ok()) {
+    Exec(db, path, "ROLLBACK").IgnoreError();
+    return s;
+  }
+  if (absl::Status s = Exec(db, path, "COMMIT"); !s.ok()) {
+    Exec(db, path, "ROLLBACK").IgnoreError();
+    return s;
+  }
+  return absl::OkStatus();
+}
+
 // PRAGMA user_version, by a statement finalized before returning.
 absl::StatusOr<int64_t> ReadSchemaVersion(sqlite3* db, const std::string& path) {
   Statement version(db, "PRAGMA user_version");
@@ -151,10 +170,12 @@ absl::Status JobStore::Migrate() {
   // Several commands may find a new store at once: each takes the write lock
   // (waiting for the others) and reads the version again under it, so the
   // first creates the tables and the others see them made.
-  if (absl::Status s = Exec(db_, path_, "BEGIN IMMEDIATE"); !s.ok()) return s;
-  found = ReadSchemaVersion(db_, path_);
-  absl::Status status = found.ok() ? CheckSchemaVersion(path_, *found) : found.status();
-  if (status.ok() && *found < kSchemaVersion) status = Exec(db_, path_, R"sql(
+  return InWriteTransaction(db_, path_, [&]() -> absl::Status {
+    absl::StatusOr<int64_t> again = ReadSchemaVersion(db_, path_);
+    if (!again.ok()) return again.status();
+    if (absl::Status s = CheckSchemaVersion(path_, *again); !s.ok()) return s;
+    if (*again == kSchemaVersion) return absl::OkStatus();
+    return Exec(db_, path_, R"sql(
     CREATE TABLE IF NOT EXISTS jobs (
       name TEXT PRIMARY KEY, uid TEXT NOT NULL, job_json TEXT NOT NULL,
       status_json TEXT NOT NULL DEFAULT '{}', cancel_requested INTEGER NOT NULL DEFAULT 0,
@@ -180,31 +201,43 @@ absl::Status JobStore::Migrate() {
       type TEXT NOT NULL, reason TEXT NOT NULL, message TEXT NOT NULL);
     PRAGMA user_version = 1;
   )sql");
-  if (!status.ok()) {
-    Exec(db_, path_, "ROLLBACK").IgnoreError();
-    return status;
-  }
-  return Exec(db_, path_, "COMMIT");
+  });
 }
 
 absl::Status JobStore::CreateJob(const v1::TrainingJob& job) {
+  const std::string& name = job.metadata().name();
   v1::TrainingJob spec_only = job;
   spec_only.clear_status();
-  Statement insert(db_,
-                   "INSERT INTO jobs (name, uid, job_json, status_json, created, seq) VALUES "
-                   "(?, ?, ?, ?, ?, (SELECT COALESCE(MAX(seq), 0) + 1 FROM jobs))");
-  insert.Bind(1, job.metadata().name())
-      .Bind(2, job.metadata().uid())
-      .Bind(3, api::EncodeJson(spec_only))
-      .Bind(4, api::EncodeJson(job.status()))
-      .BindDouble(5, UnixSecondsOf(absl::Now()));
-  const int rc = insert.Step();
-  if (rc == SQLITE_CONSTRAINT) {
-    return absl::AlreadyExistsError(
-        absl::StrCat("job [", job.metadata().name(), "] already exists: pick another name"));
-  }
-  if (rc != SQLITE_DONE) return SqlError(db_, path_, "creating job " + job.metadata().name());
-  return absl::OkStatus();
+  // Names that differ only in case and '_' versus '-' give the same object
+  // and replica names, so they are one job. Checked under the write lock, so
+  // that of two racing submits one sees the other's row.
+  return InWriteTransaction(db_, path_, [&]() -> absl::Status {
+    const std::string object_name = api::KubernetesName(name);
+    Statement select(db_, "SELECT name FROM jobs");
+    int rc;
+    while ((rc = select.Step()) == SQLITE_ROW) {
+      const std::string existing = select.Text(0);
+      if (existing == name) {
+        return absl::AlreadyExistsError(absl::StrCat("job [", name, "] already exists: pick another name"));
+      }
+      if (api::KubernetesName(existing) == object_name) {
+        return absl::AlreadyExistsError(absl::StrCat(
+            "job [", name, "] already exists as [", existing,
+            "] (job names that differ only in case, '-' and '_' are the same job): pick another name"));
+      }
+    }
+    if (rc != SQLITE_DONE) return SqlError(db_, path_, "creating job " + name);
+    Statement insert(db_,
+                     "INSERT INTO jobs (name, uid, job_json, status_json, created, seq) VALUES "
+                     "(?, ?, ?, ?, ?, (SELECT COALESCE(MAX(seq), 0) + 1 FROM jobs))");
+    insert.Bind(1, name)
+        .Bind(2, job.metadata().uid())
+        .Bind(3, api::EncodeJson(spec_only))
+        .Bind(4, api::EncodeJson(job.status()))
+        .BindDouble(5, UnixSecondsOf(absl::Now()));
+    if (insert.Step() != SQLITE_DONE) return SqlError(db_, path_, "creating job " + name);
+    return absl::OkStatus();
+  });
 }
 
 namespace {
@@ -261,10 +294,18 @@ absl::Status JobStore::RequestCancel(const std::string& name) {
 }
 
 absl::Status JobStore::PutReplica(const ReplicaRecord& r) {
+  // A record of the same name but another job is left alone: replacing it
+  // would lose that job's process, which nothing would then stop or watch.
   Statement insert(db_,
-                   "INSERT OR REPLACE INTO replicas (name, job, trial, role, idx, pid, start_ticks, "
+                   "INSERT INTO replicas (name, job, trial, role, idx, pid, start_ticks, "
                    "log_path, exit_path, state_path, pid_path, metric_path, created) "
-                   "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+                   "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                   "ON CONFLICT (name) DO UPDATE SET trial = excluded.trial, role = excluded.role, "
+                   "idx = excluded.idx, pid = excluded.pid, start_ticks = excluded.start_ticks, "
+                   "log_path = excluded.log_path, exit_path = excluded.exit_path, "
+                   "state_path = excluded.state_path, pid_path = excluded.pid_path, "
+                   "metric_path = excluded.metric_path, created = excluded.created "
+                   "WHERE replicas.job = excluded.job");
   insert.Bind(1, r.name)
       .Bind(2, r.job)
       .Bind(3, r.key.trial_id)
@@ -279,6 +320,13 @@ absl::Status JobStore::PutReplica(const ReplicaRecord& r) {
       .Bind(12, r.metric_path)
       .BindDouble(13, UnixSecondsOf(r.created));
   if (insert.Step() != SQLITE_DONE) return SqlError(db_, path_, "recording replica " + r.name);
+  if (sqlite3_changes(db_) == 0) {
+    Statement owner(db_, "SELECT job FROM replicas WHERE name = ?");
+    owner.Bind(1, r.name);
+    const std::string other = owner.Step() == SQLITE_ROW ? owner.Text(0) : "";
+    return absl::AlreadyExistsError(absl::StrCat("replica ", r.name, " of job [", r.job,
+                                                 "] is already recorded for job [", other, "]"));
+  }
   return absl::OkStatus();
 }
 

@@ -74,7 +74,10 @@ class JobStore {
   JobStore& operator=(const JobStore&) = delete;
 
   // ---- Jobs, keyed by metadata.name.
-  // AlreadyExists (naming the job) when a job of that name exists.
+  // AlreadyExists (naming both) when a job of that name exists, or one whose
+  // name differs only in case and '_' versus '-' (it would have the same
+  // Kubernetes object and replica names: docs/schema.md, "Job names").
+  // Atomic: of several processes creating such names at once, one succeeds.
   absl::Status CreateJob(const v1::TrainingJob& job);
   // The job with its last written status; spec.cancel is set when a cancel
   // was requested. NotFound names the job.
@@ -86,7 +89,10 @@ class JobStore {
   absl::Status RequestCancel(const std::string& name);
 
   // ---- Replica processes (controller only).
-  absl::Status PutReplica(const ReplicaRecord& record);  // insert or replace
+  // Inserts the record, or replaces the job's own record of that name.
+  // AlreadyExists (naming both jobs) when the name is another job's replica:
+  // that record is kept, so its process is never lost from view.
+  absl::Status PutReplica(const ReplicaRecord& record);
   absl::StatusOr<std::vector<ReplicaRecord>> ListReplicas(const std::string& job);
   absl::Status DeleteReplica(const std::string& name);   // absent: ok
 

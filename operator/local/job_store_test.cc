@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <functional>
@@ -28,6 +29,36 @@ v1::TrainingJob Job(const std::string& name) {
   job.mutable_spec()->mutable_training_input()->add_args("--x=1");
   job.mutable_status()->set_state(v1::QUEUED);
   return job;
+}
+
+// Forks `count` processes that wait on one pipe, so that all of them are
+// released at once when it closes, then run `body` with their index; its
+// result is the process's exit code. Returns the exit codes (-1: no normal exit).
+std::vector<int> RunInProcessesAtOnce(int count, const std::function<int(int)>& body) {
+  int gate[2];
+  if (pipe(gate) != 0) return {};
+  std::vector<pid_t> children;
+  for (int i = 0; i < count; ++i) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      close(gate[1]);
+      char byte;
+      while (read(gate[0], &byte, 1) < 0 && errno == EINTR) {
+      }
+      _exit(body(i));
+    }
+    if (pid > 0) children.push_back(pid);
+  }
+  close(gate[0]);
+  close(gate[1]);
+  std::vector<int> codes;
+  for (pid_t pid : children) {
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    codes.push_back(WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+  }
+  return codes;
 }
 
 TEST(JobStoreTest, CreateGetListAndDuplicate) {
@@ -56,6 +87,73 @@ TEST(JobStoreTest, CreateGetListAndDuplicate) {
   auto missing = (*store)->GetJob("nope");
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(missing.status().message(), HasSubstr("nope"));
+}
+
+TEST(JobStoreTest, NamesOfTheSameObjectNameAreTheSameJob) {
+  TempDir dir;
+  auto store = JobStore::Open(dir.path() + "/jobs.db");
+  ASSERT_TRUE(store.ok()) << store.status();
+  ASSERT_TRUE((*store)->CreateJob(Job("Dup_x")).ok());
+  for (const std::string name : {"dup-x", "DUP_X", "dup_x", "Dup_x"}) {
+    absl::Status dup = (*store)->CreateJob(Job(name));
+    EXPECT_EQ(dup.code(), absl::StatusCode::kAlreadyExists) << name;
+    EXPECT_THAT(dup.message(), HasSubstr("[" + name + "]"));
+    if (name != "Dup_x") EXPECT_THAT(dup.message(), HasSubstr("[Dup_x]"));
+  }
+  EXPECT_TRUE((*store)->CreateJob(Job("dup-y")).ok());
+  auto jobs = (*store)->ListJobs();
+  ASSERT_TRUE(jobs.ok()) << jobs.status();
+  ASSERT_EQ(jobs->size(), 2u);
+  EXPECT_EQ((*jobs)[0].metadata().name(), "Dup_x");
+}
+
+// Racing submits of names that are the same job: the check and the insert
+// are one transaction, so exactly one of them is created.
+TEST(JobStoreTest, RacingSubmitsOfTheSameJobCreateOne) {
+  TempDir dir;
+  const std::string path = dir.path() + "/jobs.db";
+  ASSERT_TRUE(JobStore::Open(path).ok());
+  const std::vector<std::string> names = {"Race_j", "race-j", "RACE_J", "race_j", "Race-J", "rAce_j"};
+  std::vector<int> codes = RunInProcessesAtOnce(static_cast<int>(names.size()), [&](int i) {
+    auto store = JobStore::Open(path);
+    if (!store.ok()) return 1;
+    absl::Status s = (*store)->CreateJob(Job(names[i]));
+    if (s.ok()) return 0;
+    return s.code() == absl::StatusCode::kAlreadyExists ? 10 : 2;
+  });
+  ASSERT_EQ(codes.size(), names.size());
+  EXPECT_EQ(std::count(codes.begin(), codes.end(), 0), 1);
+  EXPECT_EQ(std::count(codes.begin(), codes.end(), 10), static_cast<int>(names.size()) - 1);
+  auto store = JobStore::Open(path);
+  ASSERT_TRUE(store.ok());
+  auto jobs = (*store)->ListJobs();
+  ASSERT_TRUE(jobs.ok()) << jobs.status();
+  EXPECT_EQ(jobs->size(), 1u);
+}
+
+TEST(JobStoreTest, AReplicaRecordIsNeverTakenOverByAnotherJob) {
+  TempDir dir;
+  auto store = JobStore::Open(dir.path() + "/jobs.db");
+  ASSERT_TRUE(store.ok()) << store.status();
+  ReplicaRecord first;
+  first.name = "dup-x-master-0";
+  first.job = "Dup_x";
+  first.pid = 100;
+  ASSERT_TRUE((*store)->PutReplica(first).ok());
+  first.pid = 101;  // the same job updating its own record
+  ASSERT_TRUE((*store)->PutReplica(first).ok());
+  ReplicaRecord other = first;
+  other.job = "dup-x";
+  other.pid = 200;
+  absl::Status taken = (*store)->PutReplica(other);
+  EXPECT_EQ(taken.code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_THAT(taken.message(), HasSubstr("dup-x-master-0"));
+  EXPECT_THAT(taken.message(), HasSubstr("[Dup_x]"));
+  auto kept = (*store)->ListReplicas("Dup_x");
+  ASSERT_TRUE(kept.ok());
+  ASSERT_EQ(kept->size(), 1u);
+  EXPECT_EQ((*kept)[0].pid, 101);
+  EXPECT_TRUE((*(*store)->ListReplicas("dup-x")).empty());
 }
 
 TEST(JobStoreTest, StatusAndCancelAreSeparateWriters) {
@@ -137,36 +235,6 @@ TEST(JobStoreTest, ReplicasPortsMetricsArchiveEventsSurviveReopen) {
   ASSERT_TRUE((*store)->DeleteReplica("j-t3-worker-1").ok());
   ASSERT_TRUE((*store)->DeleteReplica("j-t3-worker-1").ok());  // gone already: fine
   EXPECT_TRUE((*(*store)->ListReplicas("j")).empty());
-}
-
-// Forks `count` processes that wait on one pipe, so that all of them are
-// released at once when it closes, then run `body` with their index; its
-// result is the process's exit code. Returns the exit codes (-1: no normal exit).
-std::vector<int> RunInProcessesAtOnce(int count, const std::function<int(int)>& body) {
-  int gate[2];
-  if (pipe(gate) != 0) return {};
-  std::vector<pid_t> children;
-  for (int i = 0; i < count; ++i) {
-    pid_t pid = fork();
-    if (pid == 0) {
-      close(gate[1]);
-      char byte;
-      while (read(gate[0], &byte, 1) < 0 && errno == EINTR) {
-      }
-      _exit(body(i));
-    }
-    if (pid > 0) children.push_back(pid);
-  }
-  close(gate[0]);
-  close(gate[1]);
-  std::vector<int> codes;
-  for (pid_t pid : children) {
-    int status = 0;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-    }
-    codes.push_back(WIFEXITED(status) ? WEXITSTATUS(status) : -1);
-  }
-  return codes;
 }
 
 // What parallel `kubetrain` commands on an empty $KUBETRAIN_HOME do: every one
