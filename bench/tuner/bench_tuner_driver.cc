@@ -7,6 +7,7 @@
 //          "batch": B, "seeds": [...], "algorithm": "bayes"|"random"}
 //   -> {"results": [{"seed": s, "values": [f(x_1), ..., f(x_N)],
 //                    "suggest_seconds": total}]}
+//   ("record_points": true adds "points": [[x_1...], ...] to each result)
 // Config: {"mode": "latency", "function": ..., "completed": [100, 1000],
 //          "repeats": R, "batch": B}
 //   -> {"latency": [{"completed": n, "median_ms_per_suggestion": ...,
@@ -70,7 +71,8 @@ std::unique_ptr<Tuner> MakeTuner(const HyperparameterSpec& spec, uint64_t seed,
   options.local_candidates = o.value("local_candidates", options.local_candidates);
   options.refine_starts = o.value("refine_starts", options.refine_starts);
   options.explore_every = o.value("explore_every", options.explore_every);
-  options.explore_radius = o.value("explore_radius", options.explore_radius);
+  options.explore_steps = o.value("explore_steps", options.explore_steps);
+  options.basin_link_cut = o.value("basin_link_cut", options.basin_link_cut);
   options.gls_mean = o.value("gls_mean", options.gls_mean);
   options.stall_window = o.value("stall_window", options.stall_window);
   options.stall_tolerance = o.value("stall_tolerance", options.stall_tolerance);
@@ -149,6 +151,7 @@ int Run(const nlohmann::json& config) {
       auto tuner = MakeTuner(spec, seed, config);
       std::vector<TrialRecord> history;
       std::vector<double> values;
+      std::vector<std::vector<double>> points;
       double suggest_seconds = 0;
       while (static_cast<int>(history.size()) < trials) {
         const int n = std::min(batch, trials - static_cast<int>(history.size()));
@@ -157,7 +160,8 @@ int Run(const nlohmann::json& config) {
         suggest_seconds += Seconds(std::chrono::steady_clock::now() - start);
         if (s.empty()) break;
         for (const Assignment& a : s) {
-          const double y = fn->f(Point(*fn, a));
+          points.push_back(Point(*fn, a));
+          const double y = fn->f(points.back());
           TrialRecord t;
           t.trial_id = std::to_string(history.size());
           t.assignment = a;
@@ -167,8 +171,10 @@ int Run(const nlohmann::json& config) {
           values.push_back(y);
         }
       }
-      out["results"].push_back(
-          {{"seed", seed}, {"values", values}, {"suggest_seconds", suggest_seconds}});
+      nlohmann::json result = {
+          {"seed", seed}, {"values", values}, {"suggest_seconds", suggest_seconds}};
+      if (config.value("record_points", false)) result["points"] = points;
+      out["results"].push_back(std::move(result));
     }
   }
   std::cout << out.dump() << "\n";

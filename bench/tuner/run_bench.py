@@ -11,6 +11,7 @@ latency with 100 and 1,000 completed trials in 6-D.
 Run with Debian's Python (python3-optuna, python3-sklearn):
   /usr/bin/python3 bench/tuner/run_bench.py --driver build/bench/tuner/bench_tuner_driver
   ... --quick   (a smoke test: 2 seeds, 20 trials)
+  ... --options '{"explore_every": 0}'   (kubetrain with BayesianOptions overrides)
   ... --methods kubetrain --functions hartmann6 --batches 1 --workers 1
                 (one method, one function, sequential only: for iterating)
 
@@ -65,8 +66,10 @@ FUNCTIONS = {
 
 # ---- methods: each returns the list of objective values in trial order ----
 
-def run_kubetrain(driver, fname, trials, batch, seed):
+def run_kubetrain(driver, fname, trials, batch, seed, options=None):
     config = {"function": fname, "trials": trials, "batch": batch, "seeds": [seed]}
+    if options:
+        config["options"] = options
     out = subprocess.run([driver], input=json.dumps(config), capture_output=True, text=True,
                          check=True)
     return json.loads(out.stdout)["results"][0]["values"]
@@ -164,11 +167,11 @@ def run_sklearn(fname, trials, batch, seed, restarts):
 
 
 def run_task(task):
-    method, fname, trials, batch, seed, driver, restarts = task
+    method, fname, trials, batch, seed, driver, restarts, options = task
     # CPU time of this process and of the driver it runs.
     start = time.process_time() + resource.getrusage(resource.RUSAGE_CHILDREN).ru_utime
     if method == "kubetrain":
-        values = run_kubetrain(driver, fname, trials, batch, seed)
+        values = run_kubetrain(driver, fname, trials, batch, seed, options)
     elif method == "optuna-tpe":
         values = run_optuna("tpe", fname, trials, batch, seed)
     elif method == "optuna-random":
@@ -201,6 +204,9 @@ def main():
                         help="comma-separated suggestions per batch (1 = sequential)")
     parser.add_argument("--no-latency", action="store_true",
                         help="skip kubetrain's suggestion-latency measurement")
+    parser.add_argument("--options", type=json.loads, default=None,
+                        help="BayesianOptions overrides for kubetrain, as JSON "
+                             "(see bench_tuner_driver.cc), e.g. '{\"explore_every\": 0}'")
     parser.add_argument("--json", help="write all raw values here")
     parser.add_argument("--quick", action="store_true", help="smoke test: 2 seeds, 20 trials")
     args = parser.parse_args()
@@ -215,7 +221,7 @@ def main():
             parser.error(f"unknown function {fname}")
     budgets = [b for b in (50, 100) if b <= args.trials] or [args.trials]
     sk_seeds = args.seeds if args.sklearn_seeds is None else min(args.sklearn_seeds, args.seeds)
-    tasks = [(m, fname, args.trials, batch, seed, args.driver, restarts)
+    tasks = [(m, fname, args.trials, batch, seed, args.driver, restarts, args.options)
              for m in methods for fname in functions for batch in batches
              for seed in range(sk_seeds if m == "sklearn-gp-ei" else args.seeds)]
     # The slowest tasks first, so the pool's tail is short.
@@ -224,7 +230,7 @@ def main():
     results, cpu = {}, {}
     with cf.ProcessPoolExecutor(max_workers=args.workers) as pool:
         for task, values, seconds in pool.map(run_task, tasks):
-            method, fname, _, batch, seed, _, _ = task
+            method, fname, _, batch, seed, _, _, _ = task
             results.setdefault((method, fname, batch), {})[seed] = values
             cpu[(method, fname, batch)] = cpu.get((method, fname, batch), 0.0) + seconds
     wall = time.time() - wall
@@ -277,6 +283,8 @@ def main():
         completed = [100, 1000]
         config = {"mode": "latency", "function": "hartmann6", "completed": completed,
                   "repeats": 2 if args.quick else 5, "batch": 1}
+        if args.options:
+            config["options"] = args.options
         out = subprocess.run([args.driver], input=json.dumps(config), capture_output=True,
                              text=True, check=True)
         for row, limit in zip(json.loads(out.stdout)["latency"], (50, 500)):

@@ -70,6 +70,76 @@ Eigen::MatrixXd Rows(const std::vector<std::vector<double>>& points, const std::
   return m;
 }
 
+// A GP on standardised losses: the hyperparameters fitted (MAP) on at most
+// `max_fit_points` of the points, the GP conditioned on all of them.
+struct Surrogate {
+  Eigen::VectorXd y;  // the standardised losses
+  GpHyperparameters h;
+  std::optional<GaussianProcess> gp;  // empty when the kernel cannot be factored
+};
+
+Surrogate FitSurrogate(const Eigen::MatrixXd& x, const Eigen::VectorXd& loss, Rng& rng,
+                       const BayesianOptions& options) {
+  Surrogate s;
+  const double mean = loss.mean();
+  double sd = std::sqrt((loss.array() - mean).square().mean());
+  if (!(sd > 1e-12 * std::max(1.0, std::abs(mean)))) sd = 1.0;
+  s.y = (loss.array() - mean) / sd;
+  std::vector<double> y_all(s.y.data(), s.y.data() + s.y.size());
+  std::vector<int> fit_idx = SelectPoints(y_all, options.max_fit_points, rng);
+  Eigen::MatrixXd x_fit(fit_idx.size(), x.cols());
+  Eigen::VectorXd y_fit(fit_idx.size());
+  for (size_t i = 0; i < fit_idx.size(); ++i) {
+    x_fit.row(i) = x.row(fit_idx[i]);
+    y_fit[i] = s.y[fit_idx[i]];
+  }
+  s.h = FitHyperparameters(x_fit, y_fit, rng, options.fit);
+  absl::StatusOr<GaussianProcess> gp = GaussianProcess::Fit(x, s.y, s.h);
+  if (gp.ok()) s.gp.emplace(*std::move(gp));
+  return s;
+}
+
+// Nearest-better clustering (Preuss): every point but the best links to the
+// nearest point (rows of `scaled`, Euclidean) with a lower loss (ties broken
+// by index); links longer than `cut` times the median link are cut, and the
+// points whose chain of links reaches the best point form its basin. A basin
+// is thereby the set of trials a descent would lead to the incumbent, however
+// long it is along the directions that do not matter, while a good point
+// separated from it by a gap longer than the usual spacing of the data starts
+// a basin of its own.
+std::vector<bool> IncumbentBasin(const Eigen::MatrixXd& scaled, const Eigen::VectorXd& loss,
+                                 double cut) {
+  const Eigen::Index n = scaled.rows();
+  auto better = [&](Eigen::Index a, Eigen::Index b) {
+    return loss[a] < loss[b] || (loss[a] == loss[b] && a < b);
+  };
+  std::vector<Eigen::Index> parent(n, -1);
+  std::vector<double> link(n, 0.0), links;
+  for (Eigen::Index i = 0; i < n; ++i) {
+    double nearest = std::numeric_limits<double>::infinity();
+    for (Eigen::Index j = 0; j < n; ++j) {
+      if (!better(j, i)) continue;
+      const double d = (scaled.row(i) - scaled.row(j)).squaredNorm();
+      if (d < nearest) nearest = d, parent[i] = j;
+    }
+    if (parent[i] >= 0) links.push_back(link[i] = std::sqrt(nearest));
+  }
+  if (links.empty()) return std::vector<bool>(n, true);
+  std::vector<bool> in_basin(n, false);
+  std::nth_element(links.begin(), links.begin() + links.size() / 2, links.end());
+  const double limit = cut * links[links.size() / 2];
+  // Parents are better than their children: visiting from best to worst
+  // settles every parent before its children.
+  std::vector<Eigen::Index> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), better);
+  in_basin[order[0]] = true;
+  for (Eigen::Index i : order) {
+    if (parent[i] >= 0 && link[i] <= limit) in_basin[i] = in_basin[parent[i]];
+  }
+  return in_basin;
+}
+
 // The fitted surrogate and the acquisition over it, for one Suggest call.
 class Model {
  public:
@@ -81,52 +151,60 @@ class Model {
         SelectPoints(history.observed_loss, options.max_training_points, rng);
     Eigen::VectorXd loss(train.size());
     for (size_t i = 0; i < train.size(); ++i) loss[i] = history.observed_loss[train[i]];
-    const double mean = loss.mean();
-    double sd = std::sqrt((loss.array() - mean).square().mean());
-    if (!(sd > 1e-12 * std::max(1.0, std::abs(mean)))) sd = 1.0;
-    Eigen::VectorXd y = (loss.array() - mean) / sd;
     Eigen::MatrixXd x = Rows(history.observed_x, train, dims);
-
-    std::vector<double> y_train(y.data(), y.data() + y.size());
-    std::vector<int> fit_idx = SelectPoints(y_train, options.max_fit_points, rng);
-    Eigen::MatrixXd x_fit(fit_idx.size(), dims);
-    Eigen::VectorXd y_fit(fit_idx.size());
-    for (size_t i = 0; i < fit_idx.size(); ++i) {
-      x_fit.row(i) = x.row(fit_idx[i]);
-      y_fit[i] = y[fit_idx[i]];
-    }
-    GpHyperparameters h = FitHyperparameters(x_fit, y_fit, rng, options.fit);
-    absl::StatusOr<GaussianProcess> gp = GaussianProcess::Fit(x, y, h);
-    if (!gp.ok()) return std::nullopt;
+    Surrogate s = FitSurrogate(x, loss, rng, options);
+    if (!s.gp) return std::nullopt;
     if (options.gls_mean) {
       // Generalised least squares: weights K^-1 1 count a tight cluster of
       // correlated points about once, so the many trials spent in the
       // incumbent's basin no longer pull the far-from-data prediction down
       // to their level (which made every unexplored corner look promising).
-      const Eigen::VectorXd w = gp->Solve(Eigen::VectorXd::Ones(y.size()));
-      const double level = w.dot(y) / w.sum();
+      const Eigen::VectorXd w = s.gp->Solve(Eigen::VectorXd::Ones(s.y.size()));
+      const double level = w.dot(s.y) / w.sum();
       if (std::isfinite(level)) {
-        y.array() -= level;
-        gp = gp->WithTargets(y);
+        s.y.array() -= level;
+        s.gp = s.gp->WithTargets(s.y);
       }
     }
-
-    std::vector<int> order(train.size());
-    std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return y[a] < y[b]; });
-    m.best_ = y[order[0]];
     if (explore) {
-      m.exclude_center_ = x.row(order[0]).transpose();
-      m.exclude_radius_ = options.explore_radius;
-      m.inv_length_ = h.length_scales.cwiseInverse();
-      // Improvement is measured against the best point outside the basin.
-      for (int i : order) {
-        if (!m.Excluded(x.row(i).transpose())) {
-          m.best_ = y[i];
-          break;
+      // The rest of the space gets a model of its own, standardised and
+      // fitted without the incumbent's basin: with the basin's trials in,
+      // the length scales are those of that basin (which may ignore the
+      // very parameters another basin depends on) and the level of the
+      // plateau is dragged towards the basin's values.
+      const std::vector<bool> in_basin =
+          IncumbentBasin(x * s.h.length_scales.cwiseInverse().asDiagonal(), loss,
+                         options.basin_link_cut);
+      std::vector<int> other;
+      for (int i = 0; i < static_cast<int>(in_basin.size()); ++i) {
+        if (!in_basin[i]) other.push_back(i);
+      }
+      if (static_cast<int>(other.size()) >= kMinOtherPoints) {
+        Eigen::MatrixXd other_x(other.size(), dims);
+        Eigen::VectorXd other_loss(other.size());
+        for (size_t i = 0; i < other.size(); ++i) {
+          other_x.row(i) = x.row(other[i]);
+          other_loss[i] = loss[other[i]];
+        }
+        Surrogate other_model = FitSurrogate(other_x, other_loss, rng, options);
+        if (other_model.gp) {
+          m.basin_inv_length_ = s.h.length_scales.cwiseInverse();
+          m.basin_scaled_ = x * m.basin_inv_length_.asDiagonal();
+          m.in_basin_ = in_basin;
+          x = std::move(other_x);
+          s = std::move(other_model);
         }
       }
     }
+    Eigen::VectorXd y = std::move(s.y);
+    // Improvement is measured against the best point the model sees: on an
+    // exploration step, the best outside the incumbent's basin, so the step
+    // climbs the most promising other basin.
+    m.best_ = y.minCoeff();
+
+    std::vector<int> order(y.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return y[a] < y[b]; });
     // Local candidates start from the best (eligible) observed points.
     for (size_t i = 0; i < order.size() && m.anchors_.size() < 5; ++i) {
       if (!m.Excluded(x.row(order[i]).transpose())) m.anchors_.push_back(x.row(order[i]));
@@ -137,7 +215,7 @@ class Model {
     // pretending to know the outcome.
     m.x_ = std::move(x);
     m.y_ = std::move(y);
-    m.gp_.emplace(*std::move(gp));
+    m.gp_.emplace(*std::move(s.gp));
     if (!history.pending_x.empty()) {
       Eigen::MatrixXd px(history.pending_x.size(), dims);
       for (size_t i = 0; i < history.pending_x.size(); ++i) {
@@ -236,9 +314,15 @@ class Model {
   Model(const SearchSpace& space, const BayesianOptions& options)
       : space_(&space), options_(&options) {}
 
+  // On an exploration step, whether `point` lies in the incumbent's basin:
+  // its nearest trial (in the full model's length-scale units) is one of
+  // the basin's.
   bool Excluded(const Eigen::VectorXd& point) const {
-    return exclude_radius_ > 0 &&
-           (point - exclude_center_).cwiseProduct(inv_length_).norm() < exclude_radius_;
+    if (in_basin_.empty()) return false;
+    const Eigen::RowVectorXd p = point.cwiseProduct(basin_inv_length_).transpose();
+    Eigen::Index nearest;
+    (basin_scaled_.rowwise() - p).rowwise().squaredNorm().minCoeff(&nearest);
+    return in_basin_[nearest];
   }
 
   Eigen::VectorXd Score(const Eigen::MatrixXd& points) const {
@@ -297,8 +381,15 @@ class Model {
   double best_ = 0;
   // Exploration steps exclude a ball around the incumbent (length-scale
   // units); radius 0 excludes nothing.
-  Eigen::VectorXd exclude_center_, inv_length_;
-  double exclude_radius_ = 0;
+  // Exploration steps set the incumbent's basin aside: the trials (scaled
+  // by the full model's length scales) and which of them are in the basin.
+  // Empty on other steps.
+  Eigen::VectorXd basin_inv_length_;
+  Eigen::MatrixXd basin_scaled_;
+  std::vector<bool> in_basin_;
+  // Fewer trials than this outside the basin are too few to model the rest
+  // of the space; the step is then an ordinary one.
+  static constexpr int kMinOtherPoints = 3;
   static constexpr int kMaxBatchBelievers = 32;
   int believers_ = 0;
   std::vector<Eigen::VectorXd> anchors_;
@@ -369,13 +460,20 @@ std::vector<Assignment> BayesianOptimizer::Suggest(const std::vector<TrialRecord
   const int design_size =
       options_.initial_design > 0 ? options_.initial_design : std::clamp(dims + 3, 5, 10);
   int64_t design_index = h.num_records;
-  std::optional<Model> model;
-  bool model_failed = false;
+  // models[0] is the ordinary model, models[1] the one that sets the
+  // incumbent's basin aside (explore_every); each is built when first needed.
+  std::optional<Model> models[2];
+  bool failed[2] = {false, false};
+  const bool stalled = options_.explore_every > 0 && Stalled(h.observed_loss, options_);
 
   for (int j = 0; j < count; ++j) {
     std::optional<Assignment> next;
-    const bool use_design =
-        design_index < design_size || h.observed_x.size() < 2 || model_failed;
+    // Decided per batch member, so a batch explores as often as the same
+    // number of sequential steps would.
+    const int64_t step = h.num_records + j;
+    const bool explore = stalled && step % options_.explore_every >=
+                                        options_.explore_every - options_.explore_steps;
+    const bool use_design = design_index < design_size || h.observed_x.size() < 2 || failed[0];
     if (use_design) {
       for (int tries = 0; tries < 64 && !next; ++tries, ++design_index) {
         std::vector<double> u = design_index == 0 ? std::vector<double>(dims, 0.5)
@@ -384,22 +482,23 @@ std::vector<Assignment> BayesianOptimizer::Suggest(const std::vector<TrialRecord
         if (!h.used.contains(AssignmentKey(a))) next = std::move(a);
       }
     } else {
-      if (!model) {
-        const bool explore = options_.explore_every > 0 &&
-                             design_index % options_.explore_every == options_.explore_every - 1 &&
-                             Stalled(h.observed_loss, options_);
-        model = Model::Build(space_, options_, h, rng, explore);
-        model_failed = !model.has_value();
+      // An exploration model that cannot be built falls back to the ordinary one.
+      for (int which = explore ? 1 : 0; which >= 0 && !next; --which) {
+        if (!models[which] && !failed[which]) {
+          models[which] = Model::Build(space_, options_, h, rng, which == 1);
+          failed[which] = !models[which].has_value();
+        }
+        if (models[which]) next = models[which]->Next(rng, h.used);
       }
-      if (model) next = model->Next(rng, h.used);
     }
     if (!next) next = AnyUnused(space_, rng, h.used);
     if (!next) break;  // exhausted
     h.used.insert(AssignmentKey(*next));
-    if (model) {
-      model->AddBeliever(*next);
-    } else if (absl::StatusOr<std::vector<double>> u = space_.Encode(*next); u.ok()) {
-      h.pending_x.push_back(*u);  // seen as pending if the model is built later in this batch
+    for (std::optional<Model>& model : models) {
+      if (model) model->AddBeliever(*next);
+    }
+    if (absl::StatusOr<std::vector<double>> u = space_.Encode(*next); u.ok()) {
+      h.pending_x.push_back(*u);  // seen as pending by a model built later in this batch
     }
     out.push_back(std::move(*next));
   }

@@ -367,32 +367,68 @@ TEST(MedianStoppingTest, NeedsDataOnBothSides) {
 namespace kubetrain::tuner {
 namespace {
 
-TEST(BayesianOptimizerTest, StalledStudiesCanStepAwayFromTheIncumbentsBasin) {
+// Two basins: a wide one at 0.2 (depth 1) where the study has converged,
+// and a narrow, deeper one at 0.77 (depth 1.2) that one trial (at 0.8, loss
+// -0.44) only hints at.
+double TwoBasins(double x) {
+  const double wide = (x - 0.2) / 0.1, narrow = (x - 0.77) / 0.03;
+  return -std::exp(-wide * wide) - 1.2 * std::exp(-narrow * narrow);
+}
+
+TEST(BayesianOptimizerTest, StalledStudiesClimbAnotherBasin) {
   HyperparameterSpec spec;
   spec.set_goal(HyperparameterSpec::MINIMIZE);
   AddParam(spec, "x", ParameterSpec::DOUBLE, 0, 1);
   absl::StatusOr<SearchSpace> space = SearchSpace::Create(spec);
   ASSERT_TRUE(space.ok());
-  // A spread of points, then a cluster around the optimum at 0.3 that no
-  // longer improves.
+  // The incumbent first, then trials that no longer improve on it: a cluster
+  // around it and a spread over the space.
   std::vector<TrialRecord> history;
   auto add = [&](double x) {
     history.push_back(Record(static_cast<int>(history.size()), {{"x", FormatDouble(x)}},
-                             Status::kCompleted, (x - 0.3) * (x - 0.3)));
+                             Status::kCompleted, TwoBasins(x)));
   };
-  for (double x : {0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0}) add(x);
-  for (double x : {0.31, 0.29, 0.305, 0.295, 0.302, 0.298}) add(x);
-  auto near_optimum = [](const std::vector<Assignment>& s) {
-    return std::abs(Number(s.at(0).at("x")) - 0.3) < 0.02;
-  };
+  for (double x : {0.2, 0.21, 0.19, 0.205, 0.195, 0.202, 0.198}) add(x);
+  for (double x : {0.0, 0.1, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0}) add(x);
   BayesianOptions plain;
+  plain.explore_every = 0;
   BayesianOptimizer exploit(*space, spec, 1, plain);
-  EXPECT_TRUE(near_optimum(exploit.Suggest(history, 1)));
+  EXPECT_LT(std::abs(Number(exploit.Suggest(history, 1).at(0).at("x")) - 0.2), 0.05);
+
   BayesianOptions options;
   options.explore_every = 1;
-  options.stall_window = 5;
+  options.explore_steps = 1;
   BayesianOptimizer explore(*space, spec, 1, options);
-  EXPECT_FALSE(near_optimum(explore.Suggest(history, 1)));
+  BayesianOptimizer twin(*space, spec, 1, options);
+  const std::vector<Assignment> step = explore.Suggest(history, 1);
+  ASSERT_EQ(step.size(), 1u);
+  EXPECT_EQ(step, twin.Suggest(history, 1));
+  // The step leaves the converged basin for the hinted one.
+  EXPECT_LT(std::abs(Number(step[0].at("x")) - 0.77), 0.1);
+}
+
+// A study that is still improving is not stalled: the default rule (three
+// steps in four set the basin aside once stalled) leaves it alone, and the
+// optimiser converges to the optimum of a unimodal function.
+TEST(BayesianOptimizerTest, DefaultRuleStillConvergesOnOneBasin) {
+  HyperparameterSpec spec;
+  spec.set_goal(HyperparameterSpec::MINIMIZE);
+  AddParam(spec, "x", ParameterSpec::DOUBLE, 0, 1);
+  AddParam(spec, "y", ParameterSpec::DOUBLE, 0, 1);
+  absl::StatusOr<SearchSpace> space = SearchSpace::Create(spec);
+  ASSERT_TRUE(space.ok());
+  BayesianOptimizer tuner(*space, spec, 3, BayesianOptions{});
+  std::vector<TrialRecord> history;
+  double best = 1e9;
+  for (int i = 0; i < 30; ++i) {
+    std::vector<Assignment> s = tuner.Suggest(history, 1);
+    ASSERT_EQ(s.size(), 1u);
+    const double x = Number(s[0].at("x")), y = Number(s[0].at("y"));
+    const double loss = (x - 0.3) * (x - 0.3) + (y - 0.7) * (y - 0.7);
+    best = std::min(best, loss);
+    history.push_back(Record(i, s[0], Status::kCompleted, loss));
+  }
+  EXPECT_LT(best, 1e-4);
 }
 
 // With the GLS constant mean, a study whose trials crowd one basin still
