@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -35,6 +36,11 @@ CheckedJob CheckTrainingJob(std::string_view text, bool require_name) {
 }
 
 absl::StatusOr<std::string> ReadTextFile(const std::string& path) {
+  // An ifstream opens a directory and reads it as empty.
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    return absl::InvalidArgumentError(path + ": is a directory, not a job file");
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     return absl::NotFoundError(path + ": cannot open: " + std::strerror(errno));

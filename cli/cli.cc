@@ -47,8 +47,15 @@ ParsedArgs ParseArgs(const std::vector<std::string>& args, const std::vector<std
     } else if (known(value_flags, name)) {
       if (eq != std::string::npos) {
         parsed.flags.emplace_back(name, arg.substr(eq + 1));
-      } else if (i + 1 < args.size()) {
+      } else if (i + 1 < args.size() && args[i + 1].compare(0, 2, "--") != 0) {
         parsed.flags.emplace_back(name, args[++i]);
+      } else if (i + 1 < args.size()) {
+        // `--job-dir --stream-logs` is a forgotten value, not a folder named
+        // "--stream-logs"; a value that starts with "--" is given as --name=value.
+        parsed.error = "flag --" + name + " needs a value, got " +
+                       (args[i + 1] == "--" ? std::string("\"--\"") : "flag " + args[i + 1]) +
+                       " (write --" + name + "=VALUE for a value that starts with --)";
+        return parsed;
       } else {
         parsed.error = "flag --" + name + " needs a value";
         return parsed;

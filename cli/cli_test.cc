@@ -1,5 +1,7 @@
 #include "cli/cli.h"
 
+#include "cli/commands.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -58,6 +60,57 @@ TEST(CliTest, UnknownCommandAndFlagAreUsageErrors) {
   EXPECT_EQ(r.code, 2);
   EXPECT_EQ(r.err, "kubetrain validate: unknown flag --strict\n");
 }
+
+TEST(ValidateCommandTest, ADirectoryIsNamedAsOne) {
+  Result r = RunKubetrain({"validate", ::testing::TempDir()});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.out, ::testing::HasSubstr("is a directory, not a job file"));
+}
+
+TEST(ParseArgsTest, AValueFlagDoesNotSwallowTheNextFlag) {
+  ParsedArgs parsed = ParseArgs({"job", "--job-dir", "--stream-logs"}, {"job-dir"}, {"stream-logs"});
+  EXPECT_EQ(parsed.error,
+            "flag --job-dir needs a value, got flag --stream-logs (write --job-dir=VALUE for a value "
+            "that starts with --)");
+  parsed = ParseArgs({"--job-dir", "--", "--lr=0.1"}, {"job-dir"}, {});
+  EXPECT_THAT(parsed.error, ::testing::HasSubstr("flag --job-dir needs a value, got \"--\""));
+  parsed = ParseArgs({"--job-dir=--odd", "--job-dir", "/out", "--", "--lr=0.1"}, {"job-dir"}, {});
+  EXPECT_EQ(parsed.error, "");
+  ASSERT_EQ(parsed.flags.size(), 2u);
+  EXPECT_EQ(parsed.flags[0].second, "--odd");
+  EXPECT_EQ(*parsed.Flag("job-dir"), "/out");
+  EXPECT_EQ(parsed.after_double_dash, std::vector<std::string>{"--lr=0.1"});
+}
+
+#ifdef KUBETRAIN_CLI_LOCAL_TESTS
+TEST(SubmitCommandTest, PackagePathIsCheckedBeforeAnythingIsSubmitted) {
+  const std::string package =
+      (std::filesystem::path(::testing::TempDir()) / "trainer").lexically_normal().string();
+  std::filesystem::create_directories(package);
+  Result r = RunKubetrain({"jobs", "submit", "training", "j1", "--local", "--package-path",
+                           "/nonexistent/trainer", "--module-name", "trainer.task"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, ::testing::HasSubstr("--package-path: /nonexistent/trainer is not a folder"));
+  r = RunKubetrain({"jobs", "submit", "training", "j1", "--local", "--package-path", package});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, ::testing::HasSubstr("--package-path needs --module-name"));
+  r = RunKubetrain({"jobs", "submit", "training", "j1", "--local", "--package-path", package,
+                    "--module-name", "other.task"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, ::testing::HasSubstr(
+                         "--module-name other.task is not in the package at " + package +
+                         ": its first part must be the package's folder name \"trainer\""));
+}
+
+TEST(LocalTrainCommandTest, StartPortIsATcpPort) {
+  Result r = RunKubetrain({"local", "train", "--start-port", "70000"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err, "kubetrain local train: --start-port: a TCP port from 1 to 65535, got \"70000\"\n");
+  r = RunKubetrain({"local", "train", "--distributed", "--start-port", "65534"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, ::testing::HasSubstr("--start-port 65534: the 5 replicas need ports up to 65538"));
+}
+#endif
 
 TEST(CliTest, VersionNamesTheApi) {
   Result r = RunKubetrain({"version"});

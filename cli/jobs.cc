@@ -12,6 +12,7 @@
 #include <set>
 #include <thread>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
@@ -76,6 +77,17 @@ absl::StatusOr<v1::TrainingJob> FollowClusterJob(ClusterJobs& cluster, const std
     last = line;
     if (core::IsTerminal(job->status().state())) return job;
     std::this_thread::sleep_for(std::chrono::seconds(2));
+  }
+}
+
+// The local controller exits when idle, and may have died (killed, the
+// machine restarted) while a job was unfinished. A command that shows an
+// unfinished job starts one again, so that the state it shows moves on, as a
+// Cloud ML job's does without anyone watching it.
+void ResumeLocalController(const std::string& command, std::ostream& err) {
+  if (absl::Status s = EnsureLocalController(KubetrainHome()); !s.ok()) {
+    err << "kubetrain " << command << ": warning: no local controller is running and none could "
+        << "be started (" << s.message() << "); run `kubetrain local serve`\n";
   }
 }
 
@@ -155,6 +167,16 @@ absl::StatusOr<v1::TrainingJob> FollowJob(local::JobStore& store, const std::str
     absl::StatusOr<v1::TrainingJob> job = store.GetJob(name);
     if (!job.ok()) return job.status();
     const bool finished = core::IsTerminal(job->status().state());
+    if (!finished) {
+      // Without a controller the job would never move on, and this loop
+      // never end.
+      if (absl::Status s = EnsureLocalController(KubetrainHome()); !s.ok()) {
+        return absl::UnavailableError(absl::StrCat(
+            "job [", name, "] is ", v1::State_Name(job->status().state()),
+            " but no local controller is running and none could be started (", s.message(),
+            "); run `kubetrain local serve`"));
+      }
+    }
     bool replicas_left = false;
     if (finished) {
       local::RealProcessLauncher launcher;
@@ -207,8 +229,12 @@ int StreamLogs(const std::vector<std::string>& args, std::ostream& out, std::ost
 // ---- submit
 
 absl::Status ApplyScaleTier(const std::string& tier, v1::TrainingInput* input) {
+  // gcloud spells the tiers in lower case with dashes (basic-gpu); the
+  // config file as the API does (BASIC_GPU). Both are taken.
+  std::string name = absl::AsciiStrToUpper(tier);
+  std::replace(name.begin(), name.end(), '-', '_');
   v1::TrainingInput::ScaleTier value;
-  if (!v1::TrainingInput::ScaleTier_Parse(tier, &value) || value == v1::TrainingInput::SCALE_TIER_UNSPECIFIED) {
+  if (!v1::TrainingInput::ScaleTier_Parse(name, &value) || value == v1::TrainingInput::SCALE_TIER_UNSPECIFIED) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--scale-tier: unknown tier \"", tier, "\" (BASIC, STANDARD_1, PREMIUM_1, BASIC_GPU, CUSTOM)"));
   }
@@ -264,11 +290,12 @@ int SubmitTraining(const std::vector<std::string>& args, std::ostream& out, std:
   }
   if (const std::string* module = parsed.Flag("module-name")) input->set_python_module(*module);
   if (const std::string* package = parsed.Flag("package-path")) {
-    std::error_code ec;
-    std::filesystem::path path = std::filesystem::absolute(*package, ec);
     // The package's parent folder goes on PYTHONPATH, so `-m pkg.module` resolves.
+    absl::StatusOr<std::string> search_path =
+        PackageSearchPath(*package, input->python_module().empty() ? nullptr : &input->python_module());
+    if (!search_path.ok()) return UsageError(command, std::string(search_path.status().message()), err);
     input->clear_package_uris();
-    input->add_package_uris(path.lexically_normal().parent_path().string());
+    input->add_package_uris(*search_path);
   }
   if (const std::string* dir = parsed.Flag("job-dir")) input->set_job_dir(*dir);
   if (const std::string* region = parsed.Flag("region")) input->set_region(*region);
@@ -385,6 +412,7 @@ int Describe(const std::vector<std::string>& args, std::ostream& out, std::ostre
       err << "kubetrain " << command << ": " << job.status().message() << "\n";
       return kExitFailed;
     }
+    if (!core::IsTerminal(job->status().state())) ResumeLocalController(command, err);
     absl::StatusOr<std::vector<v1::HyperparameterOutput>> archived = store->ArchivedTrials(parsed.positional[0]);
     resource = JobResource(*job, archived.ok() ? *archived : std::vector<v1::HyperparameterOutput>{});
   }
@@ -424,6 +452,11 @@ int List(const std::vector<std::string>& args, std::ostream& out, std::ostream& 
     std::unique_ptr<local::JobStore> store = OpenStoreOrReport(command, err);
     if (store == nullptr) return kExitFailed;
     jobs = store->ListJobs();
+    if (jobs.ok() && std::any_of(jobs->begin(), jobs->end(), [](const v1::TrainingJob& job) {
+          return !core::IsTerminal(job.status().state());
+        })) {
+      ResumeLocalController(command, err);
+    }
   }
   if (!jobs.ok()) {
     err << "kubetrain " << command << ": " << jobs.status().message() << "\n";

@@ -168,6 +168,24 @@ std::string SummarizeJob(const nlohmann::json& resource) {
   return out;
 }
 
+namespace {
+
+// The fatal messages of Python and most command-line tools, as they reach
+// stderr: "/usr/bin/python3: Error while finding module ...",
+// "ModuleNotFoundError: No module named 'trainer'", "sh: error: ...".
+bool IsErrorReport(absl::string_view message) {
+  const size_t colon = message.find(": ");
+  if (colon != absl::string_view::npos && message.substr(0, colon).find(' ') == absl::string_view::npos) {
+    const absl::string_view head = message.substr(0, colon);
+    if (absl::EndsWith(head, "Error") || absl::EndsWith(head, "Exception")) return true;
+    message.remove_prefix(colon + 2);  // a program's name
+  }
+  const std::string upper = absl::AsciiStrToUpper(message.substr(0, 5));
+  return upper == "ERROR" || upper == "FATAL";
+}
+
+}  // namespace
+
 std::string LogSeverity(bool from_stderr, const std::string& message) {
   const std::string upper = absl::AsciiStrToUpper(message.substr(0, 16));
   if (absl::StartsWith(upper, "ERROR") || absl::StartsWith(upper, "FATAL") ||
@@ -175,6 +193,7 @@ std::string LogSeverity(bool from_stderr, const std::string& message) {
     return "ERROR";
   }
   if (absl::StartsWith(upper, "WARN") || absl::StartsWith(upper, "W ")) return "WARNING";
+  if (from_stderr && IsErrorReport(message)) return "ERROR";
   return "INFO";
 }
 

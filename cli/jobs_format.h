@@ -30,7 +30,9 @@ std::string SummarizeJob(const nlohmann::json& resource);
 void SortTrials(std::vector<v1::HyperparameterOutput>& trials, v1::HyperparameterSpec::GoalType goal);
 
 // Log severity of a replica's output line: ERROR/WARNING when the message
-// says so, else INFO.
+// says so, or, on stderr, when it is a tool's or Python's error report
+// ("python3: Error while ...", "ValueError: ..."); else INFO. Not every
+// stderr line is an error: TensorFlow and this runtime log progress there.
 std::string LogSeverity(bool from_stderr, const std::string& message);
 
 // One `stream-logs` line: severity, time (UTC), task, trial, message,

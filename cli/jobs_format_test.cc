@@ -101,7 +101,15 @@ TEST(LogFormatTest, EntryAndSeverity) {
             "INFO\t2027-01-15 08:00:00 +0000\tmaster-replica-0\t3\tstep 10");
   EXPECT_EQ(LogSeverity(true, "ERROR: data file missing"), "ERROR");
   EXPECT_EQ(LogSeverity(true, "Warning: slow"), "WARNING");
-  EXPECT_EQ(LogSeverity(true, "Train [master/0], step 1"), "INFO");
+  EXPECT_EQ(LogSeverity(true, "Train [master/0], step 1: loss: 2.3"), "INFO");
+  EXPECT_EQ(LogSeverity(true, "/usr/bin/python3: Error while finding module specification for "
+                              "'trainer.task'"),
+            "ERROR");
+  EXPECT_EQ(LogSeverity(true, "ModuleNotFoundError: No module named 'trainer'"), "ERROR");
+  EXPECT_EQ(LogSeverity(true, "sh: error: bad substitution"), "ERROR");
+  // The same words on stdout are the program's business.
+  EXPECT_EQ(LogSeverity(false, "ModuleNotFoundError: No module named 'trainer'"), "INFO");
+  EXPECT_EQ(LogSeverity(true, "Eval, step 20: loss: 0.6"), "INFO");
 }
 
 TEST(ProgressLineTest, CountsAndBest) {

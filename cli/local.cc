@@ -53,6 +53,20 @@ bool ParseCount(const ParsedArgs& parsed, const std::string& flag, int64_t fallb
   return true;
 }
 
+// A TCP port for the first replica; the others take the next ones.
+bool ParsePort(const ParsedArgs& parsed, const std::string& flag, int64_t fallback, int64_t* value,
+               std::ostream& err) {
+  *value = fallback;
+  const std::string* text = parsed.Flag(flag);
+  if (text == nullptr) return true;
+  if (!absl::SimpleAtoi(*text, value) || *value < 1 || *value > 65535) {
+    err << "kubetrain local train: --" << flag << ": a TCP port from 1 to 65535, got \"" << *text
+        << "\"\n";
+    return false;
+  }
+  return true;
+}
+
 volatile sig_atomic_t g_interrupted = 0;
 void OnInterrupt(int) { g_interrupted = 1; }
 
@@ -75,7 +89,7 @@ int Train(const std::vector<std::string>& args, std::ostream& out, std::ostream&
   if (!ParseCount(parsed, "worker-count", 2, &workers, err) ||
       !ParseCount(parsed, "parameter-server-count", 2, &ps, err) ||
       !ParseCount(parsed, "evaluator-count", 0, &evaluators, err) ||
-      !ParseCount(parsed, "start-port", 27182, &start_port, err)) {
+      !ParsePort(parsed, "start-port", 27182, &start_port, err)) {
     return kExitUsage;
   }
   if (!distributed && (parsed.Has("worker-count") || parsed.Has("parameter-server-count") ||
@@ -107,12 +121,17 @@ int Train(const std::vector<std::string>& args, std::ostream& out, std::ostream&
       input->set_evaluator_count(evaluators);
     }
   }
-  input->set_use_chief_in_tf_config(parsed.Has("use-chief-in-tf-config"));
+  input->set_use_chief_in_tf_config(parsed.Has("use-chief-in-tf-config") &&
+                                     *parsed.Flag("use-chief-in-tf-config") == "true");
   if (const std::string* module = parsed.Flag("module-name")) input->set_python_module(*module);
   std::string package_parent;
   if (const std::string* package = parsed.Flag("package-path")) {
-    std::error_code ec;
-    package_parent = std::filesystem::absolute(*package, ec).lexically_normal().parent_path().string();
+    absl::StatusOr<std::string> search_path = PackageSearchPath(*package, parsed.Flag("module-name"));
+    if (!search_path.ok()) {
+      err << "kubetrain local train: " << search_path.status().message() << "\n";
+      return kExitUsage;
+    }
+    package_parent = *search_path;
   }
   if (const std::string* dir = parsed.Flag("job-dir")) input->set_job_dir(*dir);
   for (const std::string& arg : parsed.after_double_dash) input->add_args(arg);
@@ -131,14 +150,25 @@ int Train(const std::vector<std::string>& args, std::ostream& out, std::ostream&
     return it->second;
   });
   std::vector<core::DesiredReplica> replicas = core::DesiredReplicas(job, "", {}, options);
+  if (start_port + static_cast<int64_t>(ports.size()) - 1 > 65535) {
+    err << "kubetrain local train: --start-port " << start_port << ": the " << ports.size()
+        << " replicas need ports up to " << start_port + static_cast<int64_t>(ports.size()) - 1
+        << ", past 65535\n";
+    return kExitUsage;
+  }
 
   struct Child {
     pid_t pid;
     std::string task;
   };
   std::vector<Child> children;
-  signal(SIGINT, OnInterrupt);
-  signal(SIGTERM, OnInterrupt);
+  // Without SA_RESTART, so that the waitpid below returns on a signal and
+  // the replicas are stopped (signal() would restart it and wait for ever).
+  struct sigaction action = {};
+  action.sa_handler = OnInterrupt;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
   const std::string runtime = RuntimeBinary();
   const pid_t parent = getpid();
   for (const core::DesiredReplica& replica : replicas) {

@@ -145,6 +145,31 @@ int ServeLocalController(const std::string& home, const ServeOptions& options, s
   return 0;
 }
 
+absl::StatusOr<std::string> PackageSearchPath(const std::string& package_path,
+                                              const std::string* module_name) {
+  std::error_code ec;
+  const std::filesystem::path package =
+      std::filesystem::absolute(package_path, ec).lexically_normal();
+  if (ec || !std::filesystem::is_directory(package, ec)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--package-path: ", package_path, " is not a folder (the trainer's Python package)"));
+  }
+  // "/x/trainer/" normalises to "/x/trainer/" with an empty file name.
+  const std::filesystem::path dir = package.has_filename() ? package : package.parent_path();
+  if (module_name == nullptr || module_name->empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--package-path needs --module-name, the module to run (e.g. ", dir.filename().string(),
+        ".task)"));
+  }
+  const std::string top = module_name->substr(0, module_name->find('.'));
+  if (top != dir.filename().string()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--module-name ", *module_name, " is not in the package at ", dir.string(),
+        ": its first part must be the package's folder name \"", dir.filename().string(), "\""));
+  }
+  return dir.parent_path().string();
+}
+
 absl::Status EnsureLocalController(const std::string& home) {
   if (local::ControllerLock::Held(home)) return absl::OkStatus();
   const std::string self = SelfExecutable();

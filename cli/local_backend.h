@@ -38,6 +38,14 @@ struct ServeOptions {
 int ServeLocalController(const std::string& home, const ServeOptions& options, std::ostream& out,
                          std::ostream& err);
 
+// `--package-path DIR` with `--module-name MODULE`, as gcloud takes them: the
+// folder that goes on PYTHONPATH (DIR's parent, absolute) so that
+// `python3 -m MODULE` finds the package. INVALID_ARGUMENT naming the flag
+// when DIR is not a folder, when --module-name is missing, or when MODULE is
+// not inside DIR's package (its first part must be DIR's name).
+absl::StatusOr<std::string> PackageSearchPath(const std::string& package_path,
+                                              const std::string* module_name);
+
 // Starts `kubetrain local serve --exit-when-idle` in the background (its own
 // session, output to $KUBETRAIN_HOME/controller.log) unless a controller runs.
 absl::Status EnsureLocalController(const std::string& home);

@@ -246,6 +246,36 @@ TEST_F(LocalBackendTest, KilledControllerRestartsAndTheSweepRunsEachTrialOnce) {
   for (const auto& [trial, count] : starts) EXPECT_EQ(count, 1) << "trial " << trial << " ran " << count << " times";
 }
 
+TEST_F(LocalBackendTest, CommandsThatShowAnUnfinishedJobRestartADeadController) {
+  const std::string config = WriteConfig("short.yaml", FakeTrainerConfig("", "--sleep_ms=1500"));
+  auto submit_and_kill_the_controller = [&](const std::string& name) {
+    // gcloud's spelling of the tier.
+    RunResult r = Kubetrain({"jobs", "submit", "training", name, "--local", "--config", config,
+                             "--scale-tier", "basic"});
+    ASSERT_EQ(r.code, 0) << r.err;
+    ASSERT_TRUE(WaitFor([&] { return Job(name).status().state() == v1::RUNNING; }));
+    const int controller = ControllerPid();
+    ASSERT_GT(controller, 0);
+    ASSERT_EQ(kill(controller, SIGKILL), 0);
+    ASSERT_TRUE(WaitFor([&] { return !ProcessAlive(controller, 0); }));
+  };
+  // stream-logs follows the job to its end instead of polling a job that
+  // nothing moves on (bounded here, so a regression fails instead of hanging).
+  submit_and_kill_the_controller("orphan_1");
+  EXPECT_EQ(Job("orphan_1").spec().training_input().scale_tier(), v1::TrainingInput::BASIC);
+  RunResult logs = Kubetrain({"jobs", "stream-logs", "orphan_1", "--local"}, "timeout 120");
+  EXPECT_EQ(logs.code, 0) << logs.err;
+  EXPECT_EQ(Job("orphan_1").status().state(), v1::SUCCEEDED);
+  // describe (and list) show the job as it is and start a controller, so the
+  // next look shows it moved on.
+  submit_and_kill_the_controller("orphan_2");
+  RunResult describe = Kubetrain({"jobs", "describe", "orphan_2", "--local"});
+  EXPECT_EQ(describe.code, 0) << describe.err;
+  EXPECT_THAT(describe.out, HasSubstr("state: RUNNING"));
+  ASSERT_TRUE(WaitFor([&] { return Finished("orphan_2"); })) << ReadFile(home_.path() + "/controller.log");
+  EXPECT_EQ(Job("orphan_2").status().state(), v1::SUCCEEDED);
+}
+
 TEST_F(LocalBackendTest, TuningFindsTheOptimumOfAKnownFunction) {
   const std::string config = WriteConfig(
       "study.yaml",
