@@ -95,6 +95,37 @@ void SleepMs(int ms) {
   }
 }
 
+// The supervisor's stop request: SIGTERM or SIGINT, set by its handler. The
+// supervisor outlives the signal so that it can log the replica's shutdown
+// output and record how it ended; it passes the signal on to its process
+// group once (the replica and whatever the replica started).
+volatile sig_atomic_t g_stop_signal = 0;
+bool g_stop_forwarded = false;
+
+void OnStopSignal(int signal_number) { g_stop_signal = signal_number; }
+
+void ForwardStopSignal() {
+  if (g_stop_signal == 0 || g_stop_forwarded) return;
+  g_stop_forwarded = true;
+  // The group includes the supervisor itself: its handler only notes it again.
+  kill(0, g_stop_signal);
+}
+
+// Like SleepMs, but returns early once a stop is requested.
+void SleepUnlessStopped(int ms) {
+  timespec ts{ms / 1000, static_cast<long>(ms % 1000) * 1000000L};
+  while (g_stop_signal == 0 && nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+  }
+}
+
+void SetStopSignalMask(int how) {
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  sigprocmask(how, &stop_signals, nullptr);
+}
+
 // Buffers one stream and writes whole lines to the log with their prefix.
 struct LineBuffer {
   char stream;  // 'O' or 'E'
@@ -149,6 +180,7 @@ int PumpAndWait(pid_t child, int out_fd, int err_fd, int log_fd) {
   bool exited = false;
   char chunk[4096];
   while (open_fds[0] || open_fds[1]) {
+    ForwardStopSignal();
     pollfd pfds[2];
     int count = 0;
     int which[2];
@@ -181,8 +213,7 @@ int PumpAndWait(pid_t child, int out_fd, int err_fd, int log_fd) {
     if (buffer.size > 0) EmitLine(log_fd, buffer.stream, buffer.data, buffer.size);
   }
   if (!exited) {
-    while (waitpid(child, &wait_status, 0) < 0 && errno == EINTR) {
-    }
+    while (waitpid(child, &wait_status, 0) < 0 && errno == EINTR) ForwardStopSignal();
   }
   return wait_status;
 }
@@ -192,6 +223,15 @@ int PumpAndWait(pid_t child, int out_fd, int err_fd, int log_fd) {
 // group before setsid() would find no group and leave the replica running.
 [[noreturn]] void RunSupervisor(const SupervisorPlan& plan, int started_fd) {
   setsid();
+  // Before the pid is handed out (a Kill may follow at once), and replacing
+  // any handler inherited from the controller. No SA_RESTART: a stop request
+  // interrupts poll, waitpid and the backoff sleep.
+  struct sigaction stop_action {};
+  stop_action.sa_handler = OnStopSignal;
+  sigemptyset(&stop_action.sa_mask);
+  sigaction(SIGTERM, &stop_action, nullptr);
+  sigaction(SIGINT, &stop_action, nullptr);
+  SetStopSignalMask(SIG_UNBLOCK);
   const int self = getpid();
   WriteAll(started_fd, reinterpret_cast<const char*>(&self), sizeof(self));
   close(started_fd);
@@ -202,8 +242,6 @@ int PumpAndWait(pid_t child, int out_fd, int err_fd, int log_fd) {
     WriteFileAtomically(plan.pid_tmp_path, plan.pid_path, text, n);
   }
   signal(SIGPIPE, SIG_DFL);
-  signal(SIGTERM, SIG_DFL);
-  signal(SIGINT, SIG_DFL);
   // Nothing of the controller (its database, its sockets) reaches the replica.
   if (syscall(SYS_close_range, 3U, ~0U, 0U) != 0) {
     for (int fd = 3; fd < 4096; ++fd) close(fd);
@@ -211,12 +249,25 @@ int PumpAndWait(pid_t child, int out_fd, int err_fd, int log_fd) {
   int log_fd = open(plan.log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   int backoff_ms = kInitialBackoffMs;
   int restarts = 0;
+  // What .exit records if a stop request comes before any run has ended.
+  int exit_code = 128 + SIGTERM;
   for (;;) {
+    if (g_stop_signal != 0) {
+      if (restarts == 0) exit_code = 128 + g_stop_signal;
+      break;  // stopped before (re)starting the replica
+    }
     int out_pipe[2];
     int err_pipe[2];
     if (pipe2(out_pipe, O_CLOEXEC) != 0 || pipe2(err_pipe, O_CLOEXEC) != 0) _exit(1);
+    // Blocked across the fork, so that a stop request meets the child either
+    // as the supervisor's (then forwarded to it) or with the default action,
+    // never with the supervisor's handler in a child about to exec.
+    SetStopSignalMask(SIG_BLOCK);
     pid_t child = fork();
     if (child == 0) {
+      signal(SIGTERM, SIG_DFL);
+      signal(SIGINT, SIG_DFL);
+      SetStopSignalMask(SIG_UNBLOCK);
       int devnull = open("/dev/null", O_RDONLY);
       if (devnull >= 0) dup2(devnull, 0);
       dup2(out_pipe[1], 1);
@@ -233,9 +284,10 @@ int PumpAndWait(pid_t child, int out_fd, int err_fd, int log_fd) {
       WriteAll(2, "\n", 1);
       _exit(127);
     }
+    SetStopSignalMask(SIG_UNBLOCK);
     close(out_pipe[1]);
     close(err_pipe[1]);
-    int exit_code = 1;
+    exit_code = 1;
     if (child > 0) {
       int status = PumpAndWait(child, out_pipe[0], err_pipe[0], log_fd);
       exit_code = WIFEXITED(status) ? WEXITSTATUS(status)
@@ -243,7 +295,7 @@ int PumpAndWait(pid_t child, int out_fd, int err_fd, int log_fd) {
     }
     close(out_pipe[0]);
     close(err_pipe[0]);
-    if (exit_code != 0 && plan.restart_on_failure) {
+    if (exit_code != 0 && plan.restart_on_failure && g_stop_signal == 0) {
       ++restarts;
       char state[64];
       size_t n = FormatInt(state, restarts);
@@ -251,16 +303,17 @@ int PumpAndWait(pid_t child, int out_fd, int err_fd, int log_fd) {
       n += FormatInt(state + n, exit_code);
       state[n++] = '\n';
       WriteFileAtomically(plan.state_tmp_path, plan.state_path, state, n);
-      SleepMs(backoff_ms);
+      SleepUnlessStopped(backoff_ms);
       backoff_ms = backoff_ms * 2 > kMaxBackoffMs ? kMaxBackoffMs : backoff_ms * 2;
       continue;
     }
-    char text[32];
-    size_t n = FormatInt(text, exit_code);
-    text[n++] = '\n';
-    WriteFileAtomically(plan.exit_tmp_path, plan.exit_path, text, n);
-    _exit(0);
+    break;
   }
+  char text[32];
+  size_t n = FormatInt(text, exit_code);
+  text[n++] = '\n';
+  WriteFileAtomically(plan.exit_tmp_path, plan.exit_path, text, n);
+  _exit(0);
 }
 
 std::vector<char*> CStrings(std::vector<std::string>& strings) {
@@ -492,7 +545,10 @@ absl::Status RealProcessLauncher::Kill(const ProcessId& id) {
   // group still has members, so a group of that id is what it left behind.
   const bool orphans = !leader_alive && !ProcessStartTicks(id.pid).has_value() && GroupAlive(id.pid);
   if (!leader_alive && !orphans) return absl::OkStatus();
-  kill(-id.pid, SIGTERM);
+  // A live supervisor passes SIGTERM on to its group itself and stays to log
+  // the replica's last output and record its exit; signalling the group here
+  // as well would give the replica a second SIGTERM during its shutdown.
+  kill(leader_alive ? id.pid : -id.pid, SIGTERM);
   if (WaitGroupGone(id.pid, absl::Seconds(3))) return absl::OkStatus();
   kill(-id.pid, SIGKILL);
   if (WaitGroupGone(id.pid, absl::Seconds(5))) return absl::OkStatus();

@@ -20,8 +20,14 @@
 //   - when the replica ends for good, writes its exit code (128+signal when
 //     killed) to `exit_path` atomically (write, then rename), so the exit is
 //     known even when no controller was watching.
-// Kill signals the whole process group: nothing the replica started
-// outlives it (unless it left the group on purpose).
+//   - on SIGTERM (or SIGINT) passes the signal on to its process group once
+//     and goes on logging until the replica has ended, then records its exit
+//     as above (no restart after a stop request), so a replica's shutdown
+//     output and exit code are kept, as for a pod deleted with a grace period.
+// Kill sends SIGTERM to the supervisor (to the group directly when only what
+// the replica left behind remains), then SIGKILL to the whole group after the
+// grace period: nothing the replica started outlives it (unless it left the
+// group on purpose).
 
 #include <cstdint>
 #include <optional>
@@ -76,8 +82,9 @@ class ProcessLauncher {
   virtual ProcessStatus Probe(const ProcessId& id, const std::string& exit_path,
                               const std::string& state_path) = 0;
   // Terminates the replica's whole process group (SIGTERM, then SIGKILL after
-  // a short grace period) and waits until none of it is left. A process that
-  // is already gone is success.
+  // a short grace period) and waits until none of it is left. A replica that
+  // ends within the grace period has its output and exit on record. A
+  // process that is already gone is success.
   virtual absl::Status Kill(const ProcessId& id) = 0;
 };
 

@@ -2,6 +2,7 @@
 
 #include <signal.h>
 
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <sstream>
@@ -110,6 +111,49 @@ TEST(ProcessLauncherTest, KillLeavesNoProcessOfTheGroup) {
   EXPECT_FALSE(ProcessAlive(child, 0));
   EXPECT_FALSE(ProcessAlive(id->pid, id->start_ticks));
   EXPECT_TRUE(launcher.Kill(*id).ok());  // already gone: success
+}
+
+// Cancel: the replica gets one SIGTERM and its shutdown output and exit are
+// on record, as for a pod whose container handles SIGTERM.
+TEST(ProcessLauncherTest, KillLetsTheReplicaShutDownWithItsOutputAndExitOnRecord) {
+  TempDir dir;
+  RealProcessLauncher launcher;
+  LaunchRequest request = ShellRequest(
+      dir,
+      "trap 'echo got TERM; echo bye >&2; exit 0' TERM; touch \"$KT_DIR/ready\"; "
+      "sleep 300 & wait $!; echo woke without a signal; exit 5");
+  auto id = launcher.Launch(request);
+  ASSERT_TRUE(id.ok()) << id.status();
+  ASSERT_TRUE(WaitFor([&] { return std::filesystem::exists(dir.path() + "/ready"); }));
+  ASSERT_TRUE(launcher.Kill(*id).ok());
+  EXPECT_FALSE(ProcessAlive(id->pid, id->start_ticks));
+  std::istringstream log(ReadFile(request.log_path));
+  std::vector<std::string> messages;
+  for (std::string line; std::getline(log, line);) messages.push_back(ParseLogLine(line).message);
+  // The shell may also report its background job's end ("Terminated").
+  EXPECT_THAT(messages, ::testing::IsSupersetOf({"got TERM", "bye"}));
+  EXPECT_THAT(messages, ::testing::Not(::testing::Contains("woke without a signal")));
+  ProcessStatus status = launcher.Probe(*id, request.exit_path, request.state_path);
+  EXPECT_EQ(status.state, ProcessStatus::State::kExited);
+  EXPECT_EQ(status.exit_code, 0);
+}
+
+// A replica that ignores SIGTERM is still ended, with all it started.
+TEST(ProcessLauncherTest, KillEndsAReplicaThatIgnoresTerm) {
+  TempDir dir;
+  RealProcessLauncher launcher;
+  LaunchRequest request = ShellRequest(
+      dir, "trap '' TERM; sleep 300 & echo $! > \"$KT_DIR/child.tmp\"; "
+           "mv \"$KT_DIR/child.tmp\" \"$KT_DIR/child\"; while :; do wait; done");
+  auto id = launcher.Launch(request);
+  ASSERT_TRUE(id.ok()) << id.status();
+  int child = 0;
+  ASSERT_TRUE(WaitFor([&] {
+    return absl::SimpleAtoi(absl::StripAsciiWhitespace(ReadFile(dir.path() + "/child")), &child);
+  }));
+  ASSERT_TRUE(launcher.Kill(*id).ok());
+  EXPECT_FALSE(ProcessAlive(child, 0));
+  EXPECT_FALSE(ProcessAlive(id->pid, id->start_ticks));
 }
 
 TEST(ProcessLauncherTest, SupervisorKilledFromOutsideIsGone) {
