@@ -116,6 +116,15 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
     return kExitUsage;
   }
   const std::vector<std::string> rest(args.begin() + best->words.size(), args.end());
+  for (const std::string& arg : rest) {
+    if (arg == "--") break;  // the trainer's own flags follow
+    if (arg == "--help" || arg == "-h") {
+      out << "Usage: kubetrain " << absl::StrJoin(best->words, " ")
+          << (best->synopsis.empty() ? "" : " ") << best->synopsis << "\n\n"
+          << best->summary << "\n";
+      return kExitOk;
+    }
+  }
   return best->run(rest, out, err);
 }
 

@@ -112,6 +112,23 @@ TEST(LocalTrainCommandTest, StartPortIsATcpPort) {
 }
 #endif
 
+TEST(CliTest, EveryCommandTakesHelp) {
+  Result r = RunKubetrain({"validate", "--help"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out,
+            "Usage: kubetrain validate FILE...\n\ncheck TrainingJob manifests or Cloud ML "
+            "config.yaml files\n");
+  // After "--" it is the trainer's flag, not a request for help.
+  r = RunKubetrain({"validate", "--", "--help"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.out, "");
+#ifdef KUBETRAIN_CLI_LOCAL_TESTS
+  r = RunKubetrain({"jobs", "submit", "training", "-h"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, ::testing::StartsWith("Usage: kubetrain jobs submit training JOB [--config FILE]"));
+#endif
+}
+
 TEST(CliTest, VersionNamesTheApi) {
   Result r = RunKubetrain({"version"});
   EXPECT_EQ(r.code, 0);

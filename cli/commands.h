@@ -17,6 +17,8 @@ struct Command {
   std::string summary;
   std::function<int(const std::vector<std::string>& args, std::ostream& out, std::ostream& err)>
       run;
+  // What follows the words: arguments and flags, for `--help`.
+  std::string synopsis;
 };
 
 // Each file of commands exports its list; cli.cc joins them.

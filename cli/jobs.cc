@@ -159,7 +159,8 @@ struct LogFollower {
 // replicas are gone. Returns the final job.
 absl::StatusOr<v1::TrainingJob> FollowJob(local::JobStore& store, const std::string& name, bool logs,
                                           const std::string& task, const std::string& trial,
-                                          std::ostream& out, bool progress = true) {
+                                          std::ostream& out, bool progress = true,
+                                          absl::Duration poll_interval = absl::FromChrono(kPollInterval)) {
   LogFollower follower{KubetrainHome(), name, task, trial, {}, 0};
   std::string last_progress;
   const bool tty = isatty(STDOUT_FILENO) && &out == &std::cout;
@@ -198,7 +199,7 @@ absl::StatusOr<v1::TrainingJob> FollowJob(local::JobStore& store, const std::str
       if (tty && !logs && !last_progress.empty()) out << "\n";
       return job;
     }
-    std::this_thread::sleep_for(kPollInterval);
+    absl::SleepFor(poll_interval);
   }
 }
 
@@ -213,12 +214,21 @@ int StreamLogs(const std::vector<std::string>& args, std::ostream& out, std::ost
         << "`; stream-logs works with the local backend (--local)\n";
     return kExitUsage;
   }
+  absl::Duration poll_interval = absl::FromChrono(kPollInterval);
+  if (const std::string* text = parsed.Flag("polling-interval")) {
+    int seconds = 0;
+    if (!absl::SimpleAtoi(*text, &seconds) || seconds < 1) {
+      return UsageError(command, "--polling-interval: whole seconds >= 1, got \"" + *text + "\"", err);
+    }
+    poll_interval = absl::Seconds(seconds);
+  }
   std::unique_ptr<local::JobStore> store = OpenStoreOrReport(command, err);
   if (store == nullptr) return kExitFailed;
   const std::string& name = parsed.positional[0];
   absl::StatusOr<v1::TrainingJob> job =
       FollowJob(*store, name, true, parsed.Flag("task-name") ? *parsed.Flag("task-name") : "",
-                parsed.Flag("trial") ? *parsed.Flag("trial") : "", out, /*progress=*/false);
+                parsed.Flag("trial") ? *parsed.Flag("trial") : "", out, /*progress=*/false,
+                poll_interval);
   if (!job.ok()) {
     err << "kubetrain " << command << ": " << job.status().message() << "\n";
     return kExitFailed;
@@ -543,11 +553,18 @@ int Cancel(const std::vector<std::string>& args, std::ostream& out, std::ostream
 std::vector<Command> JobsCommands() {
   return {
       {{"jobs", "submit", "training"}, "submit a training job (--config FILE, --local, --stream-logs)",
-       SubmitTraining},
-      {{"jobs", "describe"}, "show a job as YAML (--format json, --summarize)", Describe},
-      {{"jobs", "list"}, "list jobs: JOB_ID STATUS CREATED (--filter, --limit)", List},
-      {{"jobs", "cancel"}, "cancel a job", Cancel},
-      {{"jobs", "stream-logs"}, "follow a job's logs (--task-name, --trial)", StreamLogs},
+       SubmitTraining,
+       "JOB [--config FILE] [--scale-tier TIER] [--module-name MODULE --package-path DIR] "
+       "[--job-dir DIR] [--region REGION] [--labels KEY=VALUE,...] [--runtime-version V] "
+       "[--python-version V] [--master-image-uri IMAGE] [--stream-logs | --wait | --async] "
+       "[--local | --namespace NS] [-- TRAINER_ARGS...]"},
+      {{"jobs", "describe"}, "show a job as YAML (--format json, --summarize)", Describe,
+       "JOB [--format yaml|json] [--summarize] [--local | --namespace NS]"},
+      {{"jobs", "list"}, "list jobs: JOB_ID STATUS CREATED (--filter, --limit)", List,
+       "[--filter EXPRESSION] [--limit N] [--local | --namespace NS]"},
+      {{"jobs", "cancel"}, "cancel a job", Cancel, "JOB [--wait] [--local | --namespace NS]"},
+      {{"jobs", "stream-logs"}, "follow a job's logs (--task-name, --trial)", StreamLogs,
+       "JOB [--task-name TASK] [--trial N] [--polling-interval SECONDS] [--local]"},
   };
 }
 

@@ -255,9 +255,13 @@ int Train(const std::vector<std::string>& args, std::ostream& out, std::ostream&
 
 std::vector<Command> LocalCommands() {
   return {
-      {{"local", "serve"}, "run the local controller in the foreground (--exit-when-idle)", Serve},
+      {{"local", "serve"}, "run the local controller in the foreground (--exit-when-idle)", Serve,
+       "[--exit-when-idle] [--quiet-if-running]"},
       {{"local", "train"}, "train on this machine (--distributed --worker-count --parameter-server-count ...)",
-       Train},
+       Train,
+       "[--module-name MODULE --package-path DIR] [--job-dir DIR] [--distributed [--worker-count N] "
+       "[--parameter-server-count N] [--evaluator-count N] [--start-port PORT] "
+       "[--use-chief-in-tf-config]] [-- TRAINER_ARGS...]"},
   };
 }
 

@@ -59,7 +59,8 @@ int Render(const std::vector<std::string>& args, std::ostream& out, std::ostream
 }  // namespace
 
 std::vector<Command> RenderCommands() {
-  return {{{"render"}, "print the Kubernetes objects of a job (--namespace, --trial)", Render}};
+  return {{{"render"}, "print the Kubernetes objects of a job (--namespace, --trial)", Render,
+           "FILE [--namespace NS] [--trial N]"}};
 }
 
 }  // namespace kubetrain::cli

@@ -55,7 +55,8 @@ int Version(const std::vector<std::string>& args, std::ostream& out, std::ostrea
 
 std::vector<Command> ValidateCommands() {
   return {
-      {{"validate"}, "check TrainingJob manifests or Cloud ML config.yaml files", Validate},
+      {{"validate"}, "check TrainingJob manifests or Cloud ML config.yaml files", Validate,
+       "FILE..."},
       {{"version"}, "print the version", Version},
   };
 }

@@ -46,6 +46,17 @@ TEST_F(RuntimeCliTest, ExitCodes) {
       << Slurp(log);
 }
 
+TEST_F(RuntimeCliTest, TrainingWithoutAnOutputFolderSaysNothingIsKept) {
+  std::string log = (dir_ / "log").string();
+  const std::string no_output = "train --train_data_paths=" + (dir_ / "train.csv").string() +
+                                " --max_steps=3 --batch_size=20 --hidden1=8 --hidden2=4 --threads=1";
+  ASSERT_EQ(RunBinary(no_output, log), kExitOk) << Slurp(log);
+  EXPECT_NE(Slurp(log).find("Warning: no --job-dir or --output_path"), std::string::npos)
+      << Slurp(log);
+  ASSERT_EQ(RunBinary(Flags("kept", 3), log), kExitOk) << Slurp(log);
+  EXPECT_EQ(Slurp(log).find("Warning: no --job-dir"), std::string::npos) << Slurp(log);
+}
+
 TEST_F(RuntimeCliTest, DeviceFlag) {
   std::string log = (dir_ / "log").string();
   EXPECT_EQ(RunBinary(Flags("cpu", 3) + " --device=cpu", log), kExitOk) << Slurp(log);

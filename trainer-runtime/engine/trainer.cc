@@ -436,6 +436,12 @@ absl::StatusOr<TrainResult> Loop::Run() {
   }
 
   // 4. Outputs: graph, summaries.
+  if (chief && o_.output_path.empty()) {
+    // Legal (a quick experiment), but a finished job without a model should
+    // not come as a surprise.
+    Log("Warning: no --job-dir or --output_path: checkpoints, summaries and the exported model "
+        "are not written, and a restarted replica starts from step 0");
+  }
   if (chief && !o_.output_path.empty()) {
     std::error_code ec;
     fs::create_directories(o_.output_path, ec);
