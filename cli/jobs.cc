@@ -118,8 +118,11 @@ struct LogFollower {
       if (events.ok()) {
         for (size_t i = events_shown; i < events->size(); ++i) {
           const local::StoredEvent& e = (*events)[i];
+          // With --trial, another trial's events are left out; the job's own stay.
+          const std::string trial = EventTrial(e.message);
+          if (!trial_filter.empty() && !trial.empty() && trial != trial_filter) continue;
           const double t = absl::ToDoubleSeconds(e.time - absl::UnixEpoch());
-          entries.push_back({t, FormatLogEntry(e.type == "Warning" ? "WARNING" : "INFO", t, "service", "",
+          entries.push_back({t, FormatLogEntry(e.type == "Warning" ? "WARNING" : "INFO", t, "service", trial,
                                                e.reason + ": " + e.message)});
         }
         events_shown = events->size();

@@ -197,6 +197,15 @@ std::string LogSeverity(bool from_stderr, const std::string& message) {
   return "INFO";
 }
 
+std::string EventTrial(const std::string& message) {
+  // The reconciler's trial events start "trial <id>: " or "trial <id> ".
+  if (!absl::StartsWith(message, "trial ")) return "";
+  const size_t end = message.find_first_of(": ", 6);
+  if (end == std::string::npos || end == 6) return "";
+  const std::string id = message.substr(6, end - 6);
+  return std::all_of(id.begin(), id.end(), [](char c) { return absl::ascii_isdigit(c); }) ? id : "";
+}
+
 std::string FormatLogEntry(const std::string& severity, double unix_seconds, const std::string& task,
                            const std::string& trial, const std::string& message) {
   const absl::Time t = absl::FromUnixMicros(static_cast<int64_t>(std::llround(unix_seconds * 1e6)));

@@ -35,6 +35,10 @@ void SortTrials(std::vector<v1::HyperparameterOutput>& trials, v1::Hyperparamete
 // stderr line is an error: TensorFlow and this runtime log progress there.
 std::string LogSeverity(bool from_stderr, const std::string& message);
 
+// The trial a service event is about ("trial 3: objective ..." -> "3"), or
+// "" for an event about the whole job.
+std::string EventTrial(const std::string& message);
+
 // One `stream-logs` line: severity, time (UTC), task, trial, message,
 // tab-separated as gcloud prints them.
 std::string FormatLogEntry(const std::string& severity, double unix_seconds, const std::string& task,

@@ -112,6 +112,14 @@ TEST(LogFormatTest, EntryAndSeverity) {
   EXPECT_EQ(LogSeverity(true, "Eval, step 20: loss: 0.6"), "INFO");
 }
 
+TEST(LogFormatTest, EventTrial) {
+  EXPECT_EQ(EventTrial("trial 12: objective 0.9 at step 20"), "12");
+  EXPECT_EQ(EventTrial("trial 3 failed: exited with code 1"), "3");
+  EXPECT_EQ(EventTrial("the job was cancelled"), "");
+  EXPECT_EQ(EventTrial("trial x: odd"), "");
+  EXPECT_EQ(EventTrial("trial "), "");
+}
+
 TEST(ProgressLineTest, CountsAndBest) {
   EXPECT_EQ(ProgressLine(StudyWithTrials(v1::HyperparameterSpec::MAXIMIZE)),
             "trials: 3/5 completed, 1 running, 0 failed; best objective 0.9000 (trial 2)");
