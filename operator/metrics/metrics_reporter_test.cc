@@ -314,17 +314,24 @@ TEST_F(MetricsReporterTest, QueueDropsTheOldestWaitingReportsNeverTheNewest) {
   EXPECT_EQ(queue.stats().lost, 6);
 }
 
+// After step 1 failed for good with step 2 queued behind it: step 2 arrives,
+// and step 1 is told of as lost, once.
+void ExpectStepOneLostAndStepTwoDelivered(QueuedMetricsReporter& queue, GatedSink& sink,
+                                          const std::vector<absl::Status>& lost) {
+  ASSERT_TRUE(queue.Flush(kFlushTimeout).ok());
+  EXPECT_THAT(sink.steps(), ElementsAre(2));
+  ASSERT_EQ(lost.size(), 1u);
+  EXPECT_EQ(lost[0].code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(lost[0].message(), HasSubstr("step 1"));
+}
+
 TEST_F(MetricsReporterTest, FlushGivesUpAnOlderFailingReportForTheLastOne) {
   std::vector<absl::Status> lost;
   sink_.FailStep(1);  // step 1 answers UNAVAILABLE for ever
   QueuedMetricsReporter queue(Reporter(token_), QueueOptions(&lost));
   queue.Enqueue(1, {{"accuracy", 0.1}});
   queue.Enqueue(2, {{"accuracy", 0.2}});
-  ASSERT_TRUE(queue.Flush(kFlushTimeout).ok());
-  EXPECT_THAT(sink_.steps(), ElementsAre(2));
-  ASSERT_EQ(lost.size(), 1u);
-  EXPECT_EQ(lost[0].code(), absl::StatusCode::kUnavailable);
-  EXPECT_THAT(lost[0].message(), HasSubstr("step 1"));
+  ExpectStepOneLostAndStepTwoDelivered(queue, sink_, lost);
 }
 
 TEST_F(MetricsReporterTest, AReportGivenUpWithNothingNewerQueuedIsToldOf) {
@@ -343,11 +350,7 @@ TEST_F(MetricsReporterTest, AReportGivenUpWithNothingNewerQueuedIsToldOf) {
   queue.Enqueue(1, {{"accuracy", 0.1}});
   ASSERT_TRUE(told.WaitForNotificationWithTimeout(absl::Seconds(60)));
   queue.Enqueue(2, {{"accuracy", 0.2}});
-  ASSERT_TRUE(queue.Flush(kFlushTimeout).ok());
-  EXPECT_THAT(sink_.steps(), ElementsAre(2));
-  ASSERT_EQ(lost.size(), 1u);
-  EXPECT_EQ(lost[0].code(), absl::StatusCode::kUnavailable);
-  EXPECT_THAT(lost[0].message(), HasSubstr("step 1"));
+  ExpectStepOneLostAndStepTwoDelivered(queue, sink_, lost);
 }
 
 TEST_F(MetricsReporterTest, QueueStopsSendingOnceTheTokenIsRefused) {
