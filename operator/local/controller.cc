@@ -78,6 +78,11 @@ std::string ReadSmallFile(const std::string& path) {
 // How long a replica recorded as starting may take to show its pid.
 constexpr absl::Duration kStartGracePeriod = absl::Seconds(30);
 
+// How long after its SIGKILL a terminating replica may still show before the
+// reconciler takes it as stuck (the deletion_time it is given): SIGKILL ends
+// a group at once, so only a sync that came late needs the margin.
+constexpr absl::Duration kStuckAfterKill = absl::Seconds(30);
+
 bool IsDefaultRuntimeCommand(const std::vector<std::string>& command) {
   return command.size() == 2 && command[0] == "kubetrain-runtime" && command[1] == "train";
 }
@@ -160,6 +165,8 @@ std::string Controller::TaskFileStem(const core::ReplicaKey& key) const {
 absl::StatusOr<bool> Controller::SyncJob(const std::string& name) {
   absl::StatusOr<v1::TrainingJob> job = store_->GetJob(name);
   if (!job.ok()) return job.status();
+  absl::StatusOr<bool> terminating = AdvanceTerminations(name);
+  if (!terminating.ok()) return terminating.status();
   absl::StatusOr<std::vector<ReplicaRecord>> records = store_->ListReplicas(name);
   if (!records.ok()) return records.status();
 
@@ -202,10 +209,14 @@ absl::StatusOr<bool> Controller::SyncJob(const std::string& name) {
     }
     any_running = any_running || status.state == ProcessStatus::State::kRunning;
     observed.replicas.push_back(Observe(record, status));
+    if (auto t = terminations_.find(record.name); t != terminations_.end()) {
+      observed.replicas.back().deletion_requested = true;
+      observed.replicas.back().deletion_time = t->second.kill_at + kStuckAfterKill;
+    }
   }
   // A finished job whose processes have all ended has nothing left to do
   // (ended replicas stay on record, as completed pods do).
-  if (core::IsTerminal(job->status().state()) && !any_running) return false;
+  if (core::IsTerminal(job->status().state()) && !any_running && !*terminating) return false;
   for (const ReplicaRecord& record : *records) {
     if (record.metric_path.empty() || record.key.trial_id.empty()) continue;
     absl::StatusOr<std::vector<runtime::hypertune::HypertuneReport>> reports =
@@ -280,13 +291,19 @@ absl::StatusOr<bool> Controller::SyncJob(const std::string& name) {
     if (del == nullptr) continue;
     for (const ReplicaRecord& record : *records) {
       if (record.name != del->name) continue;
-      if (absl::Status s = launcher_->Kill({record.pid, record.start_ticks}); !s.ok()) {
+      auto [it, first] = terminations_.try_emplace(
+          record.name, Termination{name, {record.pid, record.start_ticks}, now + kKillGracePeriod});
+      if (!first && (!del->force || it->second.killed)) continue;  // already under way
+      absl::Status s = del->force ? launcher_->ForceKill(it->second.id) : launcher_->Terminate(it->second.id);
+      if (!s.ok()) {
         return absl::Status(s.code(), absl::StrCat("deleting replica ", record.name, ": ", s.message()));
       }
+      it->second.killed = del->force;
       followers_.erase(record.metric_path);
-      if (absl::Status s = store_->DeleteReplica(record.name); !s.ok()) return s;
     }
   }
+  // Replicas that stopped at once lose their record in this sync already.
+  if (absl::StatusOr<bool> t = AdvanceTerminations(name); !t.ok()) return t.status();
   for (const core::Action& action : result.actions) {
     const auto* create = std::get_if<core::CreateReplica>(&action);
     if (create == nullptr) continue;
@@ -304,6 +321,32 @@ absl::StatusOr<bool> Controller::SyncJob(const std::string& name) {
   }
   // Finished: one more sync sees whether the clean-up has ended everything.
   return true;
+}
+
+absl::StatusOr<bool> Controller::AdvanceTerminations(const std::string& job) {
+  const absl::Time now = options_.clock();
+  bool pending = false;
+  for (auto it = terminations_.begin(); it != terminations_.end();) {
+    Termination& t = it->second;
+    if (t.job != job) {
+      ++it;
+      continue;
+    }
+    if (!launcher_->Alive(t.id)) {
+      if (absl::Status s = store_->DeleteReplica(it->first); !s.ok()) return s;
+      it = terminations_.erase(it);
+      continue;
+    }
+    if (!t.killed && now >= t.kill_at) {
+      if (absl::Status s = launcher_->ForceKill(t.id); !s.ok()) {
+        return absl::Status(s.code(), absl::StrCat("killing replica ", it->first, ": ", s.message()));
+      }
+      t.killed = true;
+    }
+    pending = true;
+    ++it;
+  }
+  return pending;
 }
 
 absl::Status Controller::CreateReplica(const v1::TrainingJob& job, const core::DesiredReplica& replica) {

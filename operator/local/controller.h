@@ -16,8 +16,14 @@
 //   3. core::Reconcile with addresses 127.0.0.1:<port>, a free port picked
 //      once per replica and kept in the store;
 //   4. carry out the result in the documented order: archived trials, then
-//      status, then deletes (kill the process group, drop the record), then
-//      creates (skipped when the record exists: AlreadyExists), then events.
+//      status, then deletes, then creates (skipped when the record exists:
+//      AlreadyExists), then events.
+// A delete is a pod deletion with a grace period, spread over syncs so that
+// no sync waits for a replica to stop: SIGTERM, then the record stays
+// (observed as terminating: deletion_requested) until the process group is
+// gone, when it is dropped; a sync past kKillGracePeriod sends SIGKILL, as
+// does a forced delete. A replica being deleted keeps its name, so its
+// replacement starts once it is gone.
 // Everything the controller knows is in the store or on disk, so a controller
 // killed at any point and started again resumes every job: live replicas are
 // re-adopted (pid + start time), exits that happened meanwhile are read from
@@ -76,12 +82,27 @@ class Controller {
  private:
   absl::Status CreateReplica(const v1::TrainingJob& job, const core::DesiredReplica& replica);
   std::string TaskFileStem(const core::ReplicaKey& key) const;
+  // Drops the records of the job's terminating replicas whose process group
+  // is gone and SIGKILLs those past their grace period. Returns whether any
+  // is still terminating.
+  absl::StatusOr<bool> AdvanceTerminations(const std::string& job);
+
+  // A replica asked to stop whose process group may still run.
+  struct Termination {
+    std::string job;
+    ProcessId id;
+    absl::Time kill_at;  // SIGKILL from then on
+    bool killed = false;
+  };
 
   JobStore* store_;
   ProcessLauncher* launcher_;
   ControllerOptions options_;
   // Per metric file.
   std::map<std::string, runtime::hypertune::HypertuneFileFollower> followers_;
+  // By replica name. In memory only: a restarted controller sees such a
+  // replica as running (or ended) again, and the reconciler deletes it again.
+  std::map<std::string, Termination> terminations_;
 };
 
 // The log task name of a replica: "master-replica-0", "worker-replica-1".

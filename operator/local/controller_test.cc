@@ -3,7 +3,9 @@
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <sstream>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -17,6 +19,7 @@ namespace kubetrain::local {
 namespace {
 
 using ::testing::Contains;
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::Pair;
@@ -334,6 +337,79 @@ TEST_F(ControllerTest, CancelKillsEveryReplica) {
   EXPECT_EQ(Get("to_cancel").status().state(), v1::CANCELLED);
   EXPECT_THAT(launcher_.Running(), IsEmpty());
   EXPECT_THAT(*store_->ListReplicas("to_cancel"), IsEmpty());
+}
+
+// With real processes: cancelling a replica that ignores SIGTERM does not
+// hold the sync (and so every other job's) for its grace period; a sync past
+// the grace period SIGKILLs it, and one after that drops its record.
+TEST(ControllerProcessTest, CancelDoesNotWaitForAReplicaThatIgnoresTerm) {
+  TempDir dir;
+  auto store = JobStore::Open(dir.path() + "/jobs.db");
+  ASSERT_TRUE(store.ok()) << store.status();
+  RealProcessLauncher launcher;
+  absl::Time now = absl::FromUnixSeconds(1800000000);
+  ControllerOptions options;
+  options.home = dir.path();
+  options.clock = [&now] { return now; };
+  Controller controller(store->get(), &launcher, options);
+  v1::TrainingJob job;
+  job.mutable_metadata()->set_name("stubborn");
+  job.mutable_metadata()->set_uid("uid-stubborn");
+  auto* command = job.mutable_spec()->mutable_training_input()->mutable_master_config()
+                      ->mutable_container_command();
+  for (const char* arg : {"/bin/sh", "-c", "trap '' TERM; echo ready; while :; do sleep 1; done"}) {
+    command->Add(arg);
+  }
+  ASSERT_TRUE((*store)->CreateJob(job).ok());
+  ASSERT_TRUE(controller.SyncJob("stubborn").ok());
+  auto records = (*store)->ListReplicas("stubborn");
+  ASSERT_TRUE(records.ok() && records->size() == 1u);
+  const ProcessId id{(*records)[0].pid, (*records)[0].start_ticks};
+  absl::Cleanup kill_leftovers = [&] { launcher.Kill(id).IgnoreError(); };
+  ASSERT_TRUE(WaitFor([&] {
+    std::ifstream in((*records)[0].log_path);
+    std::stringstream log;
+    log << in.rdbuf();
+    return log.str().find("ready") != std::string::npos;
+  }));
+
+  ASSERT_TRUE((*store)->RequestCancel("stubborn").ok());
+  now += absl::Seconds(1);
+  ASSERT_TRUE(controller.SyncJob("stubborn").ok());
+  EXPECT_TRUE(ProcessAlive(id.pid, id.start_ticks));  // asked to stop, not waited for
+  EXPECT_EQ((*(*store)->ListReplicas("stubborn")).size(), 1u);  // terminating
+
+  now += kKillGracePeriod;
+  ASSERT_TRUE(controller.SyncJob("stubborn").ok());
+  ASSERT_TRUE(WaitFor([&] { return !launcher.Alive(id); }));
+  now += absl::Seconds(1);
+  ASSERT_TRUE(controller.SyncJob("stubborn").ok());
+  EXPECT_THAT(*(*store)->ListReplicas("stubborn"), IsEmpty());
+  EXPECT_EQ((*(*store)->GetJob("stubborn")).status().state(), v1::CANCELLED);
+}
+
+// The fake's view of the same: SIGTERM first, SIGKILL only past the grace
+// period, the record kept (and observed as terminating) in between.
+TEST_F(ControllerTest, CancelSendsTermThenKillPastTheGracePeriod) {
+  Submit(BasicJob("slow_stop"));
+  Sync("slow_stop");
+  launcher_.ignore_term.insert("slow-stop-master-0");
+  ASSERT_TRUE(store_->RequestCancel("slow_stop").ok());
+  Sync("slow_stop");
+  EXPECT_THAT(launcher_.terminated_names, ElementsAre("slow-stop-master-0"));
+  EXPECT_THAT(launcher_.force_killed_names, IsEmpty());
+  EXPECT_THAT(launcher_.Running(), ElementsAre("slow-stop-master-0"));
+  Sync("slow_stop");  // within the grace period: nothing sent again
+  EXPECT_EQ(launcher_.terminated_names.size(), 1u);
+  EXPECT_THAT(launcher_.force_killed_names, IsEmpty());
+  EXPECT_EQ(store_->ListReplicas("slow_stop")->size(), 1u);
+  now_ += kKillGracePeriod;
+  Sync("slow_stop");
+  EXPECT_THAT(launcher_.force_killed_names, ElementsAre("slow-stop-master-0"));
+  EXPECT_THAT(launcher_.Running(), IsEmpty());
+  Sync("slow_stop");
+  EXPECT_THAT(*store_->ListReplicas("slow_stop"), IsEmpty());
+  EXPECT_EQ(Get("slow_stop").status().state(), v1::CANCELLED);
 }
 
 TEST_F(ControllerTest, ReplicaThatCannotStartFailsWithTheReason) {

@@ -4,6 +4,7 @@
 // test. Not thread-safe.
 
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -34,15 +35,23 @@ class FakeProcessLauncher : public ProcessLauncher {
     if (it == processes_.end()) return {};
     return it->second.status;
   }
-  absl::Status Kill(const ProcessId& id) override {
+  // Ends the process at once (exit code 143) unless its replica is in
+  // `ignore_term`; a ForceKill ends it then (137).
+  absl::Status Terminate(const ProcessId& id) override {
     auto it = processes_.find(id.pid);
-    if (it != processes_.end() && it->second.status.state == ProcessStatus::State::kRunning) {
-      it->second.status.state = ProcessStatus::State::kExited;
-      it->second.status.exit_code = 143;
-      it->second.killed = true;
-    }
-    killed_names.push_back(it == processes_.end() ? "" : it->second.request.name);
+    terminated_names.push_back(it == processes_.end() ? "" : it->second.request.name);
+    if (it != processes_.end() && !ignore_term.contains(it->second.request.name)) End(it->second, 143);
     return absl::OkStatus();
+  }
+  absl::Status ForceKill(const ProcessId& id) override {
+    auto it = processes_.find(id.pid);
+    force_killed_names.push_back(it == processes_.end() ? "" : it->second.request.name);
+    if (it != processes_.end()) End(it->second, 137);
+    return absl::OkStatus();
+  }
+  bool Alive(const ProcessId& id) override {
+    auto it = processes_.find(id.pid);
+    return it != processes_.end() && it->second.status.state == ProcessStatus::State::kRunning;
   }
 
   // The live process of replica `name`; nullptr when there is none.
@@ -69,10 +78,19 @@ class FakeProcessLauncher : public ProcessLauncher {
   }
 
   std::vector<LaunchRequest> launched;
-  std::vector<std::string> killed_names;
+  std::vector<std::string> terminated_names;    // per Terminate call
+  std::vector<std::string> force_killed_names;  // per ForceKill call
+  std::set<std::string> ignore_term;            // replicas that outlive SIGTERM
   bool fail_launches = false;
 
  private:
+  static void End(Process& process, int code) {
+    if (process.status.state != ProcessStatus::State::kRunning) return;
+    process.status.state = ProcessStatus::State::kExited;
+    process.status.exit_code = code;
+    process.killed = true;
+  }
+
   int next_pid_ = 1000;
   std::map<int, Process> processes_;
 };

@@ -23,6 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "absl/time/clock.h"
 
 extern char** environ;
 
@@ -362,15 +363,6 @@ bool GroupAlive(int pgid) {
   return alive;
 }
 
-bool WaitGroupGone(int pgid, absl::Duration timeout) {
-  const absl::Time deadline = absl::Now() + timeout;
-  while (GroupAlive(pgid)) {
-    if (absl::Now() > deadline) return false;
-    SleepMs(20);
-  }
-  return true;
-}
-
 }  // namespace
 
 std::optional<uint64_t> ProcessStartTicks(int pid) {
@@ -538,20 +530,48 @@ ProcessStatus RealProcessLauncher::Probe(const ProcessId& id, const std::string&
   return status;
 }
 
-absl::Status RealProcessLauncher::Kill(const ProcessId& id) {
-  if (id.pid <= 1) return absl::OkStatus();
-  const bool leader_alive = ProcessAlive(id.pid, id.start_ticks);
+bool RealProcessLauncher::Alive(const ProcessId& id) {
+  if (id.pid <= 1) return false;
+  if (ProcessAlive(id.pid, id.start_ticks)) return true;
   // With the leader gone, its pid cannot be reused as a group id while the
   // group still has members, so a group of that id is what it left behind.
-  const bool orphans = !leader_alive && !ProcessStartTicks(id.pid).has_value() && GroupAlive(id.pid);
-  if (!leader_alive && !orphans) return absl::OkStatus();
+  return !ProcessStartTicks(id.pid).has_value() && GroupAlive(id.pid);
+}
+
+absl::Status RealProcessLauncher::Terminate(const ProcessId& id) {
+  if (id.pid <= 1) return absl::OkStatus();
   // A live supervisor passes SIGTERM on to its group itself and stays to log
   // the replica's last output and record its exit; signalling the group here
   // as well would give the replica a second SIGTERM during its shutdown.
-  kill(leader_alive ? id.pid : -id.pid, SIGTERM);
-  if (WaitGroupGone(id.pid, absl::Seconds(3))) return absl::OkStatus();
-  kill(-id.pid, SIGKILL);
-  if (WaitGroupGone(id.pid, absl::Seconds(5))) return absl::OkStatus();
+  if (ProcessAlive(id.pid, id.start_ticks)) {
+    kill(id.pid, SIGTERM);
+  } else if (Alive(id)) {
+    kill(-id.pid, SIGTERM);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RealProcessLauncher::ForceKill(const ProcessId& id) {
+  if (Alive(id)) kill(-id.pid, SIGKILL);
+  return absl::OkStatus();
+}
+
+absl::Status ProcessLauncher::Kill(const ProcessId& id) { return Kill(id, kKillGracePeriod); }
+
+absl::Status ProcessLauncher::Kill(const ProcessId& id, absl::Duration grace) {
+  auto wait_gone = [&](absl::Duration timeout) {
+    const absl::Time deadline = absl::Now() + timeout;
+    while (Alive(id)) {
+      if (absl::Now() > deadline) return false;
+      SleepMs(20);
+    }
+    return true;
+  };
+  if (!Alive(id)) return absl::OkStatus();
+  if (absl::Status s = Terminate(id); !s.ok()) return s;
+  if (wait_gone(grace)) return absl::OkStatus();
+  if (absl::Status s = ForceKill(id); !s.ok()) return s;
+  if (wait_gone(absl::Seconds(5))) return absl::OkStatus();
   return absl::DeadlineExceededError(
       absl::StrCat("process group ", id.pid, " still has processes after SIGKILL"));
 }

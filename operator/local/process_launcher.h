@@ -37,6 +37,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 
 namespace kubetrain::local {
 
@@ -81,12 +82,26 @@ class ProcessLauncher {
   // What became of a launched replica (from the files and the process table).
   virtual ProcessStatus Probe(const ProcessId& id, const std::string& exit_path,
                               const std::string& state_path) = 0;
-  // Terminates the replica's whole process group (SIGTERM, then SIGKILL after
-  // a short grace period) and waits until none of it is left. A replica that
-  // ends within the grace period has its output and exit on record. A
+  // Asks the replica to stop (SIGTERM, see above) and returns at once. A
   // process that is already gone is success.
-  virtual absl::Status Kill(const ProcessId& id) = 0;
+  virtual absl::Status Terminate(const ProcessId& id) = 0;
+  // SIGKILL to the replica's whole process group; returns at once. A process
+  // that is already gone is success.
+  virtual absl::Status ForceKill(const ProcessId& id) = 0;
+  // True while any process of the replica's group is left: its supervisor,
+  // or what the replica started after the supervisor has ended.
+  virtual bool Alive(const ProcessId& id) = 0;
+
+  // Terminate, then ForceKill after `grace` (kKillGracePeriod by default),
+  // waiting until none of the group is left. A replica that ends within the
+  // grace period has its output and exit on record. Blocks up to `grace` +
+  // 5 s; the controller does the same steps across syncs instead.
+  absl::Status Kill(const ProcessId& id);
+  absl::Status Kill(const ProcessId& id, absl::Duration grace);
 };
+
+// How long a replica has between SIGTERM and SIGKILL.
+inline constexpr absl::Duration kKillGracePeriod = absl::Seconds(3);
 
 // Processes on this machine, as described above.
 class RealProcessLauncher : public ProcessLauncher {
@@ -94,7 +109,9 @@ class RealProcessLauncher : public ProcessLauncher {
   absl::StatusOr<ProcessId> Launch(const LaunchRequest& request) override;
   ProcessStatus Probe(const ProcessId& id, const std::string& exit_path,
                       const std::string& state_path) override;
-  absl::Status Kill(const ProcessId& id) override;
+  absl::Status Terminate(const ProcessId& id) override;
+  absl::Status ForceKill(const ProcessId& id) override;
+  bool Alive(const ProcessId& id) override;
 };
 
 // The start time of `pid` in clock ticks since boot (/proc/<pid>/stat field

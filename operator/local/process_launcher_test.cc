@@ -20,16 +20,6 @@ namespace {
 
 using ::testing::HasSubstr;
 
-// Polls `done` until it holds or 20 s pass (a condition, not a fixed delay).
-bool WaitFor(const std::function<bool()>& done) {
-  const absl::Time deadline = absl::Now() + absl::Seconds(20);
-  while (!done()) {
-    if (absl::Now() > deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return true;
-}
-
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path);
   std::stringstream s;

@@ -2,8 +2,14 @@
 
 #include <stdlib.h>
 
+#include <chrono>
 #include <filesystem>
+#include <functional>
 #include <string>
+#include <thread>
+
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 
 namespace kubetrain::local {
 
@@ -23,5 +29,15 @@ class TempDir {
  private:
   std::string path_;
 };
+
+// Polls `done` until it holds or 20 s pass (a condition, not a fixed delay).
+inline bool WaitFor(const std::function<bool()>& done) {
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  while (!done()) {
+    if (absl::Now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return true;
+}
 
 }  // namespace kubetrain::local
