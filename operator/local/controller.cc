@@ -116,6 +116,9 @@ absl::StatusOr<bool> AnyReplicaRunning(JobStore& store, ProcessLauncher& launche
   return false;
 }
 
+// Draws of a free port before a replica's creation is given up.
+constexpr int kPortDraws = 100;
+
 absl::StatusOr<int> PickFreePort() {
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return absl::UnavailableError(absl::StrCat("socket: ", std::strerror(errno)));
@@ -262,7 +265,19 @@ absl::StatusOr<bool> Controller::SyncJob(const std::string& name) {
   options.address = core::LoopbackAddresses([&](std::string_view replica) -> int {
     auto it = ports->find(std::string(replica));
     if (it != ports->end()) return it->second;
-    absl::StatusOr<int> port = options_.allocate_port();
+    // The kernel may hand out a port it just gave (the probe socket is
+    // closed at once), and two replicas on one port is a cluster that cannot
+    // start: a port already on record is drawn again.
+    absl::StatusOr<int> port;
+    for (int attempt = 0; attempt < kPortDraws; ++attempt) {
+      port = options_.allocate_port();
+      if (!port.ok()) break;
+      absl::StatusOr<bool> recorded = store_->PortRecorded(*port);
+      if (!recorded.ok()) port = recorded.status();
+      if (!port.ok() || !*recorded) break;
+      port = absl::ResourceExhaustedError(absl::StrCat(
+          "no port for replica ", std::string(replica), ": ", kPortDraws, " draws gave ports already on record"));
+    }
     if (!port.ok()) {
       port_error = port.status();
       return 0;

@@ -46,7 +46,9 @@ class ControllerTest : public ::testing::Test {
     options.home = dir_.path();
     options.runtime_binary = "/opt/kubetrain-runtime";
     options.clock = [this] { return now_; };
-    options.allocate_port = [this]() -> absl::StatusOr<int> { return next_port_++; };
+    options.allocate_port = [this]() -> absl::StatusOr<int> {
+      return 30000 + port_draws_++ / port_repeats_;
+    };
     options.tuner_factory = [this](const v1::HyperparameterSpec& spec,
                                    uint64_t seed) -> absl::StatusOr<std::unique_ptr<tuner::Tuner>> {
       absl::StatusOr<std::unique_ptr<tuner::Tuner>> inner = tuner::Tuner::Create(spec, seed);
@@ -80,6 +82,19 @@ class ControllerTest : public ::testing::Test {
     job.set_kind("TrainingJob");
     job.mutable_metadata()->set_name(name);
     job.mutable_spec()->mutable_training_input()->add_args("--epochs=1");
+    return job;
+  }
+
+  // A master, 2 workers and a ps.
+  static v1::TrainingJob DistributedJob(const std::string& name) {
+    v1::TrainingJob job = BasicJob(name);
+    v1::TrainingInput* input = job.mutable_spec()->mutable_training_input();
+    input->set_scale_tier(v1::TrainingInput::CUSTOM);
+    input->set_master_type("standard");
+    input->set_worker_type("standard");
+    input->set_worker_count(2);
+    input->set_parameter_server_type("standard");
+    input->set_parameter_server_count(1);
     return job;
   }
 
@@ -122,7 +137,10 @@ class ControllerTest : public ::testing::Test {
   FakeProcessLauncher launcher_;
   std::unique_ptr<Controller> controller_;
   absl::Time now_ = absl::FromUnixSeconds(1800000000);
-  int next_port_ = 30000;
+  // The fake allocator hands out 30000, 30001, ..., each port_repeats_ times
+  // in a row (as the kernel may give a just-probed port again).
+  int port_draws_ = 0;
+  int port_repeats_ = 1;
   std::vector<tuner::TrialRecord> last_history_;  // what the tuner saw last
 };
 
@@ -153,15 +171,7 @@ TEST_F(ControllerTest, SingleReplicaJobRunsTheRuntimeAndSucceeds) {
 }
 
 TEST_F(ControllerTest, DistributedClusterGetsOnePortPerReplicaInEveryTfConfig) {
-  v1::TrainingJob job = BasicJob("dist");
-  v1::TrainingInput* input = job.mutable_spec()->mutable_training_input();
-  input->set_scale_tier(v1::TrainingInput::CUSTOM);
-  input->set_master_type("standard");
-  input->set_worker_type("standard");
-  input->set_worker_count(2);
-  input->set_parameter_server_type("standard");
-  input->set_parameter_server_count(1);
-  Submit(job);
+  Submit(DistributedJob("dist"));
   Sync("dist");
   ASSERT_EQ(launcher_.launched.size(), 4u);
   std::set<std::string> logs;
@@ -187,6 +197,19 @@ TEST_F(ControllerTest, DistributedClusterGetsOnePortPerReplicaInEveryTfConfig) {
   // cleanPodPolicy Running: what still ran is killed.
   EXPECT_THAT(launcher_.Running(), IsEmpty());
   EXPECT_EQ(launcher_.launched.size(), 4u);
+}
+
+TEST_F(ControllerTest, APortDrawnAgainIsNeverGivenToASecondReplica) {
+  port_repeats_ = 2;
+  NewController();
+  Submit(DistributedJob("dist"));
+  Sync("dist");
+  ASSERT_EQ(launcher_.launched.size(), 4u);
+  auto ports = store_->Ports("dist");
+  ASSERT_TRUE(ports.ok()) << ports.status();
+  std::set<int> distinct;
+  for (const auto& [replica, port] : *ports) distinct.insert(port);
+  EXPECT_EQ(distinct, (std::set<int>{30000, 30001, 30002, 30003}));
 }
 
 TEST_F(ControllerTest, StudyRunsMaxTrialsWithMetricsAcrossAControllerRestart) {

@@ -387,6 +387,16 @@ absl::Status JobStore::PutPort(const std::string& job, const std::string& replic
   return absl::OkStatus();
 }
 
+absl::StatusOr<bool> JobStore::PortRecorded(int port) {
+  Statement select(db_, "SELECT 1 FROM ports WHERE port = ? LIMIT 1");
+  select.Bind(1, static_cast<int64_t>(port));
+  const int rc = select.Step();
+  if (rc != SQLITE_ROW && rc != SQLITE_DONE) {
+    return SqlError(db_, path_, absl::StrCat("looking up port ", port));
+  }
+  return rc == SQLITE_ROW;
+}
+
 absl::StatusOr<bool> JobStore::AddMetricReport(const std::string& job, const std::string& trial_id,
                                                const std::string& report_key,
                                                const core::MetricReport& report) {

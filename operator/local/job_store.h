@@ -100,6 +100,8 @@ class JobStore {
   // reconciles and controller restarts.
   absl::StatusOr<std::map<std::string, int>> Ports(const std::string& job);
   absl::Status PutPort(const std::string& job, const std::string& replica, int port);
+  // Whether any replica of any job has `port` on record.
+  absl::StatusOr<bool> PortRecorded(int port);
 
   // ---- Metric reports per trial, in arrival order. `report_key` identifies
   // a report (the hypertune follower's key); adding a known one again is a
