@@ -36,9 +36,7 @@ class ControllerTest : public ::testing::Test {
     FakeApiServer::Options server_options;
     server_options.bookmark_interval = absl::Milliseconds(200);
     server_ = *FakeApiServer::Start(server_options);
-    ClusterConfig config;
-    config.server = server_->url();
-    client_ = *RestClusterClient::Create(config, RestClientOptions{.qps = 0});
+    client_ = testing::FakeServerClient(server_->url());
     ControllerOptions options;
     options.ns = "ns1";
     options.workers = 2;

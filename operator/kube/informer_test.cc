@@ -7,6 +7,7 @@
 #include "absl/synchronization/mutex.h"
 #include "gtest/gtest.h"
 #include "operator/kube/rest_client.h"
+#include "operator/kube/test_objects.h"
 #include "tests/fake_apiserver/fake_apiserver.h"
 
 namespace kubetrain::kube {
@@ -61,9 +62,7 @@ class InformerTest : public ::testing::Test {
     FakeApiServer::Options options;
     options.bookmark_interval = absl::Milliseconds(100);
     server_ = *FakeApiServer::Start(options);
-    ClusterConfig config;
-    config.server = server_->url();
-    client_ = *RestClusterClient::Create(config, RestClientOptions{.qps = 0});
+    client_ = testing::FakeServerClient(server_->url());
   }
   std::unique_ptr<Informer> MakeInformer(Recorder& recorder) {
     InformerOptions options{.resource = kPods,

@@ -4,6 +4,7 @@
 
 #include "gtest/gtest.h"
 #include "operator/kube/rest_client.h"
+#include "operator/kube/test_objects.h"
 #include "tests/fake_apiserver/fake_apiserver.h"
 
 namespace kubetrain::kube {
@@ -15,9 +16,7 @@ class LeaderElectionTest : public ::testing::Test {
  protected:
   void SetUp() override {
     server_ = *FakeApiServer::Start();
-    ClusterConfig config;
-    config.server = server_->url();
-    client_ = *RestClusterClient::Create(config, RestClientOptions{.qps = 0});
+    client_ = testing::FakeServerClient(server_->url());
   }
   LeaderElectionConfig Config(const std::string& identity) {
     return LeaderElectionConfig{.ns = "kube-system",

@@ -3,6 +3,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "operator/kube/rest_client.h"
+#include "operator/kube/test_objects.h"
 #include "tests/fake_apiserver/fake_apiserver.h"
 
 namespace kubetrain::kube {
@@ -16,9 +17,7 @@ class LeaderPodLabelTest : public ::testing::Test {
  protected:
   void SetUp() override {
     server_ = *FakeApiServer::Start({});
-    ClusterConfig config;
-    config.server = server_->url();
-    client_ = *RestClusterClient::Create(config, RestClientOptions{.qps = 0});
+    client_ = testing::FakeServerClient(server_->url());
     for (const char* name : {"op-a", "op-b"}) {
       json pod = {{"apiVersion", "v1"},
                   {"kind", "Pod"},

@@ -1,11 +1,14 @@
 #pragma once
 
 // Kubernetes objects the controller's tests and the operator's integration
-// tests create on the fake API server. Header-only, for tests.
+// tests create on the fake API server, and a client to talk to it.
+// Header-only, for tests.
 
+#include <memory>
 #include <string>
 
 #include "nlohmann/json.hpp"
+#include "operator/kube/rest_client.h"
 
 namespace kubetrain::kube::testing {
 
@@ -41,6 +44,14 @@ inline nlohmann::json TerminatedPodStatus(const std::string& phase, int exit_cod
              {{{"name", "kubetrain"},
                {"restartCount", 0},
                {"state", {{"terminated", {{"exitCode", exit_code}, {"message", "exit"}}}}}}}}}}};
+}
+
+// A client of the fake API server at `url`, without a rate limit: tests
+// send their requests back to back.
+inline std::unique_ptr<RestClusterClient> FakeServerClient(const std::string& url) {
+  ClusterConfig config;
+  config.server = url;
+  return *RestClusterClient::Create(config, RestClientOptions{.qps = 0});
 }
 
 }  // namespace kubetrain::kube::testing

@@ -44,9 +44,7 @@ class ClusterTrialMetricsTest : public ::testing::Test {
  protected:
   void SetUp() override {
     server_ = *FakeApiServer::Start({});
-    ClusterConfig config;
-    config.server = server_->url();
-    client_ = *RestClusterClient::Create(config, RestClientOptions{.qps = 0});
+    client_ = testing::FakeServerClient(server_->url());
     ControllerOptions options;
     options.ns = "ns1";
     options.workers = 2;

@@ -19,6 +19,7 @@
 #include "nlohmann/json.hpp"
 #include "operator/observability/http_get.h"
 #include "tests/deploy/child_process.h"
+#include "tests/deploy/fake_cluster.h"
 #include "tests/deploy/manifest_checks.h"
 #include "tests/deploy/rbac_calls.h"
 #include "operator/kube/test_objects.h"
@@ -48,21 +49,18 @@ std::set<Permission> GrantedByFile(const std::string& file) {
 }
 
 TEST(OperatorRbacE2eTest, EveryRequestOfAJobsLifeIsGranted) {
-  FakeApiServer::Options options;
-  options.bearer_token = kToken;
-  options.bookmark_interval = absl::Milliseconds(200);
-  auto server = FakeApiServer::Start(options);
-  ASSERT_TRUE(server.ok()) << server.status();
-  std::string dir = ::testing::TempDir() + "/deploy_rbac_e2e_XXXXXX";
-  ASSERT_NE(mkdtemp(dir.data()), nullptr);
-  fake_apiserver::WriteKubeconfig(dir, (*server)->url(), kToken);
+  auto cluster = StartFakeCluster(
+      {.bookmark_interval = absl::Milliseconds(200), .bearer_token = kToken}, "deploy_rbac_e2e");
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  FakeApiServer* server = cluster->server.get();
+  const std::string dir = cluster->dir;
   // The operator's own pod, which it labels when it leads (as deployed:
   // --metrics-listen, --metrics-address, --pod-name).
   json operator_pod = {{"apiVersion", "v1"},
                        {"kind", "Pod"},
                        {"metadata", {{"name", "kubetrain-operator-0"}}},
                        {"spec", {{"containers", {{{"name", "operator"}, {"image", "op"}}}}}}};
-  ASSERT_TRUE((*server)->Create("pods", "ns1", operator_pod).ok());
+  ASSERT_TRUE(server->Create("pods", "ns1", operator_pod).ok());
   ChildProcess op(
       {KUBETRAIN_OPERATOR_BINARY, "--kubeconfig", dir + "/kubeconfig", "--namespace", "ns1",
        "--leader-elect=true", "--leader-election-namespace", "ns1", "--http-address=127.0.0.1:0",
@@ -70,9 +68,9 @@ TEST(OperatorRbacE2eTest, EveryRequestOfAJobsLifeIsGranted) {
        "--pod-name", "kubetrain-operator-0"},
       dir + "/operator.log");
   ASSERT_TRUE(op.Start());
-  ASSERT_TRUE((*server)->WaitUntil(
+  ASSERT_TRUE(server->WaitUntil(
       [&] {
-        auto pod = (*server)->Get("pods", "ns1", "kubetrain-operator-0");
+        auto pod = server->Get("pods", "ns1", "kubetrain-operator-0");
         return pod.ok() &&
                (*pod)["metadata"].value("labels", json::object()).value(
                    "kubetrain.io/metrics-leader", "") == "true";
@@ -90,23 +88,23 @@ TEST(OperatorRbacE2eTest, EveryRequestOfAJobsLifeIsGranted) {
                  {{"restartPolicy", "Never"},
                   {"cleanPodPolicy", "Running"},
                   {"ttlSecondsAfterFinished", 0}}}}}};
-  ASSERT_TRUE((*server)->Create("trainingjobs", "ns1", job).ok());
+  ASSERT_TRUE(server->Create("trainingjobs", "ns1", job).ok());
   ASSERT_TRUE(
-      (*server)->WaitUntil([&] { return (*server)->Count("pods") == 9; }, absl::Seconds(60)))
+      server->WaitUntil([&] { return server->Count("pods") == 9; }, absl::Seconds(60)))
       << op.Log();
-  for (const json& pod : (*server)->List("pods", "ns1")) {
+  for (const json& pod : server->List("pods", "ns1")) {
     if (pod["metadata"]["name"] == "kubetrain-operator-0") continue;
-    ASSERT_TRUE((*server)
+    ASSERT_TRUE(server
                     ->MergePatch("pods", "ns1", pod["metadata"]["name"].get<std::string>(),
                                  {{"status", {{"phase", "Running"}}}}, "status")
                     .ok());
   }
-  ASSERT_TRUE((*server)
+  ASSERT_TRUE(server
                   ->MergePatch("pods", "ns1", "rbac-master-0",
                                kube::testing::TerminatedPodStatus("Succeeded", 0), "status")
                   .ok());
   // Gone: succeeded, cleaned up, deleted by the TTL.
-  EXPECT_TRUE((*server)->WaitUntil([&] { return (*server)->Count("trainingjobs") == 0; },
+  EXPECT_TRUE(server->WaitUntil([&] { return server->Count("trainingjobs") == 0; },
                                    absl::Seconds(60)))
       << op.Log();
   op.Stop();
@@ -126,7 +124,7 @@ TEST(OperatorRbacE2eTest, EveryRequestOfAJobsLifeIsGranted) {
     granted.insert(p);
   }
   std::set<Permission> seen;
-  for (const auto& [key, count] : (*server)->RequestCounts()) {
+  for (const auto& [key, count] : server->RequestCounts()) {
     // "verb plural[/subresource]"
     std::vector<std::string> parts = absl::StrSplit(key, absl::MaxSplits(' ', 1));
     ASSERT_EQ(parts.size(), 2u) << key;
@@ -175,13 +173,10 @@ std::optional<double> SampleValue(const std::string& metrics, const std::string&
 TEST(OperatorHttpEndpointTest, ServesMetricsHealthAndReadiness) {
   CommandResult help = RunCommand(std::string(KUBETRAIN_OPERATOR_BINARY) + " --help");
   ASSERT_TRUE(absl::StrContains(help.output, "--http-address")) << help.output;
-  FakeApiServer::Options options;
-  options.bearer_token = kToken;
-  auto server = FakeApiServer::Start(options);
-  ASSERT_TRUE(server.ok()) << server.status();
-  std::string dir = ::testing::TempDir() + "/deploy_http_e2e_XXXXXX";
-  ASSERT_NE(mkdtemp(dir.data()), nullptr);
-  fake_apiserver::WriteKubeconfig(dir, (*server)->url(), kToken);
+  auto cluster = StartFakeCluster({.bearer_token = kToken}, "deploy_http_e2e");
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  FakeApiServer* server = cluster->server.get();
+  const std::string dir = cluster->dir;
   ChildProcess op(
       {KUBETRAIN_OPERATOR_BINARY, "--kubeconfig", dir + "/kubeconfig", "--namespace", "ns1",
        "--leader-elect=true", "--leader-election-namespace", "ns1", "--http-address=127.0.0.1:0"},
@@ -191,7 +186,7 @@ TEST(OperatorHttpEndpointTest, ServesMetricsHealthAndReadiness) {
               {"kind", "TrainingJob"},
               {"metadata", {{"name", "http"}}},
               {"spec", {{"trainingInput", {{"scaleTier", "BASIC"}}}}}};
-  ASSERT_TRUE((*server)->Create("trainingjobs", "ns1", job).ok());
+  ASSERT_TRUE(server->Create("trainingjobs", "ns1", job).ok());
 
   // Poll (the deadline bounds it) until the endpoint answers as a ready leader
   // that has reconciled the job.

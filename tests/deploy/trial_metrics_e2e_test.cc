@@ -17,6 +17,7 @@
 #include "nlohmann/json.hpp"
 #include "operator/kube/test_objects.h"
 #include "tests/deploy/child_process.h"
+#include "tests/deploy/fake_cluster.h"
 #include "tests/fake_apiserver/fake_apiserver.h"
 
 #if !defined(KUBETRAIN_OPERATOR_BINARY) || !defined(KUBETRAIN_RUNTIME_BINARY)
@@ -41,14 +42,11 @@ std::optional<std::string> Printed(const std::string& log, const std::string& pr
 }
 
 TEST(TrialMetricsE2eTest, TheRuntimesReportsBecomeTheTrialsObjective) {
-  FakeApiServer::Options options;
-  options.bearer_token = kToken;
-  options.bookmark_interval = absl::Milliseconds(200);
-  auto server = FakeApiServer::Start(options);
-  ASSERT_TRUE(server.ok()) << server.status();
-  std::string dir = ::testing::TempDir() + "/trial_metrics_e2e_XXXXXX";
-  ASSERT_NE(mkdtemp(dir.data()), nullptr);
-  fake_apiserver::WriteKubeconfig(dir, (*server)->url(), kToken);
+  auto cluster = StartFakeCluster(
+      {.bookmark_interval = absl::Milliseconds(200), .bearer_token = kToken}, "trial_metrics_e2e");
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  FakeApiServer* server = cluster->server.get();
+  const std::string dir = cluster->dir;
   // A small two-class data set whose classes overlap.
   {
     std::mt19937 rng(3);
@@ -90,10 +88,10 @@ TEST(TrialMetricsE2eTest, TheRuntimesReportsBecomeTheTrialsObjective) {
                    "--seed=5",
                    "--eval_every_secs=0.2"};
   input["jobDir"] = dir + "/out";
-  ASSERT_TRUE((*server)->Create("trainingjobs", "ns1", job).ok());
+  ASSERT_TRUE(server->Create("trainingjobs", "ns1", job).ok());
   json pod;
-  ASSERT_TRUE((*server)->WaitUntil([&] {
-    for (const json& p : (*server)->List("pods", "ns1")) {
+  ASSERT_TRUE(server->WaitUntil([&] {
+    for (const json& p : server->List("pods", "ns1")) {
       if (p["metadata"]["labels"].value("kubetrain.io/trial-id", "") == "1") pod = p;
     }
     return pod.is_object();
@@ -136,18 +134,18 @@ TEST(TrialMetricsE2eTest, TheRuntimesReportsBecomeTheTrialsObjective) {
   ASSERT_TRUE(absl::SimpleAtod(final_line[3].str(), &accuracy));
 
   // The kubelet would now report the container's exit.
-  ASSERT_TRUE((*server)
+  ASSERT_TRUE(server
                   ->MergePatch("pods", "ns1", pod["metadata"]["name"].get<std::string>(),
                                kube::testing::TerminatedPodStatus("Succeeded", 0), "status")
                   .ok());
   auto trial_status = [&]() -> json {
-    auto object = (*server)->Get("trainingjobs", "ns1", "hp");
+    auto object = server->Get("trainingjobs", "ns1", "hp");
     if (!object.ok()) return json::object();
     json trials =
         (*object)["status"].value("trainingOutput", json::object()).value("trials", json::array());
     return trials.empty() ? json::object() : trials[0];
   };
-  ASSERT_TRUE((*server)->WaitUntil([&] { return trial_status().value("state", "") == "SUCCEEDED"; },
+  ASSERT_TRUE(server->WaitUntil([&] { return trial_status().value("state", "") == "SUCCEEDED"; },
                                    absl::Seconds(60)))
       << trial_status() << op.Log();
   const json metric = trial_status()["finalMetric"];

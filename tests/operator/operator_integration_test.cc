@@ -85,6 +85,12 @@ class OperatorIntegrationTest : public ::testing::Test {
     kubeconfig_ = fake_apiserver::WriteKubeconfig(dir_, server_->url(), kToken);
   }
 
+  // Leader election on a short lease, so that a takeover takes seconds.
+  static std::vector<std::string> LeaderElectionFlags() {
+    return {"--leader-elect=true", "--lease-duration", "2", "--renew-deadline", "1.5",
+            "--retry-period", "0.2", "--leader-election-namespace", "ns1"};
+  }
+
   std::unique_ptr<OperatorProcess> StartOperator(const std::string& name,
                                                  std::vector<std::string> extra = {
                                                      "--leader-elect=false"}) {
@@ -345,15 +351,7 @@ TEST_F(OperatorIntegrationTest, RecoversFromDroppedWatchesGoneAndServerErrors) {
 }
 
 TEST_F(OperatorIntegrationTest, OnlyTheLeaderActsAndTheOtherTakesOver) {
-  std::vector<std::string> election = {"--leader-elect=true",
-                                       "--lease-duration",
-                                       "2",
-                                       "--renew-deadline",
-                                       "1.5",
-                                       "--retry-period",
-                                       "0.2",
-                                       "--leader-election-namespace",
-                                       "ns1"};
+  std::vector<std::string> election = LeaderElectionFlags();
   auto a = StartOperator("a", election);
   auto holder = [&]() -> std::string {
     auto lease = server_->Get("leases", "ns1", "kubetrain-operator");
@@ -628,20 +626,12 @@ TEST_F(OperatorIntegrationTest, TrialReportsReachTheLeaderAcrossAFailover) {
             0);
   ASSERT_TRUE(server_->Create("pods", "ns1", OperatorPod("op-a")).ok());
   ASSERT_TRUE(server_->Create("pods", "ns1", OperatorPod("op-b")).ok());
-  auto election = [](const std::string& pod) -> std::vector<std::string> {
-    return {"--leader-elect=true",
-            "--lease-duration",
-            "2",
-            "--renew-deadline",
-            "1.5",
-            "--retry-period",
-            "0.2",
-            "--leader-election-namespace",
-            "ns1",
-            "--metrics-listen=127.0.0.1:0",
-            "--metrics-address=kubetrain-operator-trials:9090",
-            "--pod-name",
-            pod};
+  auto election = [](const std::string& pod) {
+    std::vector<std::string> flags = LeaderElectionFlags();
+    flags.insert(flags.end(), {"--metrics-listen=127.0.0.1:0",
+                               "--metrics-address=kubetrain-operator-trials:9090", "--pod-name",
+                               pod});
+    return flags;
   };
   // The bound gRPC address, from the operator's log.
   auto grpc_address = [](OperatorProcess& op) -> std::string {
