@@ -172,9 +172,9 @@ class Model {
       // the length scales are those of that basin (which may ignore the
       // very parameters another basin depends on) and the level of the
       // plateau is dragged towards the basin's values.
-      const std::vector<bool> in_basin =
-          IncumbentBasin(x * s.h.length_scales.cwiseInverse().asDiagonal(), loss,
-                         options.basin_link_cut);
+      const Eigen::VectorXd inv_length = s.h.length_scales.cwiseInverse();
+      Eigen::MatrixXd scaled = x * inv_length.asDiagonal();
+      const std::vector<bool> in_basin = IncumbentBasin(scaled, loss, options.basin_link_cut);
       std::vector<int> other;
       for (int i = 0; i < static_cast<int>(in_basin.size()); ++i) {
         if (!in_basin[i]) other.push_back(i);
@@ -188,8 +188,8 @@ class Model {
         }
         Surrogate other_model = FitSurrogate(other_x, other_loss, rng, options);
         if (other_model.gp) {
-          m.basin_inv_length_ = s.h.length_scales.cwiseInverse();
-          m.basin_scaled_ = x * m.basin_inv_length_.asDiagonal();
+          m.basin_inv_length_ = inv_length;
+          m.basin_scaled_ = std::move(scaled);
           m.in_basin_ = in_basin;
           x = std::move(other_x);
           s = std::move(other_model);
@@ -379,8 +379,6 @@ class Model {
   Eigen::VectorXd y_;
   std::optional<GaussianProcess> gp_;
   double best_ = 0;
-  // Exploration steps exclude a ball around the incumbent (length-scale
-  // units); radius 0 excludes nothing.
   // Exploration steps set the incumbent's basin aside: the trials (scaled
   // by the full model's length scales) and which of them are in the basin.
   // Empty on other steps.
