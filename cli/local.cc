@@ -41,30 +41,30 @@ int Serve(const std::vector<std::string>& args, std::ostream& out, std::ostream&
   return ServeLocalController(KubetrainHome(), options, out, err);
 }
 
-bool ParseCount(const ParsedArgs& parsed, const std::string& flag, int64_t fallback, int64_t* value,
-                std::ostream& err) {
+// --`flag` as a whole number in [low, high] (`what` says what it is in the
+// error), or `fallback` when the flag is not given.
+bool ParseNumber(const ParsedArgs& parsed, const std::string& flag, int64_t fallback, int64_t low,
+                 int64_t high, const std::string& what, int64_t* value, std::ostream& err) {
   *value = fallback;
   const std::string* text = parsed.Flag(flag);
   if (text == nullptr) return true;
-  if (!absl::SimpleAtoi(*text, value) || *value < 0 || *value > 1000) {
-    err << "kubetrain local train: --" << flag << ": a number from 0 to 1000, got \"" << *text << "\"\n";
+  if (!absl::SimpleAtoi(*text, value) || *value < low || *value > high) {
+    err << "kubetrain local train: --" << flag << ": " << what << " from " << low << " to " << high
+        << ", got \"" << *text << "\"\n";
     return false;
   }
   return true;
 }
 
+bool ParseCount(const ParsedArgs& parsed, const std::string& flag, int64_t fallback, int64_t* value,
+                std::ostream& err) {
+  return ParseNumber(parsed, flag, fallback, 0, 1000, "a number", value, err);
+}
+
 // A TCP port for the first replica; the others take the next ones.
 bool ParsePort(const ParsedArgs& parsed, const std::string& flag, int64_t fallback, int64_t* value,
                std::ostream& err) {
-  *value = fallback;
-  const std::string* text = parsed.Flag(flag);
-  if (text == nullptr) return true;
-  if (!absl::SimpleAtoi(*text, value) || *value < 1 || *value > 65535) {
-    err << "kubetrain local train: --" << flag << ": a TCP port from 1 to 65535, got \"" << *text
-        << "\"\n";
-    return false;
-  }
-  return true;
+  return ParseNumber(parsed, flag, fallback, 1, 65535, "a TCP port", value, err);
 }
 
 volatile sig_atomic_t g_interrupted = 0;
