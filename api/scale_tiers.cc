@@ -33,6 +33,10 @@ const std::vector<MachineResources>& Table() {
       {"n1-highmem-32", 32, 208 * 1024, 0},
       {"n1-highcpu-16", 16, 14 * 1024, 0},
       {"n1-highcpu-32", 32, 28 * 1024, 0},
+      // Asks for nothing itself: the replica's pod template says what it
+      // needs (what a converted Kubeflow manifest carries). Any other type's
+      // requests would stay under a template that sets only some of them.
+      {"pod-template", 0, 0, 0},
   };
   return *table;
 }

@@ -65,6 +65,7 @@ class Validator {
     if (input.has_hyperparameters()) {
       ValidateHyperparameters(input.hyperparameters(), input, path + ".hyperparameters");
     }
+    if (input.framework() == TrainingInput::PYTORCH) ValidatePyTorch(input, path);
   }
 
   void ValidateSpec(const v1::TrainingJobSpec& spec) {
@@ -163,6 +164,32 @@ class Validator {
         Error(path + "." + role.type_field,
               absl::StrCat("only valid with scaleTier CUSTOM (got ", tier_name, ")"));
       }
+    }
+  }
+
+  // torch.distributed's ranks are the master and the workers: a parameter
+  // server has no place in the process group. And a replica left to
+  // kubetrain-runtime would train from TF_CONFIG, which PYTORCH leaves out.
+  void ValidatePyTorch(const TrainingInput& input, const std::string& path) {
+    for (const ReplicaGroup& group : ReplicaGroups(input)) {
+      if (group.role == Role::kParameterServer) {
+        const bool custom = input.scale_tier() == TrainingInput::CUSTOM;
+        const std::string tier =
+            custom ? "" : TrainingInput::ScaleTier_Name(input.scale_tier()) + " has ";
+        Error(path + (custom ? ".parameterServerCount" : ".scaleTier"),
+              absl::StrCat(tier, group.count,
+                           " parameter servers; a PYTORCH job has none (its ranks are the master "
+                           "and the workers): use CUSTOM without parameter servers, or framework "
+                           "TENSORFLOW"));
+        continue;
+      }
+      if (!input.python_module().empty() || group.config.container_command_size() > 0) continue;
+      const char* config = group.role == Role::kMaster   ? ".masterConfig"
+                           : group.role == Role::kWorker ? ".workerConfig"
+                                                         : ".evaluatorConfig";
+      Error(absl::StrCat(path, config, ".containerCommand"),
+            "required for a PYTORCH job without pythonModule: kubetrain-runtime trains from "
+            "TF_CONFIG, which a PYTORCH job does not get");
     }
   }
 

@@ -154,7 +154,8 @@ std::vector<InvalidCase> Cases() {
        "complex_model_m_gpu, complex_model_l_gpu, standard_p100, complex_model_m_p100, "
        "standard_v100, large_model_v100, complex_model_m_v100, complex_model_l_v100, "
        "n1-standard-4, n1-standard-8, n1-standard-16, n1-standard-32, n1-highmem-2, "
-       "n1-highmem-4, n1-highmem-8, n1-highmem-16, n1-highmem-32, n1-highcpu-16, n1-highcpu-32"},
+       "n1-highmem-4, n1-highmem-8, n1-highmem-16, n1-highmem-32, n1-highcpu-16, n1-highcpu-32, "
+       "pod-template"},
       {"tpu_tier", Job("    scaleTier: BASIC_TPU\n"), "spec.trainingInput.scaleTier",
        "BASIC_TPU is not supported: kubetrain has no TPUs"},
       {"accelerator_without_type", Job("    masterConfig:\n      acceleratorConfig: {count: 2}\n"),
@@ -267,6 +268,30 @@ std::vector<InvalidCase> Cases() {
       {"bad_replica_template_role",
        std::string(kJobHead) + "    scaleTier: BASIC\n  replicaTemplates:\n    chief: {spec: {}}\n",
        "spec.replicaTemplates[chief]", "unknown role; expected master, worker, ps or evaluator"},
+      // PyTorch jobs: ranks are the master and the workers.
+      {"pytorch_on_standard_1",
+       Job("    scaleTier: STANDARD_1\n    framework: PYTORCH\n"
+           "    masterConfig: {containerCommand: [python3, train.py]}\n"
+           "    workerConfig: {containerCommand: [python3, train.py]}\n"),
+       "spec.trainingInput.scaleTier",
+       "STANDARD_1 has 3 parameter servers; a PYTORCH job has none (its ranks are the master and "
+       "the workers): use CUSTOM without parameter servers, or framework TENSORFLOW"},
+      {"pytorch_with_parameter_servers",
+       Job("    scaleTier: CUSTOM\n    masterType: standard\n    parameterServerType: standard\n"
+           "    parameterServerCount: 2\n    framework: PYTORCH\n"
+           "    masterConfig: {containerCommand: [python3, train.py]}\n"),
+       "spec.trainingInput.parameterServerCount",
+       "2 parameter servers; a PYTORCH job has none (its ranks are the master and the workers): "
+       "use CUSTOM without parameter servers, or framework TENSORFLOW"},
+      {"pytorch_worker_without_command",
+       Job("    scaleTier: CUSTOM\n    masterType: standard\n    workerType: standard\n"
+           "    workerCount: 2\n    framework: PYTORCH\n"
+           "    masterConfig: {containerCommand: [python3, train.py]}\n"),
+       "spec.trainingInput.workerConfig.containerCommand",
+       "required for a PYTORCH job without pythonModule: kubetrain-runtime trains from TF_CONFIG, "
+       "which a PYTORCH job does not get"},
+      {"unknown_framework", Job("    framework: JAX\n"), "spec.trainingInput.framework",
+       "unknown value \"JAX\"; expected one of ANY, TENSORFLOW, PYTORCH"},
       // Bare Cloud ML configs report paths as written.
       {"bare_config_paths",
        "trainingInput:\n  hyperparameters:\n    params:\n      - parameterName: lr\n"
@@ -290,6 +315,26 @@ TEST(ValidationTest, ReportsEveryErrorNotJustTheFirst) {
 TEST(ValidationTest, ValidJobHasNoErrors) {
   CheckedJob checked = CheckTrainingJob(Tuning(kLr, "      maxParallelTrials: 2\n"));
   EXPECT_TRUE(checked.ok()) << FormatErrors(checked.errors);
+}
+
+TEST(ValidationTest, PyTorchJobsWithACommandOrAModuleAreValid) {
+  for (const std::string& body : {
+           std::string("    scaleTier: CUSTOM\n    masterType: standard\n    workerType: standard\n"
+                       "    workerCount: 2\n    framework: PYTORCH\n"
+                       "    masterConfig: {containerCommand: [python3, train.py]}\n"
+                       "    workerConfig: {containerCommand: [python3, train.py]}\n"),
+           std::string("    framework: PYTORCH\n    pythonModule: trainer.task\n"),
+           // The master's evaluators are no ranks, but still run something.
+           std::string("    framework: PYTORCH\n    evaluatorCount: 1\n"
+                       "    masterConfig: {containerCommand: [python3, train.py]}\n"
+                       "    evaluatorConfig: {containerCommand: [python3, eval.py]}\n"),
+           // Parameter servers are fine for the other frameworks.
+           std::string("    scaleTier: STANDARD_1\n    framework: ANY\n"),
+           std::string("    scaleTier: STANDARD_1\n    framework: TENSORFLOW\n"),
+       }) {
+    CheckedJob checked = CheckTrainingJob(Job(body));
+    EXPECT_TRUE(checked.ok()) << body << FormatErrors(checked.errors);
+  }
 }
 
 TEST(JobNameTest, KubernetesNameLowercasesAndReplacesUnderscores) {

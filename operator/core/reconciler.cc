@@ -11,6 +11,7 @@
 #include "api/scale_tiers.h"
 #include "api/validation.h"
 #include "google/protobuf/util/message_differencer.h"
+#include "operator/core/pytorch_env.h"
 #include "operator/tuner/search_space.h"
 
 namespace kubetrain::core {
@@ -270,7 +271,14 @@ DesiredReplica MakeReplica(const v1::TrainingJob& job, const std::vector<api::Re
                                       : KubernetesAddresses(job.metadata().namespace_().empty()
                                                                 ? "default"
                                                                 : job.metadata().namespace_());
-  r.env.emplace_back("TF_CONFIG", BuildTfConfig(job, groups, r.key, address));
+  if (WantsTfConfig(input)) {
+    r.env.emplace_back("TF_CONFIG", BuildTfConfig(job, groups, r.key, address));
+  }
+  if (WantsPyTorchEnv(input)) {
+    for (auto& entry : BuildPyTorchEnv(job, groups, r.key, address)) {
+      r.env.push_back(std::move(entry));
+    }
+  }
   r.env.emplace_back("CLOUD_ML_JOB_ID", job.metadata().name());
   if (!trial_id.empty()) r.env.emplace_back("CLOUD_ML_TRIAL_ID", trial_id);
   r.env.emplace_back("KUBETRAIN_JOB_NAME", job.metadata().name());

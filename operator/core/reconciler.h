@@ -260,7 +260,8 @@ struct ReconcileOptions {
 // Warning event, and no retries. Never fails on any input: problems become
 // job status.
 //
-// Environment of every replica: TF_CONFIG, CLOUD_ML_JOB_ID (metadata.name),
+// Environment of every replica: TF_CONFIG and the PyTorch set, as
+// trainingInput.framework asks (pytorch_env.h), CLOUD_ML_JOB_ID (metadata.name),
 // CLOUD_ML_TRIAL_ID (trials), KUBETRAIN_JOB_NAME, KUBETRAIN_NAMESPACE,
 // KUBETRAIN_JOB_UID, KUBETRAIN_TASK_TYPE, KUBETRAIN_TASK_INDEX,
 // KUBETRAIN_TRIAL_ID (trials), KUBETRAIN_METRIC_TAG (studies),

@@ -38,7 +38,8 @@ struct DesiredReplica {
   std::string name;  // ReplicaName(job, key)
   ReplicaKey key;
   std::map<std::string, std::string> labels;  // ReplicaLabels(job, key)
-  // In a stable order: TF_CONFIG, CLOUD_ML_JOB_ID, CLOUD_ML_TRIAL_ID (trials),
+  // In a stable order: TF_CONFIG, the PyTorch set (pytorch_env.h; each as
+  // the framework asks), CLOUD_ML_JOB_ID, CLOUD_ML_TRIAL_ID (trials),
   // then KUBETRAIN_* (see reconciler.h for the list).
   std::vector<std::pair<std::string, std::string>> env;
   std::string image;  // replicaConfig.imageUri, else ReconcileOptions::default_image
