@@ -397,7 +397,9 @@ class Decoder {
         continue;
       }
       const std::string key = entry.first.Scalar();
-      DecodeStructValue(entry.second, &(*out->mutable_fields())[key], path + "." + key);
+      const std::string key_path = path.empty() ? key : path + "." + key;
+      Remember(entry.first, key_path);
+      DecodeStructValue(entry.second, &(*out->mutable_fields())[key], key_path);
     }
   }
 
@@ -411,7 +413,9 @@ class Decoder {
     } else if (node.IsSequence()) {
       auto* list = out->mutable_list_value();
       for (size_t i = 0; i < node.size(); ++i) {
-        DecodeStructValue(node[i], list->add_values(), absl::StrCat(path, "[", i, "]"));
+        const std::string element_path = absl::StrCat(path, "[", i, "]");
+        Remember(node[i], element_path);
+        DecodeStructValue(node[i], list->add_values(), element_path);
       }
     } else {
       const std::string& text = node.Scalar();
@@ -833,6 +837,22 @@ std::vector<FieldError> DecodeMessage(std::string_view text, google::protobuf::M
   if (!root) return errors;
   Decoder(&errors).DecodeMessage(*root, message, path_prefix);
   return errors;
+}
+
+DecodedDocument DecodeDocument(std::string_view text) {
+  DecodedDocument result;
+  std::optional<YAML::Node> root = ParseSingleDocument(text, &result.errors);
+  if (!root) return result;
+  if (!root->IsMap()) {
+    result.errors.push_back(ErrorAt(*root, "", "expected a mapping, got " + KindName(*root)));
+    return result;
+  }
+  google::protobuf::Struct decoded;
+  Decoder(&result.errors, &result.positions).DecodeMessage(*root, &decoded, "");
+  if (!result.errors.empty()) return result;
+  result.value = nlohmann::json::parse(EncodeJson(decoded), nullptr, /*allow_exceptions=*/false);
+  if (!result.value.is_object()) result.value = nlohmann::json::object();
+  return result;
 }
 
 DecodeResult DecodeTrainingJob(std::string_view text) {

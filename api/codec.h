@@ -48,6 +48,18 @@ DecodeResult DecodeTrainingJob(std::string_view text);
 std::vector<FieldError> DecodeMessage(std::string_view text, google::protobuf::Message* message,
                                       const std::string& path_prefix = "");
 
+// Any one YAML/JSON mapping (a manifest of another kind) as free-form JSON,
+// with the same input limits as DecodeTrainingJob and YAML's scalar types as
+// pod templates read them ("2" quoted is a string, 2 a number). `positions`
+// holds where every key and list element starts, by path
+// ("spec.template.spec.containers[0].image"), for errors found later.
+struct DecodedDocument {
+  nlohmann::json value;            // an object when errors is empty
+  std::vector<FieldError> errors;  // syntax and shape, with line/column
+  std::map<std::string, std::pair<int, int>> positions;
+};
+DecodedDocument DecodeDocument(std::string_view text);
+
 // Protobuf's JSON mapping: camelCase names, enums as names, int64 as strings,
 // keys in field order. `pretty` indents by two spaces.
 std::string EncodeJson(const google::protobuf::Message& message, bool pretty = false);

@@ -13,7 +13,31 @@
 
 namespace kubetrain::api {
 
+namespace {
+
+CheckedJob CheckKubeflowJob(KubeflowConversion conversion, bool require_name) {
+  CheckedJob checked;
+  checked.kubeflow_kind = conversion.kind;
+  checked.mapped = std::move(conversion.mapped);
+  checked.errors = std::move(conversion.errors);
+  if (!checked.errors.empty()) return checked;
+  ValidateOptions options;
+  options.require_name = require_name;
+  checked.errors = Validate(conversion.job, options);
+  // The converted job's own paths: say where they come from.
+  for (FieldError& error : checked.errors) {
+    error.reason += " (in the TrainingJob converted from the " + conversion.kind + ")";
+  }
+  checked.job = std::move(conversion.job);
+  return checked;
+}
+
+}  // namespace
+
 CheckedJob CheckTrainingJob(std::string_view text, bool require_name) {
+  if (KubeflowConversion conversion = ConvertKubeflowJob(text); conversion.kubeflow) {
+    return CheckKubeflowJob(std::move(conversion), require_name);
+  }
   DecodeResult decoded = DecodeTrainingJob(text);
   CheckedJob checked;
   checked.bare_config = decoded.bare_config;

@@ -6,6 +6,7 @@
 
 #include "absl/status/statusor.h"
 #include "api/field_error.h"
+#include "api/kubeflow.h"
 #include "kubetrain/v1/training_job.pb.h"
 
 namespace kubetrain::api {
@@ -16,11 +17,18 @@ struct CheckedJob {
   v1::TrainingJob job;              // decoded, not defaulted
   std::vector<FieldError> errors;   // decode errors, or else validation errors
   bool bare_config = false;         // a Cloud ML config.yaml, not a manifest
+  // A Kubeflow manifest (kubeflow.h): its kind ("PyTorchJob") and what each
+  // of its fields became. `job` is then the TrainingJob it converts to, and
+  // `errors` name the manifest's fields, or (validation of the converted
+  // job) the TrainingJob's.
+  std::string kubeflow_kind;
+  std::vector<MappedField> mapped;
   bool ok() const { return errors.empty(); }
 };
 
 // `require_name`: a manifest must carry metadata.name; a bare config never
-// has to (the name comes from the command line).
+// has to (the name comes from the command line). A kubeflow.org/v1 TFJob or
+// PyTorchJob is converted first (ConvertKubeflowJob).
 CheckedJob CheckTrainingJob(std::string_view text, bool require_name = true);
 
 // Reads a whole file; the error names the file and the reason.
