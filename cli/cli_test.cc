@@ -112,6 +112,78 @@ TEST(LocalTrainCommandTest, StartPortIsATcpPort) {
 }
 #endif
 
+const std::string kKubeflow = std::string(KUBETRAIN_SOURCE_DIR) + "/api/testdata/kubeflow/";
+
+TEST(KubeflowManifestTest, ValidateSaysWhatEachFieldBecame) {
+  Result r = RunKubetrain({"validate", kKubeflow + "pytorch-gpu.yaml"});
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_THAT(r.out, ::testing::StartsWith(
+                         kKubeflow + "pytorch-gpu.yaml: ok (a kubeflow.org/v1 PyTorchJob, run as "
+                                     "the TrainingJob `kubetrain convert` prints)\n"
+                                     "  kind -> spec.trainingInput.framework: PYTORCH\n"));
+  EXPECT_THAT(r.out, ::testing::HasSubstr("  spec.pytorchReplicaSpecs.Worker.replicas -> "
+                                          "spec.trainingInput.workerCount: 3\n"));
+  r = RunKubetrain({"validate", kKubeflow + "tf-gang-scheduling.yaml"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.out, ::testing::HasSubstr(kKubeflow + "tf-gang-scheduling.yaml:8:5: "
+                                                      "spec.runPolicy.schedulingPolicy: no "
+                                                      "equivalent"));
+}
+
+TEST(KubeflowManifestTest, ThePyTorchExamplesValidate) {
+  const std::string examples = kExamples + "pytorch/";
+  Result r =
+      RunKubetrain({"validate", examples + "pytorchjob.yaml", examples + "trainingjob.yaml"});
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_THAT(r.out, ::testing::HasSubstr(examples + "pytorchjob.yaml: ok (a kubeflow.org/v1 "
+                                                     "PyTorchJob"));
+  EXPECT_THAT(r.out, ::testing::HasSubstr(examples + "trainingjob.yaml: ok\n"));
+}
+
+TEST(KubeflowManifestTest, ConvertPrintsATrainingJobThatValidates) {
+  Result r = RunKubetrain({"convert", kKubeflow + "tf-chief-workers-evaluator.yaml"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, ::testing::StartsWith(
+                         "# kubetrain convert " + kKubeflow +
+                         "tf-chief-workers-evaluator.yaml: the kubeflow.org/v1 TFJob as a "
+                         "TrainingJob\n#   kind -> spec.trainingInput.framework: TENSORFLOW\n"));
+  EXPECT_THAT(r.out, ::testing::HasSubstr("\napiVersion: kubetrain.io/v1\nkind: TrainingJob\n"));
+  EXPECT_THAT(r.out, ::testing::HasSubstr("    useChiefInTfConfig: true\n"));
+  const std::string converted = ::testing::TempDir() + "/converted.yaml";
+  std::ofstream(converted) << r.out;
+  Result again = RunKubetrain({"validate", converted});
+  EXPECT_EQ(again.code, 0) << again.out;
+  EXPECT_EQ(again.out, converted + ": ok\n");
+
+  r = RunKubetrain({"convert", kKubeflow + "pytorch-no-command.yaml"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.out, "");
+  EXPECT_THAT(r.err, ::testing::HasSubstr(kKubeflow +
+                                          "pytorch-no-command.yaml:13:15: spec.pytorchReplicaSpecs."
+                                          "Master.template.spec.containers[0].command: required"));
+  r = RunKubetrain({"convert", converted});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err, "kubetrain convert: " + converted +
+                       ": not a kubeflow.org/v1 TFJob or PyTorchJob; it runs as it is\n");
+}
+
+#ifdef KUBETRAIN_CLI_LOCAL_TESTS
+TEST(KubeflowManifestTest, RenderShowsThePodsWithTheirPyTorchEnvironment) {
+  Result r = RunKubetrain({"render", kKubeflow + "pytorch-run-policy.yaml", "--namespace", "ml"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.err, ::testing::StartsWith(kKubeflow + "pytorch-run-policy.yaml: a kubeflow.org/v1 "
+                                                       "PyTorchJob, rendered as the TrainingJob it "
+                                                       "converts to:\n"));
+  // Worker 0 is rank 1; rank 0 is the master's Service, on the manifest's port.
+  EXPECT_THAT(r.out, ::testing::HasSubstr(
+                         "    - name: MASTER_ADDR\n      value: pytorch-simple-master-0.ml.svc\n"));
+  EXPECT_THAT(r.out, ::testing::HasSubstr("    - name: MASTER_PORT\n      value: '29500'\n"));
+  EXPECT_THAT(r.out, ::testing::HasSubstr("    - name: RANK\n      value: '1'\n"));
+  EXPECT_THAT(r.out, ::testing::Not(::testing::HasSubstr("TF_CONFIG")));
+  EXPECT_THAT(r.out, ::testing::HasSubstr("name: log-shipper"));
+}
+#endif
+
 TEST(CliTest, EveryCommandTakesHelp) {
   Result r = RunKubetrain({"validate", "--help"});
   EXPECT_EQ(r.code, 0) << r.err;

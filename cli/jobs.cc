@@ -290,6 +290,11 @@ int SubmitTraining(const std::vector<std::string>& args, std::ostream& out, std:
       err << "kubetrain " << command << ": " << *config << " is not a valid job; nothing was submitted\n";
       return kExitUsage;
     }
+    if (!checked.kubeflow_kind.empty()) {
+      out << *config << ": a kubeflow.org/v1 " << checked.kubeflow_kind
+          << ", run as a TrainingJob:\n"
+          << api::FormatMapping(checked.mapped);
+    }
     job = std::move(checked.job);
     bare_config = checked.bare_config;
   }

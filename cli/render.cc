@@ -38,6 +38,12 @@ int Render(const std::vector<std::string>& args, std::ostream& out, std::ostream
     err << api::FormatErrors(checked.errors, path);
     return kExitUsage;
   }
+  if (!checked.kubeflow_kind.empty()) {
+    // On stderr: stdout stays the objects, for kubectl.
+    err << path << ": a kubeflow.org/v1 " << checked.kubeflow_kind
+        << ", rendered as the TrainingJob it converts to:\n"
+        << api::FormatMapping(checked.mapped);
+  }
   core::ReconcileOptions options;
   options.tuner_factory = tuner::Tuner::Create;
   options.stop_rule = tuner::ShouldStopEarly;

@@ -1,4 +1,4 @@
-// `kubetrain validate FILE...` and `kubetrain version`.
+// `kubetrain validate FILE...`, `kubetrain convert FILE` and `kubetrain version`.
 #include <ostream>
 
 #include "api/codec.h"
@@ -32,7 +32,11 @@ int Validate(const std::vector<std::string>& args, std::ostream& out, std::ostre
       continue;
     }
     api::CheckedJob checked = api::CheckTrainingJob(*text);
-    if (checked.ok()) {
+    if (checked.ok() && !checked.kubeflow_kind.empty()) {
+      out << path << ": ok (a kubeflow.org/v1 " << checked.kubeflow_kind
+          << ", run as the TrainingJob `kubetrain convert` prints)\n"
+          << api::FormatMapping(checked.mapped);
+    } else if (checked.ok()) {
       out << path << ": ok\n";
     } else {
       out << api::FormatErrors(checked.errors, path);
@@ -40,6 +44,44 @@ int Validate(const std::vector<std::string>& args, std::ostream& out, std::ostre
     }
   }
   return all_ok ? kExitOk : kExitUsage;
+}
+
+// `kubetrain convert FILE`: the TrainingJob a Kubeflow TFJob or PyTorchJob
+// runs as, in YAML, after comment lines saying where each field went.
+int Convert(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  ParsedArgs parsed = ParseArgs(args, {}, {});
+  if (!parsed.error.empty()) {
+    err << "kubetrain convert: " << parsed.error << "\n";
+    return kExitUsage;
+  }
+  if (parsed.positional.size() != 1) {
+    err << "kubetrain convert: name one file: kubetrain convert FILE\n";
+    return kExitUsage;
+  }
+  const std::string& path = parsed.positional[0];
+  absl::StatusOr<std::string> text = api::ReadTextFile(path);
+  if (!text.ok()) {
+    err << "kubetrain convert: " << text.status().message() << "\n";
+    return kExitUsage;
+  }
+  api::CheckedJob checked = api::CheckTrainingJob(*text);
+  if (checked.kubeflow_kind.empty() && checked.ok()) {
+    err << "kubetrain convert: " << path
+        << ": not a kubeflow.org/v1 TFJob or PyTorchJob; it runs as it is\n";
+    return kExitUsage;
+  }
+  if (!checked.ok()) {
+    err << api::FormatErrors(checked.errors, path);
+    err << "kubetrain convert: " << path << " does not convert; nothing was printed\n";
+    return kExitUsage;
+  }
+  out << "# kubetrain convert " << path << ": the kubeflow.org/v1 " << checked.kubeflow_kind
+      << " as a TrainingJob\n";
+  for (const api::MappedField& field : checked.mapped) {
+    out << "#   " << field.from << " -> " << field.to << "\n";
+  }
+  out << api::EncodeYaml(checked.job);
+  return kExitOk;
 }
 
 int Version(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
@@ -55,8 +97,14 @@ int Version(const std::vector<std::string>& args, std::ostream& out, std::ostrea
 
 std::vector<Command> ValidateCommands() {
   return {
-      {{"validate"}, "check TrainingJob manifests or Cloud ML config.yaml files", Validate,
+      {{"validate"},
+       "check TrainingJob manifests or Cloud ML config.yaml files",
+       Validate,
        "FILE..."},
+      {{"convert"},
+       "print the TrainingJob a Kubeflow TFJob or PyTorchJob runs as",
+       Convert,
+       "FILE"},
       {{"version"}, "print the version", Version},
   };
 }
