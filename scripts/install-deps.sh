@@ -14,8 +14,9 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   dataset-fashion-mnist
   python3 prometheus procps
+  python3-torch
 )
-bench_packages=(python3-torch python3-numpy python3-optuna python3-sklearn openmpi-bin libopenmpi-dev)
+bench_packages=(python3-numpy python3-optuna python3-sklearn openmpi-bin libopenmpi-dev)
 
 if [[ "${1:-}" == "--bench" ]]; then
   packages+=("${bench_packages[@]}")
