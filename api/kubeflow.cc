@@ -71,7 +71,15 @@ const Kind& PyTorchJob() {
 
 std::string Quoted(const json& value) {
   if (value.is_string()) return "\"" + value.get<std::string>() + "\"";
-  return value.dump();
+  return value.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+// object[key] when it is a string, else "" (nlohmann's value() throws on
+// other types, and the input is anyone's).
+std::string StringAt(const json& object, const char* key) {
+  if (!object.is_object()) return "";
+  auto it = object.find(key);
+  return it != object.end() && it->is_string() ? it->get<std::string>() : "";
 }
 
 // An integer written as a YAML number (Struct keeps numbers as doubles).
@@ -136,7 +144,7 @@ class Converter {
       : root_(document.value), positions_(document.positions), out_(out) {}
 
   void Run() {
-    const std::string api_version = root_.value("apiVersion", "");
+    const std::string api_version = StringAt(root_, "apiVersion");
     if (api_version != kVersion) {
       Error("apiVersion",
             absl::StrCat("only ", kVersion, " manifests convert, got \"", api_version, "\""));
@@ -366,7 +374,7 @@ class Converter {
       return;
     }
     Map(path,
-        absl::StrCat(target, ": ", value.is_string() ? value.get<std::string>() : value.dump()));
+        absl::StrCat(target, ": ", value.is_string() ? value.get<std::string>() : Quoted(value)));
   }
 
   // ---- replica specs
@@ -493,7 +501,7 @@ class Converter {
     }
     int training = -1;
     for (size_t i = 0; i < containers.size(); ++i) {
-      if (containers[i].is_object() && containers[i].value("name", "") == kind_->container) {
+      if (StringAt(containers[i], "name") == kind_->container) {
         training = static_cast<int>(i);
       }
     }
@@ -554,7 +562,7 @@ class Converter {
         return false;
       }
       for (size_t i = 0; i < ports.size(); ++i) {
-        if (!ports[i].is_object() || ports[i].value("name", "") != kind_->port_name) continue;
+        if (StringAt(ports[i], "name") != kind_->port_name) continue;
         const std::string port_path = absl::StrCat(c_path, ".ports[", i, "]");
         std::optional<int64_t> n = IntegerOf(At(ports[i], "containerPort"));
         if (!n || *n < 1 || *n > 65535) {
@@ -772,7 +780,8 @@ class Converter {
     if (tmpl.empty()) return;
     google::protobuf::Struct value;
     // Printed from a Struct, so it reads back.
-    (void)google::protobuf::util::JsonStringToMessage(tmpl.dump(), &value);
+    (void)google::protobuf::util::JsonStringToMessage(
+        tmpl.dump(-1, ' ', false, json::error_handler_t::replace), &value);
     (*out_->job.mutable_spec()->mutable_replica_templates())[role] = std::move(value);
   }
 
@@ -788,7 +797,7 @@ class Converter {
       return;
     }
     const json& value = nproc_per_node_;
-    const std::string text = value.is_string() ? value.get<std::string>() : value.dump();
+    const std::string text = value.is_string() ? value.get<std::string>() : Quoted(value);
     bool same = true;
     for (const Replica* r : replicas) {
       const int64_t gpus = r->config.accelerator_config().count();
@@ -831,7 +840,7 @@ KubeflowConversion ConvertKubeflowJob(std::string_view text) {
     return out;
   }
   // A TrainingJob with a wrong apiVersion is validation's to report.
-  if (document.value.value("kind", "") == "TrainingJob") return out;
+  if (StringAt(document.value, "kind") == "TrainingJob") return out;
   out.kubeflow = true;
   Converter(document, &out).Run();
   return out;
