@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "google/protobuf/descriptor.h"
@@ -929,6 +930,64 @@ std::string EncodeJson(const google::protobuf::Message& message, bool pretty) {
   // Printing a message we built cannot fail for these types.
   (void)google::protobuf::util::MessageToJsonString(message, &out, options);
   return out;
+}
+
+namespace {
+
+bool IsInt64(const FieldDescriptor* field) {
+  return field->cpp_type() == FieldDescriptor::CPPTYPE_INT64 ||
+         field->cpp_type() == FieldDescriptor::CPPTYPE_UINT64;
+}
+
+// One int64 value printed as a string back to a number (left alone if it is
+// not one, which protobuf's printer never produces).
+void Int64ToNumber(const FieldDescriptor* field, nlohmann::json* value) {
+  if (!value->is_string()) return;
+  const std::string& text = value->get_ref<const std::string&>();
+  if (field->cpp_type() == FieldDescriptor::CPPTYPE_UINT64) {
+    uint64_t n = 0;
+    if (absl::SimpleAtoi(text, &n)) *value = n;
+  } else {
+    int64_t n = 0;
+    if (absl::SimpleAtoi(text, &n)) *value = n;
+  }
+}
+
+// Walks `object` (the JSON of a `descriptor` message) turning int64 fields into
+// numbers. Well-known types hold none that the schema shows as integers.
+void Int64FieldsToNumbers(const Descriptor* descriptor, nlohmann::json* object) {
+  if (!object->is_object() || descriptor->file()->package() == "google.protobuf") return;
+  for (int i = 0; i < descriptor->field_count(); ++i) {
+    const FieldDescriptor* field = descriptor->field(i);
+    auto it = object->find(field->json_name());
+    if (it == object->end()) continue;
+    if (field->is_map()) {
+      const FieldDescriptor* value_field = field->message_type()->map_value();
+      for (auto& [key, value] : it->items()) {
+        if (IsInt64(value_field)) Int64ToNumber(value_field, &value);
+        if (value_field->message_type() != nullptr) {
+          Int64FieldsToNumbers(value_field->message_type(), &value);
+        }
+      }
+    } else if (field->is_repeated() && it->is_array()) {
+      for (nlohmann::json& value : *it) {
+        if (IsInt64(field)) Int64ToNumber(field, &value);
+        if (field->message_type() != nullptr) Int64FieldsToNumbers(field->message_type(), &value);
+      }
+    } else if (IsInt64(field)) {
+      Int64ToNumber(field, &*it);
+    } else if (field->message_type() != nullptr) {
+      Int64FieldsToNumbers(field->message_type(), &*it);
+    }
+  }
+}
+
+}  // namespace
+
+nlohmann::json EncodeKubernetesJson(const google::protobuf::Message& message) {
+  nlohmann::json value = nlohmann::json::parse(EncodeJson(message), nullptr, false);
+  Int64FieldsToNumbers(message.GetDescriptor(), &value);
+  return value;
 }
 
 std::string EncodeYaml(const google::protobuf::Message& message) {

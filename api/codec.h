@@ -64,6 +64,13 @@ DecodedDocument DecodeDocument(std::string_view text);
 // keys in field order. `pretty` indents by two spaces.
 std::string EncodeJson(const google::protobuf::Message& message, bool pretty = false);
 
+// The message as the Kubernetes API takes it: protobuf's JSON mapping, except
+// that int64 fields are JSON numbers, as the CRD's schema says (`type:
+// integer`, so that `kubectl explain` shows their type). Cloud ML printed
+// int64 as strings, which EncodeJson keeps for what kubetrain prints; every
+// decoder here accepts both.
+nlohmann::json EncodeKubernetesJson(const google::protobuf::Message& message);
+
 // The same content as YAML with keys sorted, as `gcloud ... describe` prints:
 // block style, strings quoted only where YAML would misread them.
 std::string EncodeYaml(const google::protobuf::Message& message);

@@ -83,6 +83,49 @@ TEST(CodecTest, JsonIsAcceptedAndInt64PrintsAsString) {
   EXPECT_THAT(EncodeJson(result.job), ::testing::HasSubstr(R"("workerCount":"9")"));
 }
 
+// What the API server gets: int64 fields as numbers (the CRD says integer),
+// everywhere they occur: singular, in repeated messages, in map values.
+TEST(CodecTest, KubernetesJsonHasInt64AsNumbers) {
+  v1::TrainingJob job;
+  job.mutable_metadata()->set_name("j");
+  v1::TrainingInput* input = job.mutable_spec()->mutable_training_input();
+  input->set_worker_count(9);
+  input->mutable_master_config()->mutable_accelerator_config()->set_count(2);
+  job.mutable_spec()->mutable_run_policy()->set_active_deadline_seconds(3600);
+  job.mutable_spec()->mutable_run_policy()->set_backoff_limit(2);
+  v1::TrainingOutput* output = job.mutable_status()->mutable_training_output();
+  output->set_completed_trial_count(3);
+  v1::HyperparameterOutput* trial = output->add_trials();
+  trial->set_trial_id("12");
+  (*trial->mutable_hyperparameters())["lr"] = "0.5";
+  trial->mutable_final_metric()->set_training_step(785);
+  trial->mutable_final_metric()->set_objective_value(0.875);
+  trial->add_all_metrics()->set_training_step(9007199254740993);  // beyond a double's integers
+  job.mutable_status()->set_best_objective_value(0.875);
+
+  const nlohmann::json k8s = EncodeKubernetesJson(job);
+  EXPECT_EQ(k8s["spec"]["trainingInput"]["workerCount"], 9);
+  EXPECT_TRUE(k8s["spec"]["trainingInput"]["workerCount"].is_number_integer());
+  EXPECT_EQ(k8s["spec"]["trainingInput"]["masterConfig"]["acceleratorConfig"]["count"], 2);
+  EXPECT_EQ(k8s["spec"]["runPolicy"]["activeDeadlineSeconds"], 3600);
+  EXPECT_EQ(k8s["spec"]["runPolicy"]["backoffLimit"], 2);
+  EXPECT_EQ(k8s["status"]["trainingOutput"]["completedTrialCount"], 3);
+  EXPECT_EQ(k8s["status"]["trainingOutput"]["trials"][0]["finalMetric"]["trainingStep"], 785);
+  EXPECT_EQ(
+      k8s["status"]["trainingOutput"]["trials"][0]["allMetrics"][0]["trainingStep"].get<int64_t>(),
+      9007199254740993);
+  // Strings that are strings stay strings.
+  EXPECT_EQ(k8s["status"]["trainingOutput"]["trials"][0]["trialId"], "12");
+  EXPECT_EQ(k8s["status"]["trainingOutput"]["trials"][0]["hyperparameters"]["lr"], "0.5");
+  EXPECT_EQ(k8s["status"]["bestObjectiveValue"], 0.875);
+  // And it reads back to the same message.
+  DecodeResult back = DecodeTrainingJob(k8s.dump());
+  ASSERT_TRUE(back.ok()) << FormatErrors(back.errors);
+  EXPECT_EQ(back.job.spec().DebugString(), job.spec().DebugString());
+  // What kubetrain prints keeps Cloud ML's strings.
+  EXPECT_THAT(EncodeJson(job), ::testing::HasSubstr(R"("workerCount":"9")"));
+}
+
 TEST(CodecTest, ErrorsCarryLineAndColumn) {
   DecodeResult result = DecodeTrainingJob("trainingInput:\n  scaleTier: BASIC\n  workerCont: 3\n");
   ASSERT_EQ(result.errors.size(), 1u);

@@ -79,7 +79,7 @@ absl::Status ClusterJobs::Create(const v1::TrainingJob& job) {
   object.mutable_metadata()->clear_uid();
   object.mutable_metadata()->clear_creation_timestamp();
   (*object.mutable_metadata()->mutable_annotations())[kJobIdAnnotation] = id;
-  nlohmann::json body = nlohmann::json::parse(api::EncodeJson(object), nullptr, false);
+  nlohmann::json body = api::EncodeKubernetesJson(object);  // int64 as numbers, as the CRD says
   absl::StatusOr<nlohmann::json> created = client_->Create(kube::kTrainingJobs, namespace_, body);
   if (created.status().code() == absl::StatusCode::kAlreadyExists) {
     return absl::AlreadyExistsError(absl::StrCat("job [", id, "] already exists in namespace ", namespace_,

@@ -108,9 +108,10 @@ absl::StatusOr<v1::TrainingJob> JobFromObject(const json& object) {
   return job;
 }
 
+// int64 fields as numbers: the CRD's schema says integer.
 json StatusToJson(const v1::TrainingJobStatus& status) {
-  json parsed = json::parse(api::EncodeJson(status), nullptr, false);
-  return parsed.is_discarded() ? json::object() : parsed;
+  json encoded = api::EncodeKubernetesJson(status);
+  return encoded.is_discarded() ? json::object() : encoded;
 }
 
 Controller::Controller(ClusterClient* client, ControllerOptions options, StudyStore* studies)

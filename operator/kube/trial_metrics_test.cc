@@ -149,7 +149,7 @@ TEST_F(ClusterTrialMetricsTest, ATrialsReportReachesItsStatusOnlyWithItsOwnToken
   ASSERT_TRUE(server_->WaitUntil([&] { return trial_one().value("state", "") == "SUCCEEDED"; }))
       << trial_one();
   EXPECT_EQ(trial_one()["finalMetric"]["objectiveValue"], 0.75);
-  EXPECT_EQ(trial_one()["finalMetric"]["trainingStep"], "20");
+  EXPECT_EQ(trial_one()["finalMetric"]["trainingStep"], 20);  // a number, as the CRD says
 }
 
 TEST_F(ClusterTrialMetricsTest, AReportIsConfirmedOnlyOnceTheJobsStatusHoldsIt) {

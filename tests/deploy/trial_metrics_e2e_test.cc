@@ -149,7 +149,7 @@ TEST(TrialMetricsE2eTest, TheRuntimesReportsBecomeTheTrialsObjective) {
                                    absl::Seconds(60)))
       << trial_status() << op.Log();
   const json metric = trial_status()["finalMetric"];
-  EXPECT_EQ(metric["trainingStep"], final_line[1].str()) << metric;
+  EXPECT_EQ(metric["trainingStep"], std::stoll(final_line[1].str())) << metric;  // a number
   // The log prints the accuracy rounded.
   EXPECT_NEAR(metric["objectiveValue"].get<double>(), accuracy, 1e-3) << metric << log;
   op.Stop();

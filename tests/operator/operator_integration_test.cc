@@ -702,7 +702,8 @@ TEST_F(OperatorIntegrationTest, TrialReportsReachTheLeaderAcrossAFailover) {
   ASSERT_TRUE(WaitForState("hp", "SUCCEEDED")) << b->Log();
   const json trial = Status("hp")["trainingOutput"]["trials"][0];
   EXPECT_EQ(trial["finalMetric"]["objectiveValue"], 0.8) << trial;
-  EXPECT_EQ(trial["finalMetric"]["trainingStep"], "20") << trial;
+  // int64 as a JSON number: the CRD's schema says integer.
+  EXPECT_EQ(trial["finalMetric"]["trainingStep"], 20) << trial;
 
   // A clean stop drops the label.
   EXPECT_EQ(b->Terminate(), 0);
