@@ -927,6 +927,27 @@ void CapTrials(Context& c, bool study_over) {
   }
 }
 
+// What `kubectl get tj` shows of a study: status.trialProgress
+// ("<completed>/<maxTrials>", "0/10" before the first trial completes) and
+// status.bestObjectiveValue (the best final objective so far, archived trials
+// included; never worse than the one already recorded, since a backend
+// without a job store forgets evicted trials).
+void SummarizeStudy(Context& c) {
+  v1::TrainingJobStatus& s = c.status();
+  s.set_trial_progress(std::to_string(s.training_output().completed_trial_count()) + "/" +
+                       std::to_string(c.hp().max_trials()));
+  std::optional<double> best;
+  if (s.has_best_objective_value()) best = s.best_objective_value();
+  auto consider = [&](const v1::HyperparameterOutput& t) {
+    if (!HasObjective(t)) return;
+    const double value = t.final_metric().objective_value();
+    if (!best || Better(c.hp(), value, *best)) best = value;
+  };
+  for (const v1::HyperparameterOutput& t : s.training_output().trials()) consider(t);
+  for (const v1::HyperparameterOutput& t : c.observed.archived_trials) consider(t);
+  if (best) s.set_best_objective_value(*best);
+}
+
 void StopActiveTrials(Context& c, const std::string& why) {
   for (v1::HyperparameterOutput& t : *c.status().mutable_training_output()->mutable_trials()) {
     if (TrialActive(t)) FinishTrial(c, &t, v1::CANCELLED, why, /*stop_replicas=*/true);
@@ -1327,10 +1348,13 @@ ReconcileResult Reconcile(const v1::TrainingJob& job, const Observed& observed, 
   }
   if (s.state() == v1::STATE_UNSPECIFIED) s.set_state(v1::QUEUED);
 
+  // A valid study's status summary is refreshed after whatever this pass did.
+  bool study = false;
   if (IsTerminal(s.state())) {
     // Finished: only clean-up and TTL. The spec may have changed since; the
     // policy in force is the one of the stored spec, defaulted.
     c.job = Normalize(job);
+    study = IsStudy(c.job) && s.training_output().is_hyperparameter_tuning_job();
     CleanUp(c, s.state() == v1::CANCELLED ? v1::RunPolicy::All : c.policy().clean_pod_policy(), "",
             false);
     ApplyTtl(c);
@@ -1342,6 +1366,7 @@ ReconcileResult Reconcile(const v1::TrainingJob& job, const Observed& observed, 
   } else {
     c.job = Normalize(job);
     c.groups = api::ReplicaGroups(c.job.spec().training_input());
+    study = IsStudy(c.job);
     s.set_observed_generation(job.metadata().generation());
     CountReplicas(c);
     if (job.spec().cancel()) {
@@ -1368,6 +1393,7 @@ ReconcileResult Reconcile(const v1::TrainingJob& job, const Observed& observed, 
       CheckDeadlines(c, /*enforce=*/false);  // wake-ups, including deadlines set in this pass
     }
   }
+  if (study) SummarizeStudy(c);
 
   // Creates are pointless once the job is over; and a deletion of something
   // just being created cannot happen (creates only target missing slots).

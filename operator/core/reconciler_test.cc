@@ -946,6 +946,78 @@ TEST(StudyTest, ParallelismAndTotalCapsThenSortedBestFirst) {
   }
 }
 
+// What kubectl's Trials and Best columns read: "completed/max" from the first
+// pass ("0/4" before any trial completes), the best final objective so far.
+TEST(StudyTest, TrialProgressAndBestObjectiveForThePrinterColumns) {
+  Harness h(Study(4, 2));
+  ReconcileResult first = h.Reconcile();
+  EXPECT_EQ(first.status.trial_progress(), "0/4");
+  EXPECT_FALSE(first.status.has_best_objective_value());
+  h.Apply(first);
+  h.Settle();
+  h.RunAll();
+  h.Settle();
+  EXPECT_EQ(h.job.status().trial_progress(), "0/4");
+  EXPECT_FALSE(h.job.status().has_best_objective_value());
+
+  Report(h, "1", 100, 0.9);
+  Report(h, "1", 200, 0.6);  // the final metric is the last report, not the best one
+  h.Exit("mnist-t1-master-0", 0);
+  h.Settle();
+  EXPECT_EQ(h.job.status().trial_progress(), "1/4");
+  EXPECT_EQ(h.job.status().best_objective_value(), 0.6);
+
+  Report(h, "2", 100, 0.4);  // worse: the best stays
+  h.Exit("mnist-t2-master-0", 0);
+  h.Settle();
+  EXPECT_EQ(h.job.status().trial_progress(), "2/4");
+  EXPECT_EQ(h.job.status().best_objective_value(), 0.6);
+
+  h.RunAll();
+  h.Settle();
+  Report(h, "3", 100, 0.8);
+  Report(h, "4", 100, 0.7);
+  h.Exit("mnist-t3-master-0", 0);
+  h.Exit("mnist-t4-master-0", 0);
+  h.Settle();
+  EXPECT_EQ(h.job.status().state(), v1::SUCCEEDED);
+  EXPECT_EQ(h.job.status().trial_progress(), "4/4");
+  EXPECT_EQ(h.job.status().best_objective_value(), 0.8);
+  // Settled: nothing more to write.
+  EXPECT_FALSE(h.Reconcile().status_changed);
+}
+
+TEST(StudyTest, BestObjectiveFollowsTheGoalAndOutlivesArchivedTrials) {
+  v1::TrainingJob job = Study(2, 2);
+  job.mutable_spec()->mutable_training_input()->mutable_hyperparameters()->set_goal(
+      v1::HyperparameterSpec::MINIMIZE);
+  Harness h(job);
+  h.Settle();
+  h.RunAll();
+  Report(h, "1", 10, 0.3);
+  Report(h, "2", 10, 0.1);
+  h.Exit("mnist-t1-master-0", 0);
+  h.Exit("mnist-t2-master-0", 0);
+  h.Settle();
+  EXPECT_EQ(h.job.status().best_objective_value(), 0.1);
+  // A backend without a job store: the best trial left status and is not
+  // passed back; the column keeps showing it.
+  h.job.mutable_status()->mutable_training_output()->mutable_trials()->DeleteSubrange(0, 1);
+  ASSERT_EQ(h.job.status().training_output().trials(0).trial_id(), "1");
+  EXPECT_EQ(h.Reconcile().status.best_objective_value(), 0.1);
+}
+
+TEST(StudyTest, AJobThatDoesNotTuneHasNoTrialProgress) {
+  Harness h(Job(1, 0));
+  h.Settle();
+  h.RunAll();
+  h.Exit("mnist-master-0", 0);
+  h.Settle();
+  EXPECT_EQ(h.job.status().state(), v1::SUCCEEDED);
+  EXPECT_EQ(h.job.status().trial_progress(), "");
+  EXPECT_FALSE(h.job.status().has_best_objective_value());
+}
+
 TEST(StudyTest, ReportsAnEarlierLeaderWroteStayAheadOfThisOperatorsOwn) {
   Harness h(Study(1, 1));
   h.Settle();
