@@ -27,7 +27,9 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "tests/fake_apiserver/discovery.h"
 #include "tests/fake_apiserver/label_selector.h"
+#include "tests/fake_apiserver/table.h"
 
 namespace kubetrain::fake_apiserver {
 namespace {
@@ -76,6 +78,8 @@ absl::string_view ReasonPhrase(int code) {
       return "Not Found";
     case 405:
       return "Method Not Allowed";
+    case 406:
+      return "Not Acceptable";
     case 409:
       return "Conflict";
     case 410:
@@ -152,17 +156,55 @@ std::string PercentDecode(absl::string_view in, bool plus_is_space) {
   return out;
 }
 
+// The value of a field label (fieldSelector) of `obj`, as the real server's
+// selectable fields define it: metadata.name and metadata.namespace on every
+// resource; on events also involvedObject.{kind,namespace,name,uid,apiVersion,
+// resourceVersion,fieldPath}, reason, type, reportingComponent and source
+// (source.component, else reportingComponent). nullopt: not a field label of
+// this resource.
+std::optional<std::string> FieldLabel(absl::string_view plural, const json& obj,
+                                      absl::string_view label) {
+  if (label == "metadata.name") return StringAt(obj, "metadata", "name");
+  if (label == "metadata.namespace") return StringAt(obj, "metadata", "namespace");
+  if (plural != "events") return std::nullopt;
+  auto top = [&](const char* key) {
+    auto it = obj.find(key);
+    return it != obj.end() && it->is_string() ? it->get<std::string>() : std::string();
+  };
+  if (absl::ConsumePrefix(&label, "involvedObject.")) {
+    for (const char* key :
+         {"kind", "namespace", "name", "uid", "apiVersion", "resourceVersion", "fieldPath"}) {
+      if (label == key) return StringAt(obj, "involvedObject", key);
+    }
+    return std::nullopt;
+  }
+  if (label == "reason" || label == "type" || label == "reportingComponent") {
+    return top(std::string(label).c_str());
+  }
+  if (label == "source") {
+    const std::string component = StringAt(obj, "source", "component");
+    return component.empty() ? top("reportingComponent") : component;
+  }
+  return std::nullopt;
+}
+
 // Which objects a list or watch wants.
 struct Filter {
   std::string ns;  // "" = all namespaces
   LabelSelector labels;
-  std::string field_name, field_namespace;  // fieldSelector metadata.name / metadata.namespace
+  std::string plural;
+  struct FieldTerm {
+    std::string label, value;
+    bool negated = false;  // "!="
+  };
+  std::vector<FieldTerm> fields;
 
   bool Matches(const json& obj) const {
     if (!ns.empty() && StringAt(obj, "metadata", "namespace") != ns) return false;
-    if (!field_name.empty() && StringAt(obj, "metadata", "name") != field_name) return false;
-    if (!field_namespace.empty() && StringAt(obj, "metadata", "namespace") != field_namespace) {
-      return false;
+    for (const FieldTerm& term : fields) {
+      if ((FieldLabel(plural, obj, term.label).value_or("") == term.value) == term.negated) {
+        return false;
+      }
     }
     return labels.Matches(LabelsOf(obj));
   }
@@ -740,6 +782,13 @@ class FakeApiServer::Impl {
                                  "injected failure"));
     }
 
+    if (req.method == "GET") {
+      if (std::optional<json> document = Discovery(req.path)) {
+        Count("get", "discovery", "");
+        return SendReply(fd, Reply{200, *std::move(document)});
+      }
+    }
+
     // Route: /api/v1/... or /apis/GROUP/VERSION/...
     std::vector<std::string> parts;
     for (absl::string_view p : absl::StrSplit(req.path, '/', absl::SkipEmpty())) {
@@ -785,19 +834,25 @@ class FakeApiServer::Impl {
         return SendReply(fd, Error(400, "BadRequest", std::string(selector.status().message())));
       }
       filter.labels = *std::move(selector);
+      filter.plural = res->plural;
       for (absl::string_view term :
            absl::StrSplit(req.query["fieldSelector"], ',', absl::SkipEmpty())) {
         std::pair<std::string, std::string> kv = absl::StrSplit(term, absl::MaxSplits('=', 1));
-        if (absl::EndsWith(kv.first, "=")) kv.first.pop_back();  // "=="
+        Filter::FieldTerm field;
+        if (absl::EndsWith(kv.first, "!")) {  // "!="
+          kv.first.pop_back();
+          field.negated = true;
+        } else if (absl::EndsWith(kv.first, "=")) {
+          kv.first.pop_back();  // "=="
+        }
         if (!kv.second.empty() && kv.second[0] == '=') kv.second.erase(0, 1);
-        if (kv.first == "metadata.name") {
-          filter.field_name = kv.second;
-        } else if (kv.first == "metadata.namespace") {
-          filter.field_namespace = kv.second;
-        } else {
+        if (!FieldLabel(res->plural, json::object(), kv.first).has_value()) {
           return SendReply(
               fd, Error(400, "BadRequest", absl::StrCat("field label not supported: ", kv.first)));
         }
+        field.label = kv.first;
+        field.value = kv.second;
+        filter.fields.push_back(std::move(field));
       }
       std::string watch = req.query["watch"];
       if (watch == "true" || watch == "1") {
@@ -810,7 +865,8 @@ class FakeApiServer::Impl {
       if (!req.query["limit"].empty() && !absl::SimpleAtoi(req.query["limit"], &limit)) {
         return SendReply(fd, Error(400, "BadRequest", "limit must be an integer"));
       }
-      return SendReply(fd, List(*res, filter, limit, req.query["continue"]));
+      return SendReply(fd,
+                       AsRequested(*res, req, List(*res, filter, limit, req.query["continue"])));
     }
     if (ns.empty() || (name.empty() && req.method != "POST")) {
       return SendReply(fd, Error(405, "MethodNotAllowed",
@@ -825,7 +881,7 @@ class FakeApiServer::Impl {
     }
     if (req.method == "GET") {
       Count("get", res->plural, sub);
-      return SendReply(fd, Get(*res, ns, name));
+      return SendReply(fd, AsRequested(*res, req, Get(*res, ns, name)));
     }
     if (req.method == "POST" && name.empty()) {
       Count("create", res->plural, "");
@@ -857,6 +913,96 @@ class FakeApiServer::Impl {
     }
     return SendReply(fd, Error(405, "MethodNotAllowed",
                                absl::StrCat(req.method, " is not supported on ", req.path)));
+  }
+
+  // A successful get or list in the media type the client asked for: a Table
+  // when it asks for one and the resource has printer columns (ServeCrd);
+  // plain JSON when it takes that; else 406, as the real server answers a
+  // type it cannot produce.
+  Reply AsRequested(const ResourceInfo& res, HttpRequest& req, Reply reply) const {
+    const std::string& accept = req.headers["accept"];
+    if (reply.code != 200 || accept.empty() || !AcceptsTable(accept)) return reply;
+    json columns;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = served_crds_.find(res.plural);
+      if (it != served_crds_.end()) columns = it->second.printer_columns;
+    }
+    if (columns.is_null()) {
+      if (AcceptsPlainJson(accept)) return reply;
+      return Error(406, "NotAcceptable",
+                   absl::StrCat("the fake API server prints only resources given printer columns "
+                                "as a Table, not ",
+                                res.plural));
+    }
+    const bool list = reply.body.contains("items");
+    std::vector<json> objects;
+    if (list) {
+      for (const json& item : reply.body["items"]) objects.push_back(item);
+    } else {
+      objects.push_back(reply.body);
+    }
+    const std::string rv = list ? reply.body["metadata"].value("resourceVersion", "")
+                                : StringAt(reply.body, "metadata", "resourceVersion");
+    std::string include = req.query["includeObject"];
+    absl::StatusOr<json> table =
+        ToTable(objects, columns, rv, include.empty() ? "Metadata" : include, absl::Now());
+    if (!table.ok()) return Error(400, "BadRequest", std::string(table.status().message()));
+    if (list && reply.body["metadata"].contains("continue")) {
+      (*table)["metadata"]["continue"] = reply.body["metadata"]["continue"];
+    }
+    return Reply{200, *std::move(table)};
+  }
+
+ public:
+  absl::Status ServeCrd(const json& crd) {
+    const std::string plural = crd.value("/spec/names/plural"_json_pointer, std::string());
+    const ResourceInfo* res = FindResource(plural);
+    if (res == nullptr ||
+        crd.value("/spec/group"_json_pointer, std::string()) + "/v1" != res->api_version) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the fake API server does not store ", plural, " of this group"));
+    }
+    for (const json& version : crd.value("/spec/versions"_json_pointer, json::array())) {
+      if (version.value("name", "") != "v1") continue;
+      const json columns = version.value("additionalPrinterColumns", json::array());
+      for (const json& c : columns) {
+        absl::StatusOr<const json*> valid =
+            SelectSimpleJsonPath(json::object(), c.value("jsonPath", ""));
+        if (!valid.ok()) return valid.status();
+      }
+      std::lock_guard<std::mutex> lock(mu_);
+      served_crds_[plural] = ServedCrd{crd, columns};
+      return absl::OkStatus();
+    }
+    return absl::InvalidArgumentError(absl::StrCat("the CRD of ", plural, " has no version v1"));
+  }
+
+ private:
+  // Discovery and OpenAPI documents (discovery.h), or nullopt for another path.
+  std::optional<json> Discovery(const std::string& path) const {
+    static const std::map<std::string, std::vector<std::string>> kShortNames = {
+        {"pods", {"po"}}, {"services", {"svc"}}, {"events", {"ev"}}};
+    std::vector<DiscoveredResource> resources;
+    std::vector<json> crds;
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const ResourceInfo& r : kResources) {
+      DiscoveredResource d;
+      d.plural = r.plural;
+      d.singular = absl::AsciiStrToLower(r.kind);
+      d.kind = r.kind;
+      d.group_version = r.api_version;
+      d.has_status = r.has_status;
+      if (auto it = kShortNames.find(r.plural); it != kShortNames.end()) d.short_names = it->second;
+      if (auto it = served_crds_.find(r.plural); it != served_crds_.end()) {
+        const json& names = it->second.crd["spec"]["names"];
+        d.short_names = names.value("shortNames", std::vector<std::string>{});
+        d.categories = names.value("categories", std::vector<std::string>{});
+        crds.push_back(it->second.crd);
+      }
+      resources.push_back(std::move(d));
+    }
+    return DiscoveryDocument(path, resources, crds, absl::StrCat("127.0.0.1:", port_));
   }
 
   // Streams watch events until the client goes away, the server stops, the
@@ -1016,6 +1162,11 @@ class FakeApiServer::Impl {
   absl::Duration latency_ = absl::ZeroDuration();
   int open_watches_ = 0;
   std::map<std::string, int64_t> request_counts_;
+  struct ServedCrd {
+    json crd;
+    json printer_columns;  // version v1's
+  };
+  std::map<std::string, ServedCrd> served_crds_;  // by plural, from ServeCrd
 };
 
 namespace {
@@ -1061,6 +1212,7 @@ void FakeApiServer::DropWatches() { impl_->DropWatches(); }
 void FakeApiServer::FailNextRequests(int n, int code) { impl_->FailNextRequests(n, code); }
 void FakeApiServer::SetLatency(absl::Duration latency) { impl_->SetLatency(latency); }
 void FakeApiServer::CompactHistory() { impl_->CompactHistory(); }
+absl::Status FakeApiServer::ServeCrd(const nlohmann::json& crd) { return impl_->ServeCrd(crd); }
 std::map<std::string, int64_t> FakeApiServer::RequestCounts() const {
   return impl_->RequestCounts();
 }

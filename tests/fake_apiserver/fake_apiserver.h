@@ -27,7 +27,9 @@ namespace kubetrain::fake_apiserver {
 //   /apis/coordination.k8s.io/v1/namespaces/NS/leases[/NAME]
 // and the all-namespace collections (/api/v1/pods, /apis/kubetrain.io/v1/trainingjobs, ...).
 //
-// Verbs: GET (get, list with labelSelector / fieldSelector metadata.name|namespace /
+// Verbs: GET (get, list with labelSelector / fieldSelector (=, ==, !=) on metadata.name,
+// metadata.namespace and, for events, the real server's event field labels
+// (involvedObject.kind|name|uid|..., reason, type, source, reportingComponent) /
 // limit+continue, watch with ?watch=true&resourceVersion=N&allowWatchBookmarks=true),
 // POST (create), PUT (update; status subresource for trainingjobs and pods), PATCH
 // with application/merge-patch+json (RFC 7386, main resource or /status), DELETE.
@@ -47,7 +49,14 @@ namespace kubetrain::fake_apiserver {
 //    with synthetic ADDED events; selector watches turn label changes into
 //    ADDED/DELETED as the real watch cache does; BOOKMARK events every
 //    `bookmark_interval` when asked for.
-//  - errors come back as a v1 Status body with code, reason and message.
+//  - errors come back as a v1 Status body with code, reason and message;
+//  - get and list answer `Accept: application/json;as=Table;v=v1;g=meta.k8s.io`
+//    with a meta.k8s.io/v1 Table computed from the printer columns of a CRD
+//    given to ServeCrd (table.h), as `kubectl get` asks; a resource without
+//    them falls back to plain JSON when the Accept header allows it, else 406;
+//  - GET /version, /api, /api/v1, /apis, /apis/GROUP/VERSION answer legacy discovery,
+//    and /openapi/v3[/apis/GROUP/VERSION] the OpenAPI of CRDs given to
+//    ServeCrd (discovery.h), so kubectl get and kubectl explain work against it.
 //
 // Not implemented (on purpose; documented so tests do not rely on it):
 //  - authentication other than one bearer token, authorization, TLS, admission, schema validation
@@ -63,7 +72,9 @@ namespace kubetrain::fake_apiserver {
 //  - consistent list snapshots across pages (each page reads the current
 //    state; the continue token is the last name returned);
 //  - resourceVersionMatch, sendInitialEvents, timeouts other than
-//    timeoutSeconds on watches, protobuf encoding, HTTP/2.
+//    timeoutSeconds on watches, protobuf encoding, HTTP/2;
+//  - Tables for watches, and server-side printing of built-in resources
+//    (pods, services...), which the real server does with its own printers.
 //
 // Thread safety: every public method may be called from any thread while
 // requests are being served.
@@ -98,6 +109,14 @@ class FakeApiServer {
   // resourceVersion get 410 Gone; open watches are ended with an ERROR 410
   // event, as when the real watch cache falls behind.
   void CompactHistory();
+
+  // --- Custom resource definitions ---
+  // Serves a CRD for its resource, which must be one this server stores
+  // (trainingjobs): version v1's printer columns in the Table format, its
+  // short names and categories in discovery, its schema in OpenAPI v3.
+  // InvalidArgument for another resource or a printer column path that is
+  // not a simple JSON path.
+  absl::Status ServeCrd(const nlohmann::json& crd);
 
   // --- Observation ---
   // Requests served, keyed "VERB RESOURCE[/SUBRESOURCE]" with VERB one of get, list,

@@ -334,6 +334,131 @@ TEST_F(FakeApiServerTest, CountsRequestsByVerbAndResource) {
   EXPECT_EQ(counts["patch pods/status"], 1);
 }
 
+// The real server's event field labels, as `kubectl describe` selects a
+// resource's events with them.
+TEST_F(FakeApiServerTest, EventsAreSelectedByTheirFieldLabels) {
+  auto event = [](const std::string& name, const std::string& kind, const std::string& object,
+                  const std::string& type) {
+    return json{{"metadata", {{"name", name}}},
+                {"involvedObject", {{"kind", kind}, {"name", object}, {"uid", "u-" + object}}},
+                {"reason", "R"},
+                {"type", type},
+                {"source", {{"component", "kubetrain-operator"}}}};
+  };
+  ASSERT_EQ(Call(http::methods::POST, "/api/v1/namespaces/ns1/events",
+                 event("e1", "TrainingJob", "mnist", "Normal"))
+                .code,
+            201);
+  ASSERT_EQ(Call(http::methods::POST, "/api/v1/namespaces/ns1/events",
+                 event("e2", "Pod", "mnist-master-0", "Warning"))
+                .code,
+            201);
+  ASSERT_EQ(Call(http::methods::POST, "/api/v1/namespaces/ns1/events",
+                 event("e3", "TrainingJob", "other", "Warning"))
+                .code,
+            201);
+  auto names = [&](const std::string& selector) {
+    Response r = Call(http::methods::GET, "/api/v1/namespaces/ns1/events?fieldSelector=" +
+                                              web::uri::encode_data_string(selector));
+    EXPECT_EQ(r.code, 200) << r.body.dump();
+    std::vector<std::string> out;
+    for (const json& item : r.body.value("items", json::array())) {
+      out.push_back(item["metadata"]["name"]);
+    }
+    return out;
+  };
+  EXPECT_EQ(names("involvedObject.kind=TrainingJob,involvedObject.name=mnist"),
+            std::vector<std::string>{"e1"});
+  EXPECT_EQ(names("involvedObject.kind==Pod"), std::vector<std::string>{"e2"});
+  EXPECT_EQ(names("type!=Normal"), (std::vector<std::string>{"e2", "e3"}));
+  EXPECT_EQ(names("involvedObject.uid=u-other,source=kubetrain-operator"),
+            std::vector<std::string>{"e3"});
+  EXPECT_EQ(names("metadata.name=e2"), std::vector<std::string>{"e2"});
+  // Labels of other resources are not event labels, and the other way round.
+  EXPECT_EQ(
+      Call(http::methods::GET, "/api/v1/namespaces/ns1/events?fieldSelector=spec.nodeName%3Dx")
+          .code,
+      400);
+  EXPECT_EQ(
+      Call(http::methods::GET, "/api/v1/namespaces/ns1/pods?fieldSelector=involvedObject.name%3Dx")
+          .code,
+      400);
+}
+
+TEST_F(FakeApiServerTest, TablesOnlyForResourcesWithPrinterColumns) {
+  Call(http::methods::POST, "/api/v1/namespaces/ns1/pods", Pod("p"));
+  auto get = [&](const std::string& path, const std::string& accept) {
+    http::http_request req(http::methods::GET);
+    req.set_request_uri(path);
+    req.headers().add("Accept", accept);
+    http::http_response resp = client_->request(req).get();
+    return Response{resp.status_code(), json::parse(resp.extract_utf8string(true).get())};
+  };
+  const std::string table_only = "application/json;as=Table;v=v1;g=meta.k8s.io";
+  // No printer columns for pods here: plain JSON when the client takes it...
+  Response fallback = get("/api/v1/namespaces/ns1/pods", table_only + ",application/json");
+  EXPECT_EQ(fallback.code, 200);
+  EXPECT_EQ(fallback.body["kind"], "PodList");
+  // ...else 406, as the real server answers a type it cannot produce.
+  EXPECT_EQ(get("/api/v1/namespaces/ns1/pods", table_only).code, 406);
+
+  json crd = {{"spec",
+               {{"group", "kubetrain.io"},
+                {"names", {{"plural", "trainingjobs"}}},
+                {"versions",
+                 {{{"name", "v1"},
+                   {"additionalPrinterColumns",
+                    {{{"name", "State"}, {"type", "string"}, {"jsonPath", ".status.state"}},
+                     {{"name", "Steps"},
+                      {"type", "integer"},
+                      {"jsonPath", ".status.trainingOutput.trials[0].finalMetric.trainingStep"}},
+                     {{"name", "Age"},
+                      {"type", "date"},
+                      {"jsonPath", ".metadata.creationTimestamp"}}}}}}}}}};
+  ASSERT_TRUE(server_->ServeCrd(crd).ok());
+  ASSERT_TRUE(
+      server_
+          ->Create("trainingjobs", "ns1", {{"metadata", {{"name", "a"}}}, {"spec", json::object()}})
+          .ok());
+  ASSERT_TRUE(
+      server_
+          ->MergePatch(
+              "trainingjobs", "ns1", "a",
+              {{"status",
+                {{"state", "RUNNING"},
+                 {"trainingOutput", {{"trials", {{{"finalMetric", {{"trainingStep", 785}}}}}}}}}}},
+              "status")
+          .ok());
+  ASSERT_TRUE(
+      server_
+          ->Create("trainingjobs", "ns1", {{"metadata", {{"name", "b"}}}, {"spec", json::object()}})
+          .ok());
+  Response table =
+      get("/apis/kubetrain.io/v1/namespaces/ns1/trainingjobs?includeObject=None", table_only);
+  ASSERT_EQ(table.code, 200) << table.body.dump();
+  EXPECT_EQ(table.body["kind"], "Table");
+  ASSERT_EQ(table.body["rows"].size(), 2u);
+  const json& a = table.body["rows"][0]["cells"];
+  EXPECT_EQ(a[0], "a");
+  EXPECT_EQ(a[1], "RUNNING");
+  EXPECT_EQ(a[2], 785);
+  EXPECT_TRUE(a[3].is_string()) << a[3];  // an age: "0s", "1s"...
+  EXPECT_FALSE(table.body["rows"][0].contains("object"));
+  const json& b = table.body["rows"][1]["cells"];  // nothing to select: null cells
+  EXPECT_TRUE(b[1].is_null());
+  EXPECT_TRUE(b[2].is_null());
+  EXPECT_EQ(
+      get("/apis/kubetrain.io/v1/namespaces/ns1/trainingjobs?includeObject=All", table_only).code,
+      400);
+
+  json bad = crd;
+  bad["spec"]["versions"][0]["additionalPrinterColumns"][0]["jsonPath"] = ".status[?(@.x)]";
+  EXPECT_FALSE(server_->ServeCrd(bad).ok());
+  json other = crd;
+  other["spec"]["names"]["plural"] = "widgets";
+  EXPECT_FALSE(server_->ServeCrd(other).ok());
+}
+
 TEST_F(FakeApiServerTest, LeasesLiveInTheCoordinationGroup) {
   json lease = {{"metadata", {{"name", "kubetrain-operator"}}},
                 {"spec", {{"holderIdentity", "a"}, {"leaseDurationSeconds", 15}}}};
