@@ -82,8 +82,9 @@ std::vector<Command> AllCommands() {
   return commands;
 }
 
-void PrintUsage(const std::vector<Command>& commands, std::ostream& out) {
-  out << "Usage: kubetrain COMMAND [FLAGS] [ARGS]\n\nCommands:\n";
+void PrintUsage(const std::vector<Command>& commands, const std::string& program,
+                std::ostream& out) {
+  out << "Usage: " << program << " COMMAND [FLAGS] [ARGS]\n\nCommands:\n";
   for (const Command& command : commands) {
     std::string words = absl::StrJoin(command.words, " ");
     words.resize(std::max<size_t>(words.size(), 28), ' ');
@@ -93,10 +94,11 @@ void PrintUsage(const std::vector<Command>& commands, std::ostream& out) {
 
 }  // namespace
 
-int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream& err,
+           const std::string& program) {
   const std::vector<Command> commands = AllCommands();
   if (args.empty() || args[0] == "help" || args[0] == "--help" || args[0] == "-h") {
-    PrintUsage(commands, args.empty() ? err : out);
+    PrintUsage(commands, program, args.empty() ? err : out);
     return args.empty() ? kExitUsage : kExitOk;
   }
   // The longest command whose words start the command line.
@@ -112,14 +114,14 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
                                                                                args.size(), 3),
                                                             " ")
         << "\"\n";
-    PrintUsage(commands, err);
+    PrintUsage(commands, program, err);
     return kExitUsage;
   }
   const std::vector<std::string> rest(args.begin() + best->words.size(), args.end());
   for (const std::string& arg : rest) {
     if (arg == "--") break;  // the trainer's own flags follow
     if (arg == "--help" || arg == "-h") {
-      out << "Usage: kubetrain " << absl::StrJoin(best->words, " ")
+      out << "Usage: " << program << " " << absl::StrJoin(best->words, " ")
           << (best->synopsis.empty() ? "" : " ") << best->synopsis << "\n\n"
           << best->summary << "\n";
       return kExitOk;

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <ostream>
 #include <random>
 #include <set>
@@ -57,8 +58,11 @@ std::unique_ptr<local::JobStore> OpenStoreOrReport(const std::string& command, s
 // The cluster side, or nullptr after printing why not.
 std::unique_ptr<ClusterJobs> ConnectOrReport(const std::string& command, const ParsedArgs& parsed,
                                              std::ostream& err) {
-  absl::StatusOr<std::unique_ptr<ClusterJobs>> cluster =
-      ClusterJobs::Connect(parsed.Flag("namespace") ? *parsed.Flag("namespace") : "");
+  ClusterTarget target;
+  if (const std::string* ns = parsed.Flag("namespace")) target.namespace_name = *ns;
+  if (const std::string* context = parsed.Flag("context")) target.context = *context;
+  if (const std::string* kubeconfig = parsed.Flag("kubeconfig")) target.kubeconfig = *kubeconfig;
+  absl::StatusOr<std::unique_ptr<ClusterJobs>> cluster = ClusterJobs::Connect(target);
   if (!cluster.ok()) {
     err << "kubetrain " << command << ": " << cluster.status().message() << "\n";
     return nullptr;
@@ -265,8 +269,9 @@ int PrintFinal(const v1::TrainingJob& job, const std::string& command, std::ostr
 int SubmitTraining(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   const std::string command = "jobs submit training";
   ParsedArgs parsed = ParseArgs(args,
-                                {"config", "scale-tier", "module-name", "package-path", "job-dir", "region",
-                                 "labels", "runtime-version", "python-version", "master-image-uri", "namespace"},
+                                {"config", "scale-tier", "module-name", "package-path", "job-dir",
+                                 "region", "labels", "runtime-version", "python-version",
+                                 "master-image-uri", "namespace", "context", "kubeconfig"},
                                 {"stream-logs", "local", "wait", "async"});
   if (!parsed.error.empty()) return UsageError(command, parsed.error, err);
   if (parsed.positional.size() != 1) {
@@ -405,7 +410,8 @@ int SubmitTraining(const std::vector<std::string>& args, std::ostream& out, std:
 
 int Describe(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   const std::string command = "jobs describe";
-  ParsedArgs parsed = ParseArgs(args, {"format", "namespace"}, {"summarize", "local"});
+  ParsedArgs parsed =
+      ParseArgs(args, {"format", "namespace", "context", "kubeconfig"}, {"summarize", "local"});
   if (!parsed.error.empty()) return UsageError(command, parsed.error, err);
   if (parsed.positional.size() != 1) return UsageError(command, "name one job: kubetrain jobs describe JOB", err);
   const std::string format = parsed.Flag("format") ? *parsed.Flag("format") : "yaml";
@@ -413,6 +419,8 @@ int Describe(const std::vector<std::string>& args, std::ostream& out, std::ostre
     return UsageError(command, "--format: yaml or json, got \"" + format + "\"", err);
   }
   nlohmann::json resource;
+  // On a cluster, the job's recent Events follow, as `kubectl describe` ends.
+  std::optional<absl::StatusOr<std::vector<JobEvent>>> events;
   if (!UseLocalBackend(parsed.Has("local"))) {
     std::unique_ptr<ClusterJobs> cluster = ConnectOrReport(command, parsed, err);
     if (cluster == nullptr) return kExitFailed;
@@ -422,6 +430,7 @@ int Describe(const std::vector<std::string>& args, std::ostream& out, std::ostre
       return kExitFailed;
     }
     resource = JobResource(*job);
+    events = cluster->Events(*job);
   } else {
     std::unique_ptr<local::JobStore> store = OpenStoreOrReport(command, err);
     if (store == nullptr) return kExitFailed;
@@ -434,19 +443,40 @@ int Describe(const std::vector<std::string>& args, std::ostream& out, std::ostre
     absl::StatusOr<std::vector<v1::HyperparameterOutput>> archived = store->ArchivedTrials(parsed.positional[0]);
     resource = JobResource(*job, archived.ok() ? *archived : std::vector<v1::HyperparameterOutput>{});
   }
-  if (parsed.Has("summarize") && *parsed.Flag("summarize") == "true") {
+  const bool summarize = parsed.Has("summarize") && *parsed.Flag("summarize") == "true";
+  if (events && format == "json" && !summarize) {
+    // Machine-readable like the rest: an array, or why there is none.
+    if (events->ok()) {
+      resource["events"] = EventsJson(**events);
+    } else {
+      resource["eventsError"] = std::string((*events).status().message());
+    }
+  }
+  if (summarize) {
     out << SummarizeJob(resource);
   } else if (format == "json") {
     out << resource.dump(2) << "\n";
   } else {
     out << api::EncodeYaml(resource);
   }
+  if (events && (summarize || format == "yaml")) {
+    // After the YAML as comments, so the output stays one YAML document.
+    const std::string prefix = summarize ? "" : "# ";
+    if (summarize) out << "\n";
+    if (events->ok()) {
+      out << FormatEvents(**events, absl::Now(), prefix);
+    } else {
+      out << prefix << "Events: not shown: " << (*events).status().message() << "\n";
+    }
+  }
   return kExitOk;
 }
 
 int List(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   const std::string command = "jobs list";
-  ParsedArgs parsed = ParseArgs(args, {"filter", "limit", "page-size", "sort-by", "namespace"}, {"local"});
+  ParsedArgs parsed = ParseArgs(
+      args, {"filter", "limit", "page-size", "sort-by", "namespace", "context", "kubeconfig"},
+      {"local"});
   if (!parsed.error.empty()) return UsageError(command, parsed.error, err);
   if (!parsed.positional.empty()) return UsageError(command, "takes no positional arguments", err);
   int64_t limit = -1;
@@ -505,7 +535,7 @@ int List(const std::vector<std::string>& args, std::ostream& out, std::ostream& 
 
 int Cancel(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   const std::string command = "jobs cancel";
-  ParsedArgs parsed = ParseArgs(args, {"namespace"}, {"local", "wait"});
+  ParsedArgs parsed = ParseArgs(args, {"namespace", "context", "kubeconfig"}, {"local", "wait"});
   if (!parsed.error.empty()) return UsageError(command, parsed.error, err);
   if (parsed.positional.size() != 1) return UsageError(command, "name one job: kubetrain jobs cancel JOB", err);
   const std::string& name = parsed.positional[0];

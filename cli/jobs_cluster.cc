@@ -2,13 +2,16 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <set>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/time.h"
 #include "api/codec.h"
 #include "api/validation.h"
 #include "google/protobuf/util/json_util.h"
-
+#include "operator/core/naming.h"
 #include "operator/kube/cluster_client.h"
 #ifdef KUBETRAIN_CLI_CLUSTER
 #include "operator/kube/kubeconfig.h"
@@ -38,17 +41,21 @@ absl::StatusOr<v1::TrainingJob> FromObject(const nlohmann::json& object) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<ClusterJobs>> ClusterJobs::Connect(const std::string& namespace_name) {
-  absl::StatusOr<kube::ClusterConfig> config;
-  std::string kubeconfig;
-  if (const char* env = std::getenv("KUBECONFIG"); env != nullptr && *env != '\0') {
-    const std::string paths = env;
-    kubeconfig = paths.substr(0, paths.find(':'));
-  } else if (const char* home = std::getenv("HOME"); home != nullptr) {
-    kubeconfig = absl::StrCat(home, "/.kube/config");
+absl::StatusOr<std::unique_ptr<ClusterJobs>> ClusterJobs::Connect(const ClusterTarget& target) {
+  std::vector<std::string> paths;
+  if (!target.kubeconfig.empty()) {
+    paths.push_back(target.kubeconfig);
+  } else {
+    const char* env = std::getenv("KUBECONFIG");
+    const char* home = std::getenv("HOME");
+    paths = kube::KubeconfigPaths(env == nullptr ? "" : env, home == nullptr ? "" : home);
   }
-  config = kube::LoadKubeconfig(kubeconfig);
-  if (!config.ok()) {
+  absl::StatusOr<kube::ClusterConfig> config =
+      paths.empty() ? absl::NotFoundError("no kubeconfig: neither KUBECONFIG nor HOME is set")
+                    : kube::LoadKubeconfigFiles(paths, target.context);
+  const bool flags = !target.kubeconfig.empty() || !target.context.empty();
+  if (!config.ok() && config.status().code() == absl::StatusCode::kNotFound && !flags) {
+    // No kubeconfig at all: inside a pod, its service account.
     absl::StatusOr<kube::ClusterConfig> in_cluster = kube::LoadInCluster();
     if (!in_cluster.ok()) {
       return absl::FailedPreconditionError(absl::StrCat(
@@ -57,12 +64,17 @@ absl::StatusOr<std::unique_ptr<ClusterJobs>> ClusterJobs::Connect(const std::str
     }
     config = std::move(in_cluster);
   }
+  if (!config.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot use the kubeconfig: ", config.status().message()));
+  }
   kube::RestClientOptions options;
   options.user_agent = "kubetrain-cli";
   absl::StatusOr<std::unique_ptr<kube::RestClusterClient>> client = kube::RestClusterClient::Create(*config, options);
   if (!client.ok()) return client.status();
-  return std::make_unique<ClusterJobs>(*std::move(client),
-                                       namespace_name.empty() ? config->namespace_name : namespace_name);
+  return std::make_unique<ClusterJobs>(*std::move(client), target.namespace_name.empty()
+                                                               ? config->namespace_name
+                                                               : target.namespace_name);
 }
 
 ClusterJobs::ClusterJobs(std::unique_ptr<kube::ClusterClient> client, std::string namespace_name)
@@ -122,9 +134,111 @@ absl::Status ClusterJobs::Cancel(const std::string& job_id) {
   return patched.status();
 }
 
+namespace {
+
+// A string field of an object from the API server; "" when absent or not a
+// string (what the server sends is input: never trusted to be well-typed).
+std::string StringField(const nlohmann::json& object, const char* key) {
+  if (!object.is_object()) return "";
+  auto it = object.find(key);
+  return it != object.end() && it->is_string() ? it->get<std::string>() : "";
+}
+
+const nlohmann::json& ObjectField(const nlohmann::json& object, const char* key) {
+  static const nlohmann::json empty = nlohmann::json::object();
+  if (!object.is_object()) return empty;
+  auto it = object.find(key);
+  return it != object.end() && it->is_object() ? *it : empty;
+}
+
+absl::Time EventTime(const nlohmann::json& object, const char* field) {
+  absl::Time t;
+  std::string error;
+  const std::string text = StringField(object, field);
+  if (!text.empty() && absl::ParseTime(absl::RFC3339_full, text, &t, &error)) return t;
+  return absl::InfinitePast();
+}
+
+JobEvent ToJobEvent(const nlohmann::json& e) {
+  JobEvent event;
+  event.type = StringField(e, "type");
+  event.reason = StringField(e, "reason");
+  const nlohmann::json& involved = ObjectField(e, "involvedObject");
+  event.object =
+      absl::AsciiStrToLower(StringField(involved, "kind")) + "/" + StringField(involved, "name");
+  event.source = StringField(ObjectField(e, "source"), "component");
+  if (event.source.empty()) event.source = StringField(e, "reportingComponent");
+  event.message = StringField(e, "message");
+  if (auto count = e.find("count"); count != e.end() && count->is_number_integer()) {
+    event.count = std::max(1, count->get<int>());
+  }
+  // Events written through events.k8s.io carry eventTime rather than the
+  // first/last timestamps.
+  event.first_seen = EventTime(e, "firstTimestamp");
+  event.last_seen = EventTime(e, "lastTimestamp");
+  if (event.last_seen == absl::InfinitePast()) event.last_seen = EventTime(e, "eventTime");
+  if (event.last_seen == absl::InfinitePast()) {
+    event.last_seen = EventTime(ObjectField(e, "metadata"), "creationTimestamp");
+  }
+  if (event.first_seen == absl::InfinitePast()) event.first_seen = event.last_seen;
+  return event;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<JobEvent>> ClusterJobs::Events(const v1::TrainingJob& job) {
+  const std::string name = api::KubernetesName(job.metadata().name());
+  std::vector<JobEvent> events;
+  kube::ListOptions job_events;
+  job_events.field_selector =
+      absl::StrCat("involvedObject.kind=TrainingJob,involvedObject.name=", name);
+  if (!job.metadata().uid().empty())
+    absl::StrAppend(&job_events.field_selector, ",involvedObject.uid=", job.metadata().uid());
+  absl::StatusOr<nlohmann::json> list = client_->List(kube::kEvents, namespace_, job_events);
+  if (!list.ok()) return list.status();
+  auto items = [](const nlohmann::json& list) {
+    auto it = list.find("items");
+    return it != list.end() && it->is_array() ? *it : nlohmann::json::array();
+  };
+  for (const nlohmann::json& e : items(*list)) events.push_back(ToJobEvent(e));
+
+  // The job's pods (owned by this incarnation of the job), then their events.
+  kube::ListOptions job_pods;
+  job_pods.label_selector = core::JobSelector(name);
+  absl::StatusOr<nlohmann::json> pods = client_->List(kube::kPods, namespace_, job_pods);
+  std::set<std::string> pod_names;
+  if (pods.ok()) {
+    for (const nlohmann::json& pod : items(*pods)) {
+      const nlohmann::json& metadata = ObjectField(pod, "metadata");
+      bool ours = job.metadata().uid().empty();
+      if (auto owners = metadata.find("ownerReferences");
+          owners != metadata.end() && owners->is_array()) {
+        for (const nlohmann::json& owner : *owners)
+          ours = ours || StringField(owner, "uid") == job.metadata().uid();
+      }
+      if (ours) pod_names.insert(StringField(metadata, "name"));
+    }
+  }
+  if (!pod_names.empty()) {
+    kube::ListOptions pod_events;
+    pod_events.field_selector = "involvedObject.kind=Pod";
+    absl::StatusOr<nlohmann::json> list = client_->List(kube::kEvents, namespace_, pod_events);
+    if (list.ok()) {
+      for (const nlohmann::json& e : items(*list)) {
+        if (pod_names.count(StringField(ObjectField(e, "involvedObject"), "name")) > 0) {
+          events.push_back(ToJobEvent(e));
+        }
+      }
+    }
+  }
+  std::stable_sort(events.begin(), events.end(),
+                   [](const JobEvent& a, const JobEvent& b) { return a.last_seen < b.last_seen; });
+  return events;
+}
+
 #else  // no Kubernetes client in this build
 
-absl::StatusOr<std::unique_ptr<ClusterJobs>> ClusterJobs::Connect(const std::string&) {
+absl::StatusOr<std::unique_ptr<ClusterJobs>> ClusterJobs::Connect(const ClusterTarget&) {
   return absl::UnimplementedError(
       "this kubetrain was built without the Kubernetes client (operator/kube); use the local backend "
       "with --local (or KUBETRAIN_BACKEND=local)");
@@ -140,6 +254,9 @@ absl::StatusOr<std::vector<v1::TrainingJob>> ClusterJobs::List() {
   return absl::UnimplementedError("no cluster client");
 }
 absl::Status ClusterJobs::Cancel(const std::string&) { return absl::UnimplementedError("no cluster client"); }
+absl::StatusOr<std::vector<JobEvent>> ClusterJobs::Events(const v1::TrainingJob&) {
+  return absl::UnimplementedError("no cluster client");
+}
 
 #endif
 

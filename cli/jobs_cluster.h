@@ -16,6 +16,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "cli/jobs_format.h"
 #include "kubetrain/v1/training_job.pb.h"
 
 namespace kubetrain::kube {
@@ -26,12 +27,28 @@ namespace kubetrain::cli {
 
 inline constexpr char kJobIdAnnotation[] = "kubetrain.io/job-id";
 
+// Which cluster and namespace to talk to, as kubectl's flags say.
+struct ClusterTarget {
+  std::string kubeconfig;      // --kubeconfig: this file only; "": $KUBECONFIG, else ~/.kube/config
+  std::string context;         // --context; "": the kubeconfig's current-context
+  std::string namespace_name;  // --namespace; "": the context's namespace
+};
+
 class ClusterJobs {
  public:
-  // Credentials from $KUBECONFIG (its first path) or ~/.kube/config, else the
-  // pod's service account. `namespace_name` empty: the context's namespace.
-  // Unimplemented when this build has no Kubernetes client.
-  static absl::StatusOr<std::unique_ptr<ClusterJobs>> Connect(const std::string& namespace_name);
+  // Credentials as kubectl finds them: `target.kubeconfig`, else the files of
+  // $KUBECONFIG merged (kube::LoadKubeconfigFiles), else ~/.kube/config, with
+  // `target.context` or the current context; when no kubeconfig file exists
+  // (and neither flag was given), the pod's service account. A kubeconfig
+  // that exists but is broken, or names no such context, is an error, not a
+  // reason to try elsewhere. Unimplemented when this build has no Kubernetes
+  // client.
+  static absl::StatusOr<std::unique_ptr<ClusterJobs>> Connect(const ClusterTarget& target);
+  static absl::StatusOr<std::unique_ptr<ClusterJobs>> Connect(const std::string& namespace_name) {
+    ClusterTarget target;
+    target.namespace_name = namespace_name;
+    return Connect(target);
+  }
   ClusterJobs(std::unique_ptr<kube::ClusterClient> client, std::string namespace_name);
   ~ClusterJobs();
 
@@ -42,6 +59,12 @@ class ClusterJobs {
   absl::StatusOr<std::vector<v1::TrainingJob>> List();
   // Sets spec.cancel (a merge patch); the operator does the rest.
   absl::Status Cancel(const std::string& job_id);
+  // The recent Events of `job` (as Get returned it) and of its current pods,
+  // oldest first: what `kubectl describe` shows for the job, plus why its
+  // replicas are not running (FailedScheduling, image pull errors...), which
+  // the pods' own events say. The pods' events are left out, with the job's
+  // still returned, when the pods cannot be listed.
+  absl::StatusOr<std::vector<JobEvent>> Events(const v1::TrainingJob& job);
 
   const std::string& namespace_name() const { return namespace_; }
 

@@ -253,6 +253,79 @@ absl::StatusOr<JobPredicate> ParseJobFilter(const std::string& filter) {
   });
 }
 
+std::string HumanDuration(absl::Duration d) {
+  const int64_t seconds = absl::ToInt64Seconds(d);
+  if (seconds < -1) return "<invalid>";
+  if (seconds < 0) return "0s";
+  if (seconds < 60 * 2) return absl::StrCat(seconds, "s");
+  const int64_t minutes = seconds / 60;
+  if (minutes < 10) {
+    return seconds % 60 == 0 ? absl::StrCat(minutes, "m")
+                             : absl::StrCat(minutes, "m", seconds % 60, "s");
+  }
+  if (minutes < 60 * 3) return absl::StrCat(minutes, "m");
+  const int64_t hours = minutes / 60;
+  if (hours < 8) {
+    return minutes % 60 == 0 ? absl::StrCat(hours, "h")
+                             : absl::StrCat(hours, "h", minutes % 60, "m");
+  }
+  if (hours < 48) return absl::StrCat(hours, "h");
+  if (hours < 24 * 8) {
+    return hours % 24 == 0 ? absl::StrCat(hours / 24, "d")
+                           : absl::StrCat(hours / 24, "d", hours % 24, "h");
+  }
+  if (hours < 24 * 365 * 2) return absl::StrCat(hours / 24, "d");
+  if (hours < 24 * 365 * 8) {
+    const int64_t days = (hours / 24) % 365;
+    return days == 0 ? absl::StrCat(hours / 24 / 365, "y")
+                     : absl::StrCat(hours / 24 / 365, "y", days, "d");
+  }
+  return absl::StrCat(hours / 24 / 365, "y");
+}
+
+std::string FormatEvents(const std::vector<JobEvent>& events, absl::Time now,
+                         const std::string& line_prefix) {
+  if (events.empty()) return line_prefix + "Events: <none>\n";
+  std::vector<std::vector<std::string>> rows = {
+      {"TYPE", "REASON", "AGE", "FROM", "OBJECT", "MESSAGE"}};
+  for (const JobEvent& e : events) {
+    std::string age =
+        e.last_seen == absl::InfinitePast() ? "<unknown>" : HumanDuration(now - e.last_seen);
+    if (e.count > 1 && e.first_seen != absl::InfinitePast()) {
+      age = absl::StrCat(age, " (x", e.count, " over ", HumanDuration(now - e.first_seen), ")");
+    }
+    // One line per event: a multi-line message would break the table.
+    std::string message = e.message;
+    std::replace(message.begin(), message.end(), '\n', ' ');
+    rows.push_back({e.type, e.reason, age, e.source, e.object, message});
+  }
+  std::string out = line_prefix + "Events:\n";
+  for (absl::string_view line : absl::StrSplit(Table(rows), '\n', absl::SkipEmpty())) {
+    absl::StrAppend(&out, line_prefix, "  ", line, "\n");
+  }
+  return out;
+}
+
+nlohmann::json EventsJson(const std::vector<JobEvent>& events) {
+  auto time = [](absl::Time t) {
+    return t == absl::InfinitePast()
+               ? nlohmann::json()
+               : nlohmann::json(absl::FormatTime("%Y-%m-%d%ET%H:%M:%SZ", t, absl::UTCTimeZone()));
+  };
+  nlohmann::json out = nlohmann::json::array();
+  for (const JobEvent& e : events) {
+    out.push_back({{"type", e.type},
+                   {"reason", e.reason},
+                   {"object", e.object},
+                   {"source", e.source},
+                   {"message", e.message},
+                   {"count", e.count},
+                   {"firstTimestamp", time(e.first_seen)},
+                   {"lastTimestamp", time(e.last_seen)}});
+  }
+  return out;
+}
+
 std::string ProgressLine(const v1::TrainingJob& job) {
   const v1::HyperparameterSpec& hp = job.spec().training_input().hyperparameters();
   if (hp.params_size() == 0) return "";

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "kubetrain/v1/training_job.pb.h"
 #include "nlohmann/json.hpp"
 
@@ -50,6 +51,34 @@ std::string FormatLogEntry(const std::string& severity, double unix_seconds, con
 // ':' by substring. Errors name the term.
 using JobPredicate = std::function<bool(const v1::TrainingJob&)>;
 absl::StatusOr<JobPredicate> ParseJobFilter(const std::string& filter);
+
+// One Kubernetes Event about a job or one of its replicas, as `jobs describe`
+// lists them.
+struct JobEvent {
+  std::string type;    // Normal, Warning
+  std::string reason;  // ReplicasCreated, FailedScheduling...
+  std::string object;  // "trainingjob/mnist", "pod/mnist-master-0"
+  std::string source;  // kubetrain-operator, default-scheduler, kubelet...
+  std::string message;
+  int count = 1;  // times seen, first_seen .. last_seen
+  absl::Time first_seen = absl::InfinitePast();
+  absl::Time last_seen = absl::InfinitePast();
+};
+
+// Kubernetes' duration.HumanDuration, as kubectl prints ages: "45s", "5m3s",
+// "3h10m", "12d".
+std::string HumanDuration(absl::Duration d);
+
+// The events as `kubectl describe` ends: a table of type, reason, age ("2m",
+// or "10s (x3 over 5m)" for a repeated event), source, object and message,
+// oldest first; "<none>" when there are none. Every line starts with
+// `line_prefix` ("# " keeps `describe`'s YAML valid).
+std::string FormatEvents(const std::vector<JobEvent>& events, absl::Time now,
+                         const std::string& line_prefix);
+
+// The events for `describe --format json`: type, reason, object, source,
+// message, count, firstTimestamp and lastTimestamp (RFC 3339) each.
+nlohmann::json EventsJson(const std::vector<JobEvent>& events);
 
 // A tuning job's progress: "trials: 3/10 completed, 2 running, 0 failed;
 // best objective 0.8731 (trial 2)". Empty for jobs without a study.

@@ -127,5 +127,50 @@ TEST(ProgressLineTest, CountsAndBest) {
   EXPECT_EQ(ProgressLine(plain), "");
 }
 
+TEST(EventsTest, AgesAsKubectlPrintsThem) {
+  EXPECT_EQ(HumanDuration(absl::Seconds(45)), "45s");
+  EXPECT_EQ(HumanDuration(absl::Seconds(303)), "5m3s");
+  EXPECT_EQ(HumanDuration(absl::Minutes(42)), "42m");
+  EXPECT_EQ(HumanDuration(absl::Minutes(190)), "3h10m");
+  EXPECT_EQ(HumanDuration(absl::Hours(30)), "30h");
+  EXPECT_EQ(HumanDuration(absl::Hours(75)), "3d3h");
+  EXPECT_EQ(HumanDuration(absl::Hours(24 * 12)), "12d");
+  EXPECT_EQ(HumanDuration(absl::Seconds(-1)), "0s");
+  EXPECT_EQ(HumanDuration(absl::Seconds(-9)), "<invalid>");
+}
+
+TEST(EventsTest, TableAsKubectlDescribeEnds) {
+  const absl::Time now = absl::FromUnixSeconds(1'800'000'000);
+  EXPECT_EQ(FormatEvents({}, now, "# "), "# Events: <none>\n");
+  JobEvent created{"Normal",
+                   "ReplicasCreated",
+                   "trainingjob/mnist",
+                   "kubetrain-operator",
+                   "1 replicas created",
+                   1,
+                   now - absl::Minutes(5),
+                   now - absl::Minutes(5)};
+  JobEvent scheduling{"Warning",
+                      "FailedScheduling",
+                      "pod/mnist-master-0",
+                      "default-scheduler",
+                      "0/1 nodes are available:\n1 Insufficient cpu.",
+                      3,
+                      now - absl::Minutes(4),
+                      now - absl::Seconds(10)};
+  EXPECT_EQ(FormatEvents({created, scheduling}, now, "# "),
+            "# Events:\n"
+            "#   TYPE     REASON            AGE               FROM                OBJECT          "
+            "    MESSAGE\n"
+            "#   Normal   ReplicasCreated   5m                kubetrain-operator  "
+            "trainingjob/mnist   1 replicas created\n"
+            "#   Warning  FailedScheduling  10s (x3 over 4m)  default-scheduler   "
+            "pod/mnist-master-0  0/1 nodes are available: 1 Insufficient cpu.\n");
+  const nlohmann::json json = EventsJson({scheduling});
+  EXPECT_EQ(json[0]["count"], 3);
+  EXPECT_EQ(json[0]["lastTimestamp"], "2027-01-15T07:59:50Z");
+  EXPECT_EQ(json[0]["firstTimestamp"], "2027-01-15T07:56:00Z");
+}
+
 }  // namespace
 }  // namespace kubetrain::cli

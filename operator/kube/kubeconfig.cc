@@ -6,11 +6,15 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <map>
+#include <set>
 #include <sstream>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 
 namespace kubetrain::kube {
@@ -106,6 +110,7 @@ absl::StatusOr<ClusterConfig> ParseNode(const YAML::Node& root, const std::strin
 
   ClusterConfig config;
   if (!ns->empty()) config.namespace_name = *ns;
+  config.context_name = context_name;
 
   auto cluster = FindNamed(root, "clusters", *cluster_name, "cluster");
   if (!cluster.ok()) return cluster.status();
@@ -220,6 +225,98 @@ absl::StatusOr<ClusterConfig> LoadKubeconfig(const std::string& path, const std:
                         absl::StrCat(path, ": ", config.status().message()));
   }
   return config;
+}
+
+namespace {
+
+// Makes the relative file paths of one cluster or user entry absolute
+// against `base_dir`, so entries from several files can be merged.
+void ResolveEntryPaths(YAML::Node body, const std::string& base_dir,
+                       std::initializer_list<const char*> keys) {
+  if (!body || !body.IsMap()) return;
+  for (const char* key : keys) {
+    YAML::Node value = body[key];
+    if (value && value.IsScalar() && !value.Scalar().empty()) {
+      body[key] = Resolve(base_dir, value.Scalar());
+    }
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<ClusterConfig> LoadKubeconfigFiles(const std::vector<std::string>& paths,
+                                                  const std::string& context) {
+  if (paths.size() == 1) return LoadKubeconfig(paths[0], context);
+  YAML::Node merged(YAML::NodeType::Map);
+  std::string current_context;
+  std::map<std::string, std::set<std::string>> names;  // list -> names taken
+  std::vector<std::string> read;
+  for (const std::string& path : paths) {
+    auto text = ReadFileToString(path);
+    if (text.status().code() == absl::StatusCode::kNotFound) continue;
+    if (!text.ok()) return text.status();
+    read.push_back(path);
+    const size_t slash = path.rfind('/');
+    const std::string base_dir = slash == std::string::npos ? "" : path.substr(0, slash);
+    YAML::Node root;
+    try {
+      root = YAML::Load(*text);
+    } catch (const YAML::Exception& e) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": kubeconfig: line ", e.mark.line + 1,
+                                                     ", column ", e.mark.column + 1, ": ", e.msg));
+    }
+    if (root.IsNull()) continue;  // an empty file adds nothing
+    if (!root.IsMap()) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": kubeconfig: not a YAML mapping"));
+    }
+    if (current_context.empty()) {
+      auto current = Scalar(root, "current-context", "");
+      if (!current.ok()) {
+        return absl::Status(current.status().code(),
+                            absl::StrCat(path, ": ", current.status().message()));
+      }
+      current_context = *current;
+    }
+    static constexpr std::pair<const char*, const char*> kLists[] = {
+        {"clusters", "cluster"}, {"contexts", "context"}, {"users", "user"}};
+    for (const auto& [list, inner] : kLists) {
+      YAML::Node entries = root[list];
+      if (!entries || !entries.IsSequence()) continue;
+      for (const YAML::Node& entry : entries) {
+        if (!entry.IsMap() || !entry["name"] || !entry["name"].IsScalar()) continue;
+        if (!names[list].insert(entry["name"].Scalar()).second) continue;  // the first one wins
+        YAML::Node copy = YAML::Clone(entry);
+        if (std::string(list) == "clusters") {
+          ResolveEntryPaths(copy[inner], base_dir, {"certificate-authority"});
+        } else if (std::string(list) == "users") {
+          ResolveEntryPaths(copy[inner], base_dir,
+                            {"client-certificate", "client-key", "tokenFile"});
+        }
+        merged[list].push_back(copy);
+      }
+    }
+  }
+  if (read.empty()) {
+    return absl::NotFoundError(
+        absl::StrCat("no kubeconfig file found (looked for ", absl::StrJoin(paths, ", "), ")"));
+  }
+  if (!current_context.empty()) merged["current-context"] = current_context;
+  auto config = ParseNode(merged, "", ReadFileToString, context);
+  if (!config.ok()) {
+    return absl::Status(config.status().code(),
+                        absl::StrCat(absl::StrJoin(read, ":"), ": ", config.status().message()));
+  }
+  return config;
+}
+
+std::vector<std::string> KubeconfigPaths(const std::string& kubeconfig_env,
+                                         const std::string& home) {
+  std::vector<std::string> paths;
+  for (absl::string_view path : absl::StrSplit(kubeconfig_env, ':', absl::SkipEmpty())) {
+    paths.emplace_back(path);
+  }
+  if (paths.empty() && !home.empty()) paths.push_back(absl::StrCat(home, "/.kube/config"));
+  return paths;
 }
 
 absl::StatusOr<ClusterConfig> LoadInCluster(const std::string& service_account_dir,

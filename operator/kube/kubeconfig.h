@@ -2,6 +2,7 @@
 
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -22,6 +23,7 @@ struct ClusterConfig {
   std::string client_key_pem;
   std::string username, password;          // basic auth (old clusters)
   std::string namespace_name = "default";  // the context's namespace
+  std::string context_name;                // the kubeconfig context used; "" in a pod
 };
 
 // Reads a file's bytes; NotFound/PermissionDenied naming the path on failure.
@@ -43,6 +45,20 @@ absl::StatusOr<ClusterConfig> ParseKubeconfig(absl::string_view yaml, const std:
 // Loads the kubeconfig at `path` (files it names are read from disk).
 absl::StatusOr<ClusterConfig> LoadKubeconfig(const std::string& path,
                                              const std::string& context = "");
+
+// Loads several kubeconfig files merged as kubectl merges $KUBECONFIG's list:
+// the first file that sets current-context decides it, and the first file
+// that defines a cluster, context or user of a name decides that entry;
+// relative file paths in an entry resolve against its own file's folder.
+// Files that do not exist are skipped (as kubectl does); NotFound when none
+// does. Errors name the file they come from.
+absl::StatusOr<ClusterConfig> LoadKubeconfigFiles(const std::vector<std::string>& paths,
+                                                  const std::string& context = "");
+
+// The kubeconfig files kubectl would read: the paths of `kubeconfig_env`
+// ($KUBECONFIG, colon-separated, empty entries skipped), else `home`/.kube/config.
+std::vector<std::string> KubeconfigPaths(const std::string& kubeconfig_env,
+                                         const std::string& home);
 
 inline constexpr char kServiceAccountDir[] = "/var/run/secrets/kubernetes.io/serviceaccount";
 

@@ -1,6 +1,9 @@
 #include "operator/kube/kubeconfig.h"
 
+#include <filesystem>
+#include <fstream>
 #include <map>
+#include <vector>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
@@ -155,6 +158,76 @@ TEST(KubeconfigTest, InClusterReadsServiceAccount) {
 
   env.clear();
   EXPECT_EQ(LoadInCluster(dir, getenv).status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+// $KUBECONFIG as kubectl reads it: several files merged, the first to set a
+// value deciding it, relative paths resolved per file, missing files skipped.
+TEST(KubeconfigTest, SeveralFilesMergeAsKubectlMergesThem) {
+  const std::string dir = ::testing::TempDir() + "/kubeconfig-merge";
+  std::filesystem::create_directories(dir + "/a/certs");
+  std::filesystem::create_directories(dir + "/b");
+  auto write = [&](const std::string& path, const std::string& text) {
+    std::ofstream(dir + "/" + path) << text;
+  };
+  write("a/certs/ca.pem", "CA OF A");
+  write("a/config", R"(
+current-context: dev
+clusters:
+- name: dev-cluster
+  cluster: {server: "https://dev.example:443", certificate-authority: certs/ca.pem}
+contexts:
+- name: dev
+  context: {cluster: dev-cluster, user: alice, namespace: team-a}
+users:
+- name: alice
+  user: {token: from-a}
+)");
+  write("b/config", R"(
+current-context: prod
+clusters:
+- name: prod-cluster
+  cluster: {server: "https://prod.example:6443"}
+- name: dev-cluster
+  cluster: {server: "https://shadowed.example:1"}
+contexts:
+- name: prod
+  context: {cluster: prod-cluster, user: robot}
+users:
+- name: robot
+  user: {tokenFile: token}
+- name: alice
+  user: {token: from-b}
+)");
+  write("b/token", "robot-token\n");
+  const std::vector<std::string> paths = {dir + "/missing", dir + "/a/config", dir + "/b/config"};
+
+  auto current = LoadKubeconfigFiles(paths);
+  ASSERT_TRUE(current.ok()) << current.status();
+  EXPECT_EQ(current->context_name, "dev");  // a's current-context: the first that sets it
+  EXPECT_EQ(current->server, "https://dev.example:443");  // a's cluster, not b's of the same name
+  EXPECT_EQ(current->ca_pem, "CA OF A");                  // resolved against a/
+  EXPECT_EQ(current->bearer_token, "from-a");
+  EXPECT_EQ(current->namespace_name, "team-a");
+
+  auto prod = LoadKubeconfigFiles(paths, "prod");  // --context: an entry of b
+  ASSERT_TRUE(prod.ok()) << prod.status();
+  EXPECT_EQ(prod->context_name, "prod");
+  EXPECT_EQ(prod->server, "https://prod.example:6443");
+  EXPECT_EQ(prod->bearer_token, "robot-token");  // tokenFile resolved against b/
+  EXPECT_EQ(prod->namespace_name, "default");
+
+  auto unknown = LoadKubeconfigFiles(paths, "staging");
+  EXPECT_EQ(unknown.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(unknown.status().message().find("contexts[staging]: no such entry"), std::string::npos)
+      << unknown.status();
+  EXPECT_EQ(LoadKubeconfigFiles({dir + "/missing", dir + "/gone"}).status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST(KubeconfigTest, PathsFollowKubectl) {
+  EXPECT_EQ(KubeconfigPaths("/a:/b::/c", "/home/u"), (std::vector<std::string>{"/a", "/b", "/c"}));
+  EXPECT_EQ(KubeconfigPaths("", "/home/u"), std::vector<std::string>{"/home/u/.kube/config"});
+  EXPECT_TRUE(KubeconfigPaths("", "").empty());
 }
 
 }  // namespace
