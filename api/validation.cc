@@ -11,6 +11,7 @@
 #include "api/defaults.h"
 #include "api/roles.h"
 #include "api/scale_tiers.h"
+#include "api/storage_uri.h"
 
 namespace kubetrain::api {
 namespace {
@@ -44,6 +45,7 @@ class Validator {
     for (int i = 0; i < input.args_size(); ++i) {
       if (input.args(i).empty()) Error(absl::StrCat(path, ".args[", i, "]"), "must not be empty");
     }
+    ValidateStoragePaths(input, path);
     if (!input.package_uris().empty() && input.python_module().empty()) {
       Error(path + ".pythonModule", "required when packageUris is set");
     }
@@ -105,6 +107,59 @@ class Validator {
       }
     }
     return !at_start;
+  }
+
+  // jobDir, the path flags in args and containerArgs, and packageUris must
+  // be folders and files kubetrain can reach: no object-store URIs (see
+  // api/storage_uri.h), on either backend.
+  void ValidateStoragePaths(const TrainingInput& input, const std::string& path) {
+    if (!UriScheme(input.job_dir()).empty()) {
+      Error(path + ".jobDir", UriNotSupported(input.job_dir()));
+    }
+    ValidatePathFlags(input.args(), path + ".args");
+    const std::pair<const v1::ReplicaConfig*, const char*> configs[] = {
+        {&input.master_config(), ".masterConfig"},
+        {&input.worker_config(), ".workerConfig"},
+        {&input.parameter_server_config(), ".parameterServerConfig"},
+        {&input.evaluator_config(), ".evaluatorConfig"}};
+    for (const auto& [config, field] : configs) {
+      ValidatePathFlags(config->container_args(), path + field + ".containerArgs");
+    }
+    for (int i = 0; i < input.package_uris_size(); ++i) {
+      const std::string& uri = input.package_uris(i);
+      if (UriScheme(uri).empty()) continue;
+      Error(absl::StrCat(path, ".packageUris[", i, "]"),
+            absl::StrCat("\"", uri, "\" names object storage (", UriScheme(uri),
+                         "://), which kubetrain cannot fetch packages from: give the package's "
+                         "local folder (jobs submit --package-path)"));
+    }
+  }
+
+  // "--name=value" and "--name value" of the runtime's path flags.
+  void ValidatePathFlags(const google::protobuf::RepeatedPtrField<std::string>& args,
+                         const std::string& path) {
+    for (int i = 0; i < args.size(); ++i) {
+      const std::string& arg = args[i];
+      if (!absl::StartsWith(arg, "--")) continue;
+      const size_t eq = arg.find('=');
+      std::string name = arg.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
+      for (char& c : name) c = c == '-' ? '_' : c;
+      bool path_flag = false;
+      for (absl::string_view flag : kPathFlags) path_flag = path_flag || flag == name;
+      if (!path_flag) continue;
+      int value_index = i;
+      absl::string_view value;
+      if (eq != std::string::npos) {
+        value = absl::string_view(arg).substr(eq + 1);
+      } else if (i + 1 < args.size()) {
+        value_index = i + 1;
+        value = args[i + 1];
+      }
+      if (absl::string_view uri = FirstUri(value); !uri.empty()) {
+        Error(absl::StrCat(path, "[", value_index, "]"),
+              absl::StrCat(arg.substr(0, eq), ": ", UriNotSupported(uri)));
+      }
+    }
   }
 
   void ValidateTier(const TrainingInput& input, const std::string& path) {

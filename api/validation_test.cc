@@ -292,6 +292,33 @@ std::vector<InvalidCase> Cases() {
        "which a PYTORCH job does not get"},
       {"unknown_framework", Job("    framework: JAX\n"), "spec.trainingInput.framework",
        "unknown value \"JAX\"; expected one of ANY, TENSORFLOW, PYTORCH"},
+      // Object-store URIs where kubetrain needs a folder it can reach.
+      {"gs_job_dir", Job("    scaleTier: BASIC\n    jobDir: gs://my-bucket/run1\n"),
+       "spec.trainingInput.jobDir",
+       "\"gs://my-bucket/run1\" names object storage (gs://), which kubetrain does not support: "
+       "it reads and writes local folders only; put the data on a volume and give the folder it "
+       "is mounted at",
+       8},
+      {"gs_data_path_in_args",
+       Job("    scaleTier: BASIC\n    args: [--hidden1=8, --train-data-paths, "
+           "\"gs://b/train.csv\"]\n"),
+       "spec.trainingInput.args[2]",
+       "--train-data-paths: \"gs://b/train.csv\" names object storage (gs://), which kubetrain "
+       "does not support: it reads and writes local folders only; put the data on a volume and "
+       "give the folder it is mounted at"},
+      {"s3_output_path_in_container_args",
+       Job("    scaleTier: BASIC\n    masterConfig:\n      containerArgs: "
+           "[\"--output_path=s3://b/out\"]\n"),
+       "spec.trainingInput.masterConfig.containerArgs[0]",
+       "--output_path: \"s3://b/out\" names object storage (s3://), which kubetrain does not "
+       "support: it reads and writes local folders only; put the data on a volume and give the "
+       "folder it is mounted at"},
+      {"gs_package_uri",
+       Job("    scaleTier: BASIC\n    pythonModule: trainer.task\n    packageUris: [/pkg, "
+           "gs://b/trainer-0.1.tar.gz]\n"),
+       "spec.trainingInput.packageUris[1]",
+       "\"gs://b/trainer-0.1.tar.gz\" names object storage (gs://), which kubetrain cannot "
+       "fetch packages from: give the package's local folder (jobs submit --package-path)"},
       // Bare Cloud ML configs report paths as written.
       {"bare_config_paths",
        "trainingInput:\n  hyperparameters:\n    params:\n      - parameterName: lr\n"
@@ -335,6 +362,14 @@ TEST(ValidationTest, PyTorchJobsWithACommandOrAModuleAreValid) {
     CheckedJob checked = CheckTrainingJob(Job(body));
     EXPECT_TRUE(checked.ok()) << body << FormatErrors(checked.errors);
   }
+}
+
+TEST(ValidationTest, LocalPathsAndOtherFlagsWithUrisAreAccepted) {
+  // Only the path flags are paths: another flag may well hold a URL.
+  CheckedJob checked = CheckTrainingJob(
+      Job("    scaleTier: BASIC\n    jobDir: /outputs/run:1\n    args: [--output_path, out, "
+          "\"--train_data_paths=/data/a.csv,/data/b.csv\", \"--notify=https://example.com/x\"]\n"));
+  EXPECT_TRUE(checked.ok()) << FormatErrors(checked.errors);
 }
 
 TEST(JobNameTest, KubernetesNameLowercasesAndReplacesUnderscores) {

@@ -663,6 +663,24 @@ TEST(ReconcileTest, InvalidSpecFailsOnceWithFieldErrors) {
   EXPECT_FALSE(r.requeue_after.has_value());
 }
 
+// A manifest applied with kubectl never passed `kubetrain validate`: the
+// reconciler refuses its object-store jobDir the same way, before any pod.
+TEST(ReconcileTest, ObjectStoreJobDirFailsTheJobNamingTheField) {
+  v1::TrainingJob job = Job();
+  job.mutable_spec()->mutable_training_input()->set_job_dir("gs://my-bucket/run1");
+  job.mutable_spec()->mutable_training_input()->set_python_module("trainer.task");
+  job.mutable_spec()->mutable_training_input()->add_package_uris("gs://my-bucket/trainer.tar.gz");
+  Harness h(job);
+  ReconcileResult r = h.Step();
+  EXPECT_EQ(r.status.state(), v1::FAILED);
+  EXPECT_THAT(r.status.error_message(),
+              HasSubstr("spec.trainingInput.jobDir: \"gs://my-bucket/run1\" names object storage"));
+  EXPECT_THAT(r.status.error_message(), HasSubstr("spec.trainingInput.packageUris[0]: "
+                                                  "\"gs://my-bucket/trainer.tar.gz\""));
+  EXPECT_THAT(Created(r), IsEmpty());
+  h.Settle();
+}
+
 // ---- Deadlines -------------------------------------------------------------
 
 TEST(ReconcileTest, ActiveDeadlineFiresWithNoOtherEvent) {
@@ -884,14 +902,14 @@ TEST(StudyTest, TrialIsOnRecordInTheSameResultThatCreatesItsReplicas) {
 
 TEST(StudyTest, TrialsWriteToTheirOwnOutputFolder) {
   v1::TrainingJob job = Study(1, 1);
-  job.mutable_spec()->mutable_training_input()->add_args("--output_path=gs://b/out");
+  job.mutable_spec()->mutable_training_input()->add_args("--output_path=/b/out");
   job.mutable_spec()->mutable_training_input()->add_args("--lr=0.1");
   Harness h(job);
   ReconcileResult r = h.Reconcile();
   const CreateReplica* m = CreateOf(r, "mnist-t1-master-0");
   ASSERT_NE(m, nullptr);
-  EXPECT_THAT(m->replica.args, ElementsAre("--output_path=gs://b/out", "--lr=0.1", "--x=1",
-                                           "--output_path=gs://b/out/1", "--job-dir", "/out/1"));
+  EXPECT_THAT(m->replica.args, ElementsAre("--output_path=/b/out", "--lr=0.1", "--x=1",
+                                           "--output_path=/b/out/1", "--job-dir", "/out/1"));
 }
 
 TEST(StudyTest, ParallelismAndTotalCapsThenSortedBestFirst) {

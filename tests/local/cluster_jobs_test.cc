@@ -2,8 +2,10 @@
 // Kubernetes API server, through the CLI library and the real binary.
 #include <sys/wait.h>
 
+#include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "cli/jobs_cluster.h"
@@ -17,6 +19,7 @@ namespace kubetrain::cli {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 v1::TrainingJob Job(const std::string& id) {
   v1::TrainingJob job;
@@ -104,6 +107,58 @@ TEST_F(ClusterJobsTest, CliWithoutLocalUsesTheKubeconfig) {
   auto [ccode, cancel] = run("jobs cancel cli_job");
   EXPECT_EQ(ccode, 0) << cancel;
   EXPECT_EQ((*server_->Get("trainingjobs", "team-a", "cli-job"))["spec"]["cancel"], true);
+}
+
+// Object-store URIs are refused at submit on both backends, with the field
+// path, before anything exists: no TrainingJob, no local job, no folder named
+// "gs:" where the command ran.
+TEST_F(ClusterJobsTest, ObjectStoreUrisAreRefusedAtSubmitOnBothBackends) {
+  local::TempDir dir;
+  const std::string cwd = dir.path() + "/cwd";
+  std::filesystem::create_directories(cwd);
+  const std::string kubeconfig = fake_apiserver::WriteKubeconfig(dir.path(), server_->url(), "t");
+  const std::string config = dir.path() + "/job.yaml";
+  std::ofstream(config) << "trainingInput:\n  scaleTier: BASIC\n"
+                        << "  args: [--eval_data_paths=gs://my-bucket/eval]\n";
+  const std::string good_config = dir.path() + "/good.yaml";
+  std::ofstream(good_config) << "trainingInput:\n  scaleTier: BASIC\n";
+  auto run = [&](const std::string& args) {
+    const std::string out = dir.path() + "/out";
+    std::string command = absl::StrCat("cd ", cwd, " && KUBECONFIG=", kubeconfig,
+                                       " KUBETRAIN_BACKEND= KUBETRAIN_HOME=", dir.path(), "/home ",
+                                       KUBETRAIN_CLI, " ", args, " >", out, " 2>&1");
+    int status = std::system(command.c_str());
+    std::ifstream in(out);
+    std::stringstream text;
+    text << in.rdbuf();
+    return std::make_pair(WIFEXITED(status) ? WEXITSTATUS(status) : -1, text.str());
+  };
+  for (const std::string backend : {"", " --local"}) {
+    auto [code, out] = run("jobs submit training uri_job --job-dir gs://my-bucket/run1" + backend);
+    EXPECT_EQ(code, 2) << backend << out;
+    EXPECT_THAT(out, HasSubstr("spec.trainingInput.jobDir: \"gs://my-bucket/run1\" names object "
+                               "storage (gs://)"));
+    EXPECT_THAT(out, HasSubstr("nothing was submitted"));
+    // The config file is checked as written (a bare config's paths)...
+    std::tie(code, out) = run("jobs submit training uri_job --config " + config + backend);
+    EXPECT_EQ(code, 2) << backend << out;
+    EXPECT_THAT(out, HasSubstr("job.yaml:3:10: trainingInput.args[0]: --eval_data_paths: "
+                               "\"gs://my-bucket/eval\" names object storage (gs://)"));
+    // ... and the job the flags make of it as a whole.
+    std::tie(code, out) = run("jobs submit training uri_job --config " + good_config + backend +
+                              " -- --job-dir=s3://b/run");
+    EXPECT_EQ(code, 2) << backend << out;
+    EXPECT_THAT(out, HasSubstr("spec.trainingInput.args[0]: --job-dir: \"s3://b/run\""));
+  }
+  auto [code, out] = run("validate " + config);
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_THAT(out, HasSubstr("job.yaml:3:10: trainingInput.args[0]: --eval_data_paths: "
+                             "\"gs://my-bucket/eval\""));
+  EXPECT_EQ(server_->Count("trainingjobs"), 0u);
+  std::tie(code, out) = run("jobs list --local");
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_THAT(out, Not(HasSubstr("uri_job")));
+  EXPECT_TRUE(std::filesystem::is_empty(cwd));
 }
 
 }  // namespace

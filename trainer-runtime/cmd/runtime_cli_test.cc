@@ -72,6 +72,35 @@ TEST_F(RuntimeCliTest, DeviceFlag) {
   EXPECT_EQ(Slurp(log).find("Final metrics"), std::string::npos) << Slurp(log);
 }
 
+TEST_F(RuntimeCliTest, AnObjectStoreJobDirExitsTwoAndCreatesNoLocalFolder) {
+  const fs::path work = dir_ / "cwd";
+  fs::create_directories(work);
+  std::string log = (dir_ / "log").string();
+  const std::string data = (dir_ / "train.csv").string();
+  struct Case {
+    std::string flags;
+    std::string named;  // what the error must name
+  };
+  const Case cases[] = {
+      {"--job-dir gs://my-bucket/run1", "flag '--job-dir': \"gs://my-bucket/run1\""},
+      {"--output_path=s3://bucket/out", "flag '--output_path': \"s3://bucket/out\""},
+      {"--output_path=out --eval_data_paths=gs://my-bucket/eval.csv",
+       "flag '--eval_data_paths': \"gs://my-bucket/eval.csv\""},
+  };
+  for (const Case& c : cases) {
+    // Run from `work`, where a URI taken as a relative path would land.
+    const std::string command =
+        "train --train_data_paths=" + data + " " + c.flags +
+        " --max_steps=3 --batch_size=20 --hidden1=8 --hidden2=4 --threads=1";
+    EXPECT_EQ(RunBinary(command, log, "cd " + work.string() + " &&"), kExitUsage) << Slurp(log);
+    EXPECT_NE(Slurp(log).find(c.named), std::string::npos) << Slurp(log);
+    EXPECT_EQ(Slurp(log).find("Final metrics"), std::string::npos) << Slurp(log);
+  }
+  // Nothing at all was written where the process ran: no "gs:" or "s3:".
+  EXPECT_TRUE(fs::is_empty(work)) << fs::directory_iterator(work)->path();
+  EXPECT_FALSE(fs::exists(dir_ / "gs:"));
+}
+
 TEST_F(RuntimeCliTest, RestartResumesFromLatestCheckpoint) {
   std::string log = (dir_ / "log").string();
   ASSERT_EQ(RunBinary(Flags("straight", 60), log), kExitOk) << Slurp(log);

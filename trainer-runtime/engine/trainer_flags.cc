@@ -6,6 +6,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "api/storage_uri.h"
 #include "trainer-runtime/exit_codes.h"
 
 namespace kubetrain::runtime::engine {
@@ -77,6 +78,13 @@ const std::map<std::string, FlagDef>& Flags() {
   return *flags;
 }
 
+bool IsPathFlag(absl::string_view name) {
+  for (absl::string_view flag : api::kPathFlags) {
+    if (flag == name) return true;
+  }
+  return false;
+}
+
 absl::Status Usage(const std::string& message) {
   return WithExitCode(absl::InvalidArgumentError(message), kExitUsage);
 }
@@ -99,12 +107,19 @@ absl::StatusOr<TrainerOptions> ParseTrainerFlags(const std::vector<std::string>&
     } else {
       name = body;
     }
+    const std::string spelled = name;  // as typed, for messages: --job-dir
     name = absl::StrReplaceAll(name, {{"-", "_"}});
     auto it = Flags().find(name);
     if (it == Flags().end()) return Usage(absl::StrCat("unknown flag '--", name, "'"));
     if (!has_value) {
       if (i + 1 >= args.size()) return Usage(absl::StrCat("flag '--", name, "' needs a value"));
       value = args[++i];
+    }
+    // A URI given as a path would become a local folder named "gs:".
+    if (IsPathFlag(name)) {
+      if (absl::string_view uri = api::FirstUri(value); !uri.empty()) {
+        return Usage(absl::StrCat("flag '--", spelled, "': ", api::UriNotSupported(uri)));
+      }
     }
     if (!it->second.set(options, value)) {
       if (name == "device") return CheckDevicePlacement(value);

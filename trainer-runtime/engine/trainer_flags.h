@@ -19,7 +19,10 @@ namespace kubetrain::runtime::engine {
 //   --eval_batch_size --device (cpu|gpu|auto)
 //
 // InvalidArgument (exit code 2: usage) for an unknown flag, a missing value
-// or a value that does not parse, naming the flag.
+// or a value that does not parse, naming the flag; also for a URI
+// (gs://..., see api/storage_uri.h) given to a path flag (--job-dir,
+// --output_path, --train_data_paths, --eval_data_paths, --model): this
+// runtime reads and writes local folders only.
 absl::StatusOr<TrainerOptions> ParseTrainerFlags(const std::vector<std::string>& args);
 
 // One line per flag, for --help.

@@ -91,6 +91,43 @@ TEST(TrainerFlagsTest, UnknownOrBadFlagIsUsageError) {
   EXPECT_EQ(ExitCodeFor(missing.status()), kExitUsage);
 }
 
+TEST(TrainerFlagsTest, AUriGivenAsAPathIsAUsageErrorNamingTheFlag) {
+  struct Case {
+    std::vector<std::string> args;
+    std::string flag;  // as typed
+    std::string uri;
+  };
+  const Case cases[] = {
+      {{"--job-dir", "gs://my-bucket/run1"}, "--job-dir", "gs://my-bucket/run1"},
+      {{"--job_dir=s3://b/run"}, "--job_dir", "s3://b/run"},
+      {{"--output_path=hdfs://nn:8020/out"}, "--output_path", "hdfs://nn:8020/out"},
+      {{"--train_data_paths=/local/a.csv,gs://b/train.csv"},
+       "--train_data_paths",
+       "gs://b/train.csv"},
+      {{"--eval-data-paths", "gs://b/eval"}, "--eval-data-paths", "gs://b/eval"},
+      {{"--model=gs://b/model.yaml"}, "--model", "gs://b/model.yaml"},
+  };
+  for (const Case& c : cases) {
+    auto o = ParseTrainerFlags(c.args);
+    ASSERT_FALSE(o.ok()) << c.flag;
+    EXPECT_EQ(ExitCodeFor(o.status()), kExitUsage) << o.status();
+    EXPECT_NE(
+        o.status().message().find("flag '" + c.flag + "': \"" + c.uri + "\" names object storage"),
+        std::string::npos)
+        << o.status();
+    EXPECT_NE(o.status().message().find("local folders only"), std::string::npos) << o.status();
+  }
+  auto file = ParseTrainerFlags({"--output_path=file:///tmp/out"});
+  ASSERT_FALSE(file.ok());
+  EXPECT_EQ(file.status().message(),
+            "flag '--output_path': \"file:///tmp/out\" is a file:// URI: give the path itself "
+            "(/tmp/out)");
+  // A colon inside a local path is not a scheme.
+  auto local = ParseTrainerFlags({"--output_path=/out/run:1", "--train_data_paths=data/x"});
+  ASSERT_TRUE(local.ok()) << local.status();
+  EXPECT_EQ(local->output_path, "/out/run:1");
+}
+
 TEST(TrainerFlagsTest, ParsesDevicePlacement) {
   auto defaults = ParseTrainerFlags({});
   ASSERT_TRUE(defaults.ok()) << defaults.status();
