@@ -10,6 +10,11 @@ void ApplyDefaults(v1::TrainingJob* job) {
 
   v1::TrainingJobSpec* spec = job->mutable_spec();
   if (!spec->has_port()) spec->set_port(kDefaultPort);
+  if (spec->output_storage().has_new_claim() && spec->output_storage().new_claim().access_mode() ==
+                                                    v1::NewOutputClaim::ACCESS_MODE_UNSPECIFIED) {
+    spec->mutable_output_storage()->mutable_new_claim()->set_access_mode(
+        v1::NewOutputClaim::ReadWriteMany);
+  }
 
   v1::TrainingInput* input = spec->mutable_training_input();
   if (input->scale_tier() == v1::TrainingInput::SCALE_TIER_UNSPECIFIED) {

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "api/defaults.h"
+#include "api/output_storage.h"
 #include "api/roles.h"
 #include "api/scale_tiers.h"
 #include "api/storage_uri.h"
@@ -114,7 +115,8 @@ class Validator {
   // api/storage_uri.h), on either backend.
   void ValidateStoragePaths(const TrainingInput& input, const std::string& path) {
     if (!UriScheme(input.job_dir()).empty()) {
-      Error(path + ".jobDir", UriNotSupported(input.job_dir()));
+      Error(path + ".jobDir", UriNotSupported(input.job_dir()) +
+                                  " (on Kubernetes, spec.outputStorage mounts a claim at jobDir)");
     }
     ValidatePathFlags(input.args(), path + ".args");
     const std::pair<const v1::ReplicaConfig*, const char*> configs[] = {
@@ -474,6 +476,7 @@ std::vector<FieldError> Validate(const v1::TrainingJob& job, const ValidateOptio
     }
   }
   validator.ValidateSpec(job.spec());
+  ValidateOutputStorage(job.spec(), &errors);
   if (options.bare_config) {
     for (FieldError& error : errors) {
       if (absl::StartsWith(error.path, "spec.")) error.path = error.path.substr(5);

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "api/job_file.h"
+#include "api/output_storage.h"
 
 namespace kubetrain::api {
 namespace {
@@ -42,6 +43,11 @@ const char kLr[] = R"(        - parameterName: lr
           minValue: 0.001
           maxValue: 0.1
 )";
+
+// A BASIC job with jobDir /outputs and `spec_extra` (spec-level lines).
+std::string Stored(const std::string& spec_extra) {
+  return std::string(kJobHead) + "    scaleTier: BASIC\n    jobDir: /outputs\n" + spec_extra;
+}
 
 class InvalidInputTest : public ::testing::TestWithParam<InvalidCase> {};
 
@@ -297,7 +303,7 @@ std::vector<InvalidCase> Cases() {
        "spec.trainingInput.jobDir",
        "\"gs://my-bucket/run1\" names object storage (gs://), which kubetrain does not support: "
        "it reads and writes local folders only; put the data on a volume and give the folder it "
-       "is mounted at",
+       "is mounted at (on Kubernetes, spec.outputStorage mounts a claim at jobDir)",
        8},
       {"gs_data_path_in_args",
        Job("    scaleTier: BASIC\n    args: [--hidden1=8, --train-data-paths, "
@@ -319,6 +325,61 @@ std::vector<InvalidCase> Cases() {
        "spec.trainingInput.packageUris[1]",
        "\"gs://b/trainer-0.1.tar.gz\" names object storage (gs://), which kubetrain cannot "
        "fetch packages from: give the package's local folder (jobs submit --package-path)"},
+      // spec.outputStorage: the storage jobDir lives on.
+      {"output_storage_empty", Stored("  outputStorage: {subPath: runs}\n"), "spec.outputStorage",
+       "set one of claimName, volumeName and newClaim"},
+      {"output_storage_two_kinds",
+       Stored("  outputStorage: {claimName: outputs, newClaim: {size: 1Gi}}\n"),
+       "spec.outputStorage", "set only one of claimName, volumeName and newClaim"},
+      {"output_storage_without_job_dir",
+       std::string(kJobHead) + "    scaleTier: BASIC\n  outputStorage: {claimName: outputs}\n",
+       "spec.trainingInput.jobDir",
+       "required with spec.outputStorage: the folder the storage is mounted at"},
+      {"output_storage_relative_job_dir",
+       std::string(kJobHead) +
+           "    scaleTier: BASIC\n    jobDir: out\n  outputStorage: {claimName: outputs}\n",
+       "spec.trainingInput.jobDir",
+       "must be an absolute path with spec.outputStorage (the storage is mounted there), got "
+       "\"out\""},
+      {"output_storage_root_job_dir",
+       std::string(kJobHead) +
+           "    scaleTier: BASIC\n    jobDir: /\n  outputStorage: {claimName: outputs}\n",
+       "spec.trainingInput.jobDir",
+       "must not be \"/\" with spec.outputStorage: the storage is mounted there"},
+      {"output_claim_name", Stored("  outputStorage: {claimName: My_Outputs}\n"),
+       "spec.outputStorage.claimName",
+       "must hold only lowercase letters, digits, '-' and '.' (a Kubernetes name), got "
+       "\"My_Outputs\""},
+      {"output_volume_missing", Stored("  outputStorage: {volumeName: nfs}\n"),
+       "spec.outputStorage.volumeName", "no volume \"nfs\" in spec.template.spec.volumes"},
+      {"output_volume_empty_dir",
+       Stored("  outputStorage: {volumeName: scratch}\n"
+              "  template: {spec: {volumes: [{name: scratch, emptyDir: {}}]}}\n"),
+       "spec.outputStorage.volumeName",
+       "volume \"scratch\" is an emptyDir, which goes with its pod: name a claim, NFS or other "
+       "volume every replica shares"},
+      {"output_claim_size_missing", Stored("  outputStorage: {newClaim: {storageClassName: nfs}}\n"),
+       "spec.outputStorage.newClaim.size", "required: the claim's size, e.g. \"10Gi\""},
+      {"output_claim_size_bad", Stored("  outputStorage: {newClaim: {size: 10GB}}\n"),
+       "spec.outputStorage.newClaim.size",
+       "must be a positive quantity such as \"10Gi\" or \"500Mi\", got \"10GB\""},
+      {"output_claim_size_zero", Stored("  outputStorage: {newClaim: {size: \"0\"}}\n"),
+       "spec.outputStorage.newClaim.size",
+       "must be a positive quantity such as \"10Gi\" or \"500Mi\", got \"0\""},
+      {"output_claim_access_mode",
+       Stored("  outputStorage: {newClaim: {size: 1Gi, accessMode: ReadOnlyMany}}\n"),
+       "spec.outputStorage.newClaim.accessMode",
+       "unknown value \"ReadOnlyMany\"; expected one of ReadWriteOnce, ReadWriteMany"},
+      {"output_sub_path_escapes", Stored("  outputStorage: {claimName: outputs, subPath: a/../..}\n"),
+       "spec.outputStorage.subPath",
+       "must be a relative path inside the volume, without \"..\", got \"a/../..\""},
+      {"output_storage_and_template_mount",
+       Stored("  outputStorage: {claimName: outputs}\n"
+              "  template: {spec: {containers: [{name: kubetrain, volumeMounts: [{name: nfs, "
+              "mountPath: /outputs/}]}], volumes: [{name: nfs, nfs: {server: s, path: /}}]}}\n"),
+       "spec.outputStorage",
+       "spec.template already mounts volume \"nfs\" at jobDir (/outputs): remove that mount, or "
+       "remove spec.outputStorage"},
       // Bare Cloud ML configs report paths as written.
       {"bare_config_paths",
        "trainingInput:\n  hyperparameters:\n    params:\n      - parameterName: lr\n"
@@ -370,6 +431,58 @@ TEST(ValidationTest, LocalPathsAndOtherFlagsWithUrisAreAccepted) {
       Job("    scaleTier: BASIC\n    jobDir: /outputs/run:1\n    args: [--output_path, out, "
           "\"--train_data_paths=/data/a.csv,/data/b.csv\", \"--notify=https://example.com/x\"]\n"));
   EXPECT_TRUE(checked.ok()) << FormatErrors(checked.errors);
+}
+
+TEST(ValidationTest, EachKindOfOutputStorageIsAccepted) {
+  for (const std::string& storage :
+       {std::string("  outputStorage: {claimName: team-outputs, subPath: runs/job1}\n"),
+        std::string("  outputStorage: {volumeName: nfs}\n"
+                    "  template: {spec: {volumes: [{name: nfs, nfs: {server: s, path: /x}}]}}\n"),
+        std::string("  outputStorage: {newClaim: {size: 2.5Gi, storageClassName: nfs-client, "
+                    "accessMode: ReadWriteOnce, deleteWhenFinished: true}}\n"),
+        std::string("  outputStorage: {newClaim: {size: 500M, storageClassName: \"\"}}\n"),
+        // A template mount above jobDir is another folder: no conflict.
+        std::string("  outputStorage: {claimName: outputs}\n"
+                    "  template: {spec: {containers: [{volumeMounts: [{name: data, mountPath: "
+                    "/data}]}], volumes: [{name: data, emptyDir: {}}]}}\n")}) {
+    CheckedJob checked = CheckTrainingJob(Stored(storage));
+    EXPECT_TRUE(checked.ok()) << storage << FormatErrors(checked.errors);
+  }
+}
+
+TEST(OutputStorageTest, TemplateMountForFindsTheDeepestMountHoldingAFolder) {
+  CheckedJob checked = CheckTrainingJob(Stored(
+      "  template: {spec: {containers: [{name: sidecar, volumeMounts: [{name: other, mountPath: "
+      "/outputs}]}, {name: kubetrain, volumeMounts: [{name: root, mountPath: /}, {name: nfs, "
+      "mountPath: /outputs/, subPath: team}, {name: scratch, mountPath: /outputs-tmp}]}], "
+      "volumes: [{name: nfs, nfs: {server: s, path: /x}}, {name: scratch, emptyDir: {}}]}}\n"));
+  ASSERT_TRUE(checked.ok()) << FormatErrors(checked.errors);
+  const v1::TrainingJobSpec& spec = checked.job.spec();
+  std::optional<TemplateMount> mount = TemplateMountFor(spec, "/outputs/run1");
+  ASSERT_TRUE(mount.has_value());
+  EXPECT_EQ(mount->volume_name, "nfs");  // not the sidecar's, not the root's
+  EXPECT_EQ(mount->sub_path, "team");
+  EXPECT_TRUE(mount->volume_found);
+  EXPECT_FALSE(mount->empty_dir);
+  mount = TemplateMountFor(spec, "/outputs-tmp");
+  ASSERT_TRUE(mount.has_value());
+  EXPECT_TRUE(mount->empty_dir);
+  mount = TemplateMountFor(spec, "/elsewhere");
+  ASSERT_TRUE(mount.has_value());
+  EXPECT_EQ(mount->volume_name, "root");
+  EXPECT_FALSE(mount->volume_found);
+  EXPECT_FALSE(TemplateMountFor(spec, "relative/outputs").has_value());
+}
+
+TEST(OutputStorageTest, OutputFolderIsJobDirElseTheLastOutputFlag) {
+  v1::TrainingInput input;
+  input.add_args("--output_path=/a");
+  input.add_args("--job-dir");
+  input.add_args("/b");
+  EXPECT_EQ(OutputFolder(input), "/b");
+  input.set_job_dir("/c");
+  EXPECT_EQ(OutputFolder(input), "/c");
+  EXPECT_EQ(OutputFolder(v1::TrainingInput()), "");
 }
 
 TEST(JobNameTest, KubernetesNameLowercasesAndReplacesUnderscores) {

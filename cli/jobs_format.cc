@@ -48,6 +48,23 @@ std::string Table(const std::vector<std::vector<std::string>>& rows) {
   return out;
 }
 
+// status.outputLocation in one line: "/outputs on claim team-outputs
+// (subPath runs/1)", with a warning when the outputs go with the pods.
+std::string OutputsLine(const nlohmann::json& location) {
+  std::string line = Str(location.value("path", nlohmann::json()));
+  const std::string claim = Str(location.value("claimName", nlohmann::json()));
+  const std::string volume = Str(location.value("volumeName", nlohmann::json()));
+  const std::string sub_path = Str(location.value("subPath", nlohmann::json()));
+  if (!claim.empty()) line += " on claim " + claim;
+  if (claim.empty() && !volume.empty()) line += " on volume " + volume;
+  if (!sub_path.empty()) line += " (subPath " + sub_path + ")";
+  if (location.value("ephemeral", false)) {
+    line += volume.empty() ? ": inside each replica" : ", an emptyDir";
+    line += ", lost with the pods (no spec.outputStorage)";
+  }
+  return line;
+}
+
 }  // namespace
 
 void SortTrials(std::vector<v1::HyperparameterOutput>& trials, v1::HyperparameterSpec::GoalType goal) {
@@ -80,6 +97,7 @@ nlohmann::json JobResource(const v1::TrainingJob& job,
   resource["state"] = v1::State_Name(status.state() == v1::STATE_UNSPECIFIED ? v1::QUEUED : status.state());
   if (!job.metadata().labels().empty()) resource["labels"] = ToJson(job.metadata())["labels"];
   resource["trainingInput"] = ToJson(job.spec().training_input());
+  if (status.has_output_location()) resource["outputLocation"] = ToJson(status.output_location());
 
   v1::TrainingOutput output = status.training_output();
   std::vector<v1::HyperparameterOutput> trials(output.trials().begin(), output.trials().end());
@@ -106,6 +124,8 @@ std::string SummarizeJob(const nlohmann::json& resource) {
                       Str(resource.value("endTime", nlohmann::json()))});
   out += Table(overview);
   if (resource.contains("errorMessage")) out += "ERROR: " + Str(resource["errorMessage"]) + "\n";
+  if (resource.contains("outputLocation"))
+    out += "OUTPUTS: " + OutputsLine(resource["outputLocation"]) + "\n";
 
   const nlohmann::json input = resource.value("trainingInput", nlohmann::json::object());
   out += "\nTraining input\n";
@@ -148,7 +168,7 @@ std::string SummarizeJob(const nlohmann::json& resource) {
     if (output.contains("trials")) {
       out += "\nTrials (best first)\n";
       std::vector<std::vector<std::string>> trials = {
-          {"TRIAL_ID", "STATE", "OBJECTIVE", "STEP", "HYPERPARAMETERS", "NOTE"}};
+          {"TRIAL_ID", "STATE", "OBJECTIVE", "STEP", "HYPERPARAMETERS", "OUTPUT", "NOTE"}};
       for (const auto& t : output["trials"]) {
         std::vector<std::string> hps;
         const nlohmann::json hyperparameters = t.value("hyperparameters", nlohmann::json::object());
@@ -158,9 +178,11 @@ std::string SummarizeJob(const nlohmann::json& resource) {
         const nlohmann::json metric = t.value("finalMetric", nlohmann::json::object());
         std::string note = t.value("isTrialStoppedEarly", false) ? "stopped early" : "";
         if (t.contains("errorMessage")) note = Str(t["errorMessage"]);
-        trials.push_back({Str(t.value("trialId", nlohmann::json())), Str(t.value("state", nlohmann::json())),
-                          Str(metric.value("objectiveValue", nlohmann::json())),
-                          Str(metric.value("trainingStep", nlohmann::json())), absl::StrJoin(hps, " "), note});
+        trials.push_back(
+            {Str(t.value("trialId", nlohmann::json())), Str(t.value("state", nlohmann::json())),
+             Str(metric.value("objectiveValue", nlohmann::json())),
+             Str(metric.value("trainingStep", nlohmann::json())), absl::StrJoin(hps, " "),
+             Str(t.value("outputPath", nlohmann::json())), note});
       }
       out += Table(trials);
     }

@@ -17,7 +17,9 @@ namespace kubetrain::cli {
 
 // The job as `gcloud ai-platform jobs describe` shows it (Cloud ML's Job
 // resource): jobId, createTime, startTime, endTime, state, errorMessage,
-// labels, trainingInput (as submitted), trainingOutput. int64 fields are
+// labels, trainingInput (as submitted), outputLocation (kubetrain's: where
+// outputs go, status.outputLocation), trainingOutput (each trial with its
+// outputPath). int64 fields are
 // strings and times RFC 3339 (protobuf's JSON mapping); trials, with
 // `archived` ones added back, sorted best first by the study's goal (trials
 // without an objective last, by id); hyperparameter values are strings.

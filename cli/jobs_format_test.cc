@@ -76,6 +76,38 @@ TEST(JobResourceTest, SummaryHasTheTrialsTable) {
   EXPECT_THAT(summary, HasSubstr("study_job"));
 }
 
+TEST(JobResourceTest, OutputLocationAndEachTrialsFolder) {
+  v1::TrainingJob job = StudyWithTrials(v1::HyperparameterSpec::MAXIMIZE);
+  v1::OutputLocation* location = job.mutable_status()->mutable_output_location();
+  location->set_path("/outputs");
+  location->set_claim_name("study-job-output");
+  location->set_sub_path("runs");
+  for (v1::HyperparameterOutput& t :
+       *job.mutable_status()->mutable_training_output()->mutable_trials()) {
+    t.set_output_path("/outputs/" + t.trial_id());
+  }
+  nlohmann::json r = JobResource(job);
+  EXPECT_EQ(r["outputLocation"]["path"], "/outputs");
+  EXPECT_EQ(r["outputLocation"]["claimName"], "study-job-output");
+  EXPECT_EQ(r["trainingOutput"]["trials"][0]["outputPath"], "/outputs/2");
+  const std::string summary = SummarizeJob(r);
+  EXPECT_THAT(summary, HasSubstr("OUTPUTS: /outputs on claim study-job-output (subPath runs)\n"));
+  EXPECT_THAT(summary, HasSubstr("OUTPUT "));
+  EXPECT_THAT(summary, HasSubstr("/outputs/4"));
+
+  location->Clear();
+  location->set_path("/tmp/out");
+  location->set_ephemeral(true);
+  EXPECT_THAT(SummarizeJob(JobResource(job)),
+              HasSubstr("OUTPUTS: /tmp/out: inside each replica, lost with the pods (no "
+                        "spec.outputStorage)\n"));
+  location->set_volume_name("scratch");
+  EXPECT_THAT(SummarizeJob(JobResource(job)),
+              HasSubstr("OUTPUTS: /tmp/out on volume scratch, an emptyDir, lost with the pods"));
+  job.mutable_status()->clear_output_location();
+  EXPECT_FALSE(JobResource(job).contains("outputLocation"));
+}
+
 TEST(JobFilterTest, StateJobIdAndLabels) {
   v1::TrainingJob job = StudyWithTrials(v1::HyperparameterSpec::MAXIMIZE);
   auto matches = [&](const std::string& filter) {

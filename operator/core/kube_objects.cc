@@ -13,11 +13,15 @@
 #include "api/field_error.h"
 #include "api/validation.h"
 #include "google/protobuf/util/json_util.h"
+#include "operator/core/output_storage.h"
 
 namespace kubetrain::core {
 namespace {
 
 using nlohmann::json;
+
+// The group of the runtime image's user (deploy/docker/runtime.Dockerfile).
+constexpr int kRuntimeGroupId = 65532;
 
 // Kubernetes quantities: whole cores as "4", fractions in millicores.
 std::string CpuQuantity(double cores) {
@@ -149,6 +153,22 @@ void ApplyTemplate(json& pod, const json& tmpl) {
   }
 }
 
+// spec.outputStorage's volume and its mount at jobDir (kube_objects.h).
+void AddOutputMount(json& pod, const v1::TrainingJob& job) {
+  std::optional<OutputMount> mount = OutputMountOf(job);
+  if (!mount) return;
+  if (!mount->claim_name.empty()) {
+    pod["spec"]["volumes"].push_back(
+        {{"name", mount->volume_name},
+         {"persistentVolumeClaim", {{"claimName", mount->claim_name}}}});
+  }
+  json volume_mount = {{"name", mount->volume_name}, {"mountPath", mount->mount_path}};
+  if (!mount->sub_path.empty()) volume_mount["subPath"] = mount->sub_path;
+  pod["spec"]["containers"][0]["volumeMounts"].push_back(volume_mount);
+  pod["spec"]["securityContext"]["fsGroup"] = kRuntimeGroupId;
+  pod["spec"]["securityContext"]["fsGroupChangePolicy"] = "OnRootMismatch";
+}
+
 // ---- Reading objects -------------------------------------------------------
 
 const json* Field(const json& object, const char* name) {
@@ -229,6 +249,7 @@ json RenderPod(const v1::TrainingJob& job, const std::string& namespace_name,
         {"securityContext", {{"seccompProfile", {{"type", "RuntimeDefault"}}}}},
         {"containers", json::array({container})}}},
   };
+  AddOutputMount(pod, job);
   if (job.spec().has_template_()) ApplyTemplate(pod, StructToJson(job.spec().template_()));
   // Keyed by role name; the master's also as "chief".
   const auto& templates = job.spec().replica_templates();
@@ -262,6 +283,26 @@ json RenderService(const v1::TrainingJob& job, const std::string& namespace_name
                                 {"targetPort", replica.port},
                                 {"protocol", "TCP"}}})}}},
   };
+}
+
+json RenderOutputClaim(const v1::TrainingJob& job, const std::string& namespace_name) {
+  const v1::NewOutputClaim& claim = job.spec().output_storage().new_claim();
+  const std::string job_label = ReplicaLabels(JobObjectName(job), ReplicaKey{}).at(kLabelJobName);
+  const v1::NewOutputClaim::AccessMode mode =
+      claim.access_mode() == v1::NewOutputClaim::ACCESS_MODE_UNSPECIFIED
+          ? v1::NewOutputClaim::ReadWriteMany
+          : claim.access_mode();
+  json spec = {{"accessModes", json::array({v1::NewOutputClaim::AccessMode_Name(mode)})},
+               {"resources", {{"requests", {{"storage", claim.size()}}}}}};
+  if (claim.has_storage_class_name()) spec["storageClassName"] = claim.storage_class_name();
+  return {{"apiVersion", "v1"},
+          {"kind", "PersistentVolumeClaim"},
+          {"metadata",
+           {{"name", NewOutputClaimName(job)},
+            {"namespace", namespace_name},
+            {"labels", {{kLabelJobName, job_label}}},
+            {"ownerReferences", json::array({OwnerReference(job)})}}},
+          {"spec", spec}};
 }
 
 absl::StatusOr<ObservedReplica> ParsePod(const json& pod) {
@@ -416,6 +457,9 @@ absl::StatusOr<std::vector<json>> RenderJob(const v1::TrainingJob& job,
   }
 
   std::vector<json> objects;
+  if (!NewOutputClaimName(defaulted).empty()) {
+    objects.push_back(RenderOutputClaim(defaulted, namespace_name));
+  }
   for (const DesiredReplica& replica :
        DesiredReplicas(defaulted, trial_id, assignment, render_options)) {
     if (render_options.services)

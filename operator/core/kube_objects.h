@@ -33,7 +33,13 @@ inline constexpr char kContainerName[] = "kubetrain";
 //   "kubetrain", or unnamed, merges into ours; env by name, ports by
 //   containerPort; others added),
 //   volumes/tolerations/initContainers appended. The kubetrain.io labels and
-//   the ownerReference cannot be overridden.
+//   the ownerReference cannot be overridden;
+// - with spec.outputStorage (output_storage.h), before the templates: the
+//   claim's volume (kOutputVolumeName; none for a template's volumeName),
+//   its mount at jobDir (with subPath) in the training container, and, unless
+//   the templates set one, securityContext.fsGroup 65532 (the runtime
+//   image's group) with fsGroupChangePolicy OnRootMismatch, so a non-root
+//   trainer can write to a fresh volume.
 nlohmann::json RenderPod(const v1::TrainingJob& job, const std::string& namespace_name,
                          const DesiredReplica& replica);
 
@@ -43,6 +49,13 @@ nlohmann::json RenderPod(const v1::TrainingJob& job, const std::string& namespac
 nlohmann::json RenderService(const v1::TrainingJob& job, const std::string& namespace_name,
                              const DesiredReplica& replica);
 
+// The PersistentVolumeClaim of spec.outputStorage.newClaim
+// (NewOutputClaimName): labelled with the job's name label, owned by the
+// TrainingJob like its pods, spec.accessModes [accessMode],
+// resources.requests.storage = size, storageClassName when the spec sets it
+// (even ""). `job` must have a newClaim.
+nlohmann::json RenderOutputClaim(const v1::TrainingJob& job, const std::string& namespace_name);
+
 // Reads a Pod object from the API. Errors (InvalidArgument, naming the field)
 // when the pod lacks the kubetrain.io role/index labels or has malformed
 // fields; never throws.
@@ -51,11 +64,12 @@ absl::StatusOr<ObservedReplica> ParsePod(const nlohmann::json& pod);
 // Reads a Service object from the API; InvalidArgument without the labels.
 absl::StatusOr<ObservedService> ParseService(const nlohmann::json& service);
 
-// What `kubetrain render` prints: for every replica of the job (of trial
-// `trial` for a tuning study; the trial's hyperparameters are what the tuner
-// suggests for it when the earlier trials are still running), its Service
-// then its Pod, as the operator would create them in `namespace_name` (TF_CONFIG
-// addresses included; options.address is not used).
+// What `kubetrain render` prints: the per-job output claim when the job has
+// one, then for every replica of the job (of trial `trial` for a tuning
+// study; the trial's hyperparameters are what the tuner suggests for it when
+// the earlier trials are still running), its Service then its Pod, as the
+// operator would create them in `namespace_name` (TF_CONFIG addresses
+// included; options.address is not used).
 // `trial` is ignored outside studies and must be >= 1 in a study. Errors: an
 // invalid job (InvalidArgument, every field error), or a tuner that cannot
 // suggest the trial (the tuner's status / OutOfRange when exhausted).

@@ -1,5 +1,6 @@
 #include "operator/core/kube_objects.h"
 
+#include <set>
 #include <string>
 
 #include "api/codec.h"
@@ -252,6 +253,99 @@ TEST(KubeObjectsTest, RenderJobListsServiceThenPodPerReplica) {
   invalid.mutable_spec()->mutable_training_input()->set_master_type("");
   EXPECT_EQ(RenderJob(invalid, "ns1", 1, Options()).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// The output claim's volume, mounted at jobDir in the training container of
+// every pod: every role (the evaluator reads the master's checkpoints there)
+// and every trial (each in <jobDir>/<trialId>).
+TEST(KubeObjectsTest, OutputClaimIsMountedAtJobDirInEveryRoleAndTrial) {
+  v1::TrainingJob job = Job();
+  v1::TrainingInput* input = job.mutable_spec()->mutable_training_input();
+  input->set_job_dir("/outputs");
+  input->set_parameter_server_type("standard");
+  input->set_parameter_server_count(1);
+  input->set_evaluator_count(1);
+  job.mutable_spec()->mutable_output_storage()->set_claim_name("team-outputs");
+  job.mutable_spec()->mutable_output_storage()->set_sub_path("mnist");
+  for (const std::string trial : {"", "7"}) {
+    std::set<std::string> roles;
+    for (const DesiredReplica& replica : DesiredReplicas(job, trial, {}, Options())) {
+      const json pod = RenderPod(job, "team-a", replica);
+      roles.insert(pod["metadata"]["labels"]["kubetrain.io/replica-type"].get<std::string>());
+      EXPECT_EQ(pod["spec"]["volumes"], json::parse(R"([{"name": "kubetrain-output",
+                                 "persistentVolumeClaim": {"claimName": "team-outputs"}}])"))
+          << replica.name;
+      const json& container = pod["spec"]["containers"][0];
+      EXPECT_EQ(container["volumeMounts"],
+                json::parse(R"([{"name": "kubetrain-output", "mountPath": "/outputs",
+                                 "subPath": "mnist"}])"))
+          << replica.name;
+      EXPECT_EQ(pod["spec"]["securityContext"]["fsGroup"], 65532);
+      EXPECT_EQ(pod["spec"]["securityContext"]["fsGroupChangePolicy"], "OnRootMismatch");
+      // The folder the trainer is told is inside the mount.
+      const std::vector<std::string> args = container["args"];
+      ASSERT_GE(args.size(), 2u);
+      EXPECT_EQ(args[args.size() - 2], "--job-dir");
+      EXPECT_EQ(args.back(), trial.empty() ? "/outputs" : "/outputs/7");
+    }
+    EXPECT_EQ(roles, (std::set<std::string>{"master", "worker", "ps", "evaluator"}));
+  }
+}
+
+TEST(KubeObjectsTest, TemplateVolumeAndTemplateSecurityContextAreKept) {
+  v1::TrainingJob job = Job();
+  job.mutable_spec()->mutable_training_input()->set_job_dir("/outputs");
+  job.mutable_spec()->mutable_output_storage()->set_volume_name("nfs");
+  SetStruct(R"({"spec": {"securityContext": {"fsGroup": 2000},
+                         "volumes": [{"name": "nfs", "nfs": {"server": "fs", "path": "/x"}}]}})",
+            job.mutable_spec()->mutable_template_());
+  const json pod = RenderPod(job, "team-a", DesiredReplicas(job, "", {}, Options())[0]);
+  // The template's volume, once; no claim volume of ours.
+  EXPECT_EQ(pod["spec"]["volumes"],
+            json::parse(R"([{"name": "nfs", "nfs": {"server": "fs", "path": "/x"}}])"));
+  EXPECT_EQ(pod["spec"]["containers"][0]["volumeMounts"],
+            json::parse(R"([{"name": "nfs", "mountPath": "/outputs"}])"));
+  EXPECT_EQ(pod["spec"]["securityContext"]["fsGroup"], 2000);
+  EXPECT_EQ(pod["spec"]["securityContext"]["seccompProfile"]["type"], "RuntimeDefault");
+}
+
+TEST(KubeObjectsTest, WithoutOutputStorageNothingIsMounted) {
+  v1::TrainingJob job = Job();
+  job.mutable_spec()->mutable_training_input()->set_job_dir("/outputs");
+  const json pod = RenderPod(job, "team-a", DesiredReplicas(job, "", {}, Options())[0]);
+  EXPECT_FALSE(pod["spec"].contains("volumes"));
+  EXPECT_FALSE(pod["spec"]["containers"][0].contains("volumeMounts"));
+  EXPECT_FALSE(pod["spec"]["securityContext"].contains("fsGroup"));
+}
+
+TEST(KubeObjectsTest, PerJobClaimIsOwnedByTheJobAndRenderedFirst) {
+  v1::TrainingJob job = Job();
+  job.mutable_spec()->mutable_training_input()->set_job_dir("/outputs");
+  v1::NewOutputClaim* claim = job.mutable_spec()->mutable_output_storage()->mutable_new_claim();
+  claim->set_size("20Gi");
+  json rendered = RenderOutputClaim(job, "team-a");
+  EXPECT_EQ(rendered, json::parse(R"({
+      "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+      "metadata": {"name": "mnist-output", "namespace": "team-a",
+                   "labels": {"kubetrain.io/job-name": "mnist"},
+                   "ownerReferences": [{"apiVersion": "kubetrain.io/v1", "kind": "TrainingJob",
+                                        "name": "mnist", "uid": "uid-123", "controller": true,
+                                        "blockOwnerDeletion": true}]},
+      "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "20Gi"}}}
+  })"));
+  claim->set_storage_class_name("");  // set but empty: no class
+  claim->set_access_mode(v1::NewOutputClaim::ReadWriteOnce);
+  rendered = RenderOutputClaim(job, "team-a");
+  EXPECT_EQ(rendered["spec"]["storageClassName"], "");
+  EXPECT_EQ(rendered["spec"]["accessModes"], json({"ReadWriteOnce"}));
+
+  const json pod = RenderPod(job, "team-a", DesiredReplicas(job, "", {}, Options())[0]);
+  EXPECT_EQ(pod["spec"]["volumes"][0]["persistentVolumeClaim"]["claimName"], "mnist-output");
+  absl::StatusOr<std::vector<json>> objects = RenderJob(job, "ns1", 1, Options());
+  ASSERT_TRUE(objects.ok()) << objects.status();
+  ASSERT_EQ(objects->size(), 5u);
+  EXPECT_EQ((*objects)[0]["kind"], "PersistentVolumeClaim");
+  EXPECT_EQ((*objects)[0]["metadata"]["namespace"], "ns1");
 }
 
 }  // namespace

@@ -48,6 +48,10 @@ std::string ReplicaName(std::string_view job_object_name, const ReplicaKey& key,
                  std::to_string(key.index));
 }
 
+std::string OutputClaimName(std::string_view job_object_name) {
+  return Shorten(std::string(job_object_name) + "-output");
+}
+
 std::string TaskName(const ReplicaKey& key, bool use_chief) {
   std::string task = ReplicaRoleName(key.role, use_chief) + "-" + std::to_string(key.index);
   if (key.trial_id.empty()) return task;

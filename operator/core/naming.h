@@ -49,6 +49,10 @@ std::string ReplicaRoleName(api::Role role, bool use_chief);
 std::string ReplicaName(std::string_view job_object_name, const ReplicaKey& key,
                         bool use_chief = false);
 
+// The PersistentVolumeClaim the operator creates for a job's outputs
+// (spec.outputStorage.newClaim): "<job>-output", shortened as ReplicaName.
+std::string OutputClaimName(std::string_view job_object_name);
+
 // The task name used in messages and log prefixes: "worker-2" ("master-0"),
 // or "trial 3 worker-2" for trials.
 std::string TaskName(const ReplicaKey& key, bool use_chief = false);

@@ -11,6 +11,7 @@
 #include "api/scale_tiers.h"
 #include "api/validation.h"
 #include "google/protobuf/util/message_differencer.h"
+#include "operator/core/output_storage.h"
 #include "operator/core/pytorch_env.h"
 #include "operator/tuner/search_space.h"
 
@@ -27,6 +28,7 @@ constexpr char kSucceeded[] = "Succeeded";
 constexpr char kFailed[] = "Failed";
 constexpr char kCancelled[] = "Cancelled";
 constexpr char kSuspended[] = "Suspended";
+constexpr char kOutputsEphemeral[] = "OutputsEphemeral";
 
 // Termination messages are the user's; keep status small.
 constexpr size_t kMaxMessageLength = 1024;
@@ -1272,6 +1274,54 @@ void ReconcileCancel(Context& c) {
   }
 }
 
+// ---- Outputs (output_storage.h) --------------------------------------------
+
+bool ClaimObserved(const Context& c, const std::string& name) {
+  return std::find(c.observed.claims.begin(), c.observed.claims.end(), name) !=
+         c.observed.claims.end();
+}
+
+// status.outputLocation, each trial's outputPath, OutputsEphemeral, and the
+// per-job claim while the job runs.
+void ReconcileOutputs(Context& c) {
+  v1::TrainingJobStatus& s = c.status();
+  const v1::OutputLocation location =
+      OutputLocationOf(c.job, c.options.replicas_have_own_filesystems);
+  if (location.path().empty()) {
+    s.clear_output_location();
+  } else {
+    *s.mutable_output_location() = location;
+  }
+  if (s.has_training_output()) {  // (mutable_ would add an empty one to a plain job)
+    for (v1::HyperparameterOutput& trial : *s.mutable_training_output()->mutable_trials()) {
+      if (trial.output_path().empty()) {
+        trial.set_output_path(TrialOutputPath(location, trial.trial_id()));
+      }
+    }
+  }
+  if (location.ephemeral()) {
+    const std::string message = EphemeralOutputsMessage(location);
+    if (SetCondition(&s, kOutputsEphemeral, true, "NoOutputStorage", message, c.now)) {
+      c.Emit(EmitEvent::Type::kWarning, kOutputsEphemeral, message);
+    }
+  } else {
+    SetCondition(&s, kOutputsEphemeral, false, "OutputStorage", "", c.now);
+  }
+  const std::string claim = NewOutputClaimName(c.job);
+  if (c.options.replicas_have_own_filesystems && !claim.empty() && !ClaimObserved(c, claim)) {
+    c.result.actions.push_back(CreateClaim{claim});
+  }
+}
+
+// A finished job's per-job claim goes when the spec asks for it.
+void DeleteFinishedOutputClaim(Context& c) {
+  const std::string claim = NewOutputClaimName(c.job);
+  if (!claim.empty() && c.job.spec().output_storage().new_claim().delete_when_finished() &&
+      ClaimObserved(c, claim)) {
+    c.result.actions.push_back(DeleteClaim{claim});
+  }
+}
+
 }  // namespace
 
 std::optional<int> TemplatePort(const v1::TrainingJob& job) {
@@ -1357,6 +1407,7 @@ ReconcileResult Reconcile(const v1::TrainingJob& job, const Observed& observed, 
     study = IsStudy(c.job) && s.training_output().is_hyperparameter_tuning_job();
     CleanUp(c, s.state() == v1::CANCELLED ? v1::RunPolicy::All : c.policy().clean_pod_policy(), "",
             false);
+    DeleteFinishedOutputClaim(c);
     ApplyTtl(c);
   } else if (std::vector<api::FieldError> errors = api::Validate(job); !errors.empty()) {
     c.job = Normalize(job);
@@ -1380,6 +1431,7 @@ ReconcileResult Reconcile(const v1::TrainingJob& job, const Observed& observed, 
     } else {
       ReconcileJob(c);
     }
+    ReconcileOutputs(c);  // after the study: its new trials get their folders
     if (!c.policy().suspend() && ConditionIsTrue(s, kSuspended)) {
       SetCondition(&s, kSuspended, false, "JobResumed", "runPolicy.suspend is false", now);
       c.Emit(EmitEvent::Type::kNormal, "Resumed", "the job was resumed; creating its replicas");
@@ -1388,6 +1440,7 @@ ReconcileResult Reconcile(const v1::TrainingJob& job, const Observed& observed, 
       c.result.requeue_after.reset();
       CleanUp(c, s.state() == v1::CANCELLED ? v1::RunPolicy::All : c.policy().clean_pod_policy(),
               "", false);
+      DeleteFinishedOutputClaim(c);
       ApplyTtl(c);
     } else {
       CheckDeadlines(c, /*enforce=*/false);  // wake-ups, including deadlines set in this pass
@@ -1399,7 +1452,8 @@ ReconcileResult Reconcile(const v1::TrainingJob& job, const Observed& observed, 
   // just being created cannot happen (creates only target missing slots).
   if (IsTerminal(s.state()) || s.state() == v1::CANCELLING) {
     std::erase_if(c.result.actions, [](const Action& a) {
-      return std::holds_alternative<CreateReplica>(a) || std::holds_alternative<CreateService>(a);
+      return std::holds_alternative<CreateReplica>(a) || std::holds_alternative<CreateService>(a) ||
+             std::holds_alternative<CreateClaim>(a);
     });
   }
   // One delete per object, whatever several rules asked.

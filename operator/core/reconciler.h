@@ -75,6 +75,15 @@ namespace kubetrain::core {
 // while it is true (condition Suspended); the state, trials and restartCount
 // stay; clearing it creates the replicas again. Deadlines keep counting.
 //
+// Outputs (output_storage.h): status.outputLocation says where jobDir is and
+// on what storage; each trial's outputPath is <path>/<trialId>. With
+// ReconcileOptions::replicas_have_own_filesystems (Kubernetes), a job whose
+// output folder is on no shared storage carries the condition
+// OutputsEphemeral (True, reason NoOutputStorage, a Warning event when it
+// appears), and a job with spec.outputStorage.newClaim gets its claim
+// (CreateClaim, before its replicas need it; DeleteClaim once finished when
+// deleteWhenFinished).
+//
 // Success: the master succeeds, or worker 0 when there is no master.
 // At the end cleanPodPolicy applies (default Running: replicas still pending
 // or running, e.g. ps, are deleted with their Services; All: every replica;
@@ -163,6 +172,9 @@ struct Observed {
   std::vector<v1::HyperparameterOutput> archived_trials;
   // Read only when the spec names resumePreviousJobId; backends fill it then.
   PreviousStudy previous_study;
+  // Names of the PersistentVolumeClaims the job owns (Kubernetes only): its
+  // per-job output claim once it exists.
+  std::vector<std::string> claims;
 };
 
 // ---- Actions. Carry them out in this order: store ArchiveTrials, write
@@ -201,8 +213,16 @@ struct EmitEvent {
 struct ArchiveTrial {
   v1::HyperparameterOutput trial;
 };
+// The per-job output claim of spec.outputStorage.newClaim (Kubernetes only;
+// rendered with kube_objects.h RenderOutputClaim). Created before replicas.
+struct CreateClaim {
+  std::string name;
+};
+struct DeleteClaim {
+  std::string name;
+};
 using Action = std::variant<CreateReplica, CreateService, DeleteReplica, DeleteService, EmitEvent,
-                            ArchiveTrial>;
+                            ArchiveTrial, CreateClaim, DeleteClaim>;
 
 struct ReconcileResult {
   std::vector<Action> actions;
@@ -248,6 +268,10 @@ struct ReconcileOptions {
   // The wait before the first recreation of a failed replica set; it doubles
   // with each further one, up to kRecreateBackoffMax.
   absl::Duration recreate_backoff_base = kRecreateBackoffBase;
+  // Every replica has a filesystem of its own that goes with it (Kubernetes
+  // pods): outputs need spec.outputStorage to survive, and without it the job
+  // is told so (OutputsEphemeral). False: replicas share one disk (local).
+  bool replicas_have_own_filesystems = false;
 };
 
 // One reconcile. `job` is the TrainingJob as stored (not defaulted: the

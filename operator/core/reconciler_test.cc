@@ -112,6 +112,12 @@ struct Harness {
         ASSERT_EQ(n, 1u) << "deleted a service that is not there: " << ds->name;
       } else if (auto* ar = std::get_if<ArchiveTrial>(&a)) {
         observed.archived_trials.push_back(ar->trial);
+      } else if (auto* cc = std::get_if<CreateClaim>(&a)) {
+        ASSERT_THAT(observed.claims, testing::Not(testing::Contains(cc->name)))
+            << "claim created twice";
+        observed.claims.push_back(cc->name);
+      } else if (auto* dc = std::get_if<DeleteClaim>(&a)) {
+        ASSERT_EQ(std::erase(observed.claims, dc->name), 1u) << "deleted a claim not there";
       }
     }
   }
@@ -202,6 +208,14 @@ std::vector<std::string> ServicesDeleted(const ReconcileResult& r) {
     if (auto* d = std::get_if<DeleteService>(&a)) names.push_back(d->name);
   }
   return names;
+}
+std::vector<std::string> ClaimActions(const ReconcileResult& r) {
+  std::vector<std::string> out;
+  for (const Action& a : r.actions) {
+    if (auto* c = std::get_if<CreateClaim>(&a)) out.push_back("create " + c->name);
+    if (auto* d = std::get_if<DeleteClaim>(&a)) out.push_back("delete " + d->name);
+  }
+  return out;
 }
 std::vector<std::string> EventReasons(const ReconcileResult& r) {
   std::vector<std::string> reasons;
@@ -681,6 +695,118 @@ TEST(ReconcileTest, ObjectStoreJobDirFailsTheJobNamingTheField) {
   h.Settle();
 }
 
+// ---- Outputs ---------------------------------------------------------------
+
+TEST(OutputsTest, OnKubernetesAJobDirOnNoSharedStorageIsAWarningOnce) {
+  v1::TrainingJob job = Job();
+  job.mutable_spec()->mutable_training_input()->set_job_dir("/out");
+  Harness h(job);
+  h.options.replicas_have_own_filesystems = true;
+  ReconcileResult r = h.Step();
+  const v1::Condition* c = h.Condition("OutputsEphemeral");
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(c->status(), "True");
+  EXPECT_EQ(c->reason(), "NoOutputStorage");
+  EXPECT_THAT(c->message(), HasSubstr("the output folder /out is inside each replica's container: "
+                                      "checkpoints, summaries and the exported model go with the "
+                                      "pods, a recreated replica starts again from step 0"));
+  EXPECT_THAT(c->message(), HasSubstr("spec.outputStorage"));
+  EXPECT_THAT(EventReasons(r), testing::Contains("OutputsEphemeral"));
+  for (const Action& a : r.actions) {
+    if (auto* e = std::get_if<EmitEvent>(&a); e && e->reason == "OutputsEphemeral") {
+      EXPECT_EQ(e->type, EmitEvent::Type::kWarning);
+      EXPECT_EQ(e->message, c->message());
+    }
+  }
+  EXPECT_TRUE(h.job.status().output_location().ephemeral());
+  EXPECT_EQ(h.job.status().output_location().path(), "/out");
+  h.RunAll();
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_THAT(EventReasons(h.Step()), testing::Not(testing::Contains("OutputsEphemeral")));
+  }
+  h.Settle();
+
+  // Naming a claim (a new generation of the spec) clears the condition.
+  h.job.mutable_spec()->mutable_output_storage()->set_claim_name("team-outputs");
+  h.job.mutable_metadata()->set_generation(2);
+  h.Settle();
+  EXPECT_EQ(h.Condition("OutputsEphemeral")->status(), "False");
+  EXPECT_EQ(h.job.status().output_location().claim_name(), "team-outputs");
+  EXPECT_FALSE(h.job.status().output_location().ephemeral());
+}
+
+TEST(OutputsTest, LocallyAndWithoutOutputsThereIsNoWarning) {
+  v1::TrainingJob job = Job();
+  job.mutable_spec()->mutable_training_input()->set_job_dir("/out");
+  Harness local(job);  // replicas share the machine's disk
+  ReconcileResult r = local.Step();
+  EXPECT_EQ(local.Condition("OutputsEphemeral"), nullptr);
+  EXPECT_EQ(local.job.status().output_location().path(), "/out");
+  EXPECT_FALSE(local.job.status().output_location().ephemeral());
+  EXPECT_THAT(ClaimActions(r), IsEmpty());
+
+  Harness nothing_kept(Job());  // no jobDir, no --output_path: nothing to lose
+  nothing_kept.options.replicas_have_own_filesystems = true;
+  nothing_kept.Step();
+  EXPECT_EQ(nothing_kept.Condition("OutputsEphemeral"), nullptr);
+  EXPECT_FALSE(nothing_kept.job.status().has_output_location());
+}
+
+TEST(OutputsTest, PerJobClaimIsAskedForOnceBeforeReplicasAndKeptAfterTheJob) {
+  v1::TrainingJob job = Job(1, 0);
+  job.mutable_spec()->mutable_training_input()->set_job_dir("/out");
+  job.mutable_spec()->mutable_output_storage()->mutable_new_claim()->set_size("10Gi");
+  Harness h(job);
+  h.options.replicas_have_own_filesystems = true;
+  ReconcileResult r = h.Step();
+  EXPECT_THAT(ClaimActions(r), ElementsAre("create mnist-output"));
+  EXPECT_THAT(Created(r), UnorderedElementsAre("mnist-master-0", "mnist-worker-0"));
+  EXPECT_EQ(h.job.status().output_location().claim_name(), "mnist-output");
+  EXPECT_EQ(h.Condition("OutputsEphemeral"), nullptr);
+  h.Settle();  // asked for once: it is observed now
+  h.RunAll();
+  h.Settle();
+  h.Exit("mnist-master-0", 0);
+  r = h.Step();
+  EXPECT_EQ(h.job.status().state(), v1::SUCCEEDED);
+  EXPECT_THAT(ClaimActions(r), IsEmpty());
+  h.Settle();
+  EXPECT_THAT(h.observed.claims, ElementsAre("mnist-output"));
+
+  // A running job whose claim went away (deleted by hand) asks for it again.
+  Harness again(job);
+  again.options.replicas_have_own_filesystems = true;
+  again.Settle();
+  again.observed.claims.clear();
+  EXPECT_THAT(ClaimActions(again.Reconcile()), ElementsAre("create mnist-output"));
+}
+
+TEST(OutputsTest, PerJobClaimIsDeletedWhenFinishedOnlyWhenAsked) {
+  v1::TrainingJob job = Job(1, 0);
+  job.mutable_spec()->mutable_training_input()->set_job_dir("/out");
+  job.mutable_spec()->mutable_output_storage()->mutable_new_claim()->set_size("10Gi");
+  job.mutable_spec()->mutable_output_storage()->mutable_new_claim()->set_delete_when_finished(true);
+  Harness h(job);
+  h.options.replicas_have_own_filesystems = true;
+  h.Settle();
+  h.RunAll();
+  h.Settle();
+  h.Exit("mnist-master-0", 1);
+  ReconcileResult r = h.Step();
+  EXPECT_EQ(h.job.status().state(), v1::FAILED);
+  EXPECT_THAT(ClaimActions(r), ElementsAre("delete mnist-output"));
+  h.Settle();
+  EXPECT_THAT(h.observed.claims, IsEmpty());
+
+  // Cancelled before anything was created: no claim is made at all.
+  v1::TrainingJob cancelled = job;
+  cancelled.mutable_spec()->set_cancel(true);
+  Harness c(cancelled);
+  c.options.replicas_have_own_filesystems = true;
+  c.Settle();
+  EXPECT_THAT(c.observed.claims, IsEmpty());
+}
+
 // ---- Deadlines -------------------------------------------------------------
 
 TEST(ReconcileTest, ActiveDeadlineFiresWithNoOtherEvent) {
@@ -910,6 +1036,17 @@ TEST(StudyTest, TrialsWriteToTheirOwnOutputFolder) {
   ASSERT_NE(m, nullptr);
   EXPECT_THAT(m->replica.args, ElementsAre("--output_path=/b/out", "--lr=0.1", "--x=1",
                                            "--output_path=/b/out/1", "--job-dir", "/out/1"));
+}
+
+TEST(OutputsTest, EveryTrialRecordsItsOutputFolder) {
+  Harness h(Study(3, 2));
+  h.options.replicas_have_own_filesystems = true;
+  ReconcileResult r = h.Reconcile();
+  ASSERT_EQ(r.status.training_output().trials_size(), 2);
+  EXPECT_EQ(r.status.training_output().trials(0).output_path(), "/out/1");
+  EXPECT_EQ(r.status.training_output().trials(1).output_path(), "/out/2");
+  // The folder the trial's replicas are told.
+  EXPECT_THAT(CreateOf(r, "mnist-t2-worker-0")->replica.args, testing::Contains("/out/2"));
 }
 
 TEST(StudyTest, ParallelismAndTotalCapsThenSortedBestFirst) {

@@ -22,6 +22,8 @@ inline const Resource kTrainingJobs{"apis/kubetrain.io/v1", "trainingjobs", "Tra
                                     "kubetrain.io/v1"};
 inline const Resource kPods{"api/v1", "pods", "Pod", "v1"};
 inline const Resource kServices{"api/v1", "services", "Service", "v1"};
+inline const Resource kPersistentVolumeClaims{"api/v1", "persistentvolumeclaims",
+                                              "PersistentVolumeClaim", "v1"};
 inline const Resource kEvents{"api/v1", "events", "Event", "v1"};
 inline const Resource kLeases{"apis/coordination.k8s.io/v1", "leases", "Lease",
                               "coordination.k8s.io/v1"};

@@ -149,6 +149,7 @@ Controller::Controller(ClusterClient* client, ControllerOptions options, StudySt
   };
   pods_ = replica_informer(kPods, "pods");
   services_ = replica_informer(kServices, "services");
+  claims_ = replica_informer(kPersistentVolumeClaims, "persistentvolumeclaims");
 }
 
 Controller::~Controller() { Stop(); }
@@ -167,8 +168,9 @@ bool Controller::Start(absl::Duration sync_timeout) {
   jobs_->Start();
   pods_->Start();
   services_->Start();
+  claims_->Start();
   absl::Time deadline = absl::Now() + sync_timeout;
-  for (Informer* informer : {pods_.get(), services_.get(), jobs_.get()}) {
+  for (Informer* informer : {pods_.get(), services_.get(), claims_.get(), jobs_.get()}) {
     if (!informer->WaitForSync(deadline - absl::Now())) return false;
   }
   for (int i = 0; i < options_.workers; ++i) {
@@ -194,6 +196,7 @@ void Controller::Stop() {
   jobs_->Stop();
   pods_->Stop();
   services_->Stop();
+  claims_->Stop();
 }
 
 void Controller::EnqueueByUid(const std::string& uid) {
@@ -384,6 +387,9 @@ absl::Status Controller::SyncJob(const std::string& key, bool* requeued) {
     auto parsed = core::ParseService(*service);
     if (parsed.ok()) observed.services.push_back(*std::move(parsed));
   }
+  for (const ObjectPtr& claim : Owned(claims_->cache(), *job_object)) {
+    observed.claims.push_back(MetaString(*claim, "name"));
+  }
   const std::string uid = job->metadata().uid();
   if (studies_ != nullptr) {
     observed.trial_metrics = studies_->TrialMetrics(uid);
@@ -414,6 +420,7 @@ absl::Status Controller::SyncJob(const std::string& key, bool* requeued) {
   }
   core::ReconcileOptions reconcile = options_.reconcile;
   reconcile.address = core::KubernetesAddresses(ns);
+  reconcile.replicas_have_own_filesystems = true;  // pods: outputs need shared storage
   core::ReconcileResult result = core::Reconcile(*job, observed, now, reconcile);
 
   // 1. Status first: a new trial must be on record before its pods exist.
@@ -445,6 +452,10 @@ absl::Status Controller::SyncJob(const std::string& key, bool* requeued) {
       create_names.push_back("pods/" + c->replica.name);
     } else if (auto* c = std::get_if<core::CreateService>(&action)) {
       create_names.push_back("services/" + c->replica.name);
+    } else if (auto* c = std::get_if<core::CreateClaim>(&action)) {
+      create_names.push_back("persistentvolumeclaims/" + c->name);
+    } else if (auto* d = std::get_if<core::DeleteClaim>(&action)) {
+      delete_names.push_back("persistentvolumeclaims/" + d->name);
     }
   }
   expectations_.ExpectDeletions(key, delete_names, now);
@@ -459,11 +470,19 @@ absl::Status Controller::SyncJob(const std::string& key, bool* requeued) {
     } else if (auto* d = std::get_if<core::DeleteService>(&action)) {
       resource = &kServices;
       name = d->name;
+    } else if (auto* d = std::get_if<core::DeleteClaim>(&action)) {
+      resource = &kPersistentVolumeClaims;
+      name = d->name;
     } else {
       continue;
     }
     absl::Status status = client_->Delete(*resource, ns, name);
     if (status.ok() && resource == &kPods) deleted_pods.push_back(name);
+    if (status.ok() && resource == &kPersistentVolumeClaims) {
+      recorder_.Record(written_job, EventRecorder::Type::kNormal, "SuccessfulDelete",
+                       absl::StrCat("Deleted output claim ", name,
+                                    " (spec.outputStorage.newClaim.deleteWhenFinished)"));
+    }
     if (!status.ok()) {
       // Nothing will be observed for a failed call; NotFound is done already.
       expectations_.DeletionObserved(key, absl::StrCat(resource->plural, "/", name));
@@ -474,30 +493,48 @@ absl::Status Controller::SyncJob(const std::string& key, bool* requeued) {
   expectations_.ExpectCreations(key, create_names, now);
   std::vector<std::string> created_pods;
   bool stop_creating = false;
+  // The output claim first: the pods mount it.
+  std::vector<const core::Action*> creates;
   for (const core::Action& action : result.actions) {
+    if (std::holds_alternative<core::CreateClaim>(action)) creates.push_back(&action);
+  }
+  for (const core::Action& action : result.actions) {
+    if (!std::holds_alternative<core::CreateClaim>(action)) creates.push_back(&action);
+  }
+  for (const core::Action* action : creates) {
     const Resource* resource;
     std::string name;
-    const core::DesiredReplica* replica;
-    if (auto* c = std::get_if<core::CreateReplica>(&action)) {
+    const core::DesiredReplica* replica = nullptr;
+    if (auto* c = std::get_if<core::CreateReplica>(action)) {
       resource = &kPods;
       replica = &c->replica;
-    } else if (auto* c = std::get_if<core::CreateService>(&action)) {
+      name = replica->name;
+    } else if (auto* c = std::get_if<core::CreateService>(action)) {
       resource = &kServices;
       replica = &c->replica;
+      name = replica->name;
+    } else if (auto* c = std::get_if<core::CreateClaim>(action)) {
+      resource = &kPersistentVolumeClaims;
+      name = c->name;
     } else {
       continue;
     }
-    name = replica->name;
     std::string expectation = absl::StrCat(resource->plural, "/", name);
     if (stop_creating) {
       expectations_.CreationObserved(key, expectation);  // not attempted
       continue;
     }
-    json object = resource == &kPods ? core::RenderPod(*job, ns, *replica)
-                                     : core::RenderService(*job, ns, *replica);
+    json object = resource == &kPods       ? core::RenderPod(*job, ns, *replica)
+                  : resource == &kServices ? core::RenderService(*job, ns, *replica)
+                                           : core::RenderOutputClaim(*job, ns);
     auto created = client_->Create(*resource, ns, object);
     if (created.ok()) {
       if (resource == &kPods) created_pods.push_back(name);
+      if (resource == &kPersistentVolumeClaims) {
+        recorder_.Record(written_job, EventRecorder::Type::kNormal, "SuccessfulCreate",
+                         absl::StrCat("Created output claim ", name, ", mounted at ",
+                                      job->spec().training_input().job_dir()));
+      }
       continue;
     }
     expectations_.CreationObserved(key, expectation);

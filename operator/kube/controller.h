@@ -37,7 +37,8 @@ struct ControllerOptions {
 };
 
 // The Kubernetes controller for TrainingJobs: informers (jobs; the operator's
-// own pods and services, selected by label) feed a work queue of job keys;
+// own pods, services and output claims, selected by label) feed a work queue
+// of job keys;
 // workers run one idempotent SyncJob(key) each:
 //
 //  1. read the job and its pods/services from the caches (pods and services
@@ -47,7 +48,8 @@ struct ControllerOptions {
 //  3. core::Reconcile(job, observed, now);
 //  4. act in the core's order: status (status subresource, only when changed;
 //     409 Conflict -> re-read the job, reconcile again, write once more), then
-//     deletes, then creates (AlreadyExists / NotFound are success; creates
+//     deletes, then creates, the output claim before pods (AlreadyExists /
+//     NotFound are success; creates
 //     stop at the first other failure, so a quota error costs one call), events,
 //     archived trials, the job's own deletion;
 //  5. requeue after the core's requeue_after; a failed sync is requeued with
@@ -100,7 +102,7 @@ class Controller {
   EventRecorder recorder_;
   Expectations expectations_;
   WorkQueue queue_;
-  std::unique_ptr<Informer> jobs_, pods_, services_;
+  std::unique_ptr<Informer> jobs_, pods_, services_, claims_;
   std::vector<std::thread> workers_;
   std::thread state_metrics_thread_;
   absl::Notification stopping_;

@@ -264,6 +264,162 @@ TEST_F(ControllerTest, ResumedStudyReadsTheEarlierJobAndItsArchivedTrials) {
   controller.Stop();
 }
 
+// ---- Outputs on shared storage (operator/core/output_storage.h) ----------
+
+bool HasEvent(FakeApiServer& server, const std::string& job, const std::string& type,
+              const std::string& reason, int* count = nullptr) {
+  int n = 0;
+  for (const json& e : server.List("events", "ns1")) {
+    if (e["involvedObject"]["name"] == job && e["type"] == type && e["reason"] == reason) ++n;
+  }
+  if (count != nullptr) *count = n;
+  return n > 0;
+}
+
+// Every pod of every trial, in every role, mounts the named claim at jobDir
+// and is told its trial's folder under it.
+TEST_F(ControllerTest, OutputClaimIsMountedInEveryRoleOfEveryTrial) {
+  controller_->Stop();  // a study needs a tuner: this test drives its own controller
+  json job = TuningJobObject("study", 2, 2);
+  job["spec"]["trainingInput"].update({{"scaleTier", "CUSTOM"},
+                                       {"masterType", "standard"},
+                                       {"workerType", "standard"},
+                                       {"workerCount", 1},
+                                       {"evaluatorCount", 1},
+                                       {"jobDir", "/outputs"}});
+  job["spec"]["outputStorage"] = {{"claimName", "team-outputs"}, {"subPath", "study"}};
+  ASSERT_TRUE(server_->Create("trainingjobs", "ns1", job).ok());
+  ControllerOptions options;
+  options.ns = "ns1";
+  options.workers = 2;
+  options.reconcile.tuner_factory = tuner::Tuner::Create;
+  Controller controller(client_.get(), options, &studies_);
+  ASSERT_TRUE(controller.Start(absl::Seconds(30)));
+  ASSERT_TRUE(server_->WaitUntil([&] { return server_->Count("pods") == 6; }));
+  std::set<std::string> seen;  // "<trial>/<role>"
+  for (const json& pod : server_->List("pods", "ns1")) {
+    const json& labels = pod["metadata"]["labels"];
+    const std::string trial = labels["kubetrain.io/trial-id"];
+    seen.insert(trial + "/" + labels["kubetrain.io/replica-type"].get<std::string>());
+    EXPECT_EQ(pod["spec"]["volumes"], json::parse(R"([{"name": "kubetrain-output",
+        "persistentVolumeClaim": {"claimName": "team-outputs"}}])"))
+        << pod["metadata"]["name"];
+    const json& container = pod["spec"]["containers"][0];
+    EXPECT_EQ(container["volumeMounts"], json::parse(R"([{"name": "kubetrain-output",
+        "mountPath": "/outputs", "subPath": "study"}])"))
+        << pod["metadata"]["name"];
+    const std::vector<std::string> args = container["args"];
+    ASSERT_GE(args.size(), 2u);
+    EXPECT_EQ(args[args.size() - 2], "--job-dir");
+    EXPECT_EQ(args.back(), "/outputs/" + trial);
+  }
+  EXPECT_EQ(seen, (std::set<std::string>{"1/master", "1/worker", "1/evaluator", "2/master",
+                                         "2/worker", "2/evaluator"}));
+  ASSERT_TRUE(server_->WaitUntil([&] {
+    const json status = JobObject("study").value("status", json::object());
+    return status.contains("trainingOutput") && status["trainingOutput"]["trials"].size() == 2 &&
+           status["trainingOutput"]["trials"][1].value("outputPath", "") == "/outputs/2";
+  })) << JobObject("study")["status"];
+  const json status = JobObject("study")["status"];
+  EXPECT_EQ(status["outputLocation"], json::parse(R"({"path": "/outputs",
+      "claimName": "team-outputs", "subPath": "study"})"));
+  EXPECT_EQ(status["trainingOutput"]["trials"][0]["outputPath"], "/outputs/1");
+  EXPECT_FALSE(HasEvent(*server_, "study", "Warning", "OutputsEphemeral"));
+  EXPECT_EQ(server_->Count("persistentvolumeclaims"), 0u);  // named, not made
+  controller.Stop();
+}
+
+TEST_F(ControllerTest, JobDirOnNoSharedStorageGetsAWarningConditionAndOneEvent) {
+  json job = StandardJob("scratch");
+  job["spec"]["trainingInput"]["jobDir"] = "/outputs";
+  ASSERT_TRUE(server_->Create("trainingjobs", "ns1", job).ok());
+  ASSERT_TRUE(server_->WaitUntil([&] { return server_->Count("pods") == 8; }));
+  ASSERT_TRUE(server_->WaitUntil(
+      [&] { return HasEvent(*server_, "scratch", "Warning", "OutputsEphemeral"); }));
+  json condition;
+  const json status = JobObject("scratch")["status"];
+  for (const json& c : status["conditions"]) {
+    if (c["type"] == "OutputsEphemeral") condition = c;
+  }
+  ASSERT_TRUE(condition.is_object()) << JobObject("scratch")["status"];
+  EXPECT_EQ(condition["status"], "True");
+  EXPECT_EQ(condition["reason"], "NoOutputStorage");
+  EXPECT_NE(condition["message"].get<std::string>().find("/outputs is inside each replica's "
+                                                         "container"),
+            std::string::npos);
+  EXPECT_EQ(JobObject("scratch")["status"]["outputLocation"]["ephemeral"], true);
+  // The pods mount nothing.
+  for (const json& pod : server_->List("pods", "ns1")) {
+    EXPECT_FALSE(pod["spec"]["containers"][0].contains("volumeMounts")) << pod["metadata"]["name"];
+  }
+  // Running, then done: still one warning.
+  for (const std::string& name : Names("pods")) {
+    ASSERT_TRUE(
+        server_->MergePatch("pods", "ns1", name, {{"status", {{"phase", "Running"}}}}, "status")
+            .ok());
+  }
+  ASSERT_TRUE(WaitForState("scratch", "RUNNING"));
+  ASSERT_TRUE(server_
+                  ->MergePatch("pods", "ns1", "scratch-master-0",
+                               TerminatedPodStatus("Succeeded", 0), "status")
+                  .ok());
+  ASSERT_TRUE(WaitForState("scratch", "SUCCEEDED"));
+  int warnings = 0;
+  HasEvent(*server_, "scratch", "Warning", "OutputsEphemeral", &warnings);
+  EXPECT_EQ(warnings, 1);
+}
+
+TEST_F(ControllerTest, PerJobClaimIsCreatedOwnedByTheJobKeptAfterItAndGoesWithIt) {
+  json job = StandardJob("claimed");
+  job["spec"]["trainingInput"]["jobDir"] = "/outputs";
+  job["spec"]["outputStorage"] = {{"newClaim", {{"size", "5Gi"}, {"storageClassName", "nfs"}}}};
+  auto created = server_->Create("trainingjobs", "ns1", job);
+  ASSERT_TRUE(created.ok());
+  ASSERT_TRUE(server_->WaitUntil([&] {
+    return server_->Get("persistentvolumeclaims", "ns1", "claimed-output").ok() &&
+           server_->Count("pods") == 8;
+  }));
+  const json claim = *server_->Get("persistentvolumeclaims", "ns1", "claimed-output");
+  const json& owner = claim["metadata"]["ownerReferences"][0];
+  EXPECT_EQ(owner["kind"], "TrainingJob");
+  EXPECT_EQ(owner["name"], "claimed");
+  EXPECT_EQ(owner["uid"], (*created)["metadata"]["uid"]);
+  EXPECT_EQ(owner["controller"], true);
+  EXPECT_EQ(claim["metadata"]["labels"]["kubetrain.io/job-name"], "claimed");
+  EXPECT_EQ(claim["spec"], json::parse(R"({"accessModes": ["ReadWriteMany"],
+      "resources": {"requests": {"storage": "5Gi"}}, "storageClassName": "nfs"})"));
+  for (const json& pod : server_->List("pods", "ns1")) {
+    EXPECT_EQ(pod["spec"]["volumes"][0]["persistentVolumeClaim"]["claimName"], "claimed-output");
+  }
+  EXPECT_TRUE(server_->WaitUntil([&] {
+    for (const json& e : server_->List("events", "ns1")) {
+      if (e["reason"] == "SuccessfulCreate" &&
+          e["message"] == "Created output claim claimed-output, mounted at /outputs") {
+        return true;
+      }
+    }
+    return false;
+  }));
+  ASSERT_TRUE(server_->WaitUntil([&] {
+    return JobObject("claimed")["status"].value("outputLocation", json::object()) ==
+           json({{"path", "/outputs"}, {"claimName", "claimed-output"}});
+  })) << JobObject("claimed")["status"];
+
+  // The job ends: the claim stays, with what the replicas wrote.
+  ASSERT_TRUE(server_
+                  ->MergePatch("pods", "ns1", "claimed-master-0",
+                               TerminatedPodStatus("Succeeded", 0), "status")
+                  .ok());
+  ASSERT_TRUE(WaitForState("claimed", "SUCCEEDED"));
+  ASSERT_TRUE(server_->WaitUntil([&] { return server_->Count("pods") == 1; }));
+  EXPECT_TRUE(server_->Get("persistentvolumeclaims", "ns1", "claimed-output").ok());
+  EXPECT_EQ(server_->RequestCounts()["create persistentvolumeclaims"], 1);
+  EXPECT_EQ(server_->RequestCounts()["delete persistentvolumeclaims"], 0);
+  // Deleting the job takes its claim with it (the garbage collector).
+  ASSERT_TRUE(server_->Delete("trainingjobs", "ns1", "claimed").ok());
+  EXPECT_EQ(server_->Count("persistentvolumeclaims"), 0u);
+}
+
 TEST(JobFromObjectTest, IgnoresServerFieldsAndRejectsWrongTypes) {
   json object = StandardJob("x");
   object["metadata"]["uid"] = "u-1";

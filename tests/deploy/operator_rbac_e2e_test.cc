@@ -78,12 +78,14 @@ TEST(OperatorRbacE2eTest, EveryRequestOfAJobsLifeIsGranted) {
       absl::Seconds(60)))
       << op.Log();
 
-  // A STANDARD_1 job that succeeds and is then deleted by its TTL.
+  // A STANDARD_1 job with an output claim of its own that succeeds, has its
+  // claim deleted, and is then deleted by its TTL.
   json job = {{"apiVersion", "kubetrain.io/v1"},
               {"kind", "TrainingJob"},
               {"metadata", {{"name", "rbac"}}},
               {"spec",
-               {{"trainingInput", {{"scaleTier", "STANDARD_1"}}},
+               {{"trainingInput", {{"scaleTier", "STANDARD_1"}, {"jobDir", "/outputs"}}},
+                {"outputStorage", {{"newClaim", {{"size", "1Gi"}, {"deleteWhenFinished", true}}}}},
                 {"runPolicy",
                  {{"restartPolicy", "Never"},
                   {"cleanPodPolicy", "Running"},
@@ -139,6 +141,8 @@ TEST(OperatorRbacE2eTest, EveryRequestOfAJobsLifeIsGranted) {
   // The run went through the paths that matter.
   for (const Permission& p : std::vector<Permission>{{"create", "/pods"},
                                                      {"create", "/services"},
+                                                     {"create", "/persistentvolumeclaims"},
+                                                     {"delete", "/persistentvolumeclaims"},
                                                      {"watch", "/pods"},
                                                      {"update", "kubetrain.io/trainingjobs/status"},
                                                      {"delete", "kubetrain.io/trainingjobs"},

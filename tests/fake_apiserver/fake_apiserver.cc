@@ -47,6 +47,7 @@ constexpr ResourceInfo kResources[] = {
     {"trainingjobs", "kubetrain.io/v1", "TrainingJob", true},
     {"pods", "v1", "Pod", true},
     {"services", "v1", "Service", false},
+    {"persistentvolumeclaims", "v1", "PersistentVolumeClaim", true},
     {"events", "v1", "Event", false},
     {"leases", "coordination.k8s.io/v1", "Lease", false},
 };
@@ -600,7 +601,9 @@ class FakeApiServer::Impl {
     md["creationTimestamp"] = Rfc3339(absl::Now());
     md["generation"] = 1;
     md["resourceVersion"] = std::to_string(rv_);
-    if (absl::string_view(res.plural) == "pods") {
+    if (absl::string_view(res.plural) == "pods" ||
+        absl::string_view(res.plural) == "persistentvolumeclaims") {
+      // As the real server: a pod waits to be scheduled, a claim to be bound.
       obj["status"] = {{"phase", "Pending"}};
     } else if (res.has_status) {
       obj.erase("status");

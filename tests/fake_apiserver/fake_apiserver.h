@@ -23,6 +23,7 @@ namespace kubetrain::fake_apiserver {
 //   /apis/kubetrain.io/v1/namespaces/NS/trainingjobs[/NAME[/status]]
 //   /api/v1/namespaces/NS/pods[/NAME[/status]]
 //   /api/v1/namespaces/NS/services[/NAME]
+//   /api/v1/namespaces/NS/persistentvolumeclaims[/NAME[/status]]
 //   /api/v1/namespaces/NS/events[/NAME]
 //   /apis/coordination.k8s.io/v1/namespaces/NS/leases[/NAME]
 // and the all-namespace collections (/api/v1/pods, /apis/kubetrain.io/v1/trainingjobs, ...).
@@ -39,9 +40,11 @@ namespace kubetrain::fake_apiserver {
 //    generation, resourceVersion are set by the server;
 //  - create of an existing name -> 409 with a Status of reason AlreadyExists;
 //    update/patch carrying a stale metadata.resourceVersion -> 409 reason Conflict;
-//  - on trainingjobs and pods, writes to the main resource ignore `status` and
-//    writes to /status ignore everything but `status`; generation increases
-//    when the spec changes; a created pod starts in phase Pending;
+//  - on trainingjobs, pods and persistentvolumeclaims, writes to the main
+//    resource ignore `status` and writes to /status ignore everything but
+//    `status`; generation increases when the spec changes; a created pod or
+//    claim starts in phase Pending (no scheduler or provisioner moves it on:
+//    tests patch the status);
 //  - watch events are newline-delimited JSON {type, object} in a chunked
 //    response; a watch from a resourceVersion older than the compacted history
 //    gets HTTP 200 with one ERROR event carrying a 410 Status (as the real
@@ -61,7 +64,8 @@ namespace kubetrain::fake_apiserver {
 // Not implemented (on purpose; documented so tests do not rely on it):
 //  - authentication other than one bearer token, authorization, TLS, admission, schema validation
 //  of spec
-//    fields, defaulting other than pod phase;
+//    fields (a claim's spec is not checked, nor made immutable), defaulting
+//    other than pod and claim phase, the kubernetes.io/pvc-protection finalizer;
 //  - strategic-merge-patch, JSON patch, server-side apply, dryRun;
 //  - graceful deletion: DELETE removes the object at once (no
 //    deletionTimestamp, no finalizers). Owner-referenced dependents in the same

@@ -468,5 +468,46 @@ TEST_F(FakeApiServerTest, LeasesLiveInTheCoordinationGroup) {
   EXPECT_EQ(Call(http::methods::POST, "/api/v1/namespaces/ns1/leases", lease).code, 404);
 }
 
+TEST_F(FakeApiServerTest, ClaimsStartPendingKeepStatusApartAndGoWithTheirOwner) {
+  json job = {{"metadata", {{"name", "j1"}}}, {"spec", json::object()}};
+  json owner =
+      Call(http::methods::POST, "/apis/kubetrain.io/v1/namespaces/ns1/trainingjobs", job).body;
+  json claim = {
+      {"apiVersion", "v1"},
+      {"kind", "PersistentVolumeClaim"},
+      {"metadata",
+       {{"name", "j1-output"},
+        {"labels", {{"kubetrain.io/job-name", "j1"}}},
+        {"ownerReferences",
+         {{{"apiVersion", "kubetrain.io/v1"},
+           {"kind", "TrainingJob"},
+           {"name", "j1"},
+           {"uid", owner["metadata"]["uid"]},
+           {"controller", true}}}}}},
+      {"spec",
+       {{"accessModes", {"ReadWriteMany"}}, {"resources", {{"requests", {{"storage", "1Gi"}}}}}}},
+      {"status", {{"phase", "Bound"}}}};
+  Response created =
+      Call(http::methods::POST, "/api/v1/namespaces/ns1/persistentvolumeclaims", claim);
+  ASSERT_EQ(created.code, 201) << created.body;
+  EXPECT_EQ(created.body["status"]["phase"], "Pending");  // not what the client sent
+  EXPECT_EQ(created.body["kind"], "PersistentVolumeClaim");
+  EXPECT_EQ(Call(http::methods::POST, "/api/v1/namespaces/ns1/persistentvolumeclaims", claim).code,
+            409);
+  Response bound =
+      Call(http::methods::PATCH, "/api/v1/namespaces/ns1/persistentvolumeclaims/j1-output/status",
+           {{"status", {{"phase", "Bound"}}}}, "application/merge-patch+json");
+  ASSERT_EQ(bound.code, 200) << bound.body;
+  EXPECT_EQ(bound.body["status"]["phase"], "Bound");
+  Response listed = Call(
+      http::methods::GET,
+      "/api/v1/namespaces/ns1/persistentvolumeclaims?labelSelector=kubetrain.io%2Fjob-name%3Dj1");
+  ASSERT_EQ(listed.code, 200);
+  ASSERT_EQ(listed.body["items"].size(), 1u);
+  EXPECT_EQ(Call(http::methods::DEL, "/apis/kubetrain.io/v1/namespaces/ns1/trainingjobs/j1").code,
+            200);
+  EXPECT_EQ(server_->Count("persistentvolumeclaims"), 0u);
+}
+
 }  // namespace
 }  // namespace kubetrain::fake_apiserver

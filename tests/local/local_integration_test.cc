@@ -341,5 +341,105 @@ TEST_F(LocalBackendTest, CloudMlConfigOfTheReferenceIsAccepted) {
   EXPECT_THAT(r.out, HasSubstr("Job [cloudml_job] ended SUCCEEDED"));
 }
 
+// The step of the latest checkpoint in `dir`, from the index the trainer
+// writes ("model_checkpoint_path: \"model.ckpt-200\""); -1 when none.
+int64_t LatestCheckpointStep(const std::string& dir) {
+  const std::string index = ReadFile(dir + "/checkpoint");
+  const std::string key = "model_checkpoint_path: \"model.ckpt-";
+  const size_t at = index.find(key);
+  if (at == std::string::npos) return -1;
+  int64_t step = -1;
+  const size_t start = at + key.size();
+  return absl::SimpleAtoi(index.substr(start, index.find('"', start) - start), &step) ? step : -1;
+}
+
+// The pids whose parent is `parent` (from /proc).
+std::vector<int> ChildrenOf(int parent) {
+  std::vector<int> children;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    int pid = 0;
+    if (!absl::SimpleAtoi(entry.path().filename().string(), &pid)) continue;
+    // "pid (comm) state ppid ...": comm may hold spaces; ppid follows the last ')'.
+    const std::string stat = ReadFile(entry.path().string() + "/stat");
+    const size_t close = stat.rfind(')');
+    if (close == std::string::npos) continue;
+    std::vector<std::string> fields = absl::StrSplit(stat.substr(close + 2), ' ');
+    int ppid = 0;
+    if (fields.size() > 1 && absl::SimpleAtoi(fields[1], &ppid) && ppid == parent) {
+      children.push_back(pid);
+    }
+  }
+  return children;
+}
+
+// The real kubetrain-runtime under the ExitCode policy: the master is killed
+// mid-training (SIGKILL, exit 137: retryable), the controller recreates it,
+// and the new process restores the last checkpoint from jobDir and trains on
+// from there to the end.
+TEST_F(LocalBackendTest, ReplicaRecreatedMidTrainingResumesAtTheLastCheckpoint) {
+#ifndef KUBETRAIN_RUNTIME_BINARY
+  GTEST_SKIP() << "this build has no kubetrain-runtime";
+#else
+  const std::string data = work_.path() + "/train.csv";
+  {
+    std::ofstream out(data);
+    for (int i = 0; i < 1024; ++i) {
+      const int label = i % 2;
+      out << (label ? 1.0 : -1.0) + 0.001 * (i % 97) << "," << 0.002 * (i % 89) << "," << label
+          << "\n";
+    }
+  }
+  const std::string job_dir = work_.path() + "/out";
+  constexpr int64_t kMaxSteps = 2000;
+  // Steps big enough (2x256x256 per example, 256 a batch) that training
+  // takes seconds, not milliseconds: there is time to kill it in the middle.
+  const std::string manifest = WriteConfig(
+      "resume.yaml",
+      absl::StrCat("apiVersion: kubetrain.io/v1\nkind: TrainingJob\nmetadata: {name: resume_job}\n"
+                   "spec:\n  trainingInput:\n    scaleTier: BASIC\n    jobDir: ",
+                   job_dir, "\n    args: [--train_data_paths=", data, ", --max_steps=", kMaxSteps,
+                   ", --save_checkpoints_steps=100, --batch_size=256, --hidden1=256, "
+                   "--hidden2=256, --threads=1, --seed=5, --eval_every_secs=0]\n"
+                   "  runPolicy: {restartPolicy: ExitCode, backoffLimit: 2}\n"));
+  const std::string runtime = absl::StrCat("KUBETRAIN_RUNTIME=", Quote(KUBETRAIN_RUNTIME_BINARY));
+  RunResult r = Kubetrain(
+      {"jobs", "submit", "training", "resume_job", "--local", "--config", manifest}, runtime);
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  ASSERT_TRUE(WaitFor([&] { return LatestCheckpointStep(job_dir) >= 200; }))
+      << ReadFile(home_.path() + "/controller.log");
+
+  // The master's process: the child of its supervisor.
+  auto store = JobStore::Open(home_.path() + "/jobs.db");
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto replicas = (*store)->ListReplicas("resume_job");
+  ASSERT_TRUE(replicas.ok()) << replicas.status();
+  ASSERT_EQ(replicas->size(), 1u);
+  const std::vector<int> trainer = ChildrenOf((*replicas)[0].pid);
+  ASSERT_EQ(trainer.size(), 1u);
+  ASSERT_EQ(kill(trainer[0], SIGKILL), 0);
+  ASSERT_TRUE(WaitFor([&] { return !ProcessAlive(trainer[0], 0); }));
+  // Nothing writes there now: this is the checkpoint to resume from.
+  const int64_t last = LatestCheckpointStep(job_dir);
+  ASSERT_GE(last, 200);
+  ASSERT_LT(last, kMaxSteps) << "training ended before it was killed";
+  RecordProperty("resumed_from_step", static_cast<int>(last));
+
+  ASSERT_TRUE(WaitFor([&] { return Finished("resume_job"); }))
+      << ReadFile(home_.path() + "/controller.log");
+  v1::TrainingJob job = Job("resume_job");
+  EXPECT_EQ(job.status().state(), v1::SUCCEEDED) << job.status().error_message();
+  EXPECT_EQ(job.status().restart_count(), 1);
+  EXPECT_EQ(job.status().output_location().path(), job_dir);
+  RunResult logs = Kubetrain({"jobs", "stream-logs", "resume_job", "--local"}, "timeout 120");
+  EXPECT_EQ(logs.code, 0) << logs.err;
+  EXPECT_THAT(logs.out,
+              HasSubstr(absl::StrCat("Restored checkpoint at step ", last, " from ", job_dir)));
+  EXPECT_THAT(logs.out, HasSubstr(absl::StrCat("Final metrics after ", kMaxSteps, " steps")));
+  EXPECT_EQ(LatestCheckpointStep(job_dir), kMaxSteps);
+  RunResult describe = Kubetrain({"jobs", "describe", "resume_job", "--local"});
+  EXPECT_THAT(describe.out, HasSubstr(absl::StrCat("outputLocation:\n  path: ", job_dir)));
+#endif
+}
+
 }  // namespace
 }  // namespace kubetrain::local

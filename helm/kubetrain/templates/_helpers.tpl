@@ -45,7 +45,7 @@ deploy/rbac/cluster/cluster_role.yaml (tests/deploy checks both).
   resources: ["trainingjobs/finalizers"]
   verbs: ["update"]
 - apiGroups: [""]
-  resources: ["pods", "services"]
+  resources: ["pods", "services", "persistentvolumeclaims"]
   verbs: ["list", "watch", "create", "delete"]
 - apiGroups: [""]
   resources: ["events"]

@@ -1,0 +1,305 @@
+// A replica recreated on Kubernetes resumes from the job's output claim.
+//
+// The operator's controller (in this process) runs against the fake API
+// server; a stand-in for the kubelet runs each pod as the operator rendered
+// it: the training container's command, args and environment, with the
+// claim's volume backed by a host folder at the pod's mount path. So the real
+// kubetrain-runtime trains as the master and as the evaluator, the master is
+// killed in the middle (exit 137, retryable under the ExitCode policy), the
+// pod the operator creates in its place restores the last checkpoint from
+// the claim, and the evaluator, in a pod of its own, reads the master's
+// checkpoints there.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "operator/kube/controller.h"
+#include "operator/kube/test_objects.h"
+#include "tests/fake_apiserver/fake_apiserver.h"
+
+namespace kubetrain::testing {
+namespace {
+
+namespace fs = std::filesystem;
+using fake_apiserver::FakeApiServer;
+using fake_apiserver::PollUntil;
+using nlohmann::json;
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// The step of the latest checkpoint in `dir`, from the trainer's index
+// ("model_checkpoint_path: \"model.ckpt-200\""); -1 when there is none.
+int64_t LatestCheckpointStep(const std::string& dir) {
+  const std::string index = ReadFile(dir + "/checkpoint");
+  const std::string key = "model_checkpoint_path: \"model.ckpt-";
+  const size_t at = index.find(key);
+  if (at == std::string::npos) return -1;
+  const size_t start = at + key.size();
+  int64_t step = -1;
+  return absl::SimpleAtoi(index.substr(start, index.find('"', start) - start), &step) ? step : -1;
+}
+
+// What a kubelet would run for a pod: its training container as a process.
+// Volumes backed by claims in `claim_folders` are "mounted" by rewriting the
+// mount path to the claim's host folder (plus subPath) in every argument and
+// environment value; any other volume is an error, as nothing backs it.
+class StandInKubelet {
+ public:
+  explicit StandInKubelet(std::map<std::string, std::string> claim_folders)
+      : claim_folders_(std::move(claim_folders)) {}
+
+  // Starts the pod's container; its output goes to `log`. Returns the pid,
+  // or -1 (with a test failure) when the pod cannot be run.
+  pid_t Start(const json& pod, const std::string& log, const std::string& working_dir) {
+    std::vector<std::pair<std::string, std::string>> mounts;  // mount path -> host folder
+    const json& container = pod["spec"]["containers"][0];
+    for (const json& mount : container.value("volumeMounts", json::array())) {
+      std::string claim;
+      for (const json& volume : pod["spec"].value("volumes", json::array())) {
+        if (volume["name"] == mount["name"] && volume.contains("persistentVolumeClaim")) {
+          claim = volume["persistentVolumeClaim"]["claimName"];
+        }
+      }
+      auto folder = claim_folders_.find(claim);
+      if (folder == claim_folders_.end()) {
+        ADD_FAILURE() << "nothing backs volume " << mount["name"] << " of "
+                      << pod["metadata"]["name"];
+        return -1;
+      }
+      std::string host = folder->second;
+      if (mount.contains("subPath")) host += "/" + mount["subPath"].get<std::string>();
+      fs::create_directories(host);  // the kubelet makes a missing subPath
+      mounts.emplace_back(mount["mountPath"], host);
+    }
+    auto rewrite = [&](std::string value) {
+      for (const auto& [path, host] : mounts) {
+        for (size_t at = value.find(path); at != std::string::npos; at = value.find(path, at)) {
+          const size_t end = at + path.size();
+          const bool starts_path = at == 0 || value[at - 1] == '=' || value[at - 1] == ',';
+          const bool ends_path = end == value.size() || value[end] == '/' || value[end] == ',';
+          if (starts_path && ends_path) {
+            value.replace(at, path.size(), host);
+            at += host.size();
+          } else {
+            at = end;
+          }
+        }
+      }
+      return value;
+    };
+    std::vector<std::string> argv;
+    for (const json& part : container["command"]) argv.push_back(part);
+    for (const json& part : container["args"]) argv.push_back(rewrite(part));
+    // The image's kubetrain-runtime is the one under test.
+    if (!argv.empty() && argv[0] == "kubetrain-runtime") argv[0] = KUBETRAIN_RUNTIME_BINARY;
+    std::vector<std::string> env = {"PATH=/usr/bin:/bin", "OPENBLAS_NUM_THREADS=1"};
+    if (const char* core = std::getenv("OPENBLAS_CORETYPE")) {
+      env.push_back(absl::StrCat("OPENBLAS_CORETYPE=", core));
+    }
+    for (const json& var : container.value("env", json::array())) {
+      env.push_back(
+          absl::StrCat(var["name"].get<std::string>(), "=", rewrite(var.value("value", ""))));
+    }
+    const pid_t pid = fork();
+    if (pid == 0) {
+      std::vector<char*> argp, envp;
+      for (std::string& a : argv) argp.push_back(a.data());
+      argp.push_back(nullptr);
+      for (std::string& e : env) envp.push_back(e.data());
+      envp.push_back(nullptr);
+      if (chdir(working_dir.c_str()) != 0) _exit(126);
+      FILE* out = freopen(log.c_str(), "w", stdout);
+      if (out == nullptr || dup2(STDOUT_FILENO, STDERR_FILENO) < 0) _exit(126);
+      execve(argp[0], argp.data(), envp.data());
+      _exit(127);
+    }
+    return pid;
+  }
+
+ private:
+  std::map<std::string, std::string> claim_folders_;
+};
+
+// The exit code of `pid` once it has ended (within `timeout`); 128+N for
+// signal N; -1 when it is still running.
+int WaitForExit(pid_t pid, absl::Duration timeout) {
+  int status = 0;
+  int code = -1;
+  PollUntil(
+      [&] {
+        if (waitpid(pid, &status, WNOHANG) != pid) return false;
+        code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        return true;
+      },
+      timeout);
+  return code;
+}
+
+class SharedOutputResumeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    FakeApiServer::Options options;
+    options.bookmark_interval = absl::Milliseconds(200);
+    auto server = FakeApiServer::Start(options);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = *std::move(server);
+    client_ = kube::testing::FakeServerClient(server_->url());
+    std::string pattern = (fs::temp_directory_path() / "kubetrain-resume-XXXXXX").string();
+    ASSERT_NE(mkdtemp(pattern.data()), nullptr);
+    dir_ = pattern;
+    kube::ControllerOptions controller_options;
+    controller_options.ns = "ns1";
+    controller_options.workers = 2;
+    controller_options.reconcile.recreate_backoff_base = absl::Milliseconds(200);
+    controller_ = std::make_unique<kube::Controller>(client_.get(), controller_options, &studies_);
+    ASSERT_TRUE(controller_->Start(absl::Seconds(30)));
+  }
+  void TearDown() override {
+    controller_->Stop();
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+
+  json Pod(const std::string& name) {
+    auto pod = server_->Get("pods", "ns1", name);
+    return pod.ok() ? *pod : json();
+  }
+  void SetPhase(const std::string& pod, const json& status) {
+    ASSERT_TRUE(server_->MergePatch("pods", "ns1", pod, status, "status").ok()) << pod;
+  }
+
+  std::unique_ptr<FakeApiServer> server_;
+  std::unique_ptr<kube::RestClusterClient> client_;
+  kube::InMemoryStudyStore studies_;
+  std::unique_ptr<kube::Controller> controller_;
+  std::string dir_;
+};
+
+TEST_F(SharedOutputResumeTest, RecreatedMasterResumesFromTheClaimAndTheEvaluatorReadsIt) {
+  // Data baked into the "image": a host path, not on the claim.
+  const std::string data = dir_ + "/train.csv";
+  {
+    std::ofstream out(data);
+    for (int i = 0; i < 1024; ++i) {
+      const int label = i % 2;
+      out << (label ? 1.0 : -1.0) + 0.001 * (i % 97) << "," << 0.002 * (i % 89) << "," << label
+          << "\n";
+    }
+  }
+  const std::string claim_folder = dir_ + "/claim";  // what the claim "shared" holds
+  fs::create_directories(claim_folder);
+  const std::string outputs = claim_folder + "/resume";  // its subPath
+  constexpr int64_t kMaxSteps = 2000;
+  json job = {{"apiVersion", "kubetrain.io/v1"},
+              {"kind", "TrainingJob"},
+              {"metadata", {{"name", "resume"}}},
+              {"spec",
+               {{"trainingInput",
+                 {{"scaleTier", "CUSTOM"},
+                  {"masterType", "standard"},
+                  {"evaluatorCount", 1},
+                  {"jobDir", "/outputs"},
+                  // Steps big enough that training takes seconds: time to kill it.
+                  {"args",
+                   {"--train_data_paths=" + data, absl::StrCat("--max_steps=", kMaxSteps),
+                    "--save_checkpoints_steps=100", "--batch_size=256", "--hidden1=256",
+                    "--hidden2=256", "--threads=1", "--seed=5", "--eval_every_secs=0"}}}},
+                {"outputStorage", {{"claimName", "shared"}, {"subPath", "resume"}}},
+                {"runPolicy", {{"restartPolicy", "ExitCode"}, {"backoffLimit", 2}}}}}};
+  ASSERT_TRUE(server_->Create("trainingjobs", "ns1", job).ok());
+  ASSERT_TRUE(server_->WaitUntil(
+      [&] { return Pod("resume-master-0").is_object() && Pod("resume-evaluator-0").is_object(); }));
+  StandInKubelet kubelet({{"shared", claim_folder}});
+  // Each container's working folder is its own: nothing may land there.
+  const std::string master_cwd = dir_ + "/master-cwd";
+  const std::string evaluator_cwd = dir_ + "/evaluator-cwd";
+  fs::create_directories(master_cwd);
+  fs::create_directories(evaluator_cwd);
+
+  const json first_pod = Pod("resume-master-0");
+  const pid_t master = kubelet.Start(first_pod, dir_ + "/master-1.log", master_cwd);
+  const pid_t evaluator =
+      kubelet.Start(Pod("resume-evaluator-0"), dir_ + "/evaluator.log", evaluator_cwd);
+  ASSERT_GT(master, 0);
+  ASSERT_GT(evaluator, 0);
+  SetPhase("resume-master-0", {{"status", {{"phase", "Running"}}}});
+  SetPhase("resume-evaluator-0", {{"status", {{"phase", "Running"}}}});
+
+  ASSERT_TRUE(PollUntil([&] { return LatestCheckpointStep(outputs) >= 200; }, absl::Seconds(300)))
+      << ReadFile(dir_ + "/master-1.log");
+  ASSERT_EQ(kill(master, SIGKILL), 0);
+  ASSERT_EQ(WaitForExit(master, absl::Seconds(30)), 137);
+  // Nothing writes there now: the checkpoint the next master must restore.
+  const int64_t last = LatestCheckpointStep(outputs);
+  ASSERT_LT(last, kMaxSteps) << "training ended before it was killed";
+  RecordProperty("resumed_from_step", static_cast<int>(last));
+  // The kubelet reports the container's end.
+  SetPhase("resume-master-0", kube::testing::TerminatedPodStatus("Failed", 137));
+
+  // The operator replaces the pod: same name, a new object.
+  ASSERT_TRUE(server_->WaitUntil(
+      [&] {
+        const json pod = Pod("resume-master-0");
+        return pod.is_object() && pod["metadata"]["uid"] != first_pod["metadata"]["uid"];
+      },
+      absl::Seconds(60)));
+  const json second_pod = Pod("resume-master-0");
+  EXPECT_EQ(second_pod["spec"]["volumes"], first_pod["spec"]["volumes"]);
+  EXPECT_EQ(second_pod["spec"]["containers"][0]["volumeMounts"],
+            first_pod["spec"]["containers"][0]["volumeMounts"]);
+  const pid_t restarted = kubelet.Start(second_pod, dir_ + "/master-2.log", master_cwd);
+  ASSERT_GT(restarted, 0);
+  SetPhase("resume-master-0", {{"status", {{"phase", "Running"}}}});
+  ASSERT_EQ(WaitForExit(restarted, absl::Seconds(300)), 0) << ReadFile(dir_ + "/master-2.log");
+  const std::string restarted_log = ReadFile(dir_ + "/master-2.log");
+  // (The runtime names the folder as its flags give it: the claim's.)
+  EXPECT_TRUE(absl::StrContains(
+      restarted_log, absl::StrCat("Restored checkpoint at step ", last, " from ", outputs)))
+      << restarted_log;
+  EXPECT_TRUE(
+      absl::StrContains(restarted_log, absl::StrCat("Final metrics after ", kMaxSteps, " steps")))
+      << restarted_log;
+  EXPECT_EQ(LatestCheckpointStep(outputs), kMaxSteps);
+  EXPECT_TRUE(fs::exists(outputs + "/export/model.pb"));
+  SetPhase("resume-master-0", kube::testing::TerminatedPodStatus("Succeeded", 0));
+
+  // The evaluator, in its own pod, saw the master's checkpoints through the
+  // claim, up to the last one, and ended once the model was exported.
+  ASSERT_EQ(WaitForExit(evaluator, absl::Seconds(120)), 0) << ReadFile(dir_ + "/evaluator.log");
+  const std::string evaluator_log = ReadFile(dir_ + "/evaluator.log");
+  EXPECT_TRUE(absl::StrContains(evaluator_log, absl::StrCat("Evaluator, step ", kMaxSteps, ":")))
+      << evaluator_log;
+
+  ASSERT_TRUE(server_->WaitUntil([&] {
+    auto job = server_->Get("trainingjobs", "ns1", "resume");
+    return job.ok() && (*job)["status"].value("state", "") == "SUCCEEDED";
+  })) << server_->Get("trainingjobs", "ns1", "resume")->dump();
+  const json status = (*server_->Get("trainingjobs", "ns1", "resume"))["status"];
+  EXPECT_EQ(status["restartCount"], 1);
+  EXPECT_EQ(status["outputLocation"],
+            json::parse(R"({"path": "/outputs", "claimName": "shared", "subPath": "resume"})"));
+  // Outputs went only to the claim.
+  EXPECT_TRUE(fs::is_empty(master_cwd));
+  EXPECT_TRUE(fs::is_empty(evaluator_cwd));
+}
+
+}  // namespace
+}  // namespace kubetrain::testing
