@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "api/storage_uri.h"
 #include "operator/tuner/tuner.h"
 
 namespace kubetrain::cli {
@@ -147,6 +148,11 @@ int ServeLocalController(const std::string& home, const ServeOptions& options, s
 
 absl::StatusOr<std::string> PackageSearchPath(const std::string& package_path,
                                               const std::string* module_name) {
+  // gcloud took a gs:// package path; here it would be a folder named "gs:".
+  if (!api::UriScheme(package_path).empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--package-path: ", api::UriNotSupported(package_path)));
+  }
   std::error_code ec;
   const std::filesystem::path package =
       std::filesystem::absolute(package_path, ec).lexically_normal();

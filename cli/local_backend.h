@@ -41,8 +41,9 @@ int ServeLocalController(const std::string& home, const ServeOptions& options, s
 // `--package-path DIR` with `--module-name MODULE`, as gcloud takes them: the
 // folder that goes on PYTHONPATH (DIR's parent, absolute) so that
 // `python3 -m MODULE` finds the package. INVALID_ARGUMENT naming the flag
-// when DIR is not a folder, when --module-name is missing, or when MODULE is
-// not inside DIR's package (its first part must be DIR's name).
+// when DIR is not a folder (or is a URI such as gs://...), when
+// --module-name is missing, or when MODULE is not inside DIR's package (its
+// first part must be DIR's name).
 absl::StatusOr<std::string> PackageSearchPath(const std::string& package_path,
                                               const std::string* module_name);
 

@@ -149,6 +149,29 @@ TEST_F(ClusterJobsTest, ObjectStoreUrisAreRefusedAtSubmitOnBothBackends) {
                               " -- --job-dir=s3://b/run");
     EXPECT_EQ(code, 2) << backend << out;
     EXPECT_THAT(out, HasSubstr("spec.trainingInput.args[0]: --job-dir: \"s3://b/run\""));
+    // gcloud's gs:// package path.
+    std::tie(code, out) =
+        run("jobs submit training uri_job --module-name trainer.task "
+            "--package-path gs://my-bucket/trainer" +
+            backend);
+    EXPECT_EQ(code, 2) << backend << out;
+    EXPECT_THAT(out, HasSubstr("--package-path: \"gs://my-bucket/trainer\" names object storage "
+                               "(gs://)"));
+  }
+  // `local train` runs the replicas itself: refused before any starts.
+  const std::pair<std::string, std::string> local_train[] = {
+      {"--job-dir gs://my-bucket/run1",
+       "spec.trainingInput.jobDir: \"gs://my-bucket/run1\" names object storage (gs://)"},
+      {"-- --output_path=hdfs://nn/out",
+       "spec.trainingInput.args[0]: --output_path: \"hdfs://nn/out\" names object storage "
+       "(hdfs://)"},
+      {"--module-name trainer.task --package-path gs://my-bucket/trainer",
+       "--package-path: \"gs://my-bucket/trainer\" names object storage (gs://)"}};
+  for (const auto& [args, expected] : local_train) {
+    auto [code, out] = run("local train " + args);
+    EXPECT_EQ(code, 2) << args << out;
+    EXPECT_THAT(out, HasSubstr(expected)) << args;
+    EXPECT_THAT(out, Not(HasSubstr("Final metrics"))) << args;
   }
   auto [code, out] = run("validate " + config);
   EXPECT_EQ(code, 2) << out;
