@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cstdlib>
 #include <cstring>
@@ -80,14 +81,15 @@ void WriteAll(int fd, const char* data, size_t size) {
   }
 }
 
-// Writes `text` to `tmp`, then renames it over `path`.
-void WriteFileAtomically(const char* tmp, const char* path, const char* text, size_t size) {
+// Writes `text` to `tmp`, then renames it over `path`. False when `path`
+// was not written.
+bool WriteFileAtomically(const char* tmp, const char* path, const char* text, size_t size) {
   int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return;
+  if (fd < 0) return false;
   WriteAll(fd, text, size);
   fsync(fd);
   close(fd);
-  rename(tmp, path);
+  return rename(tmp, path) == 0;
 }
 
 void SleepMs(int ms) {
@@ -219,6 +221,24 @@ int PumpAndWait(pid_t child, int out_fd, int err_fd, int log_fd) {
   return wait_status;
 }
 
+// Ends a supervisor without starting its replica, as a replica that cannot
+// be executed ends: `what` and `path` as its last stderr line, exit code 127.
+[[noreturn]] void EndUnstarted(const SupervisorPlan& plan, const char* what, const char* path) {
+  int log_fd = open(plan.log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (log_fd >= 0) {
+    char line[4096];
+    size_t size = 0;
+    for (const char* part : {what, path}) {
+      const size_t n = std::min(std::strlen(part), sizeof(line) - size);
+      std::memcpy(line + size, part, n);
+      size += n;
+    }
+    EmitLine(log_fd, 'E', line, size);
+  }
+  WriteFileAtomically(plan.exit_tmp_path, plan.exit_path, "127\n", 4);
+  _exit(0);
+}
+
 // `started_fd` receives the supervisor's pid once it leads its own process
 // group: only then may the launcher hand the pid out, since a Kill of the
 // group before setsid() would find no group and leave the replica running.
@@ -233,15 +253,29 @@ int PumpAndWait(pid_t child, int out_fd, int err_fd, int log_fd) {
   sigaction(SIGTERM, &stop_action, nullptr);
   sigaction(SIGINT, &stop_action, nullptr);
   SetStopSignalMask(SIG_UNBLOCK);
+  // The controller may be gone by now, killed while it launched us, and with
+  // it the only reader of `started_fd`: that write must fail with EPIPE, not
+  // end the supervisor with the controller's inherited SIGPIPE, or the
+  // replica would never start and a restarted controller would wait for a
+  // pid file that never comes. That file is what such a controller goes by,
+  // so it comes first, and without it the replica does not start: no pid
+  // file means that no replica ran.
+  signal(SIGPIPE, SIG_IGN);
   const int self = getpid();
-  WriteAll(started_fd, reinterpret_cast<const char*>(&self), sizeof(self));
-  close(started_fd);
+  bool pid_recorded = true;
   if (plan.pid_path != nullptr) {
     char text[32];
-    size_t n = FormatInt(text, getpid());
+    size_t n = FormatInt(text, self);
     text[n++] = '\n';
-    WriteFileAtomically(plan.pid_tmp_path, plan.pid_path, text, n);
+    pid_recorded = WriteFileAtomically(plan.pid_tmp_path, plan.pid_path, text, n);
   }
+  WriteAll(started_fd, reinterpret_cast<const char*>(&self), sizeof(self));
+  close(started_fd);
+  if (!pid_recorded) {
+    EndUnstarted(plan, "kubetrain: cannot record the supervisor's pid in ", plan.pid_path);
+  }
+  // Back to the default before the replica is forked: an ignored signal
+  // stays ignored across exec.
   signal(SIGPIPE, SIG_DFL);
   // Nothing of the controller (its database, its sockets) reaches the replica.
   if (syscall(SYS_close_range, 3U, ~0U, 0U) != 0) {
@@ -469,6 +503,7 @@ absl::StatusOr<ProcessId> RealProcessLauncher::Launch(const LaunchRequest& reque
   if (pipe2(pid_pipe, O_CLOEXEC) != 0) {
     return absl::UnavailableError(absl::StrCat("replica ", request.name, ": pipe: ", std::strerror(errno)));
   }
+  if (before_fork_for_test) before_fork_for_test(pid_pipe[0]);
   pid_t helper = fork();
   if (helper < 0) {
     close(pid_pipe[0]);

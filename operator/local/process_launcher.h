@@ -30,6 +30,7 @@
 // group on purpose).
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <utility>
@@ -52,7 +53,9 @@ struct LaunchRequest {
   std::string exit_path;
   std::string state_path;
   // When set, the supervisor writes its pid here (atomically) before anything
-  // else, so a controller that died while launching can find what it started.
+  // else, so a controller that died while launching can find what it started;
+  // a supervisor that cannot write it ends without starting the replica (exit
+  // code 127), so no pid file means that no replica ran.
   std::string pid_path;
   bool restart_on_failure = false;
 };
@@ -112,6 +115,12 @@ class RealProcessLauncher : public ProcessLauncher {
   absl::Status Terminate(const ProcessId& id) override;
   absl::Status ForceKill(const ProcessId& id) override;
   bool Alive(const ProcessId& id) override;
+
+  // Test seam: called by Launch with the controller's (read) end of the pipe
+  // on which the supervisor reports its pid, once the pipe is made and before
+  // anything is forked. Replacing that end there (dup2 of /dev/null over it)
+  // is, to the supervisor, a controller killed before it has reported.
+  std::function<void(int report_fd)> before_fork_for_test;
 };
 
 // The start time of `pid` in clock ticks since boot (/proc/<pid>/stat field

@@ -1,6 +1,8 @@
 #include "operator/local/process_launcher.h"
 
+#include <fcntl.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -8,6 +10,7 @@
 #include <sstream>
 #include <thread>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
@@ -156,6 +159,59 @@ TEST(ProcessLauncherTest, SupervisorKilledFromOutsideIsGone) {
   ASSERT_TRUE(WaitFor([&] {
     return launcher.Probe(*id, request.exit_path, request.state_path).state == ProcessStatus::State::kGone;
   }));
+}
+
+TEST(ProcessLauncherTest, ReplicaStartsWhenItsControllerDiesBeforeTheSupervisorReports) {
+  TempDir dir;
+  RealProcessLauncher launcher;
+  // The controller's disposition of SIGPIPE, which its children inherit.
+  struct sigaction default_pipe = {};
+  struct sigaction previous_pipe = {};
+  default_pipe.sa_handler = SIG_DFL;
+  sigemptyset(&default_pipe.sa_mask);
+  sigaction(SIGPIPE, &default_pipe, &previous_pipe);
+  absl::Cleanup restore_pipe = [&] { sigaction(SIGPIPE, &previous_pipe, nullptr); };
+  // Killed after forking, before the supervisor wrote its pid to the pipe:
+  // to the supervisor, the pipe has no reader left.
+  launcher.before_fork_for_test = [](int report_fd) {
+    int null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    ASSERT_GE(null_fd, 0);
+    ASSERT_EQ(dup2(null_fd, report_fd), report_fd);
+    close(null_fd);
+  };
+  LaunchRequest request = ShellRequest(dir, "echo ran > \"$KT_DIR/ran\"");
+  request.pid_path = dir.path() + "/run/task.pid";
+  EXPECT_FALSE(launcher.Launch(request).ok());  // no pid reached the controller
+  // What a restarted controller goes by: the pid file, then the exit file.
+  int pid = 0;
+  ASSERT_TRUE(WaitFor([&] {
+    return absl::SimpleAtoi(absl::StripAsciiWhitespace(ReadFile(request.pid_path)), &pid);
+  })) << "the supervisor never recorded its pid";
+  ASSERT_TRUE(WaitFor([&] {
+    return launcher.Probe({pid, 0}, request.exit_path, request.state_path).state ==
+           ProcessStatus::State::kExited;
+  }));
+  EXPECT_EQ(launcher.Probe({pid, 0}, request.exit_path, request.state_path).exit_code, 0);
+  EXPECT_EQ(ReadFile(dir.path() + "/ran"), "ran\n");
+}
+
+TEST(ProcessLauncherTest, SupervisorThatCannotRecordItsPidDoesNotStartTheReplica) {
+  TempDir dir;
+  RealProcessLauncher launcher;
+  LaunchRequest request = ShellRequest(dir, "echo ran > \"$KT_DIR/ran\"");
+  // A folder in the way: the pid file cannot be written.
+  request.pid_path = dir.path() + "/run/task.pid";
+  std::filesystem::create_directories(request.pid_path + ".tmp");
+  auto id = launcher.Launch(request);
+  ASSERT_TRUE(id.ok()) << id.status();
+  ASSERT_TRUE(WaitFor([&] {
+    return launcher.Probe(*id, request.exit_path, request.state_path).state ==
+           ProcessStatus::State::kExited;
+  }));
+  EXPECT_EQ(launcher.Probe(*id, request.exit_path, request.state_path).exit_code, 127);
+  EXPECT_THAT(ReadFile(request.log_path),
+              HasSubstr("cannot record the supervisor's pid in " + request.pid_path));
+  EXPECT_FALSE(std::filesystem::exists(dir.path() + "/ran"));
 }
 
 TEST(ProcessLauncherTest, MissingExecutableIsAnErrorNamingIt) {
