@@ -181,9 +181,12 @@ absl::StatusOr<bool> Controller::SyncJob(const std::string& name) {
     ProcessStatus status;
     if (record.pid == kPidStarting) {
       // The controller died while starting it: the supervisor, if it got as
-      // far, has written its pid. Until then the replica is pending; one that
-      // never appears is lost (and replaced per policy), never started twice
-      // behind our back.
+      // far, has written its pid. Until then the replica is pending. A
+      // supervisor writes its pid before it starts the replica (and until
+      // then keeps its controller's lock, inherited, so no new controller
+      // runs), so one that never appears means that nothing ran: the record
+      // goes and the replica is created again, never started twice behind
+      // our back nor lost with its trial.
       int pid = 0;
       if (absl::SimpleAtoi(absl::StripAsciiWhitespace(ReadSmallFile(record.pid_path)), &pid) && pid > 0) {
         ReplicaRecord adopted = record;
@@ -201,7 +204,8 @@ absl::StatusOr<bool> Controller::SyncJob(const std::string& name) {
         any_running = true;
         continue;
       } else {
-        status.state = ProcessStatus::State::kGone;
+        if (absl::Status s = store_->DeleteReplica(record.name); !s.ok()) return s;
+        continue;
       }
     } else if (record.pid == 0) {
       // It never started (see CreateReplica): it failed with exit code 127.

@@ -483,7 +483,7 @@ TEST_F(ControllerTest, ReplicaRecordedAsStartingIsAdoptedOrReplacedNeverDoubled)
   EXPECT_EQ((*store_->ListReplicas("starting"))[0].pid, pid);
 
   // Died before the launch: no pid ever shows up. Pending for a while, then
-  // lost and replaced once.
+  // started once.
   record.pid = kPidStarting;
   record.created = now_;
   ASSERT_TRUE(store_->PutReplica(record).ok());
@@ -500,6 +500,42 @@ TEST_F(ControllerTest, ReplicaRecordedAsStartingIsAdoptedOrReplacedNeverDoubled)
   launcher_.Exit("starting-master-0", 0);
   Sync("starting");
   EXPECT_EQ(Get("starting").status().state(), v1::SUCCEEDED);
+}
+
+TEST_F(ControllerTest, TrialStartingWhenTheControllerIsKilledRunsOnceAfterTheRestart) {
+  // restartPolicy Never: a trial whose master is lost fails.
+  Submit(StudyJob("sweep", 3, 1));
+  // Killed as it launches trial 2's master: its record says "starting" and
+  // no process of it exists, nor ever will.
+  launcher_.kill_controller_at_launch = [](const LaunchRequest& r) {
+    return EnvOf(r, "CLOUD_ML_TRIAL_ID") == "2";
+  };
+  bool killed = false;
+  for (int round = 0; round < 200 && !core::IsTerminal(Get("sweep").status().state()); ++round) {
+    try {
+      Sync("sweep");
+    } catch (const FakeProcessLauncher::ControllerKilled&) {
+      killed = true;
+      NewController();  // `kubetrain local serve` started again
+    }
+    for (const LaunchRequest& r : launcher_.launched) {
+      FakeProcessLauncher::Process* p = launcher_.Find(r.name);
+      if (p == nullptr || p->status.state != ProcessStatus::State::kRunning) continue;
+      Report(r, 1, 10);
+      launcher_.Exit(r.name, 0);
+    }
+  }
+  ASSERT_TRUE(killed);
+  v1::TrainingJob job = Get("sweep");
+  ASSERT_EQ(job.status().state(), v1::SUCCEEDED) << job.status().error_message();
+  const v1::TrainingOutput& out = job.status().training_output();
+  EXPECT_EQ(out.completed_trial_count(), 3);
+  for (const v1::HyperparameterOutput& t : out.trials()) {
+    EXPECT_EQ(t.state(), v1::SUCCEEDED) << "trial " << t.trial_id() << ": " << t.error_message();
+  }
+  std::map<std::string, int> starts;  // trial -> masters launched
+  for (const LaunchRequest& r : launcher_.launched) ++starts[EnvOf(r, "CLOUD_ML_TRIAL_ID")];
+  EXPECT_THAT(starts, ElementsAre(Pair("1", 1), Pair("2", 1), Pair("3", 1)));
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 // A ProcessLauncher for tests: no processes, every replica's fate set by the
 // test. Not thread-safe.
 
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
@@ -21,7 +22,16 @@ class FakeProcessLauncher : public ProcessLauncher {
     bool killed = false;
   };
 
+  // Thrown by Launch, in place of a SIGKILL, when `kill_controller_at_launch`
+  // holds for the request: the controller dies while it launches that
+  // replica, before any process of it exists. The test drops the controller.
+  struct ControllerKilled {};
+
   absl::StatusOr<ProcessId> Launch(const LaunchRequest& request) override {
+    if (kill_controller_at_launch && kill_controller_at_launch(request)) {
+      kill_controller_at_launch = nullptr;  // once
+      throw ControllerKilled{};
+    }
     if (fail_launches) return absl::UnavailableError("fake launch failure for " + request.name);
     const int pid = next_pid_++;
     Process& process = processes_[pid];
@@ -82,6 +92,7 @@ class FakeProcessLauncher : public ProcessLauncher {
   std::vector<std::string> force_killed_names;  // per ForceKill call
   std::set<std::string> ignore_term;            // replicas that outlive SIGTERM
   bool fail_launches = false;
+  std::function<bool(const LaunchRequest&)> kill_controller_at_launch;
 
  private:
   static void End(Process& process, int code) {
