@@ -2,6 +2,8 @@
 // folded into the call, never materialised); everything else is a plain
 // loop over contiguous rows that the compiler vectorises. Kernels start no
 // threads of their own: the BLAS thread pool is the device's only pool.
+#include "trainer-runtime/engine/cpu_kernels.h"
+
 #include <cblas.h>
 
 #include <algorithm>
@@ -17,12 +19,196 @@
 
 namespace kubetrain::runtime::engine {
 
-namespace {
-
 absl::Status KernelError(const KernelContext& c, absl::string_view what) {
   return absl::InvalidArgumentError(
       absl::StrCat("node '", c.node.name, "' (", c.node.op, "): ", what));
 }
+
+// ---- Loops shared with the oneDNN kernels (cpu_kernels.h).
+
+Activation ParseActivation(const Node& node) {
+  std::string a = node.GetString("activation", "linear");
+  if (a == "relu") return Activation::kRelu;
+  if (a == "tanh") return Activation::kTanh;
+  if (a == "sigmoid") return Activation::kSigmoid;
+  return Activation::kLinear;
+}
+
+// y = act(x + b) row by row; one pass over x, so the pre-activation never
+// goes back to memory.
+template <Activation kAct>
+void BiasActivationRowsOf(const float* __restrict x, const float* __restrict b, float* __restrict y,
+                          int64_t rows, int64_t cols) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * cols;
+    float* yr = y + r * cols;
+    for (int64_t j = 0; j < cols; ++j) {
+      float z = xr[j] + b[j];
+      if constexpr (kAct == Activation::kRelu) z = z > 0.0f ? z : 0.0f;
+      if constexpr (kAct == Activation::kTanh) z = std::tanh(z);
+      if constexpr (kAct == Activation::kSigmoid) z = 1.0f / (1.0f + std::exp(-z));
+      yr[j] = z;
+    }
+  }
+}
+
+void BiasActivationRows(Activation act, const float* x, const float* b, float* y, int64_t rows,
+                        int64_t cols) {
+  switch (act) {
+    case Activation::kLinear:
+      return BiasActivationRowsOf<Activation::kLinear>(x, b, y, rows, cols);
+    case Activation::kRelu:
+      return BiasActivationRowsOf<Activation::kRelu>(x, b, y, rows, cols);
+    case Activation::kTanh:
+      return BiasActivationRowsOf<Activation::kTanh>(x, b, y, rows, cols);
+    case Activation::kSigmoid:
+      return BiasActivationRowsOf<Activation::kSigmoid>(x, b, y, rows, cols);
+  }
+}
+
+// dz = dy * act'(y) and db = column sums of dz, in one pass.
+template <Activation kAct>
+void BiasActivationGradRowsOf(const float* __restrict dy, const float* __restrict y,
+                              float* __restrict dz, float* __restrict db, int64_t rows,
+                              int64_t cols) {
+  std::fill_n(db, cols, 0.0f);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* dyr = dy + r * cols;
+    const float* yr = y + r * cols;
+    float* dzr = dz + r * cols;
+    for (int64_t j = 0; j < cols; ++j) {
+      float g = dyr[j];
+      if constexpr (kAct == Activation::kRelu) g = yr[j] > 0.0f ? g : 0.0f;
+      if constexpr (kAct == Activation::kTanh) g *= 1.0f - yr[j] * yr[j];
+      if constexpr (kAct == Activation::kSigmoid) g *= yr[j] * (1.0f - yr[j]);
+      dzr[j] = g;
+      db[j] += g;
+    }
+  }
+}
+
+void BiasActivationGradRows(Activation act, const float* dy, const float* y, float* dz, float* db,
+                            int64_t rows, int64_t cols) {
+  switch (act) {
+    case Activation::kLinear:
+      return BiasActivationGradRowsOf<Activation::kLinear>(dy, y, dz, db, rows, cols);
+    case Activation::kRelu:
+      return BiasActivationGradRowsOf<Activation::kRelu>(dy, y, dz, db, rows, cols);
+    case Activation::kTanh:
+      return BiasActivationGradRowsOf<Activation::kTanh>(dy, y, dz, db, rows, cols);
+    case Activation::kSigmoid:
+      return BiasActivationGradRowsOf<Activation::kSigmoid>(dy, y, dz, db, rows, cols);
+  }
+}
+
+absl::StatusOr<ConvGeometry> GetConvGeometry(const KernelContext& c, const Shape& x, int64_t kh,
+                                             int64_t kw, int64_t out_c) {
+  ConvGeometry g{};
+  g.n = x[0], g.h = x[1], g.w = x[2], g.c = x[3], g.kh = kh, g.kw = kw, g.out_c = out_c;
+  g.stride = c.node.GetInt("stride", 1);
+  std::string padding = c.node.GetString("padding", "SAME");
+  auto gh = ComputeWindow(g.h, kh, g.stride, padding);
+  auto gw = ComputeWindow(g.w, kw, g.stride, padding);
+  if (!gh.ok()) return KernelError(c, gh.status().message());
+  if (!gw.ok()) return KernelError(c, gw.status().message());
+  g.oh = gh->out, g.ow = gw->out, g.pad_h = gh->pad_before, g.pad_w = gw->pad_before;
+  return g;
+}
+
+absl::StatusOr<PoolGeometry> GetPoolGeometry(const KernelContext& c, const Shape& x) {
+  return GetPoolGeometry(c, c.node, x);
+}
+
+absl::StatusOr<PoolGeometry> GetPoolGeometry(const KernelContext& c, const Node& pool,
+                                             const Shape& x) {
+  PoolGeometry g{};
+  g.n = x[0], g.h = x[1], g.w = x[2], g.c = x[3];
+  g.k = pool.GetInt("ksize", 2);
+  g.stride = pool.GetInt("stride", 2);
+  std::string padding = pool.GetString("padding", "VALID");
+  auto gh = ComputeWindow(g.h, g.k, g.stride, padding);
+  auto gw = ComputeWindow(g.w, g.k, g.stride, padding);
+  if (!gh.ok()) return KernelError(c, gh.status().message());
+  if (!gw.ok()) return KernelError(c, gw.status().message());
+  g.oh = gh->out, g.ow = gw->out, g.pad_h = gh->pad_before, g.pad_w = gw->pad_before;
+  return g;
+}
+
+void MaxPoolForward(const PoolGeometry& g, const float* __restrict px, float* __restrict y) {
+  // Values only (no arg-max bookkeeping): the first valid pixel of the
+  // window initialises the row, the rest are maxed in, channels innermost.
+  for (int64_t b = 0; b < g.n; ++b) {
+    for (int64_t oy = 0; oy < g.oh; ++oy) {
+      for (int64_t ox = 0; ox < g.ow; ++ox) {
+        float* __restrict out = y + ((b * g.oh + oy) * g.ow + ox) * g.c;
+        bool first = true;
+        for (int64_t ky = 0; ky < g.k; ++ky) {
+          int64_t iy = oy * g.stride + ky - g.pad_h;
+          if (iy < 0 || iy >= g.h) continue;
+          for (int64_t kx = 0; kx < g.k; ++kx) {
+            int64_t ix = ox * g.stride + kx - g.pad_w;
+            if (ix < 0 || ix >= g.w) continue;
+            const float* __restrict in = px + ((b * g.h + iy) * g.w + ix) * g.c;
+            if (first) {
+              std::memcpy(out, in, sizeof(float) * static_cast<size_t>(g.c));
+              first = false;
+            } else {
+              for (int64_t ci = 0; ci < g.c; ++ci) out[ci] = in[ci] > out[ci] ? in[ci] : out[ci];
+            }
+          }
+        }
+        if (first) std::fill_n(out, g.c, 0.0f);
+      }
+    }
+  }
+}
+
+// Routes each pooled gradient to the first maximum of its window (the same
+// element the forward pass picked): one vectorised pass finds the maxima,
+// a second finds, per channel, the first pixel holding it.
+void MaxPoolBackward(const PoolGeometry& g, const float* __restrict px, const float* __restrict dy,
+                     float* __restrict dx) {
+  std::fill_n(dx, g.n * g.h * g.w * g.c, 0.0f);
+  std::vector<float> best(static_cast<size_t>(g.c));
+  std::vector<char> done(static_cast<size_t>(g.c));
+  std::vector<int64_t> window;
+  for (int64_t b = 0; b < g.n; ++b) {
+    for (int64_t oy = 0; oy < g.oh; ++oy) {
+      for (int64_t ox = 0; ox < g.ow; ++ox) {
+        window.clear();
+        for (int64_t ky = 0; ky < g.k; ++ky) {
+          int64_t iy = oy * g.stride + ky - g.pad_h;
+          if (iy < 0 || iy >= g.h) continue;
+          for (int64_t kx = 0; kx < g.k; ++kx) {
+            int64_t ix = ox * g.stride + kx - g.pad_w;
+            if (ix >= 0 && ix < g.w) window.push_back(((b * g.h + iy) * g.w + ix) * g.c);
+          }
+        }
+        if (window.empty()) continue;
+        float* __restrict bv = best.data();
+        std::memcpy(bv, px + window[0], sizeof(float) * static_cast<size_t>(g.c));
+        for (size_t w = 1; w < window.size(); ++w) {
+          const float* __restrict in = px + window[w];
+          for (int64_t ci = 0; ci < g.c; ++ci) bv[ci] = in[ci] > bv[ci] ? in[ci] : bv[ci];
+        }
+        const float* __restrict grad = dy + ((b * g.oh + oy) * g.ow + ox) * g.c;
+        char* __restrict dn = done.data();
+        std::fill_n(dn, g.c, 0);
+        for (int64_t base : window) {
+          const float* __restrict in = px + base;
+          float* __restrict out = dx + base;
+          for (int64_t ci = 0; ci < g.c; ++ci) {
+            bool hit = !dn[ci] && in[ci] == bv[ci];
+            out[ci] += hit ? grad[ci] : 0.0f;
+            dn[ci] |= hit;
+          }
+        }
+      }
+    }
+  }
+}
+
+namespace {
 
 // Scratch memory reused across calls (im2col columns), so a training step
 // allocates nothing once shapes are stable. One per thread: kernels may run
@@ -69,54 +255,12 @@ absl::Status MatMulKernel(KernelContext& c) {
   return absl::OkStatus();
 }
 
-enum class Activation { kLinear, kRelu, kTanh, kSigmoid };
-
-Activation ParseActivation(const Node& node) {
-  std::string a = node.GetString("activation", "linear");
-  if (a == "relu") return Activation::kRelu;
-  if (a == "tanh") return Activation::kTanh;
-  if (a == "sigmoid") return Activation::kSigmoid;
-  return Activation::kLinear;
-}
-
-// y = act(x + b) row by row; one pass over x, so the pre-activation never
-// goes back to memory.
-template <Activation kAct>
-void BiasActivationRows(const float* __restrict x, const float* __restrict b, float* __restrict y,
-                        int64_t rows, int64_t cols) {
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* xr = x + r * cols;
-    float* yr = y + r * cols;
-    for (int64_t j = 0; j < cols; ++j) {
-      float z = xr[j] + b[j];
-      if constexpr (kAct == Activation::kRelu) z = z > 0.0f ? z : 0.0f;
-      if constexpr (kAct == Activation::kTanh) z = std::tanh(z);
-      if constexpr (kAct == Activation::kSigmoid) z = 1.0f / (1.0f + std::exp(-z));
-      yr[j] = z;
-    }
-  }
-}
-
 absl::Status BiasActivationKernel(KernelContext& c) {
   const Tensor& x = c.input(0);
   int64_t cols = x.shape().back();
   int64_t rows = cols == 0 ? 0 : x.num_elements() / cols;
-  const float* b = c.input(1).data();
-  float* y = c.output(0).data();
-  switch (ParseActivation(c.node)) {
-    case Activation::kLinear:
-      BiasActivationRows<Activation::kLinear>(x.data(), b, y, rows, cols);
-      break;
-    case Activation::kRelu:
-      BiasActivationRows<Activation::kRelu>(x.data(), b, y, rows, cols);
-      break;
-    case Activation::kTanh:
-      BiasActivationRows<Activation::kTanh>(x.data(), b, y, rows, cols);
-      break;
-    case Activation::kSigmoid:
-      BiasActivationRows<Activation::kSigmoid>(x.data(), b, y, rows, cols);
-      break;
-  }
+  BiasActivationRows(ParseActivation(c.node), x.data(), c.input(1).data(), c.output(0).data(), rows,
+                     cols);
   return absl::OkStatus();
 }
 
@@ -135,56 +279,20 @@ absl::Status BiasAddGradKernel(KernelContext& c) {
   return absl::OkStatus();
 }
 
-// dz = dy * act'(y) and db = column sums of dz, in one pass.
-template <Activation kAct>
-void BiasActivationGradRows(const float* __restrict dy, const float* __restrict y,
-                            float* __restrict dz, float* __restrict db, int64_t rows,
-                            int64_t cols) {
-  std::fill_n(db, cols, 0.0f);
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* dyr = dy + r * cols;
-    const float* yr = y + r * cols;
-    float* dzr = dz + r * cols;
-    for (int64_t j = 0; j < cols; ++j) {
-      float g = dyr[j];
-      if constexpr (kAct == Activation::kRelu) g = yr[j] > 0.0f ? g : 0.0f;
-      if constexpr (kAct == Activation::kTanh) g *= 1.0f - yr[j] * yr[j];
-      if constexpr (kAct == Activation::kSigmoid) g *= yr[j] * (1.0f - yr[j]);
-      dzr[j] = g;
-      db[j] += g;
-    }
-  }
-}
-
 absl::Status BiasActivationGradKernel(KernelContext& c) {
   const Tensor& dy = c.input(0);
   int64_t cols = dy.shape().back();
   int64_t rows = cols == 0 ? 0 : dy.num_elements() / cols;
-  const float* y = c.input(1).data();
-  float* dz = c.output(0).data();
-  float* db = c.output(1).data();
-  switch (ParseActivation(c.node)) {
-    case Activation::kLinear:
-      BiasActivationGradRows<Activation::kLinear>(dy.data(), y, dz, db, rows, cols);
-      break;
-    case Activation::kRelu:
-      BiasActivationGradRows<Activation::kRelu>(dy.data(), y, dz, db, rows, cols);
-      break;
-    case Activation::kTanh:
-      BiasActivationGradRows<Activation::kTanh>(dy.data(), y, dz, db, rows, cols);
-      break;
-    case Activation::kSigmoid:
-      BiasActivationGradRows<Activation::kSigmoid>(dy.data(), y, dz, db, rows, cols);
-      break;
-  }
+  BiasActivationGradRows(ParseActivation(c.node), dy.data(), c.input(1).data(), c.output(0).data(),
+                         c.output(1).data(), rows, cols);
   return absl::OkStatus();
 }
 
 absl::Status BiasAddKernel(KernelContext& c) {
   const Tensor& x = c.input(0);
   int64_t cols = x.shape().back();
-  BiasActivationRows<Activation::kLinear>(x.data(), c.input(1).data(), c.output(0).data(),
-                                          cols == 0 ? 0 : x.num_elements() / cols, cols);
+  BiasActivationRows(Activation::kLinear, x.data(), c.input(1).data(), c.output(0).data(),
+                     cols == 0 ? 0 : x.num_elements() / cols, cols);
   return absl::OkStatus();
 }
 
@@ -432,26 +540,6 @@ absl::Status DropoutKernel(KernelContext& c) {
   return absl::OkStatus();
 }
 
-struct ConvGeometry {
-  int64_t n, h, w, c, kh, kw, out_c, oh, ow, stride, pad_h, pad_w;
-  int64_t patch() const { return kh * kw * c; }
-  int64_t rows() const { return n * oh * ow; }
-};
-
-absl::StatusOr<ConvGeometry> GetConvGeometry(const KernelContext& c, const Shape& x, int64_t kh,
-                                             int64_t kw, int64_t out_c) {
-  ConvGeometry g{};
-  g.n = x[0], g.h = x[1], g.w = x[2], g.c = x[3], g.kh = kh, g.kw = kw, g.out_c = out_c;
-  g.stride = c.node.GetInt("stride", 1);
-  std::string padding = c.node.GetString("padding", "SAME");
-  auto gh = ComputeWindow(g.h, kh, g.stride, padding);
-  auto gw = ComputeWindow(g.w, kw, g.stride, padding);
-  if (!gh.ok()) return KernelError(c, gh.status().message());
-  if (!gw.ok()) return KernelError(c, gw.status().message());
-  g.oh = gh->out, g.ow = gw->out, g.pad_h = gh->pad_before, g.pad_w = gw->pad_before;
-  return g;
-}
-
 // cols[(n,oy,ox), (ky,kx,ci)] = x[n, oy*s+ky-pad, ox*s+kx-pad, ci] (0 outside).
 void Im2Col(const ConvGeometry& g, const float* __restrict x, float* __restrict cols) {
   // Called per layer per step; the loops below are the whole cost.
@@ -544,109 +632,19 @@ absl::Status Conv2DBackpropFilterKernel(KernelContext& c) {
   return absl::OkStatus();
 }
 
-struct PoolGeometry {
-  int64_t n, h, w, c, k, stride, oh, ow, pad_h, pad_w;
-};
-
-absl::StatusOr<PoolGeometry> GetPoolGeometry(const KernelContext& c, const Shape& x) {
-  PoolGeometry g{};
-  g.n = x[0], g.h = x[1], g.w = x[2], g.c = x[3];
-  g.k = c.node.GetInt("ksize", 2);
-  g.stride = c.node.GetInt("stride", 2);
-  std::string padding = c.node.GetString("padding", "VALID");
-  auto gh = ComputeWindow(g.h, g.k, g.stride, padding);
-  auto gw = ComputeWindow(g.w, g.k, g.stride, padding);
-  if (!gh.ok()) return KernelError(c, gh.status().message());
-  if (!gw.ok()) return KernelError(c, gw.status().message());
-  g.oh = gh->out, g.ow = gw->out, g.pad_h = gh->pad_before, g.pad_w = gw->pad_before;
-  return g;
-}
-
 absl::Status MaxPoolKernel(KernelContext& c) {
   const Tensor& x = c.input(0);
-  auto gs = GetPoolGeometry(c, x.shape());
-  if (!gs.ok()) return gs.status();
-  const PoolGeometry& g = *gs;
-  const float* __restrict px = x.data();
-  float* __restrict y = c.output(0).data();
-  // Values only (no arg-max bookkeeping): the first valid pixel of the
-  // window initialises the row, the rest are maxed in, channels innermost.
-  for (int64_t b = 0; b < g.n; ++b) {
-    for (int64_t oy = 0; oy < g.oh; ++oy) {
-      for (int64_t ox = 0; ox < g.ow; ++ox) {
-        float* __restrict out = y + ((b * g.oh + oy) * g.ow + ox) * g.c;
-        bool first = true;
-        for (int64_t ky = 0; ky < g.k; ++ky) {
-          int64_t iy = oy * g.stride + ky - g.pad_h;
-          if (iy < 0 || iy >= g.h) continue;
-          for (int64_t kx = 0; kx < g.k; ++kx) {
-            int64_t ix = ox * g.stride + kx - g.pad_w;
-            if (ix < 0 || ix >= g.w) continue;
-            const float* __restrict in = px + ((b * g.h + iy) * g.w + ix) * g.c;
-            if (first) {
-              std::memcpy(out, in, sizeof(float) * static_cast<size_t>(g.c));
-              first = false;
-            } else {
-              for (int64_t ci = 0; ci < g.c; ++ci) out[ci] = in[ci] > out[ci] ? in[ci] : out[ci];
-            }
-          }
-        }
-        if (first) std::fill_n(out, g.c, 0.0f);
-      }
-    }
-  }
+  auto g = GetPoolGeometry(c, x.shape());
+  if (!g.ok()) return g.status();
+  MaxPoolForward(*g, x.data(), c.output(0).data());
   return absl::OkStatus();
 }
 
-// Routes each pooled gradient to the first maximum of its window (the same
-// element the forward pass picked): one vectorised pass finds the maxima,
-// a second finds, per channel, the first pixel holding it.
 absl::Status MaxPoolGradKernel(KernelContext& c) {
   const Tensor& x = c.input(0);
-  const float* __restrict dy = c.input(1).data();
-  auto gs = GetPoolGeometry(c, x.shape());
-  if (!gs.ok()) return gs.status();
-  const PoolGeometry& g = *gs;
-  const float* __restrict px = x.data();
-  float* __restrict dx = c.output(0).data();
-  std::fill_n(dx, x.num_elements(), 0.0f);
-  std::vector<float> best(static_cast<size_t>(g.c));
-  std::vector<char> done(static_cast<size_t>(g.c));
-  std::vector<int64_t> window;
-  for (int64_t b = 0; b < g.n; ++b) {
-    for (int64_t oy = 0; oy < g.oh; ++oy) {
-      for (int64_t ox = 0; ox < g.ow; ++ox) {
-        window.clear();
-        for (int64_t ky = 0; ky < g.k; ++ky) {
-          int64_t iy = oy * g.stride + ky - g.pad_h;
-          if (iy < 0 || iy >= g.h) continue;
-          for (int64_t kx = 0; kx < g.k; ++kx) {
-            int64_t ix = ox * g.stride + kx - g.pad_w;
-            if (ix >= 0 && ix < g.w) window.push_back(((b * g.h + iy) * g.w + ix) * g.c);
-          }
-        }
-        if (window.empty()) continue;
-        float* __restrict bv = best.data();
-        std::memcpy(bv, px + window[0], sizeof(float) * static_cast<size_t>(g.c));
-        for (size_t w = 1; w < window.size(); ++w) {
-          const float* __restrict in = px + window[w];
-          for (int64_t ci = 0; ci < g.c; ++ci) bv[ci] = in[ci] > bv[ci] ? in[ci] : bv[ci];
-        }
-        const float* __restrict grad = dy + ((b * g.oh + oy) * g.ow + ox) * g.c;
-        char* __restrict dn = done.data();
-        std::fill_n(dn, g.c, 0);
-        for (int64_t base : window) {
-          const float* __restrict in = px + base;
-          float* __restrict out = dx + base;
-          for (int64_t ci = 0; ci < g.c; ++ci) {
-            bool hit = !dn[ci] && in[ci] == bv[ci];
-            out[ci] += hit ? grad[ci] : 0.0f;
-            dn[ci] |= hit;
-          }
-        }
-      }
-    }
-  }
+  auto g = GetPoolGeometry(c, x.shape());
+  if (!g.ok()) return g.status();
+  MaxPoolBackward(*g, x.data(), c.input(1).data(), c.output(0).data());
   return absl::OkStatus();
 }
 
