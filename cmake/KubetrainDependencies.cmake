@@ -17,6 +17,27 @@ pkg_check_modules(OPENBLAS REQUIRED IMPORTED_TARGET openblas)
 
 find_program(GRPC_CPP_PLUGIN grpc_cpp_plugin REQUIRED)
 
+# oneDNN (libdnnl-dev) is optional: AUTO builds the CPU device's oneDNN
+# kernels when it is found; without it the CPU device has its BLAS kernels
+# only. Found by hand: Debian's dnnl-config.cmake insists on the OpenCL
+# headers for the library's GPU runtime, which the CPU kernels never use.
+set(KUBETRAIN_HAVE_ONEDNN OFF)
+if(NOT KUBETRAIN_ONEDNN STREQUAL "OFF")
+  find_path(DNNL_INCLUDE_DIR dnnl.hpp PATH_SUFFIXES oneapi/dnnl)
+  find_library(DNNL_LIBRARY dnnl)
+  # Debian's oneDNN runs on OpenMP; the kernels' own loops share its pool.
+  find_package(OpenMP COMPONENTS CXX)
+  if(DNNL_INCLUDE_DIR AND DNNL_LIBRARY AND OpenMP_CXX_FOUND)
+    set(KUBETRAIN_HAVE_ONEDNN ON)
+    add_library(kubetrain_dnnl INTERFACE)
+    target_include_directories(kubetrain_dnnl SYSTEM INTERFACE ${DNNL_INCLUDE_DIR})
+    target_link_libraries(kubetrain_dnnl INTERFACE ${DNNL_LIBRARY} OpenMP::OpenMP_CXX)
+  elseif(KUBETRAIN_ONEDNN STREQUAL "ON")
+    message(FATAL_ERROR "KUBETRAIN_ONEDNN=ON but oneDNN (libdnnl-dev) or OpenMP was not found")
+  endif()
+endif()
+message(STATUS "kubetrain: oneDNN CPU kernels ${KUBETRAIN_HAVE_ONEDNN}")
+
 # CUDA is optional: AUTO builds the CUDA device when the toolkit is found.
 set(KUBETRAIN_HAVE_CUDA OFF)
 if(NOT KUBETRAIN_CUDA STREQUAL "OFF")

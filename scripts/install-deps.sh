@@ -7,10 +7,10 @@ set -euo pipefail
 
 packages=(
   build-essential cmake ninja-build pkg-config git ca-certificates
-  clang-14 libclang-rt-14-dev lld-14 clang-format clang-tidy
+  clang-14 libclang-rt-14-dev libomp-14-dev lld-14 clang-format clang-tidy
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   libcpprest-dev libssl-dev libyaml-cpp-dev nlohmann-json3-dev prometheus-cpp-dev
-  libsqlite3-dev libopenblas-dev zlib1g-dev libeigen3-dev
+  libsqlite3-dev libopenblas-dev libdnnl-dev zlib1g-dev libeigen3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   dataset-fashion-mnist
   python3 prometheus procps

@@ -6,9 +6,10 @@
 #include <unistd.h>
 
 #include <cmath>
-#include <iostream>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <map>
 #include <regex>
 
@@ -136,6 +137,11 @@ class DistributedTrainingTest : public ::testing::Test {
         absl::StrCat("--eval_data_paths=", kData, "/t10k-images-idx3-ubyte.gz"),
         absl::StrCat("--batch_size=", batch), absl::StrCat("--max_steps=", max_steps),
         "--threads=1", "--eval_every_secs=0", "--seed=7", "--connect_timeout_secs=60"};
+    // CMake runs this suite once per CPU kernel path (the build's default,
+    // then blas).
+    if (const char* kernels = std::getenv("KUBETRAIN_TEST_CPU_KERNELS")) {
+      flags.push_back(absl::StrCat("--cpu_kernels=", kernels));
+    }
     flags.insert(flags.end(), more.begin(), more.end());
     return flags;
   }

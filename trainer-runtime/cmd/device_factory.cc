@@ -23,9 +23,11 @@ absl::StatusOr<std::unique_ptr<engine::Device>> CreateTrainerDevice(
     const engine::TrainerOptions& options) {
 #if KUBETRAIN_RUNTIME_WITH_CUDA
   if (absl::Status s = engine::CheckDevicePlacement(options.device); !s.ok()) return s;
-  if (options.device == "cpu") return std::make_unique<engine::CpuDevice>(options.threads);
+  if (options.device == "cpu")
+    return std::make_unique<engine::CpuDevice>(options.threads, options.cpu_kernels);
   if (VisibleGpuCount() == 0) {
-    if (options.device == "auto") return std::make_unique<engine::CpuDevice>(options.threads);
+    if (options.device == "auto")
+      return std::make_unique<engine::CpuDevice>(options.threads, options.cpu_kernels);
     return WithExitCode(
         absl::FailedPreconditionError(
             "--device=gpu: no CUDA device is visible to this process (cudaGetDeviceCount found "

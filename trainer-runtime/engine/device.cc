@@ -6,6 +6,9 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#if KUBETRAIN_WITH_ONEDNN
+#include "trainer-runtime/engine/onednn_kernels.h"
+#endif
 
 namespace kubetrain::runtime::engine {
 
@@ -17,7 +20,42 @@ Tensor Device::Allocate(const Shape& shape) {
 
 Kernel Device::FindKernel(absl::string_view op) const {
   auto it = kernels_.find(op);
-  return it == kernels_.end() ? nullptr : it->second;
+  return it == kernels_.end() ? nullptr : it->second.kernel;
+}
+
+bool Device::TakesDeviceLayouts(absl::string_view op) const {
+  auto it = kernels_.find(op);
+  return it != kernels_.end() && it->second.takes_device_layouts;
+}
+
+const Device::FusedKernel* Device::FindFusedKernel(absl::string_view producer,
+                                                   absl::string_view consumer) const {
+  auto it = fused_kernels_.find({std::string(producer), std::string(consumer)});
+  return it == fused_kernels_.end() ? nullptr : &it->second;
+}
+
+absl::string_view CpuKernelsName(CpuKernels kernels) {
+  return kernels == CpuKernels::kOneDnn ? "onednn" : "blas";
+}
+
+bool OneDnnAvailable() { return KUBETRAIN_WITH_ONEDNN != 0; }
+
+CpuKernels DefaultCpuKernels() {
+  return OneDnnAvailable() ? CpuKernels::kOneDnn : CpuKernels::kBlas;
+}
+
+absl::StatusOr<CpuKernels> ParseCpuKernels(absl::string_view name) {
+  if (name == "blas") return CpuKernels::kBlas;
+  if (name == "onednn") {
+    if (!OneDnnAvailable()) {
+      return absl::InvalidArgumentError(
+          "'onednn': this build has no oneDNN kernels (libdnnl-dev was not found when it was "
+          "configured); use 'blas'");
+    }
+    return CpuKernels::kOneDnn;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("'", name, "' is not a CPU kernel set (want onednn or blas)"));
 }
 
 absl::StatusOr<Tensor> Device::FromHost(const Tensor& host) {
@@ -50,12 +88,27 @@ absl::StatusOr<float> Device::ReadScalar(const Tensor& tensor) {
   return value;
 }
 
-CpuDevice::CpuDevice(int num_threads) {
+CpuDevice::CpuDevice(int num_threads, CpuKernels kernels) : kernels_(kernels) {
   if (num_threads <= 0)
     num_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   num_threads_ = num_threads;
-  openblas_set_num_threads(num_threads_);
   for (const auto& [op, kernel] : CpuKernelTable()) RegisterKernel(op, kernel);
+#if KUBETRAIN_WITH_ONEDNN
+  if (kernels_ == CpuKernels::kOneDnn) {
+    onednn_ = NewOneDnnContext();
+    for (const OneDnnKernelDef& def : OneDnnKernels()) {
+      RegisterKernel(def.op, def.kernel, def.takes_device_layouts);
+    }
+    for (const OneDnnFusedKernelDef& def : OneDnnFusedKernels()) {
+      RegisterFusedKernel(def.producer, def.consumer, {def.kernel, def.takes_device_layouts});
+    }
+    return;
+  }
+#endif
+  // Only a build without oneDNN gets here for kOneDnn, through a caller
+  // that did not go through ParseCpuKernels: it runs the reference kernels.
+  kernels_ = CpuKernels::kBlas;
+  openblas_set_num_threads(num_threads_);
 }
 
 namespace {

@@ -6,6 +6,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -28,8 +29,9 @@ struct RunContext {
 class Device;
 
 // What a kernel sees. Outputs arrive allocated with the shapes the op's shape
-// function inferred (kernels never allocate their outputs); kernels may
-// overwrite them completely. Inputs are read-only.
+// function inferred, row-major; kernels may overwrite them completely. Only
+// a kernel that may keep an output in a device layout replaces that output's
+// tensor (same shape, possibly a larger buffer). Inputs are read-only.
 struct KernelContext {
   const Node& node;
   std::span<const Tensor* const> inputs;
@@ -37,8 +39,19 @@ struct KernelContext {
   Device& device;
   const RunContext& run;
 
+  // Set when the executor runs this node fused with the node producing its
+  // input 0 (see Device::FindFusedKernel): `node` is then the consumer and
+  // `producer` the producer, whose output is never materialised.
+  const Node* producer = nullptr;
+  // Bit i set: output i is read in this run only by kernels of this device
+  // that take tensors in its own layouts (Device::TakesDeviceLayouts), and
+  // is neither fetched nor viewed, so the kernel may leave it in a device
+  // layout (Tensor::layout()). Clear: it must be row-major.
+  uint32_t device_layout_outputs = 0;
+
   const Tensor& input(int i) const { return *inputs[static_cast<size_t>(i)]; }
   Tensor& output(int i) const { return outputs[static_cast<size_t>(i)]; }
+  bool MayKeepDeviceLayout(int i) const { return ((device_layout_outputs >> i) & 1u) != 0; }
 };
 
 // A kernel: the implementation of one op on one device. Errors are
@@ -91,21 +104,73 @@ class Device {
 
   // The kernel for `op`, or null when this device has none.
   Kernel FindKernel(absl::string_view op) const;
+  // Whether op's kernel reads inputs held in this device's own layouts
+  // (Tensor::layout()) as well as row-major ones.
+  bool TakesDeviceLayouts(absl::string_view op) const;
+
+  // A kernel that runs two nodes as one: `producer`, whose only output is
+  // read only by `consumer`, as the consumer's input 0 (a convolution or
+  // matrix product and the bias and activation after it). Its context's
+  // inputs are the producer's inputs followed by the consumer's inputs
+  // 1..n-1, its outputs the consumer's; KernelContext::producer is set.
+  struct FusedKernel {
+    Kernel kernel = nullptr;
+    bool takes_device_layouts = false;
+  };
+  // The fused kernel for the pair, or null (then each node runs alone).
+  const FusedKernel* FindFusedKernel(absl::string_view producer, absl::string_view consumer) const;
 
  protected:
-  void RegisterKernel(std::string op, Kernel kernel) { kernels_[std::move(op)] = kernel; }
+  void RegisterKernel(std::string op, Kernel kernel, bool takes_device_layouts = false) {
+    kernels_[std::move(op)] = {kernel, takes_device_layouts};
+  }
+  void RegisterFusedKernel(std::string producer, std::string consumer, FusedKernel kernel) {
+    fused_kernels_[{std::move(producer), std::move(consumer)}] = kernel;
+  }
 
  private:
-  std::map<std::string, Kernel, std::less<>> kernels_;
+  struct KernelEntry {
+    Kernel kernel = nullptr;
+    bool takes_device_layouts = false;
+  };
+  std::map<std::string, KernelEntry, std::less<>> kernels_;
+  std::map<std::pair<std::string, std::string>, FusedKernel> fused_kernels_;
 };
 
-// The CPU device: kernels on OpenBLAS (sgemm) and plain loops. Construction
-// sets OpenBLAS's thread count to `num_threads` (the process-wide setting:
-// kernels do not start threads of their own, so BLAS threads are the only
-// pool and there is no oversubscription). num_threads <= 0 means all cores.
+// Which kernels the CPU device runs.
+enum class CpuKernels {
+  // oneDNN primitives for convolutions and their gradients and matrix
+  // products (bias and activation fused in where the graph allows), with
+  // activations kept in oneDNN's blocked layout between those kernels;
+  // pooling, bias and activation loops that read that layout; the rest as
+  // kBlas. Only in builds with oneDNN (OneDnnAvailable()).
+  kOneDnn,
+  // OpenBLAS sgemm (im2col for convolutions) and plain loops: the reference.
+  kBlas,
+};
+// "onednn" or "blas".
+absl::string_view CpuKernelsName(CpuKernels kernels);
+// Whether this build has the oneDNN kernels (libdnnl-dev found at configure time).
+bool OneDnnAvailable();
+// The faster kernels this build has: kOneDnn when available, else kBlas.
+CpuKernels DefaultCpuKernels();
+// "onednn" or "blas"; InvalidArgument for another name, and for "onednn" in
+// a build without oneDNN.
+absl::StatusOr<CpuKernels> ParseCpuKernels(absl::string_view name);
+
+class OneDnnContext;
+
+// The CPU device. num_threads <= 0 means all cores.
+//
+// Threads: kBlas sets OpenBLAS's thread count to `num_threads` (a
+// process-wide setting; kernels start no threads of their own, so BLAS
+// threads are the only pool). kOneDnn runs oneDNN's primitives and its own
+// loops on one OpenMP pool, the one oneDNN is built with, of `num_threads`
+// threads (set on the calling thread before each kernel), and never calls
+// BLAS, so OpenBLAS's threads stay asleep.
 class CpuDevice final : public Device {
  public:
-  explicit CpuDevice(int num_threads = 0);
+  explicit CpuDevice(int num_threads = 0, CpuKernels kernels = DefaultCpuKernels());
   DeviceType type() const override { return DeviceType::kCpu; }
   absl::string_view name() const override { return "/device:CPU:0"; }
   Allocator* allocator() override { return HostAllocator(); }
@@ -113,11 +178,18 @@ class CpuDevice final : public Device {
   absl::Status CopyFromHost(const Tensor& host, Tensor& device_tensor) override;
   absl::Status CopyToHost(const Tensor& device_tensor, Tensor& host) override;
 
+  CpuKernels kernels() const { return kernels_; }
+  // oneDNN's engine and this device's primitive cache; null for kBlas.
+  OneDnnContext* onednn() const { return onednn_.get(); }
+
  private:
   int num_threads_;
+  CpuKernels kernels_;
+  std::shared_ptr<OneDnnContext> onednn_;
 };
 
-// The CPU kernel table, op name -> kernel (defined in cpu_kernels.cc).
+// The reference CPU kernel table (kBlas), op name -> kernel (defined in
+// cpu_kernels.cc).
 const std::map<std::string, Kernel, std::less<>>& CpuKernelTable();
 
 }  // namespace kubetrain::runtime::engine

@@ -1,6 +1,8 @@
 #include "trainer-runtime/engine/executor.h"
 
 #include <algorithm>
+#include <map>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "trainer-runtime/engine/op_registry.h"
@@ -46,7 +48,69 @@ const Executor::Plan& Executor::GetPlan(std::span<const Feed> feeds,
     plan.fetch_ready.emplace_back(fed[node] ? -1 : position, k);
   }
   std::sort(plan.fetch_ready.begin(), plan.fetch_ready.end());
+  PlanKernels(fetches, fed, plan);
   return plans_.emplace(std::move(key), std::move(plan)).first->second;
+}
+
+void Executor::PlanKernels(std::span<const Output> fetches, const std::vector<char>& fed,
+                           Plan& plan) const {
+  plan.steps.assign(plan.nodes.size(), Step{});
+  std::vector<int> position(static_cast<size_t>(graph_.num_nodes()), -1);
+  for (size_t i = 0; i < plan.nodes.size(); ++i) position[plan.nodes[i]] = static_cast<int>(i);
+  auto runs_kernel = [&](int id) {
+    if (fed[id]) return false;
+    const OpDef* def = FindOpDef(graph_.node(id).op);
+    return def != nullptr && !def->is_source && !def->is_view;
+  };
+  const std::set<Output> fetched(fetches.begin(), fetches.end());
+  std::map<Output, int> reads;
+  for (int id : plan.nodes) {
+    if (fed[id]) continue;
+    for (const Output& in : graph_.node(id).inputs) ++reads[in];
+  }
+
+  // 1. Fusion: a producer whose only output is read once in this run, as
+  // its consumer's input 0, and is not fetched.
+  for (size_t i = 0; i < plan.nodes.size(); ++i) {
+    const Node& consumer = graph_.node(plan.nodes[i]);
+    if (!runs_kernel(consumer.id) || consumer.inputs.empty()) continue;
+    const Output in = consumer.inputs[0];
+    const int p = position[in.node];
+    if (p < 0 || !runs_kernel(in.node) || plan.steps[p].producer >= 0) continue;
+    const Node& producer = graph_.node(in.node);
+    if (producer.num_outputs != 1 || reads[in] != 1 || fetched.count(in) > 0) continue;
+    const Device::FusedKernel* fused = device_.FindFusedKernel(producer.op, consumer.op);
+    if (fused == nullptr) continue;
+    plan.steps[p].fused_away = true;
+    plan.steps[i].producer = producer.id;
+    plan.steps[i].fused = fused;
+  }
+
+  // 2. Layouts: an output must be row-major when it is fetched, viewed, or
+  // read by a kernel that takes row-major tensors only.
+  std::set<Output> row_major(fetched);
+  for (size_t i = 0; i < plan.nodes.size(); ++i) {
+    const int id = plan.nodes[i];
+    const Step& step = plan.steps[i];
+    if (fed[id] || step.fused_away) continue;
+    const Node& node = graph_.node(id);
+    const bool takes_layouts = step.fused != nullptr
+                                   ? step.fused->takes_device_layouts
+                                   : runs_kernel(id) && device_.TakesDeviceLayouts(node.op);
+    if (takes_layouts) continue;
+    for (const Output& in : node.inputs) row_major.insert(in);
+    if (step.producer >= 0) {
+      for (const Output& in : graph_.node(step.producer).inputs) row_major.insert(in);
+    }
+  }
+  for (size_t i = 0; i < plan.nodes.size(); ++i) {
+    const int id = plan.nodes[i];
+    if (!runs_kernel(id) || plan.steps[i].fused_away) continue;
+    const int outputs = std::min(graph_.node(id).num_outputs, 32);
+    for (int k = 0; k < outputs; ++k) {
+      if (row_major.count(Output{id, k}) == 0) plan.steps[i].device_layout_outputs |= 1u << k;
+    }
+  }
 }
 
 absl::Status Executor::Run(std::span<const Feed> feeds, std::span<const Output> fetches,
@@ -92,9 +156,10 @@ absl::Status Executor::Run(std::span<const Feed> feeds, std::span<const Output> 
   }
   const Plan& plan = GetPlan(feeds, fetches);
   if (observer == nullptr) {
-    for (int id : plan.nodes) {
+    for (size_t i = 0; i < plan.nodes.size(); ++i) {
+      const int id = plan.nodes[i];
       if (fed_[id]) continue;
-      if (absl::Status s = RunNode(graph_.node(id), run); !s.ok()) return s;
+      if (absl::Status s = RunNode(graph_.node(id), plan.steps[i], run); !s.ok()) return s;
     }
   } else {
     auto ready = plan.fetch_ready.begin();
@@ -108,7 +173,7 @@ absl::Status Executor::Run(std::span<const Feed> feeds, std::span<const Output> 
     for (size_t i = 0; i < plan.nodes.size(); ++i) {
       const int id = plan.nodes[i];
       if (!fed_[id]) {
-        if (absl::Status s = RunNode(graph_.node(id), run); !s.ok()) return s;
+        if (absl::Status s = RunNode(graph_.node(id), plan.steps[i], run); !s.ok()) return s;
       }
       report_through(static_cast<int>(i));
     }
@@ -118,7 +183,8 @@ absl::Status Executor::Run(std::span<const Feed> feeds, std::span<const Output> 
   return absl::OkStatus();
 }
 
-absl::Status Executor::RunNode(const Node& node, const RunContext& run) {
+absl::Status Executor::RunNode(const Node& node, const Step& step, const RunContext& run) {
+  if (step.fused_away) return absl::OkStatus();
   std::vector<Tensor>& outs = values_[node.id];
   outs.resize(static_cast<size_t>(node.num_outputs));
   if (node.op == "Placeholder") {
@@ -142,7 +208,24 @@ absl::Status Executor::RunNode(const Node& node, const RunContext& run) {
   const OpDef* def = FindOpDef(node.op);
   input_scratch_.clear();
   shape_scratch_.clear();
-  for (const Output& in : node.inputs) {
+  const Node* producer = step.producer >= 0 ? &graph_.node(step.producer) : nullptr;
+  if (producer != nullptr) {
+    // The producer's output is never materialised: its shape comes from its
+    // own shape function, and the kernel reads the producer's inputs.
+    for (const Output& in : producer->inputs) {
+      const Tensor& t = values_[in.node][in.index];
+      input_scratch_.push_back(&t);
+      shape_scratch_.push_back(&t.shape());
+    }
+    absl::StatusOr<std::vector<Shape>> produced =
+        FindOpDef(producer->op)->shape_fn(*producer, shape_scratch_);
+    if (!produced.ok()) return produced.status();
+    produced_shape_ = (*produced)[0];
+    shape_scratch_.clear();
+    shape_scratch_.push_back(&produced_shape_);
+  }
+  for (size_t i = producer != nullptr ? 1 : 0; i < node.inputs.size(); ++i) {
+    const Output& in = node.inputs[i];
     const Tensor& t = values_[in.node][in.index];
     input_scratch_.push_back(&t);
     shape_scratch_.push_back(&t.shape());
@@ -156,7 +239,7 @@ absl::Status Executor::RunNode(const Node& node, const RunContext& run) {
     owned_[node.id] = 0;
     return absl::OkStatus();
   }
-  Kernel kernel = device_.FindKernel(node.op);
+  Kernel kernel = step.fused != nullptr ? step.fused->kernel : device_.FindKernel(node.op);
   if (kernel == nullptr) {
     return absl::UnimplementedError(absl::StrCat("no ", device_.name(), " kernel for op ", node.op,
                                                  " (node '", node.name, "')"));
@@ -178,7 +261,7 @@ absl::Status Executor::RunNode(const Node& node, const RunContext& run) {
       out = device_.Allocate(shape);
     }
   }
-  KernelContext ctx{node, input_scratch_, outs, device_, run};
+  KernelContext ctx{node, input_scratch_, outs, device_, run, producer, step.device_layout_outputs};
   return kernel(ctx);
 }
 

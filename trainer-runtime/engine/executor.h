@@ -41,6 +41,11 @@ class FetchObserver {
 // TensorFlow session. Variable nodes read the VariableStore (by reference: no
 // copy); Placeholders must be fed.
 //
+// Kernels: the device's fused kernel runs a producer and its only reader as
+// one (Device::FindFusedKernel), and an output read only by kernels that
+// take the device's own layouts may stay in one (KernelContext); fetches,
+// the observer and views always see row-major tensors.
+//
 // Memory: each node's outputs are cached and reused by later runs while they
 // fit, so a steady training loop allocates no tensor memory per step.
 // Consequently the tensors Run returns alias that cache: they are valid until
@@ -66,14 +71,28 @@ class Executor {
   Device& device() { return device_; }
 
  private:
+  // How one node of a plan runs.
+  struct Step {
+    // Runs inside its only reader's fused kernel (nothing to do here).
+    bool fused_away = false;
+    // The node whose kernel this node's fused kernel also runs, or -1.
+    int producer = -1;
+    const Device::FusedKernel* fused = nullptr;
+    // KernelContext::device_layout_outputs.
+    uint32_t device_layout_outputs = 0;
+  };
   struct Plan {
-    std::vector<int> nodes;  // in topological (id) order
+    std::vector<int> nodes;   // in topological (id) order
+    std::vector<Step> steps;  // per position in `nodes`
     // (position in `nodes` after which the fetch is final, fetch index),
     // sorted; position -1 for a fed fetch. Read only with an observer.
     std::vector<std::pair<int, size_t>> fetch_ready;
   };
   const Plan& GetPlan(std::span<const Feed> feeds, std::span<const Output> fetches);
-  absl::Status RunNode(const Node& node, const RunContext& run);
+  // Fuses producer/consumer pairs the device has a kernel for, and decides
+  // which outputs may stay in a device layout.
+  void PlanKernels(std::span<const Output> fetches, const std::vector<char>& fed, Plan& plan) const;
+  absl::Status RunNode(const Node& node, const Step& step, const RunContext& run);
 
   const Graph& graph_;
   Device& device_;
@@ -86,6 +105,7 @@ class Executor {
   std::vector<char> owned_;
   std::vector<const Tensor*> input_scratch_;
   std::vector<const Shape*> shape_scratch_;
+  Shape produced_shape_;  // a fused producer's output shape
 };
 
 }  // namespace kubetrain::runtime::engine

@@ -6,6 +6,7 @@
 #include <functional>
 #include <random>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "trainer-runtime/engine/autodiff.h"
 #include "trainer-runtime/engine/executor.h"
@@ -62,27 +63,44 @@ class GradientChecker {
     feeds_.push_back({Output{*graph_.FindNode(placeholder), 0}, std::move(value)});
   }
 
+  // On each CPU kernel path of this build: the reference (BLAS) kernels,
+  // and oneDNN's when the build has them.
   void Check(double rtol = 1e-2, double atol = 2e-3) {
     ASSERT_TRUE(graph_.status().ok()) << graph_.status();
+    std::vector<CpuKernels> paths = {CpuKernels::kBlas};
+    if (OneDnnAvailable()) paths.push_back(CpuKernels::kOneDnn);
+    for (CpuKernels path : paths) {
+      SCOPED_TRACE(absl::StrCat("--cpu_kernels=", CpuKernelsName(path)));
+      CpuDevice device(1, path);
+      CheckOn(device, rtol, atol);
+    }
+  }
+
+ private:
+  void CheckOn(Device& device, double rtol, double atol) {
     // Weight the output by fixed random values so every element of the
     // gradient matters (a plain sum would hide a transposition).
-    Executor probe(graph_, device_, store_);
+    Executor probe(graph_, device, store_);
     std::vector<Tensor> out;
     ASSERT_TRUE(probe.Run(feeds_, {{y_}}, &out, Run()).ok());
-    Output loss = y_;
-    if (out[0].num_elements() != 1 || out[0].rank() != 0) {
-      Input w = RandomInput(out[0].shape(), 99);
-      weights_ = *Tensor::FromVector(w.shape, w.values);
-      weights_node_ = ops::Placeholder(graph_, "weights", out[0].shape());
-      loss = ops::Sum(graph_, ops::Mul(graph_, y_, weights_node_));
+    if (!loss_.valid()) {
+      loss_ = y_;
+      if (out[0].num_elements() != 1 || out[0].rank() != 0) {
+        Input w = RandomInput(out[0].shape(), 99);
+        weights_ = *Tensor::FromVector(w.shape, w.values);
+        weights_node_ = ops::Placeholder(graph_, "weights", out[0].shape());
+        loss_ = ops::Sum(graph_, ops::Mul(graph_, y_, weights_node_));
+      }
+      absl::StatusOr<std::vector<Output>> grads = AddGradients(graph_, loss_, xs_);
+      ASSERT_TRUE(grads.ok()) << grads.status();
+      grads_ = *std::move(grads);
     }
-    absl::StatusOr<std::vector<Output>> grads = AddGradients(graph_, loss, xs_);
-    ASSERT_TRUE(grads.ok()) << grads.status();
-    Executor exec(graph_, device_, store_);
+    const Output loss = loss_;
+    Executor exec(graph_, device, store_);
     std::vector<Feed> feeds = feeds_;
     if (weights_.valid()) feeds.push_back({weights_node_, weights_});
     std::vector<Tensor> analytic;
-    ASSERT_TRUE(exec.Run(feeds, *grads, &analytic, Run()).ok());
+    ASSERT_TRUE(exec.Run(feeds, grads_, &analytic, Run()).ok());
     std::vector<std::vector<float>> analytic_values;
     for (const Tensor& t : analytic) analytic_values.push_back(t.ToVector());
 
@@ -111,18 +129,18 @@ class GradientChecker {
     }
   }
 
- private:
   RunContext Run() const { return RunContext{training_, 7, 3}; }
 
   std::vector<Input> inputs_;
   bool training_;
   Graph graph_;
-  CpuDevice device_{1};
   VariableStore store_;
   std::vector<Output> xs_;
   Output y_;
   Tensor weights_;
   Output weights_node_;
+  Output loss_;
+  std::vector<Output> grads_;
   std::vector<Feed> feeds_;
 };
 
@@ -258,6 +276,22 @@ TEST(GradientTest, Conv2DValidStride2) {
   }).Check();
 }
 
+// A conv stack whose activations stay in oneDNN's blocked layout between
+// kernels on that path, with channel counts that leave padding lanes in
+// the blocks, and each conv fused with its bias and activation.
+TEST(GradientTest, ConvStackWithFusedBiasActivations) {
+  GradientChecker(
+      {RandomInput({2, 7, 6, 3}, 1), RandomInput({3, 3, 3, 17}, 2), RandomInput({17}, 3),
+       RandomInput({2, 2, 17, 5}, 4), RandomInput({5}, 5), RandomInput({30, 4}, 6),
+       RandomInput({4}, 7)},
+      [](Graph& g, const auto& x) {
+        Output h = ops::BiasActivation(g, ops::Conv2D(g, x[0], x[1], 2, "SAME"), x[2], "tanh");
+        h = ops::BiasActivation(g, ops::Conv2D(g, h, x[3], 1, "VALID"), x[4], "sigmoid");
+        return ops::BiasActivation(g, ops::MatMul(g, ops::Flatten(g, h), x[5]), x[6], "linear");
+      })
+      .Check();
+}
+
 TEST(GradientTest, MaxPool) {
   GradientChecker({SpreadInput({2, 4, 6, 3}, 1)}, [](Graph& g, const auto& x) {
     return ops::MaxPool(g, x[0], 2, 2, "VALID");
@@ -267,6 +301,16 @@ TEST(GradientTest, MaxPool) {
 TEST(GradientTest, MaxPoolSameOverlapping) {
   GradientChecker({SpreadInput({1, 5, 5, 2}, 1)}, [](Graph& g, const auto& x) {
     return ops::MaxPool(g, x[0], 3, 2, "SAME");
+  }).Check();
+}
+
+// Pooling after a bias and activation (whose gradients the oneDNN path
+// computes in one fused kernel). tanh keeps each channel's order, so the
+// spread input still has no ties within a finite-difference step.
+TEST(GradientTest, MaxPoolAfterBiasActivation) {
+  GradientChecker({SpreadInput({2, 6, 5, 19}, 1), RandomInput({19}, 2)}, [](Graph& g,
+                                                                            const auto& x) {
+    return ops::MaxPool(g, ops::BiasActivation(g, x[0], x[1], "tanh"), 3, 2, "SAME");
   }).Check();
 }
 

@@ -117,7 +117,17 @@ std::vector<float> Tensor::ToVector() const {
   return p == nullptr ? std::vector<float>() : std::vector<float>(p, p + num_elements_);
 }
 
+Tensor Tensor::WithLayout(std::shared_ptr<const TensorLayout> layout) const {
+  Tensor t = *this;
+  t.layout_ = std::move(layout);
+  return t;
+}
+
 absl::StatusOr<Tensor> Tensor::Reshaped(const Shape& shape) const {
+  if (!is_row_major()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cannot reshape a tensor of shape ", ShapeString(shape_), " held in a device layout"));
+  }
   if (NumElements(shape) != num_elements_) {
     return absl::InvalidArgumentError(absl::StrCat("cannot reshape ", ShapeString(shape_), " (",
                                                    num_elements_, " elements) to ",

@@ -62,6 +62,16 @@ class Buffer {
   std::shared_ptr<void> keepalive_;
 };
 
+// How a tensor's elements lie in its buffer when they are not row-major: a
+// device's own layout (oneDNN's channel-blocked nChw16c, for one), defined
+// and read only by that device's kernels. Such a tensor only ever passes
+// between kernels that asked for it (see KernelContext::MayKeepDeviceLayout):
+// feeds, fetches, variables and views are always row-major.
+class TensorLayout {
+ public:
+  virtual ~TensorLayout() = default;
+};
+
 // A float32 tensor: a shape, row-major strides and a reference-counted
 // buffer. Copying a Tensor copies the reference, not the data (as in
 // TensorFlow); Clone() copies the data. A default-constructed Tensor is
@@ -97,10 +107,18 @@ class Tensor {
   float at(int64_t i) const { return data()[i]; }
   std::vector<float> ToVector() const;
 
+  // Null for row-major (the shape's strides); else the device layout the
+  // buffer holds, which may be larger than NumElements(shape) floats.
+  const std::shared_ptr<const TensorLayout>& layout() const { return layout_; }
+  bool is_row_major() const { return layout_ == nullptr; }
+  // The same shape and buffer, described by `layout` (null: row-major).
+  Tensor WithLayout(std::shared_ptr<const TensorLayout> layout) const;
+
   // A view with another shape of the same element count (no copy).
+  // InvalidArgument for a tensor in a device layout.
   absl::StatusOr<Tensor> Reshaped(const Shape& shape) const;
-  // A deep copy in host memory, of a tensor in host memory (a device
-  // tensor goes through Device::ToHost instead).
+  // A deep copy in host memory, of a row-major tensor in host memory (a
+  // device tensor goes through Device::ToHost instead).
   Tensor Clone() const;
   // True when both point at the same storage and shape.
   bool SharesStorageWith(const Tensor& other) const { return buffer_ == other.buffer_; }
@@ -111,6 +129,7 @@ class Tensor {
   int64_t num_elements_ = 0;
   std::shared_ptr<Buffer> buffer_;
   int64_t offset_ = 0;  // in elements
+  std::shared_ptr<const TensorLayout> layout_;
 };
 
 }  // namespace kubetrain::runtime::engine

@@ -364,7 +364,7 @@ absl::StatusOr<TrainResult> Loop::Run() {
     }
     Log(absl::StrCat("Not using ", (*device_)->name(),
                      ": this task's training strategy keeps its tensors in host memory"));
-    device_ = std::unique_ptr<Device>(std::make_unique<CpuDevice>(o_.threads));
+    device_ = std::unique_ptr<Device>(std::make_unique<CpuDevice>(o_.threads, o_.cpu_kernels));
   }
   Log(absl::StrCat("Device: ", (*device_)->name(), " (--device=", o_.device, ")"));
   absl::StatusOr<data::Dataset> train = data::LoadDataset(o_.train_data_paths);
@@ -571,7 +571,7 @@ absl::StatusOr<std::unique_ptr<Device>> CreateCpuOnlyDevice(const TrainerOptions
                             "without CUDA); use --device=cpu or --device=auto"),
                         kExitUsage);
   }
-  return std::make_unique<CpuDevice>(options.threads);
+  return std::make_unique<CpuDevice>(options.threads, options.cpu_kernels);
 }
 
 absl::StatusOr<TrainResult> Train(const TrainerOptions& options, TrainerEnvironment env) {

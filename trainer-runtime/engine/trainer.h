@@ -43,6 +43,10 @@ struct TrainerOptions {
   // there is none) or "auto" (the GPU when one is visible and the build has
   // CUDA, else the CPU). See TrainerEnvironment::make_device.
   std::string device = "auto";
+  // The CPU device's kernels (--cpu_kernels=onednn|blas): oneDNN's where the
+  // build has them, else OpenBLAS's. Results, checkpoints and exports do
+  // not depend on it.
+  CpuKernels cpu_kernels = DefaultCpuKernels();
   std::string model = "mlp";  // mlp, cnn, or a model YAML file
   int64_t hidden1 = 256;
   int64_t hidden2 = 128;
@@ -199,7 +203,7 @@ using DeviceFactory =
     std::function<absl::StatusOr<std::unique_ptr<Device>>(const TrainerOptions& options)>;
 
 // The engine's own factory, for builds without CUDA: "cpu" and "auto" give a
-// CpuDevice with options.threads; "gpu" is a usage error (no CUDA device in
+// CpuDevice with options.threads and options.cpu_kernels; "gpu" is a usage error (no CUDA device in
 // this build); another value InvalidArgument (usage) naming --device. The
 // kubetrain-runtime binary passes a factory that adds the CUDA device when
 // it is built with CUDA (trainer-runtime/cmd/device_factory.h).

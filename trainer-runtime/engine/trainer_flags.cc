@@ -70,6 +70,14 @@ const std::map<std::string, FlagDef>& Flags() {
           return CheckDevicePlacement(v).ok();
         },
         "cpu, gpu or auto: the GPU when the build has CUDA and one is visible (auto)"}},
+      {"cpu_kernels",
+       {[](TrainerOptions& o, const std::string& v) {
+          absl::StatusOr<CpuKernels> kernels = ParseCpuKernels(v);
+          if (kernels.ok()) o.cpu_kernels = *kernels;
+          return kernels.ok();
+        },
+        absl::StrCat("onednn or blas: the CPU device's kernels (",
+                     CpuKernelsName(DefaultCpuKernels()), ")")}},
       {"model", {String(&TrainerOptions::model), "mlp, cnn or a model YAML file (mlp)"}},
       {"hidden1", {Int(&TrainerOptions::hidden1), "mlp: first hidden layer (256)"}},
       {"hidden2", {Int(&TrainerOptions::hidden2), "mlp: second hidden layer (128)"}},
@@ -123,6 +131,10 @@ absl::StatusOr<TrainerOptions> ParseTrainerFlags(const std::vector<std::string>&
     }
     if (!it->second.set(options, value)) {
       if (name == "device") return CheckDevicePlacement(value);
+      if (name == "cpu_kernels") {
+        return Usage(
+            absl::StrCat("flag '--cpu_kernels': ", ParseCpuKernels(value).status().message()));
+      }
       return Usage(absl::StrCat("flag '--", name, "': cannot parse '", value, "'"));
     }
   }

@@ -16,7 +16,7 @@ namespace kubetrain::runtime::engine {
 //   --max_steps | --num_epochs --eval_every_secs --log_every_steps
 //   --save_checkpoints_secs --save_checkpoints_steps --keep_checkpoints
 //   --seed --threads --model (mlp|cnn|FILE.yaml) --hidden1 --hidden2
-//   --eval_batch_size --device (cpu|gpu|auto)
+//   --eval_batch_size --device (cpu|gpu|auto) --cpu_kernels (onednn|blas)
 //
 // InvalidArgument (exit code 2: usage) for an unknown flag, a missing value
 // or a value that does not parse, naming the flag; also for a URI

@@ -405,6 +405,7 @@ TEST(TrainerTest, NonHostDeviceTrainsResumesAndExportsLikeCpu) {
   TrainerOptions cpu = o;
   cpu.output_path = (fs::path(dir) / "cpu").string();
   cpu.device = "cpu";
+  cpu.cpu_kernels = CpuKernels::kBlas;  // NonHostDevice runs the reference kernels
   TrainerEnvironment cpu_env;
   cpu_env.log = &log;
   absl::StatusOr<TrainResult> on_cpu = Train(cpu, std::move(cpu_env));

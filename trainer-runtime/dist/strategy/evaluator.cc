@@ -38,7 +38,7 @@ absl::Status RunEvaluator(const TrainerOptions& options, std::ostream& log, absl
   absl::StatusOr<Model> built = BuildModel(*spec, ds->example_shape, ds->num_classes);
   if (!built.ok()) return BadInput(built.status(), "model");
   Model model = *std::move(built);
-  CpuDevice device(options.threads);
+  CpuDevice device(options.threads, options.cpu_kernels);
   OptimizerOptions oo;
   oo.learning_rate = options.learning_rate;
   ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> optimizer, Optimizer::Create(options.optimizer, oo, device));
