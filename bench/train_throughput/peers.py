@@ -1,9 +1,15 @@
-"""PyTorch and numpy peers of train_throughput_bench: the same MLP
-(784-256-128-10, ReLU, softmax cross-entropy), SGD lr 0.1, batch 128,
-float32, on the same Fashion-MNIST training images, shuffled each epoch.
+"""PyTorch and numpy peers of train_throughput_bench, on the same
+Fashion-MNIST training images, shuffled each epoch, batch 128, float32:
 
-    peers.py torch|numpy THREADS STEPS [IMAGES.gz]
-    peers.py torch-accuracy THREADS EPOCHS   (Adam lr 0.001, test accuracy)
+  mlp: 784-256-128-10, ReLU, softmax cross-entropy, SGD lr 0.1
+       (torch and numpy)
+  cnn: the built-in cnn (examples/models/cnn.yaml): conv 3x3x32 SAME, relu,
+       maxpool 2, conv 3x3x64 SAME, relu, maxpool 2, dense 128, relu,
+       dropout 0.25, dense 10; Adam lr 0.001 (torch)
+
+    peers.py torch|numpy THREADS STEPS [IMAGES.gz]        (the mlp)
+    peers.py torch-cnn THREADS STEPS [IMAGES.gz]
+    peers.py torch-accuracy THREADS EPOCHS   (mlp, Adam lr 0.001, test accuracy)
 
 Thread counts must be fixed before numpy/torch load (OMP_NUM_THREADS,
 OPENBLAS_NUM_THREADS): run.sh sets them. Prints one "key=value" line.
@@ -112,6 +118,39 @@ def run_torch(x, y, steps, threads, lr=0.1):
             steps * 128 / (time.process_time() - cpu_start), float(loss.item()))
 
 
+def run_torch_cnn(x, y, steps, threads):
+    import torch
+    torch.set_num_threads(threads)
+    torch.manual_seed(1)
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(1, 32, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+        torch.nn.Conv2d(32, 64, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+        torch.nn.Flatten(),
+        torch.nn.Linear(64 * 7 * 7, 128), torch.nn.ReLU(), torch.nn.Dropout(0.25),
+        torch.nn.Linear(128, 10))
+    model.train()
+    opt = torch.optim.Adam(model.parameters(), lr=0.001)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    images = x.reshape(-1, 1, 28, 28)
+    it = batches(images, y, 128, 1)
+
+    def step():
+        xb, yb = next(it)
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn(model(torch.from_numpy(xb)), torch.from_numpy(yb))
+        loss.backward()
+        opt.step()
+        return loss
+
+    for _ in range(10):
+        step()
+    start, cpu_start = time.perf_counter(), time.process_time()
+    for _ in range(steps):
+        loss = step()
+    return (steps * 128 / (time.perf_counter() - start),
+            steps * 128 / (time.process_time() - cpu_start), float(loss.item()))
+
+
 def torch_accuracy(threads, epochs, folder="/usr/share/datasets/fashion-mnist"):
     """The accuracy reference for the engine: the same MLP and settings as
     `kubetrain-runtime train --model=mlp --optimizer=adam
@@ -150,6 +189,8 @@ def main():
     x, y = load(path)
     if which == "numpy":
         rate, cpu_rate, loss = run_numpy(x, y, steps)
+    elif which == "torch-cnn":
+        rate, cpu_rate, loss = run_torch_cnn(x, y, steps, threads)
     else:
         rate, cpu_rate, loss = run_torch(x, y, steps, threads)
     print(f"{which} threads={threads} samples_per_sec={rate:.1f} "

@@ -1,10 +1,15 @@
-// kubetrain's side of bench/train_throughput: trains the benchmark MLP
-// (784-256-128-10, ReLU, SGD lr 0.1, batch 128, float32) on Fashion-MNIST
-// through the real training path (BatchIterator -> TrainingContext ->
-// Optimizer) and prints samples/s; also measures this machine's FP32 FMA
-// peak and OpenBLAS's sgemm rate for the first layer's shape.
+// kubetrain's side of bench/train_throughput: trains one of the built-in
+// models through the real training path (BatchIterator -> TrainingContext
+// -> Optimizer) on Fashion-MNIST and prints samples/s; also measures this
+// machine's FP32 FMA peak and OpenBLAS's sgemm rate for the MLP's first
+// layer.
 //
-//   train_throughput_bench --threads=N [--steps=S] [--data=IMAGES.gz]
+//   mlp: 784-256-128-10, ReLU, SGD lr 0.1, batch 128, float32
+//   cnn: examples/models/cnn.yaml's layers (conv32-pool-conv64-pool-
+//        dense128-dropout-dense10), Adam lr 0.001, batch 128, float32
+//
+//   train_throughput_bench --model=mlp|cnn --threads=N [--steps=S]
+//       [--cpu_kernels=onednn|blas] [--data=IMAGES.gz]
 //   train_throughput_bench --peak --threads=N
 //
 // Output: one "key=value ..." line per measurement, parsed by run.sh.
@@ -113,13 +118,36 @@ int Main(int argc, char** argv) {
   int threads = 1;
   int64_t steps = 1000;
   bool peak = false;
+  std::string model_name = "mlp";
+  CpuKernels kernels = DefaultCpuKernels();
   std::string data = "/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz";
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    if (a.rfind("--threads=", 0) == 0) threads = std::stoi(a.substr(10));
-    if (a.rfind("--steps=", 0) == 0) steps = std::stoll(a.substr(8));
-    if (a.rfind("--data=", 0) == 0) data = a.substr(7);
-    if (a == "--peak") peak = true;
+    if (a.rfind("--threads=", 0) == 0) {
+      threads = std::stoi(a.substr(10));
+    } else if (a.rfind("--steps=", 0) == 0) {
+      steps = std::stoll(a.substr(8));
+    } else if (a.rfind("--data=", 0) == 0) {
+      data = a.substr(7);
+    } else if (a.rfind("--model=", 0) == 0) {
+      model_name = a.substr(8);
+    } else if (a.rfind("--cpu_kernels=", 0) == 0) {
+      absl::StatusOr<CpuKernels> parsed = ParseCpuKernels(a.substr(14));
+      if (!parsed.ok()) {
+        std::cerr << "--cpu_kernels: " << parsed.status().message() << "\n";
+        return 2;
+      }
+      kernels = *parsed;
+    } else if (a == "--peak") {
+      peak = true;
+    } else {
+      std::cerr << "unknown argument " << a << "\n";
+      return 2;
+    }
+  }
+  if (model_name != "mlp" && model_name != "cnn") {
+    std::cerr << "--model: want mlp or cnn, got " << model_name << "\n";
+    return 2;
   }
   if (peak) {
     double avx2 = FmaPeak(threads, false);
@@ -134,30 +162,31 @@ int Main(int argc, char** argv) {
     std::cerr << ds.status() << "\n";
     return 3;
   }
-  auto dataset = std::make_shared<const data::Dataset>(*std::move(ds));
+  auto dataset = std::make_shared<data::Dataset>(*std::move(ds));
+  const bool cnn = model_name == "cnn";
+  // The MLP reads flat examples, the CNN 28x28x1 images.
+  dataset->example_shape = cnn ? Shape{28, 28, 1} : Shape{784};
   TrainerOptions options;
   options.seed = 1;
-  absl::StatusOr<Model> model = BuildModel(MlpSpec(256, 128), {784}, dataset->num_classes);
+  absl::StatusOr<Model> model =
+      BuildModel(cnn ? CnnSpec() : MlpSpec(256, 128), dataset->example_shape, dataset->num_classes);
   if (!model.ok()) {
     std::cerr << model.status() << "\n";
     return 1;
   }
-  CpuDevice device(threads);
+  CpuDevice device(threads, kernels);
   VariableStore variables;
   if (!InitializeVariables(model->graph, 1, variables).ok()) return 1;
   OptimizerOptions oo;
-  oo.learning_rate = 0.1;
-  auto optimizer = Optimizer::Create("sgd", oo, device);
+  oo.learning_rate = cnn ? 0.001 : 0.1;
+  auto optimizer = Optimizer::Create(cnn ? "adam" : "sgd", oo, device);
   TrainingContext ctx(options, *model, device, variables, **optimizer);
   LocalStrategy strategy;
   data::BatchOptions bo;
   bo.batch_size = 128;
   bo.seed = 1;
   bo.prefetch = 0;  // batches built inline, as the peers do
-  // The dataset is flat per example for the MLP.
-  auto flat = std::make_shared<data::Dataset>(*dataset);
-  flat->example_shape = {784};
-  data::BatchIterator batches(flat, bo);
+  data::BatchIterator batches(dataset, bo);
   auto run = [&](int64_t n, int64_t first_step) {
     float loss = 0;
     for (int64_t s = 0; s < n; ++s) {
@@ -171,14 +200,18 @@ int Main(int argc, char** argv) {
     }
     return loss;
   };
-  run(50, 0);  // warm-up: buffers allocated, BLAS threads started
+  // Warm-up: buffers allocated, primitives created, threads started.
+  const int64_t warmup = cnn ? 10 : 50;
+  run(warmup, 0);
   double start = Now();
   double cpu_start = CpuNow();
-  float loss = run(steps, 50);
+  float loss = run(steps, warmup);
   double seconds = Now() - start;
   double cpu_seconds = CpuNow() - cpu_start;
-  std::cout << "kubetrain threads=" << threads << " samples_per_sec=" << steps * 128 / seconds
-            << " samples_per_cpu_sec=" << steps * 128 / cpu_seconds << " loss=" << loss << std::endl;
+  std::cout << "kubetrain model=" << model_name << " cpu_kernels=" << CpuKernelsName(kernels)
+            << " threads=" << threads << " samples_per_sec=" << steps * 128 / seconds
+            << " samples_per_cpu_sec=" << steps * 128 / cpu_seconds << " loss=" << loss
+            << std::endl;
   return 0;
 }
 
