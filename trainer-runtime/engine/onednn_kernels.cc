@@ -643,6 +643,11 @@ inline WindowRange Window(int64_t o, int64_t stride, int64_t pad, int64_t k, int
   return {std::max<int64_t>(start, 0), std::min<int64_t>(start + k, size)};
 }
 
+// Whether every pixel is in exactly one window.
+bool Tiles(const PoolGeometry& g) {
+  return g.stride == g.k && g.pad_h == 0 && g.pad_w == 0 && g.oh * g.k == g.h && g.ow * g.k == g.w;
+}
+
 template <int kBlock>
 KT_INLINE void MaxPoolForwardBlocked(const PoolGeometry& g, const float* __restrict x,
                                      float* __restrict y) {
@@ -681,8 +686,7 @@ KT_INLINE void MaxPoolBackwardBlocked(const PoolGeometry& g, const float* __rest
   const bool overlap = g.stride < g.k;
   // Windows that tile the image write every pixel once; otherwise pixels in
   // no window (or in several) start from zero.
-  const bool tiles =
-      g.stride == g.k && g.pad_h == 0 && g.pad_w == 0 && g.oh * g.k == g.h && g.ow * g.k == g.w;
+  const bool tiles = Tiles(g);
   for (int64_t b = 0; b < g.n; ++b) {
     const float* image = x + b * g.h * g.w * kBlock;
     float* grad_image = dx + b * g.h * g.w * kBlock;
@@ -714,6 +718,80 @@ KT_INLINE void MaxPoolBackwardBlocked(const PoolGeometry& g, const float* __rest
       }
     }
   }
+}
+
+// MaxPoolBackwardBlocked followed by the activation's gradient, for windows
+// that tile the image (each pixel is routed to once): dz = routed dy *
+// act'(y), in one pass over the image; `sums` (kBlock floats) accumulates dz
+// per lane for the bias gradient. The arithmetic of BiasActivationGradRows,
+// element by element.
+template <int kBlock, Activation kAct>
+KT_INLINE void MaxPoolActivationGradTiled(const PoolGeometry& g, const float* __restrict x,
+                                          const float* __restrict dy, const float* __restrict y,
+                                          float* __restrict dz, float* __restrict sums) {
+  using L = Lanes<kBlock>;
+  using F = typename L::F;
+  F total = L::Load(sums);
+  for (int64_t oy = 0; oy < g.oh; ++oy) {
+    for (int64_t ox = 0; ox < g.ow; ++ox) {
+      const int64_t y0 = oy * g.k, x0 = ox * g.k;
+      const F grad = L::Load(dy + (oy * g.ow + ox) * kBlock);
+      F best = L::Load(x + (y0 * g.w + x0) * kBlock);
+      for (int64_t iy = y0; iy < y0 + g.k; ++iy) {
+        for (int64_t ix = x0; ix < x0 + g.k; ++ix) {
+          const F in = L::Load(x + (iy * g.w + ix) * kBlock);
+          best = L::Select(in > best, in, best);
+        }
+      }
+      typename L::I taken{};
+      for (int64_t iy = y0; iy < y0 + g.k; ++iy) {
+        for (int64_t ix = x0; ix < x0 + g.k; ++ix) {
+          const int64_t p = (iy * g.w + ix) * kBlock;
+          const F in = L::Load(x + p);
+          const typename L::I hit = (in == best) & ~taken;
+          taken |= hit;
+          F d = L::Select(hit, grad, F{});
+          const F out = L::Load(y + p);
+          if constexpr (kAct == Activation::kRelu) d = L::Select(out > F{}, d, F{});
+          if constexpr (kAct == Activation::kTanh) d *= 1.0f - out * out;
+          if constexpr (kAct == Activation::kSigmoid) d *= out * (1.0f - out);
+          L::Store(dz + p, d);
+          total += d;
+        }
+      }
+    }
+  }
+  L::Store(sums, total);
+}
+
+template <int kBlock>
+KT_INLINE void MaxPoolActivationGradTiledFor(Activation act, const PoolGeometry& g, const float* x,
+                                             const float* dy, const float* y, float* dz,
+                                             float* sums) {
+  switch (act) {
+    case Activation::kLinear:
+      return MaxPoolActivationGradTiled<kBlock, Activation::kLinear>(g, x, dy, y, dz, sums);
+    case Activation::kRelu:
+      return MaxPoolActivationGradTiled<kBlock, Activation::kRelu>(g, x, dy, y, dz, sums);
+    case Activation::kTanh:
+      return MaxPoolActivationGradTiled<kBlock, Activation::kTanh>(g, x, dy, y, dz, sums);
+    case Activation::kSigmoid:
+      return MaxPoolActivationGradTiled<kBlock, Activation::kSigmoid>(g, x, dy, y, dz, sums);
+  }
+}
+
+__attribute__((target("avx512f"))) void MaxPoolActivationGrad16(Activation act,
+                                                                const PoolGeometry& g,
+                                                                const float* x, const float* dy,
+                                                                const float* y, float* dz,
+                                                                float* sums) {
+  MaxPoolActivationGradTiledFor<16>(act, g, x, dy, y, dz, sums);
+}
+__attribute__((target("avx2"))) void MaxPoolActivationGrad8(Activation act, const PoolGeometry& g,
+                                                            const float* x, const float* dy,
+                                                            const float* y, float* dz,
+                                                            float* sums) {
+  MaxPoolActivationGradTiledFor<8>(act, g, x, dy, y, dz, sums);
 }
 
 __attribute__((target("avx512f"))) void MaxPoolForward16(const PoolGeometry& g, const float* x,
@@ -947,9 +1025,25 @@ absl::Status MaxPoolBiasActivationGradKernel(KernelContext& c) {
   std::vector<float> partial(static_cast<size_t>(std::max(threads, 1) * blocks * block), 0.0f);
   const float* src = in->data;
   float* dst = static_cast<float*>(out.data());
+  // One pass per image where the windows tile it and the lanes fit a
+  // vector; else the pooled gradient goes through a buffer first.
+  const bool one_pass = Tiles(one) && ((block == 16 && HasAvx512()) || (block == 8 && HasAvx2()));
   ParallelFor(c, images, [&](int64_t begin, int64_t end) {
     const int64_t t = threads > 1 ? omp_get_thread_num() : 0;
     float* sums = partial.data() + t * blocks * block;
+    if (one_pass) {
+      for (int64_t i = begin; i < end; ++i) {
+        const int64_t at = i * pixels * block;
+        float* s = sums + (i % blocks) * block;
+        const float* pooled = grad + i * g->oh * g->ow * block;
+        if (block == 16) {
+          MaxPoolActivationGrad16(act, one, src + at, pooled, out_act + at, dst + at, s);
+        } else {
+          MaxPoolActivationGrad8(act, one, src + at, pooled, out_act + at, dst + at, s);
+        }
+      }
+      return;
+    }
     std::vector<float> routed(static_cast<size_t>(pixels * block));
     std::vector<float> image_sums(static_cast<size_t>(block));
     for (int64_t i = begin; i < end; ++i) {

@@ -172,6 +172,24 @@ TEST_F(OneDnnKernelsTest, PoolingOnBlockedActivationsOnRandomShapes) {
   }
 }
 
+// Windows that tile the image (the built-in cnn's 2x2 pooling) take the
+// one-pass gradient: pooling and activation gradient together.
+TEST_F(OneDnnKernelsTest, TilingPoolingAfterEachActivation) {
+  for (const char* act : {"relu", "tanh", "sigmoid", "linear"}) {
+    for (int64_t channels : {16, 21}) {
+      graph_ = Graph();
+      variables_.clear();
+      store_ = VariableStore();
+      Output conv =
+          ops::Conv2D(graph_, Random({3, 8, 6, 2}), Random({3, 3, 2, channels}), 1, "SAME");
+      Output y = ops::BiasActivation(graph_, conv, Random({channels}), act);
+      ExpectPathsAgree({ops::MaxPool(graph_, y, 2, 2, "VALID")},
+                       absl::StrCat(act, ", ", channels, " channels"));
+      if (HasFatalFailure()) return;
+    }
+  }
+}
+
 // A conv output read by two kernels cannot be fused: it stays blocked, and
 // BiasActivation and MaxPool each read that layout on their own.
 TEST_F(OneDnnKernelsTest, UnfusedBiasActivationReadsTheBlockedLayout) {
