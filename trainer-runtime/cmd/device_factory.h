@@ -21,7 +21,7 @@ bool BuiltWithCuda();
 int VisibleGpuCount();
 
 // An engine::DeviceFactory for options.device:
-//   cpu   a CpuDevice with options.threads
+//   cpu   a CpuDevice with options.threads and options.cpu_kernels
 //   gpu   CUDA device 0; a usage error (exit code 2) naming --device when
 //         the build has no CUDA or no device is visible
 //   auto  the GPU when BuiltWithCuda() and VisibleGpuCount() > 0, else cpu

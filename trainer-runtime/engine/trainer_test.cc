@@ -147,6 +147,29 @@ TEST(TrainerFlagsTest, ParsesDevicePlacement) {
   EXPECT_NE(bad.status().message().find("tpu"), std::string::npos) << bad.status();
 }
 
+TEST(TrainerFlagsTest, ParsesCpuKernels) {
+  auto defaults = ParseTrainerFlags({});
+  ASSERT_TRUE(defaults.ok()) << defaults.status();
+  EXPECT_EQ(defaults->cpu_kernels, OneDnnAvailable() ? CpuKernels::kOneDnn : CpuKernels::kBlas);
+  auto blas = ParseTrainerFlags({"--cpu_kernels=blas"});
+  ASSERT_TRUE(blas.ok()) << blas.status();
+  EXPECT_EQ(blas->cpu_kernels, CpuKernels::kBlas);
+  auto onednn = ParseTrainerFlags({"--cpu-kernels", "onednn"});
+  if (OneDnnAvailable()) {
+    ASSERT_TRUE(onednn.ok()) << onednn.status();
+    EXPECT_EQ(onednn->cpu_kernels, CpuKernels::kOneDnn);
+  } else {
+    ASSERT_FALSE(onednn.ok());
+    EXPECT_EQ(ExitCodeFor(onednn.status()), kExitUsage);
+    EXPECT_NE(onednn.status().message().find("libdnnl-dev"), std::string::npos);
+  }
+  auto bad = ParseTrainerFlags({"--cpu_kernels=mkl"});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(ExitCodeFor(bad.status()), kExitUsage);
+  EXPECT_NE(bad.status().message().find("--cpu_kernels"), std::string::npos) << bad.status();
+  EXPECT_NE(bad.status().message().find("'mkl'"), std::string::npos) << bad.status();
+}
+
 TEST(ExitCodesTest, RetryableIsAtLeast128) {
   EXPECT_EQ(ExitCodeFor(absl::UnavailableError("peer lost")), kExitRetryable);
   EXPECT_TRUE(IsRetryableExitCode(kExitRetryable));
