@@ -15,7 +15,10 @@
 #
 # Every configuration runs REPEATS times, interleaved (one of each, then
 # again), and the best run counts: the machine may be shared, and the best
-# run is the one least disturbed; the median is printed beside it. PyTorch
+# run is the one least disturbed; the median is printed beside it. The
+# ratios are also printed per round (each side's best thread count within
+# that round, whose runs were minutes apart), with their median and range:
+# the spread a loaded machine leaves on the comparison. PyTorch
 # gets its best configuration at 2 threads (2 threads, 2 with
 # OMP_WAIT_POLICY=PASSIVE, or 1 thread), as DESIGN.md asks, and so does
 # kubetrain's oneDNN path (whose pool is OpenMP too); the targets are met
@@ -37,8 +40,9 @@ DATA=${DATA:-/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz}
 RESULTS=$(mktemp)
 trap 'rm -f "$RESULTS"' EXIT
 # record MODEL PEER THREADS < a line with samples_per_sec=... samples_per_cpu_sec=...
+# (the round is the sixth field)
 record() {
-  sed -n "s/.*samples_per_sec=\([0-9.]*\) samples_per_cpu_sec=\([0-9.]*\).*/$1 $2 $3 \1 \2/p" >>"$RESULTS"
+  sed -n "s/.*samples_per_sec=\([0-9.]*\) samples_per_cpu_sec=\([0-9.]*\).*/$1 $2 $3 \1 \2 $repeat/p" >>"$RESULTS"
 }
 
 # The FMA peak at 1 and 2 threads, best of the runs (measured between the
@@ -103,6 +107,22 @@ awk -v mlp_flops=$MLP_FLOPS -v cnn_flops=$CNN_FLOPS -v repeats="$REPEATS" -v mlp
     if ($4 > wall[k]) wall[k] = $4
     if ($5 > cpu[k]) cpu[k] = $5
     runs[k, ++count[k]] = $4
+    in_round[k, $6] = $4
+  }
+  # The best samples/s of PEER (and PEER-passive at 2 threads) over the
+  # thread counts, in round R.
+  function round_best(model, peer, r,   t, v, best) {
+    best = 0
+    for (t = 1; t <= 2; t++) { v = in_round[model " " peer " " t, r]; if (v > best) best = v }
+    v = in_round[model " " peer "-passive 2", r]; if (v > best) best = v
+    return best
+  }
+  # "per round a b c: median m, range lo-hi" of the ratios in v[1..n].
+  function spread(v, n,   i, j, tmp, out) {
+    out = ""
+    for (i = 1; i <= n; i++) out = out sprintf(" %.2f", v[i])
+    for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (v[j] < v[i]) { tmp = v[i]; v[i] = v[j]; v[j] = tmp }
+    return sprintf("per round%s: median %.2fx, range %.2f-%.2fx", out, n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2, v[1], v[n])
   }
   END {
     printf "FP32 FMA peak measured here (best of %d): %.0f GFLOP/s at 1 thread, %.0f at 2\n", repeats, peak[1], peak[2]
@@ -146,5 +166,16 @@ awk -v mlp_flops=$MLP_FLOPS -v cnn_flops=$CNN_FLOPS -v repeats="$REPEATS" -v mlp
       printf "at the better thread count: kubetrain %.0f (%s), pytorch %.0f (%s) -> %.2fx", best_k, kt, best_p, pt, best_k / best_p
       if (best_n > 0) printf "; numpy %.0f (%d) -> %.2fx", best_n, nt, best_k / best_n
       printf "\n"
+      nt_ = 0; nn_ = 0
+      for (r = 1; r <= repeats; r++) {
+        k = round_best(model, "kubetrain-onednn", r)
+        p = round_best(model, "torch", r)
+        q = round_best(model, "numpy", r)
+        if (k > 0 && p > 0) vt[++nt_] = k / p
+        if (k > 0 && q > 0) vn[++nn_] = k / q
+      }
+      if (nt_) printf "kubetrain onednn / pytorch, %s\n", spread(vt, nt_)
+      if (nn_) printf "kubetrain onednn / numpy, %s\n", spread(vn, nn_)
+      delete vt; delete vn
     }
   }' "$RESULTS"
