@@ -29,6 +29,7 @@
 #include "absl/time/clock.h"
 #include "tests/fake_apiserver/discovery.h"
 #include "tests/fake_apiserver/label_selector.h"
+#include "tests/fake_apiserver/pod_logs.h"
 #include "tests/fake_apiserver/table.h"
 
 namespace kubetrain::fake_apiserver {
@@ -355,6 +356,7 @@ class FakeApiServer::Impl {
       stopping_ = true;
     }
     watch_cv_.notify_all();
+    logs_.Shutdown();
     ::shutdown(listen_fd_, SHUT_RDWR);
     if (accept_thread_.joinable()) accept_thread_.join();
     std::list<std::unique_ptr<Connection>> conns;
@@ -672,6 +674,7 @@ class FakeApiServer::Impl {
     auto& objects = store_.at(std::string(res.plural));
     json deleted = *it->second;
     objects.erase(it);
+    if (&res == FindResource("pods")) logs_.Forget(StringAt(deleted, "metadata", "uid"));
     ++rv_;
     deleted["metadata"]["resourceVersion"] = std::to_string(rv_);
     Emit(res, "DELETED", std::make_shared<const json>(deleted), nullptr);
@@ -824,8 +827,17 @@ class FakeApiServer::Impl {
     }
     std::string name = parts.size() > i + 1 ? parts[i + 1] : "";
     std::string sub = parts.size() > i + 2 ? parts[i + 2] : "";
-    if (parts.size() > i + 3 || (!sub.empty() && sub != "status")) {
+    const bool pod_log = sub == "log" && absl::string_view(res->plural) == "pods";
+    if (parts.size() > i + 3 || (!sub.empty() && sub != "status" && !pod_log)) {
       return SendReply(fd, Error(404, "NotFound", absl::StrCat("no route for ", req.path)));
+    }
+    if (pod_log) {
+      if (req.method != "GET") {
+        return SendReply(fd, Error(405, "MethodNotAllowed",
+                                   absl::StrCat(req.method, " is not supported on ", req.path)));
+      }
+      Count("get", res->plural, sub);
+      return ServeLog(fd, ns, name, req);
     }
     bool status = sub == "status";
 
@@ -1008,6 +1020,26 @@ class FakeApiServer::Impl {
     return DiscoveryDocument(path, resources, crds, absl::StrCat("127.0.0.1:", port_));
   }
 
+  // GET pods/NAME/log (pod_logs.h). Returns false when the connection must
+  // be closed (after a streamed answer).
+  bool ServeLog(int fd, const std::string& ns, const std::string& name, const HttpRequest& req) {
+    Reply pod = Get(*FindResource("pods"), ns, name);
+    if (pod.code != 200) return SendReply(fd, pod);
+    std::optional<PodLogs::Error> error = logs_.Serve(
+        pod.body, req.query,
+        [fd] {
+          return SendAll(fd,
+                         "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: "
+                         "chunked\r\nConnection: close\r\n\r\n");
+        },
+        [fd](const std::string& line) {
+          return SendAll(fd, absl::StrCat(absl::Hex(line.size()), "\r\n", line, "\r\n"));
+        });
+    if (error) return SendReply(fd, Error(error->code, error->reason, error->message));
+    SendAll(fd, "0\r\n\r\n");
+    return false;
+  }
+
   // Streams watch events until the client goes away, the server stops, the
   // watch is dropped or timeoutSeconds pass. Always closes the connection.
   void ServeWatch(int fd, const ResourceInfo& res, const Filter& filter, HttpRequest& req) {
@@ -1170,6 +1202,9 @@ class FakeApiServer::Impl {
     json printer_columns;  // version v1's
   };
   std::map<std::string, ServedCrd> served_crds_;  // by plural, from ServeCrd
+
+ public:
+  PodLogs logs_;  // its own lock; may be called with mu_ held
 };
 
 namespace {
@@ -1267,6 +1302,36 @@ std::vector<nlohmann::json> FakeApiServer::List(absl::string_view resource,
   if (res == nullptr) return {};
   return impl_->ListAll(*res, std::string(ns));
 }
+
+absl::StatusOr<std::string> FakeApiServer::PodUid(absl::string_view ns,
+                                                  absl::string_view pod) const {
+  absl::StatusOr<nlohmann::json> object = Get("pods", ns, pod);
+  if (!object.ok()) return object.status();
+  return (*object)["metadata"].value("uid", "");
+}
+
+absl::Status FakeApiServer::StartContainer(absl::string_view ns, absl::string_view pod,
+                                           absl::string_view container) {
+  absl::StatusOr<std::string> uid = PodUid(ns, pod);
+  if (!uid.ok()) return uid.status();
+  return impl_->logs_.StartContainer(*uid, std::string(container));
+}
+
+absl::Status FakeApiServer::AppendLog(absl::string_view ns, absl::string_view pod,
+                                      absl::string_view container, absl::string_view text) {
+  absl::StatusOr<std::string> uid = PodUid(ns, pod);
+  if (!uid.ok()) return uid.status();
+  return impl_->logs_.AppendLog(*uid, std::string(container), text);
+}
+
+absl::Status FakeApiServer::StopContainer(absl::string_view ns, absl::string_view pod,
+                                          absl::string_view container) {
+  absl::StatusOr<std::string> uid = PodUid(ns, pod);
+  if (!uid.ok()) return uid.status();
+  return impl_->logs_.StopContainer(*uid, std::string(container));
+}
+
+void FakeApiServer::DropLogStreams() { impl_->logs_.DropStreams(); }
 
 bool FakeApiServer::WaitUntil(const std::function<bool()>& predicate, absl::Duration timeout) {
   return impl_->WaitUntil(predicate, timeout);

@@ -21,7 +21,7 @@ namespace kubetrain::fake_apiserver {
 //
 // Resources (all namespaced):
 //   /apis/kubetrain.io/v1/namespaces/NS/trainingjobs[/NAME[/status]]
-//   /api/v1/namespaces/NS/pods[/NAME[/status]]
+//   /api/v1/namespaces/NS/pods[/NAME[/status|/log]]
 //   /api/v1/namespaces/NS/services[/NAME]
 //   /api/v1/namespaces/NS/persistentvolumeclaims[/NAME[/status]]
 //   /api/v1/namespaces/NS/events[/NAME]
@@ -32,6 +32,7 @@ namespace kubetrain::fake_apiserver {
 // metadata.namespace and, for events, the real server's event field labels
 // (involvedObject.kind|name|uid|..., reason, type, source, reportingComponent) /
 // limit+continue, watch with ?watch=true&resourceVersion=N&allowWatchBookmarks=true),
+// GET pods/NAME/log (container logs, with follow=true streaming: see pod_logs.h),
 // POST (create), PUT (update; status subresource for trainingjobs and pods), PATCH
 // with application/merge-patch+json (RFC 7386, main resource or /status), DELETE.
 //
@@ -114,6 +115,9 @@ class FakeApiServer {
   // event, as when the real watch cache falls behind.
   void CompactHistory();
 
+  // Ends every open pods/log stream now; the logs stay (a dropped connection).
+  void DropLogStreams();
+
   // --- Custom resource definitions ---
   // Serves a CRD for its resource, which must be one this server stores
   // (trainingjobs): version v1's printer columns in the Table format, its
@@ -121,6 +125,19 @@ class FakeApiServer {
   // InvalidArgument for another resource or a printer column path that is
   // not a simple JSON path.
   absl::Status ServeCrd(const nlohmann::json& crd);
+
+  // --- Container logs (pods/log): the kubelet's side, see pod_logs.h ---
+  // Starts `container` of the pod (again, after a restart): an empty log
+  // whose lines follow streams receive; the run before it is what
+  // previous=true reads. Pod status is unchanged (set it as the kubelet would).
+  absl::Status StartContainer(absl::string_view ns, absl::string_view pod,
+                              absl::string_view container);
+  // Appends one line, or several separated by '\n', to the running log.
+  absl::Status AppendLog(absl::string_view ns, absl::string_view pod, absl::string_view container,
+                         absl::string_view text);
+  // The container exited: streams following its log end after its last line.
+  absl::Status StopContainer(absl::string_view ns, absl::string_view pod,
+                             absl::string_view container);
 
   // --- Observation ---
   // Requests served, keyed "VERB RESOURCE[/SUBRESOURCE]" with VERB one of get, list,
@@ -154,6 +171,7 @@ class FakeApiServer {
 
  private:
   explicit FakeApiServer(std::unique_ptr<Impl> impl);
+  absl::StatusOr<std::string> PodUid(absl::string_view ns, absl::string_view pod) const;
   std::unique_ptr<Impl> impl_;
 };
 
