@@ -386,6 +386,7 @@ absl::StatusOr<ObservedReplica> ParsePod(const json& pod) {
     }
   }
   if (r.termination_message.empty()) r.termination_message = pod_message;
+  r.waiting = ReadPodWaiting(pod, kContainerName);
   // Trailing newlines of log-derived messages add nothing to a status line.
   while (!r.termination_message.empty() &&
          (r.termination_message.back() == '\n' || r.termination_message.back() == ' ')) {

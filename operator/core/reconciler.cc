@@ -571,6 +571,41 @@ void CountReplicas(Context& c) {
   }
 }
 
+// ReplicasWaiting (waiting_reasons.h): what keeps the job's current
+// replicas (the job's, or its active trials') from running, with one Warning
+// event per cause the condition did not already name.
+void UpdateWaitingCondition(Context& c) {
+  std::set<std::string> current = {""};
+  for (const v1::HyperparameterOutput& t : c.status().training_output().trials()) {
+    if (!IsTerminal(t.state())) current.insert(t.trial_id());
+  }
+  std::vector<const ObservedReplica*> waiting;
+  for (const ObservedReplica& r : c.observed.replicas) {
+    if (r.waiting && !r.deletion_requested && current.count(r.key.trial_id) > 0 &&
+        (r.phase == ReplicaPhase::kPending || r.phase == ReplicaPhase::kRunning)) {
+      waiting.push_back(&r);
+    }
+  }
+  std::sort(waiting.begin(), waiting.end(),
+            [](const ObservedReplica* a, const ObservedReplica* b) { return a->key < b->key; });
+  std::vector<WaitingReplica> replicas;
+  for (const ObservedReplica* r : waiting) {
+    replicas.push_back({TaskName(r->key, c.use_chief()), *r->waiting});
+  }
+  const v1::Condition* previous = FindCondition(&c.status(), kReplicasWaitingCondition);
+  const WaitingSummary summary = SummarizeWaiting(
+      replicas, previous != nullptr && previous->status() == "True" ? previous->message() : "");
+  if (summary.reason.empty()) {
+    SetCondition(&c.status(), kReplicasWaitingCondition, false, "ReplicasNotWaiting", "", c.now);
+    return;
+  }
+  SetCondition(&c.status(), kReplicasWaitingCondition, true, summary.reason,
+               Truncate(summary.message), c.now);
+  for (const WaitingCause& cause : summary.new_causes) {
+    c.Emit(EmitEvent::Type::kWarning, cause.reason, cause.message);
+  }
+}
+
 void SetTerminal(Context& c, v1::State state) {
   c.status().set_state(state);
   if (!c.status().has_end_time()) ToProto(c.now, c.status().mutable_end_time());
@@ -675,9 +710,13 @@ bool CheckDeadlines(Context& c, bool enforce) {
   }
   if (!s.has_start_time() && scheduling.has_max_wait_time()) {
     const absl::Duration limit = FromProto(scheduling.max_wait_time());
-    deadlines.push_back({created + limit, "MaxWaitTimeExceeded",
-                         "scheduling.maxWaitTime " + DurationText(limit) +
-                             " exceeded before the job started running"});
+    std::string message = "scheduling.maxWaitTime " + DurationText(limit) +
+                          " exceeded before the job started running";
+    if (const v1::Condition* waiting = FindCondition(&c.status(), kReplicasWaitingCondition);
+        waiting != nullptr && waiting->status() == "True") {
+      message += "; last waiting reason " + waiting->reason() + ": " + waiting->message();
+    }
+    deadlines.push_back({created + limit, "MaxWaitTimeExceeded", std::move(message)});
   }
   for (const Deadline& d : deadlines) {
     if (enforce && c.now >= d.at) {
@@ -1420,6 +1459,7 @@ ReconcileResult Reconcile(const v1::TrainingJob& job, const Observed& observed, 
     study = IsStudy(c.job);
     s.set_observed_generation(job.metadata().generation());
     CountReplicas(c);
+    if (!job.spec().cancel() && !c.policy().suspend()) UpdateWaitingCondition(c);
     if (job.spec().cancel()) {
       ReconcileCancel(c);
     } else if (CheckDeadlines(c, /*enforce=*/true)) {
@@ -1447,6 +1487,14 @@ ReconcileResult Reconcile(const v1::TrainingJob& job, const Observed& observed, 
     }
   }
   if (study) SummarizeStudy(c);
+
+  // Nothing waits once the job is over, cancelled or suspended.
+  if (IsTerminal(s.state()) || s.state() == v1::CANCELLING || c.policy().suspend()) {
+    SetCondition(
+        &s, kReplicasWaitingCondition, false,
+        c.policy().suspend() && !IsTerminal(s.state()) ? "JobSuspended" : v1::State_Name(s.state()),
+        "", now);
+  }
 
   // Creates are pointless once the job is over; and a deletion of something
   // just being created cannot happen (creates only target missing slots).

@@ -40,7 +40,10 @@ namespace kubetrain::core {
 //
 // Conditions (Kubernetes-shaped, in status.conditions): Created, Running,
 // Restarting, Succeeded, Failed, Cancelled, Suspended, with reasons and messages naming
-// the replica ("worker-2 exited with code 1: <termination message>").
+// the replica ("worker-2 exited with code 1: <termination message>"), and
+// ReplicasWaiting while current replicas wait on something their pods name
+// (Unschedulable, ErrImagePull, CrashLoopBackOff...; see waiting_reasons.h),
+// with one Warning event per distinct cause.
 //
 // Restart policies (runPolicy.restartPolicy):
 //   Never      any replica failure fails the job.
@@ -63,9 +66,9 @@ namespace kubetrain::core {
 // Deadlines: activeDeadlineSeconds (from status.createTime, as Kubeflow
 // counts from the job's start), scheduling.maxRunningTime (from
 // status.startTime, set when the job enters RUNNING) and
-// scheduling.maxWaitTime (from status.createTime until RUNNING) fail the job
-// when passed; requeue_after always names the next deadline, so they fire with
-// no other event (Kubeflow's #3358).
+// scheduling.maxWaitTime (from status.createTime until RUNNING; its message
+// names the last waiting reason) fail the job when passed; requeue_after always names the next
+// deadline, so they fire with no other event (Kubeflow's #3358).
 //
 // Lost replicas: phase Unknown, node_lost, or deletion requested and past its
 // grace period count as pod-level failures: replaced (force-deleted, then

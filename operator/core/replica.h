@@ -10,6 +10,7 @@
 #include "absl/time/time.h"
 #include "api/roles.h"
 #include "operator/core/naming.h"
+#include "operator/core/waiting_reasons.h"
 
 namespace kubetrain::core {
 
@@ -83,6 +84,9 @@ struct ObservedReplica {
   bool deletion_requested = false;
   absl::Time deletion_time = absl::InfinitePast();
   absl::Time created = absl::InfinitePast();
+  // What keeps it from running, when something unusual does (Unschedulable,
+  // an image that cannot be pulled, a crash loop...): see waiting_reasons.h.
+  std::optional<ReplicaWaiting> waiting;
 };
 
 // A Service observed on Kubernetes (the local backend has none).
