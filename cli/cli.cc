@@ -1,8 +1,11 @@
 #include "cli/cli.h"
 
 #include <algorithm>
+#include <optional>
 #include <ostream>
+#include <utility>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_join.h"
 #include "cli/commands.h"
 
@@ -15,6 +18,29 @@ const std::string* ParsedArgs::Flag(const std::string& name) const {
   return nullptr;
 }
 
+namespace {
+
+// Single-dash names kubectl users type, for the long flags they stand for.
+constexpr std::pair<char, const char*> kShortFlags[] = {{'n', "namespace"}};
+
+// "-n NS", "-n=NS" and "-nNS" (pflag's forms) as "--namespace ...", when the
+// command takes that flag; nullopt for anything else.
+std::optional<std::string> LongFormOfShortFlag(const std::string& arg,
+                                               const std::vector<std::string>& value_flags) {
+  if (arg.size() < 2 || arg[0] != '-' || arg[1] == '-') return std::nullopt;
+  for (const auto& [letter, name] : kShortFlags) {
+    if (arg[1] != letter ||
+        std::find(value_flags.begin(), value_flags.end(), name) == value_flags.end()) {
+      continue;
+    }
+    if (arg.size() == 2) return std::string("--") + name;
+    return std::string("--") + name + "=" + arg.substr(arg[2] == '=' ? 3 : 2);
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
 ParsedArgs ParseArgs(const std::vector<std::string>& args, const std::vector<std::string>& value_flags,
                      const std::vector<std::string>& bool_flags) {
   ParsedArgs parsed;
@@ -22,7 +48,13 @@ ParsedArgs ParseArgs(const std::vector<std::string>& args, const std::vector<std
     return std::find(list.begin(), list.end(), name) != list.end();
   };
   for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& arg = args[i];
+    std::string arg = args[i];
+    if (std::optional<std::string> long_form = LongFormOfShortFlag(arg, value_flags)) {
+      arg = *std::move(long_form);
+    } else if (arg.size() >= 2 && arg[0] == '-' && arg[1] != '-' && absl::ascii_isalpha(arg[1])) {
+      parsed.error = "unknown flag " + arg.substr(0, 2);
+      return parsed;
+    }
     if (arg == "--") {
       parsed.after_double_dash.assign(args.begin() + i + 1, args.end());
       break;

@@ -82,6 +82,28 @@ TEST(ParseArgsTest, AValueFlagDoesNotSwallowTheNextFlag) {
   EXPECT_EQ(parsed.after_double_dash, std::vector<std::string>{"--lr=0.1"});
 }
 
+TEST(ParseArgsTest, NamespaceHasKubectlsShortForms) {
+  for (const std::vector<std::string>& args :
+       std::vector<std::vector<std::string>>{{"job", "-n", "ml"},
+                                             {"job", "-nml"},
+                                             {"job", "-n=ml"},
+                                             {"job", "--namespace", "ml"},
+                                             {"job", "--namespace=ml"}}) {
+    ParsedArgs parsed = ParseArgs(args, {"namespace"}, {"local"});
+    EXPECT_EQ(parsed.error, "") << args[1];
+    ASSERT_NE(parsed.Flag("namespace"), nullptr) << args[1];
+    EXPECT_EQ(*parsed.Flag("namespace"), "ml");
+    EXPECT_EQ(parsed.positional, std::vector<std::string>{"job"});
+  }
+  // Only where --namespace is a flag of the command; other letters are unknown.
+  EXPECT_EQ(ParseArgs({"job", "-n", "ml"}, {}, {}).error, "unknown flag -n");
+  EXPECT_EQ(ParseArgs({"job", "-q"}, {"namespace"}, {}).error, "unknown flag -q");
+  EXPECT_EQ(ParseArgs({"-n"}, {"namespace"}, {}).error, "flag --namespace needs a value");
+  // The trainer's own flags after "--" are not read.
+  EXPECT_EQ(ParseArgs({"job", "--", "-n", "3"}, {}, {}).after_double_dash,
+            (std::vector<std::string>{"-n", "3"}));
+}
+
 #ifdef KUBETRAIN_CLI_LOCAL_TESTS
 TEST(SubmitCommandTest, PackagePathIsCheckedBeforeAnythingIsSubmitted) {
   const std::string package =

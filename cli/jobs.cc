@@ -100,6 +100,17 @@ int UsageError(const std::string& command, const std::string& message, std::ostr
   return kExitUsage;
 }
 
+// Local jobs have no namespace: -n/--namespace with the local backend is
+// refused rather than ignored.
+std::optional<int> RefuseNamespaceOnLocal(const std::string& command, const ParsedArgs& parsed,
+                                          std::ostream& err) {
+  if (!parsed.Has("namespace") || !UseLocalBackend(parsed.Has("local"))) return std::nullopt;
+  return UsageError(command,
+                    "-n/--namespace names a Kubernetes namespace; the local backend (--local or "
+                    "KUBETRAIN_BACKEND=local) has none",
+                    err);
+}
+
 // ---- stream-logs
 
 struct LogFollower {
@@ -212,22 +223,34 @@ absl::StatusOr<v1::TrainingJob> FollowJob(local::JobStore& store, const std::str
 
 int StreamLogs(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   const std::string command = "jobs stream-logs";
-  ParsedArgs parsed = ParseArgs(args, {"task-name", "trial", "polling-interval"}, {"local", "allow-multiline-logs"});
+  ParsedArgs parsed = ParseArgs(
+      args, {"task-name", "trial", "polling-interval", "namespace", "context", "kubeconfig"},
+      {"local", "allow-multiline-logs"});
   if (!parsed.error.empty()) return UsageError(command, parsed.error, err);
+  if (std::optional<int> code = RefuseNamespaceOnLocal(command, parsed, err)) return *code;
   if (parsed.positional.size() != 1) return UsageError(command, "name one job: kubetrain jobs stream-logs JOB", err);
-  if (!UseLocalBackend(parsed.Has("local"))) {
-    err << "kubetrain " << command << ": on a cluster, read the replicas' logs with `kubectl logs -l "
-        << "kubetrain.io/job-name=" << api::KubernetesName(parsed.positional[0])
-        << "`; stream-logs works with the local backend (--local)\n";
-    return kExitUsage;
-  }
-  absl::Duration poll_interval = absl::FromChrono(kPollInterval);
+  const bool local = UseLocalBackend(parsed.Has("local"));
+  absl::Duration poll_interval = local ? absl::FromChrono(kPollInterval) : absl::Seconds(1);
   if (const std::string* text = parsed.Flag("polling-interval")) {
     int seconds = 0;
     if (!absl::SimpleAtoi(*text, &seconds) || seconds < 1) {
       return UsageError(command, "--polling-interval: whole seconds >= 1, got \"" + *text + "\"", err);
     }
     poll_interval = absl::Seconds(seconds);
+  }
+  if (!local) {
+    std::unique_ptr<ClusterJobs> cluster = ConnectOrReport(command, parsed, err);
+    if (cluster == nullptr) return kExitFailed;
+    ClusterLogOptions options;
+    options.task_filter = parsed.Flag("task-name") ? *parsed.Flag("task-name") : "";
+    options.trial_filter = parsed.Flag("trial") ? *parsed.Flag("trial") : "";
+    options.poll_interval = poll_interval;
+    absl::StatusOr<v1::TrainingJob> job = cluster->FollowLogs(parsed.positional[0], options, out);
+    if (!job.ok()) {
+      err << "kubetrain " << command << ": " << job.status().message() << "\n";
+      return kExitFailed;
+    }
+    return kExitOk;
   }
   std::unique_ptr<local::JobStore> store = OpenStoreOrReport(command, err);
   if (store == nullptr) return kExitFailed;
@@ -274,6 +297,7 @@ int SubmitTraining(const std::vector<std::string>& args, std::ostream& out, std:
                                  "master-image-uri", "namespace", "context", "kubeconfig"},
                                 {"stream-logs", "local", "wait", "async"});
   if (!parsed.error.empty()) return UsageError(command, parsed.error, err);
+  if (std::optional<int> code = RefuseNamespaceOnLocal(command, parsed, err)) return *code;
   if (parsed.positional.size() != 1) {
     return UsageError(command, "name one job: kubetrain jobs submit training JOB --config FILE [-- USER_ARGS]", err);
   }
@@ -359,10 +383,14 @@ int SubmitTraining(const std::vector<std::string>& args, std::ostream& out, std:
         << "TrainingJob " << cluster->namespace_name() << "/" << api::KubernetesName(name) << "\n"
         << "  $ kubetrain jobs describe " << name << "\n";
     if (!stream && !wait) return kExitOk;
+    absl::StatusOr<v1::TrainingJob> final_job;
     if (stream) {
-      out << "(logs: kubectl logs -f -l kubetrain.io/job-name=" << api::KubernetesName(name) << ")\n";
+      ClusterLogOptions options;
+      options.progress = true;
+      final_job = cluster->FollowLogs(name, options, out);
+    } else {
+      final_job = FollowClusterJob(*cluster, name, out);
     }
-    absl::StatusOr<v1::TrainingJob> final_job = FollowClusterJob(*cluster, name, out);
     if (!final_job.ok()) {
       err << "kubetrain " << command << ": " << final_job.status().message() << "\n";
       return kExitFailed;
@@ -413,6 +441,7 @@ int Describe(const std::vector<std::string>& args, std::ostream& out, std::ostre
   ParsedArgs parsed =
       ParseArgs(args, {"format", "namespace", "context", "kubeconfig"}, {"summarize", "local"});
   if (!parsed.error.empty()) return UsageError(command, parsed.error, err);
+  if (std::optional<int> code = RefuseNamespaceOnLocal(command, parsed, err)) return *code;
   if (parsed.positional.size() != 1) return UsageError(command, "name one job: kubetrain jobs describe JOB", err);
   const std::string format = parsed.Flag("format") ? *parsed.Flag("format") : "yaml";
   if (format != "yaml" && format != "json") {
@@ -478,6 +507,7 @@ int List(const std::vector<std::string>& args, std::ostream& out, std::ostream& 
       args, {"filter", "limit", "page-size", "sort-by", "namespace", "context", "kubeconfig"},
       {"local"});
   if (!parsed.error.empty()) return UsageError(command, parsed.error, err);
+  if (std::optional<int> code = RefuseNamespaceOnLocal(command, parsed, err)) return *code;
   if (!parsed.positional.empty()) return UsageError(command, "takes no positional arguments", err);
   int64_t limit = -1;
   if (const std::string* text = parsed.Flag("limit")) {
@@ -537,6 +567,7 @@ int Cancel(const std::vector<std::string>& args, std::ostream& out, std::ostream
   const std::string command = "jobs cancel";
   ParsedArgs parsed = ParseArgs(args, {"namespace", "context", "kubeconfig"}, {"local", "wait"});
   if (!parsed.error.empty()) return UsageError(command, parsed.error, err);
+  if (std::optional<int> code = RefuseNamespaceOnLocal(command, parsed, err)) return *code;
   if (parsed.positional.size() != 1) return UsageError(command, "name one job: kubetrain jobs cancel JOB", err);
   const std::string& name = parsed.positional[0];
   if (!UseLocalBackend(parsed.Has("local"))) {
@@ -595,14 +626,15 @@ std::vector<Command> JobsCommands() {
        "JOB [--config FILE] [--scale-tier TIER] [--module-name MODULE --package-path DIR] "
        "[--job-dir DIR] [--region REGION] [--labels KEY=VALUE,...] [--runtime-version V] "
        "[--python-version V] [--master-image-uri IMAGE] [--stream-logs | --wait | --async] "
-       "[--local | --namespace NS] [-- TRAINER_ARGS...]"},
+       "[--local | -n, --namespace NS] [-- TRAINER_ARGS...]"},
       {{"jobs", "describe"}, "show a job as YAML (--format json, --summarize)", Describe,
-       "JOB [--format yaml|json] [--summarize] [--local | --namespace NS]"},
+       "JOB [--format yaml|json] [--summarize] [--local | -n, --namespace NS]"},
       {{"jobs", "list"}, "list jobs: JOB_ID STATUS CREATED (--filter, --limit)", List,
-       "[--filter EXPRESSION] [--limit N] [--local | --namespace NS]"},
-      {{"jobs", "cancel"}, "cancel a job", Cancel, "JOB [--wait] [--local | --namespace NS]"},
+       "[--filter EXPRESSION] [--limit N] [--local | -n, --namespace NS]"},
+      {{"jobs", "cancel"}, "cancel a job", Cancel, "JOB [--wait] [--local | -n, --namespace NS]"},
       {{"jobs", "stream-logs"}, "follow a job's logs (--task-name, --trial)", StreamLogs,
-       "JOB [--task-name TASK] [--trial N] [--polling-interval SECONDS] [--local]"},
+       "JOB [--task-name TASK] [--trial N] [--polling-interval SECONDS] "
+       "[--local | -n, --namespace NS]"},
   };
 }
 

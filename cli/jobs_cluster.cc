@@ -125,6 +125,13 @@ absl::StatusOr<std::vector<v1::TrainingJob>> ClusterJobs::List() {
   return jobs;
 }
 
+absl::StatusOr<v1::TrainingJob> ClusterJobs::FollowLogs(const std::string& job_id,
+                                                        const ClusterLogOptions& options,
+                                                        std::ostream& out) {
+  return FollowClusterLogs(
+      *client_, namespace_, api::KubernetesName(job_id), [&] { return Get(job_id); }, options, out);
+}
+
 absl::Status ClusterJobs::Cancel(const std::string& job_id) {
   absl::StatusOr<nlohmann::json> patched = client_->MergePatch(
       kube::kTrainingJobs, namespace_, api::KubernetesName(job_id), {{"spec", {{"cancel", true}}}}, false);
@@ -255,6 +262,10 @@ absl::StatusOr<std::vector<v1::TrainingJob>> ClusterJobs::List() {
 }
 absl::Status ClusterJobs::Cancel(const std::string&) { return absl::UnimplementedError("no cluster client"); }
 absl::StatusOr<std::vector<JobEvent>> ClusterJobs::Events(const v1::TrainingJob&) {
+  return absl::UnimplementedError("no cluster client");
+}
+absl::StatusOr<v1::TrainingJob> ClusterJobs::FollowLogs(const std::string&,
+                                                        const ClusterLogOptions&, std::ostream&) {
   return absl::UnimplementedError("no cluster client");
 }
 

@@ -16,6 +16,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "cli/cluster_logs.h"
 #include "cli/jobs_format.h"
 #include "kubetrain/v1/training_job.pb.h"
 
@@ -65,6 +66,10 @@ class ClusterJobs {
   // the pods' own events say. The pods' events are left out, with the job's
   // still returned, when the pods cannot be listed.
   absl::StatusOr<std::vector<JobEvent>> Events(const v1::TrainingJob& job);
+  // Prints the job's replicas' logs and its events until it ends
+  // (cluster_logs.h); returns the final job.
+  absl::StatusOr<v1::TrainingJob> FollowLogs(const std::string& job_id,
+                                             const ClusterLogOptions& options, std::ostream& out);
 
   const std::string& namespace_name() const { return namespace_; }
 

@@ -60,7 +60,29 @@ class WatchStream {
   virtual void Cancel() = 0;
 };
 
-// The Kubernetes API as the operator uses it: JSON objects in and out.
+// A container's log (GET pods/NAME/log).
+struct LogOptions {
+  std::string container;    // "": the pod's only container
+  bool follow = false;      // keep the answer open while the container writes
+  bool previous = false;    // the last terminated run, after a restart
+  bool timestamps = false;  // each line starts "<RFC 3339 time> "
+  std::string since_time;   // RFC 3339: only lines stamped at or after it
+};
+
+// An open log. Not thread-safe, except Cancel(), which may be called from
+// any thread to unblock NextLine().
+class LogStream {
+ public:
+  virtual ~LogStream() = default;
+  // Blocks for the next line, without its newline. nullopt: the log ended
+  // (the container stopped, the server closed it, or Cancel()). Errors: the
+  // connection failed.
+  virtual absl::StatusOr<std::optional<std::string>> NextLine() = 0;
+  virtual void Cancel() = 0;
+};
+
+// The Kubernetes API as the operator and the CLI use it: JSON objects in and
+// out, and container logs as text.
 //
 // Errors are absl codes mapped from the HTTP status (see api_status.h):
 // NotFound (404), AlreadyExists (409 reason AlreadyExists), Aborted (409
@@ -96,6 +118,12 @@ class ClusterClient {
   virtual absl::StatusOr<std::unique_ptr<WatchStream>> Watch(const Resource& resource,
                                                              const std::string& ns,
                                                              const WatchOptions& options) = 0;
+  // A pod's container log (the pods/log subresource; RBAC "get pods/log").
+  // Errors as above: the API server answers 400 (InvalidArgument) while the
+  // container has not started.
+  virtual absl::StatusOr<std::unique_ptr<LogStream>> StreamLog(const std::string& ns,
+                                                               const std::string& pod,
+                                                               const LogOptions& options) = 0;
 };
 
 }  // namespace kubetrain::kube

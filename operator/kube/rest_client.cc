@@ -86,6 +86,38 @@ class RestWatchStream : public WatchStream {
   std::string context_;
 };
 
+class RestLogStream : public LogStream {
+ public:
+  RestLogStream(http::http_response response, pplx::cancellation_token_source cancel,
+                std::string context)
+      : response_(std::move(response)), cancel_(std::move(cancel)), context_(std::move(context)) {}
+  ~RestLogStream() override { Cancel(); }
+
+  absl::StatusOr<std::optional<std::string>> NextLine() override {
+    concurrency::streams::container_buffer<std::string> line;
+    try {
+      response_.body().read_line(line).get();
+    } catch (const std::exception& e) {
+      if (cancel_.get_token().is_canceled()) return std::optional<std::string>();
+      return absl::UnavailableError(absl::StrCat(context_, ": log stream: ", e.what()));
+    }
+    std::string text = std::move(line.collection());
+    // An empty log line is a line; an empty read at the end is the end.
+    if (text.empty() && (response_.body().is_eof() || cancel_.get_token().is_canceled())) {
+      return std::optional<std::string>();
+    }
+    if (!text.empty() && text.back() == '\r') text.pop_back();
+    return std::optional<std::string>(std::move(text));
+  }
+
+  void Cancel() override { cancel_.cancel(); }
+
+ private:
+  http::http_response response_;
+  pplx::cancellation_token_source cancel_;
+  std::string context_;
+};
+
 }  // namespace
 
 std::string ResourcePath(const Resource& resource, const std::string& ns, const std::string& name,
@@ -148,10 +180,11 @@ class RestClusterClient::Impl {
     return cfg;
   }
 
-  http::http_request NewRequest(const http::method& method, const std::string& uri) const {
+  http::http_request NewRequest(const http::method& method, const std::string& uri,
+                                const std::string& accept = "application/json") const {
     http::http_request req(method);
     req.set_request_uri(uri);
-    req.headers().add("Accept", "application/json");
+    req.headers().add("Accept", accept);
     req.headers().add("User-Agent", options_.user_agent);
     if (!authorization_.empty()) req.headers().add("Authorization", authorization_);
     return req;
@@ -215,6 +248,40 @@ class RestClusterClient::Impl {
           new RestWatchStream(std::move(resp), std::move(cancel), context));
     } catch (const std::exception& e) {
       Count("watch", 0);
+      return absl::UnavailableError(absl::StrCat(context, ": ", e.what()));
+    }
+  }
+
+  absl::StatusOr<std::unique_ptr<LogStream>> StreamLog(const std::string& ns,
+                                                       const std::string& pod,
+                                                       const LogOptions& options) {
+    limiter_.Wait();
+    std::string uri = ResourcePath(kPods, ns, pod) + "/log" +
+                      Query({{"container", options.container},
+                             {"follow", options.follow ? "true" : ""},
+                             {"previous", options.previous ? "true" : ""},
+                             {"timestamps", options.timestamps ? "true" : ""},
+                             {"sinceTime", options.since_time}});
+    std::string context = absl::StrCat("GET ", uri);
+    pplx::cancellation_token_source cancel;
+    try {
+      // The log is text/plain; errors still come as a JSON Status (kubectl
+      // asks the same way).
+      http::http_response resp =
+          watch_client_
+              ->request(NewRequest(http::methods::GET, uri, "application/json, */*"),
+                        cancel.get_token())
+              .get();
+      Count("get", resp.status_code());
+      if (resp.status_code() != 200) {
+        std::string text = resp.extract_utf8string(true).get();
+        json parsed = json::parse(text, nullptr, false);
+        return StatusFromHttp(resp.status_code(), parsed.is_discarded() ? json() : parsed, context);
+      }
+      return std::unique_ptr<LogStream>(
+          new RestLogStream(std::move(resp), std::move(cancel), context));
+    } catch (const std::exception& e) {
+      Count("get", 0);
       return absl::UnavailableError(absl::StrCat(context, ": ", e.what()));
     }
   }
@@ -294,6 +361,12 @@ absl::StatusOr<std::unique_ptr<WatchStream>> RestClusterClient::Watch(const Reso
                                                                       const std::string& ns,
                                                                       const WatchOptions& options) {
   return impl_->Watch(resource, ns, options);
+}
+
+absl::StatusOr<std::unique_ptr<LogStream>> RestClusterClient::StreamLog(const std::string& ns,
+                                                                        const std::string& pod,
+                                                                        const LogOptions& options) {
+  return impl_->StreamLog(ns, pod, options);
 }
 
 }  // namespace kubetrain::kube

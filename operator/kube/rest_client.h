@@ -54,6 +54,11 @@ class RestClusterClient : public ClusterClient {
   absl::StatusOr<std::unique_ptr<WatchStream>> Watch(const Resource& resource,
                                                      const std::string& ns,
                                                      const WatchOptions& options) override;
+  // Streams like a watch: each line is read as it arrives; a follow that
+  // stays silent longer than the watch timeout ends with Unavailable.
+  absl::StatusOr<std::unique_ptr<LogStream>> StreamLog(const std::string& ns,
+                                                       const std::string& pod,
+                                                       const LogOptions& options) override;
 
   class Impl;
 

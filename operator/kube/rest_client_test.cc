@@ -227,3 +227,36 @@ TEST(RestClientMetricsTest, CountsRequestsByVerbAndCode) {
 
 }  // namespace
 }  // namespace kubetrain::kube
+
+namespace kubetrain::kube {
+namespace {
+
+TEST_F(RestClientTest, StreamLogFollowsAndMapsErrors) {
+  ASSERT_TRUE(client_->Create(kPods, "ns1", Pod("a")).ok());
+  // Not started yet: the API server's 400, as the caller retries later.
+  auto waiting = client_->StreamLog("ns1", "a", LogOptions{.container = "c"});
+  EXPECT_EQ(waiting.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(waiting.status().message().find("is waiting to start"), std::string::npos);
+  EXPECT_EQ(client_->StreamLog("ns1", "gone", LogOptions{}).status().code(),
+            absl::StatusCode::kNotFound);
+
+  ASSERT_TRUE(server_->StartContainer("ns1", "a", "c").ok());
+  ASSERT_TRUE(server_->AppendLog("ns1", "a", "c", "one\n\nthree").ok());
+  auto stream = client_->StreamLog("ns1", "a", LogOptions{.follow = true});
+  ASSERT_TRUE(stream.ok()) << stream.status();
+  for (const char* expected : {"one", "", "three"}) {  // an empty line is a line
+    auto line = (*stream)->NextLine();
+    ASSERT_TRUE(line.ok()) << line.status();
+    EXPECT_EQ(*line, std::optional<std::string>(expected));
+  }
+  // Cancel ends a read that waits for more (or, if it comes first, the next).
+  std::thread cancel([&] { (*stream)->Cancel(); });
+  auto end = (*stream)->NextLine();
+  cancel.join();
+  ASSERT_TRUE(end.ok()) << end.status();
+  EXPECT_EQ(*end, std::nullopt);
+  EXPECT_EQ(server_->RequestCounts()["get pods/log"], 3);
+}
+
+}  // namespace
+}  // namespace kubetrain::kube

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <sstream>
 #include <tuple>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "cli/jobs_cluster.h"
@@ -182,6 +183,70 @@ TEST_F(ClusterJobsTest, ObjectStoreUrisAreRefusedAtSubmitOnBothBackends) {
   EXPECT_EQ(code, 0) << out;
   EXPECT_THAT(out, Not(HasSubstr("uri_job")));
   EXPECT_TRUE(std::filesystem::is_empty(cwd));
+}
+
+// Every `jobs` verb takes the namespace as kubectl does (-n NS, -nNS, -n=NS,
+// --namespace NS, --namespace=NS) and, without it, uses the kubeconfig
+// context's.
+TEST_F(ClusterJobsTest, EveryVerbTakesTheNamespaceAsKubectlDoes) {
+  local::TempDir dir;
+  const std::string kubeconfig = dir.path() + "/config";
+  std::ofstream(kubeconfig)
+      << "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+      << "clusters: [{name: k, cluster: {server: '" << server_->url() << "'}}]\n"
+      << "users: [{name: u, user: {token: t}}]\n"
+      << "contexts: [{name: c, context: {cluster: k, user: u, namespace: team-a}}]\n";
+  const std::string config = dir.path() + "/job.yaml";
+  std::ofstream(config) << "trainingInput:\n  scaleTier: BASIC\n";
+  auto run = [&](const std::string& args) {
+    const std::string out = dir.path() + "/out";
+    std::string command =
+        absl::StrCat("KUBECONFIG=", kubeconfig, " KUBETRAIN_BACKEND= KUBETRAIN_HOME=", dir.path(),
+                     " ", KUBETRAIN_CLI, " ", args, " >", out, " 2>&1");
+    int status = std::system(command.c_str());
+    std::ifstream in(out);
+    std::stringstream text;
+    text << in.rdbuf();
+    return std::make_pair(WIFEXITED(status) ? WEXITSTATUS(status) : -1, text.str());
+  };
+  struct Spelling {
+    std::string flag;
+    std::string ns;
+  };
+  const std::vector<Spelling> spellings = {
+      {"-n team-b", "team-b"},          {"-nteam-c", "team-c"},           {"-n=team-d", "team-d"},
+      {"--namespace team-e", "team-e"}, {"--namespace=team-f", "team-f"}, {"", "team-a"}};
+  for (const Spelling& s : spellings) {
+    SCOPED_TRACE("flag \"" + s.flag + "\"");
+    auto [code, out] = run("jobs submit training ns_job --config " + config + " " + s.flag);
+    EXPECT_EQ(code, 0) << out;
+    ASSERT_TRUE(server_->Get("trainingjobs", s.ns, "ns-job").ok()) << out;
+    std::tie(code, out) = run("jobs describe ns_job " + s.flag);
+    EXPECT_EQ(code, 0) << out;
+    EXPECT_THAT(out, HasSubstr("jobId: ns_job"));
+    std::tie(code, out) = run("jobs list " + s.flag);
+    EXPECT_EQ(code, 0) << out;
+    EXPECT_THAT(out, HasSubstr("ns_job"));
+    std::tie(code, out) = run("jobs cancel ns_job " + s.flag);
+    EXPECT_EQ(code, 0) << out;
+    EXPECT_EQ((*server_->Get("trainingjobs", s.ns, "ns-job"))["spec"]["cancel"], true);
+    ASSERT_TRUE(server_
+                    ->MergePatch("trainingjobs", s.ns, "ns-job",
+                                 {{"status", {{"state", "CANCELLED"}}}}, "status")
+                    .ok());
+    std::tie(code, out) = run("jobs stream-logs ns_job --polling-interval 1 " + s.flag);
+    EXPECT_EQ(code, 0) << out;
+  }
+  // One job per namespace: each verb went where its flag said.
+  EXPECT_EQ(server_->Count("trainingjobs"), spellings.size());
+
+  // The local backend has no namespaces: refused, not ignored.
+  auto [local_code, local] = run("jobs list --local -n team-b");
+  EXPECT_EQ(local_code, 2);
+  EXPECT_THAT(local, HasSubstr("-n/--namespace names a Kubernetes namespace"));
+  auto [odd_code, odd] = run("jobs list -x");
+  EXPECT_EQ(odd_code, 2);
+  EXPECT_THAT(odd, HasSubstr("unknown flag -x"));
 }
 
 }  // namespace
