@@ -1,11 +1,13 @@
 // `kubetrain render FILE [--namespace NS] [--trial N]`: the Services and Pods
-// the operator would create for a job, as YAML documents.
+// the operator would create for a job, as YAML documents, after a comment
+// with each pod's requests (replica_requests.h).
 #include <ostream>
 
 #include "absl/strings/numbers.h"
 #include "api/codec.h"
 #include "api/job_file.h"
 #include "cli/commands.h"
+#include "cli/replica_requests.h"
 #include "operator/core/kube_objects.h"
 #include "operator/tuner/tuner.h"
 
@@ -53,6 +55,7 @@ int Render(const std::vector<std::string>& args, std::ostream& out, std::ostream
     err << "kubetrain render: " << path << ": " << objects.status().message() << "\n";
     return kExitFailed;
   }
+  out << ReplicaRequestsComment(*objects);
   bool first = true;
   for (const nlohmann::json& object : *objects) {
     if (!first) out << "---\n";
