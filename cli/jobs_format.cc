@@ -15,6 +15,7 @@
 #include "absl/time/time.h"
 #include "api/codec.h"
 #include "google/protobuf/util/time_util.h"
+#include "operator/core/waiting_reasons.h"
 
 namespace kubetrain::cli {
 namespace {
@@ -95,6 +96,19 @@ nlohmann::json JobResource(const v1::TrainingJob& job,
     if (status_json.contains(key)) resource[key] = status_json[key];
   }
   resource["state"] = v1::State_Name(status.state() == v1::STATE_UNSPECIFIED ? v1::QUEUED : status.state());
+  // Why replicas do not run (yet, or again), while the operator says so.
+  for (const v1::Condition& c : status.conditions()) {
+    if (c.type() != core::kReplicasWaitingCondition || c.status() != "True") continue;
+    nlohmann::json waiting = ToJson(c);
+    waiting.erase("type");
+    waiting.erase("status");
+    waiting.erase("lastUpdateTime");
+    if (waiting.contains("lastTransitionTime")) {
+      waiting["since"] = waiting["lastTransitionTime"];
+      waiting.erase("lastTransitionTime");
+    }
+    resource["waiting"] = waiting;
+  }
   if (!job.metadata().labels().empty()) resource["labels"] = ToJson(job.metadata())["labels"];
   resource["trainingInput"] = ToJson(job.spec().training_input());
   if (status.has_output_location()) resource["outputLocation"] = ToJson(status.output_location());
@@ -126,6 +140,10 @@ std::string SummarizeJob(const nlohmann::json& resource) {
   if (resource.contains("errorMessage")) out += "ERROR: " + Str(resource["errorMessage"]) + "\n";
   if (resource.contains("outputLocation"))
     out += "OUTPUTS: " + OutputsLine(resource["outputLocation"]) + "\n";
+  if (resource.contains("waiting")) {
+    out += "WAITING: " + Str(resource["waiting"].value("reason", nlohmann::json())) + ": " +
+           Str(resource["waiting"].value("message", nlohmann::json())) + "\n";
+  }
 
   const nlohmann::json input = resource.value("trainingInput", nlohmann::json::object());
   out += "\nTraining input\n";

@@ -19,7 +19,9 @@ namespace kubetrain::cli {
 // resource): jobId, createTime, startTime, endTime, state, errorMessage,
 // labels, trainingInput (as submitted), outputLocation (kubetrain's: where
 // outputs go, status.outputLocation), trainingOutput (each trial with its
-// outputPath). int64 fields are
+// outputPath), and, while the ReplicasWaiting condition holds, `waiting`
+// {reason, message, since}: why the replicas do not run (not a Cloud ML
+// field). int64 fields are
 // strings and times RFC 3339 (protobuf's JSON mapping); trials, with
 // `archived` ones added back, sorted best first by the study's goal (trials
 // without an objective last, by id); hyperparameter values are strings.

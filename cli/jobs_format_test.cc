@@ -68,6 +68,27 @@ TEST(JobResourceTest, GcloudShapeWithTrialsBestFirst) {
   EXPECT_LT(yaml.find("jobId"), yaml.find("state"));
 }
 
+TEST(JobResourceTest, SaysWhyReplicasWaitWhileTheyDo) {
+  v1::TrainingJob job = StudyWithTrials(v1::HyperparameterSpec::MAXIMIZE);
+  job.mutable_status()->set_state(v1::PREPARING);
+  v1::Condition* c = job.mutable_status()->add_conditions();
+  c->set_type("ReplicasWaiting");
+  c->set_status("True");
+  c->set_reason("Unschedulable");
+  c->set_message("master-0 cannot be scheduled: 0/1 nodes are available: 1 Insufficient cpu.");
+  c->mutable_last_transition_time()->set_seconds(1800000060);
+  nlohmann::json r = JobResource(job);
+  EXPECT_EQ(r["waiting"],
+            nlohmann::json({{"reason", "Unschedulable"},
+                            {"message",
+                             "master-0 cannot be scheduled: 0/1 nodes are available: 1 "
+                             "Insufficient cpu."},
+                            {"since", "2027-01-15T08:01:00Z"}}));
+  EXPECT_THAT(SummarizeJob(r), HasSubstr("WAITING: Unschedulable: master-0 cannot be scheduled"));
+  c->set_status("False");
+  EXPECT_FALSE(JobResource(job).contains("waiting"));
+}
+
 TEST(JobResourceTest, SummaryHasTheTrialsTable) {
   const std::string summary = SummarizeJob(JobResource(StudyWithTrials(v1::HyperparameterSpec::MAXIMIZE)));
   EXPECT_THAT(summary, HasSubstr("TRIAL_ID"));

@@ -102,6 +102,23 @@ TEST_F(ClusterJobsTest, CliWithoutLocalUsesTheKubeconfig) {
   auto [dcode, describe] = run("jobs describe cli_job");
   EXPECT_EQ(dcode, 0) << describe;
   EXPECT_THAT(describe, HasSubstr("jobId: cli_job"));
+  EXPECT_THAT(describe, Not(HasSubstr("waiting:")));
+  // The operator's ReplicasWaiting condition, as describe shows it.
+  ASSERT_TRUE(server_
+                  ->MergePatch("trainingjobs", "team-a", "cli-job",
+                               {{"status",
+                                 {{"state", "PREPARING"},
+                                  {"conditions",
+                                   {{{"type", "ReplicasWaiting"},
+                                     {"status", "True"},
+                                     {"reason", "ErrImagePull"},
+                                     {"message", "master-0 cannot pull image \"t:1\""}}}}}}},
+                               "status")
+                  .ok());
+  std::tie(dcode, describe) = run("jobs describe cli_job");
+  EXPECT_EQ(dcode, 0) << describe;
+  EXPECT_THAT(describe, HasSubstr("waiting:\n  message: master-0 cannot pull image \"t:1\"\n  "
+                                  "reason: ErrImagePull\n"));
   auto [lcode, list] = run("jobs list");
   EXPECT_EQ(lcode, 0) << list;
   EXPECT_THAT(list, HasSubstr("cli_job"));
