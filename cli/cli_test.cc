@@ -206,6 +206,41 @@ TEST(KubeflowManifestTest, RenderShowsThePodsWithTheirPyTorchEnvironment) {
 }
 #endif
 
+#ifdef KUBETRAIN_CLI_LOCAL_TESTS
+// A table of every `jobs` verb the tool has against each of kubectl's
+// spellings of the namespace flag: each verb reads -n as --namespace. With
+// --local, which has no namespaces, each one refuses the namespace it read
+// (rather than "unknown flag -n"), before any backend is touched; the cluster
+// side is tests/local/cluster_jobs_test.cc.
+TEST(JobsFlagsTest, EveryJobsVerbReadsDashNAsItsNamespace) {
+  const std::vector<std::vector<std::string>> spellings = {
+      {"-n", "ml"}, {"-nml"}, {"-n=ml"}, {"--namespace", "ml"}, {"--namespace=ml"}};
+  std::vector<std::string> verbs;
+  for (const Command& command : JobsCommands()) {
+    std::string words;
+    for (const std::string& w : command.words) words += (words.empty() ? "" : " ") + w;
+    verbs.push_back(words);
+    EXPECT_THAT(command.synopsis, ::testing::HasSubstr("-n, --namespace NS")) << words;
+    for (const std::vector<std::string>& spelling : spellings) {
+      std::vector<std::string> args = command.words;
+      args.push_back("some_job");
+      args.insert(args.end(), spelling.begin(), spelling.end());
+      args.push_back("--local");
+      Result r = RunKubetrain(args);
+      EXPECT_EQ(r.code, 2) << words << " " << spelling[0];
+      EXPECT_THAT(r.err, ::testing::HasSubstr("-n/--namespace names a Kubernetes namespace"))
+          << words << " " << spelling[0];
+    }
+  }
+  EXPECT_EQ(verbs, (std::vector<std::string>{"jobs submit training", "jobs describe", "jobs list",
+                                             "jobs cancel", "jobs stream-logs"}));
+  // A command without --namespace has no -n either.
+  Result r = RunKubetrain({"validate", "-n", "ml", "job.yaml"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, ::testing::HasSubstr("unknown flag -n"));
+}
+#endif
+
 TEST(CliTest, EveryCommandTakesHelp) {
   Result r = RunKubetrain({"validate", "--help"});
   EXPECT_EQ(r.code, 0) << r.err;
