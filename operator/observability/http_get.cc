@@ -37,7 +37,17 @@ class Socket {
 
 absl::StatusOr<HttpResponse> HttpGet(const std::string& host, int port, const std::string& path,
                                      absl::Duration timeout) {
-  const std::string where = absl::StrCat("GET http://", host, ":", port, path);
+  return HttpExchange(host, port,
+                      absl::StrCat("GET ", path, " HTTP/1.0\r\nHost: ", host, ":", port,
+                                   "\r\nAccept: */*\r\nConnection: close\r\n\r\n"),
+                      timeout);
+}
+
+absl::StatusOr<HttpResponse> HttpExchange(const std::string& host, int port,
+                                          const std::string& request, absl::Duration timeout) {
+  // "http://127.0.0.1:8080: GET /metrics HTTP/1.0", for messages.
+  const std::string where =
+      absl::StrCat("http://", host, ":", port, ": ", request.substr(0, request.find("\r\n")));
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -62,8 +72,6 @@ absl::StatusOr<HttpResponse> HttpGet(const std::string& host, int port, const st
       last_error = absl::StrCat("connect: ", std::strerror(errno));
       continue;
     }
-    const std::string request = absl::StrCat("GET ", path, " HTTP/1.0\r\nHost: ", host, ":", port,
-                                             "\r\nAccept: */*\r\nConnection: close\r\n\r\n");
     size_t sent = 0;
     while (sent < request.size()) {
       ssize_t n = send(socket.fd(), request.data() + sent, request.size() - sent, MSG_NOSIGNAL);

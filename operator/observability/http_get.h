@@ -26,4 +26,11 @@ struct HttpResponse {
 absl::StatusOr<HttpResponse> HttpGet(const std::string& host, int port, const std::string& path,
                                      absl::Duration timeout = absl::Seconds(10));
 
+// The same for a request written out whole ("POST /x HTTP/1.1\r\nHost: h\r\n\r\n"),
+// sent as it is: for tests of what a server does with other methods,
+// headers or malformed requests.
+absl::StatusOr<HttpResponse> HttpExchange(const std::string& host, int port,
+                                          const std::string& request,
+                                          absl::Duration timeout = absl::Seconds(10));
+
 }  // namespace kubetrain::observability

@@ -3,11 +3,11 @@
 #include <functional>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "operator/observability/http_server.h"
 #include "prometheus/collectable.h"
 
 namespace kubetrain::observability {
@@ -20,8 +20,8 @@ namespace kubetrain::observability {
 //                 else 503 + reason
 //
 // All three share one port, served by a small HTTP/1.1 server of our own
-// (one request per connection, identity encoding): an accept thread and
-// `threads` workers on ordinary thread stacks. prometheus-cpp's Exposer is
+// (HttpServer: one request per connection, identity encoding, GET and HEAD
+// only) with `threads` workers on ordinary thread stacks. prometheus-cpp's Exposer is
 // not used because civetweb, under it, starts its workers with fixed 100 KiB
 // stacks that the process's static thread-local storage shares: with
 // OpenBLAS (60 KiB of it) and the CUDA runtime and NCCL linked, a gzip-encoded
@@ -56,7 +56,7 @@ class MetricsServer {
   MetricsServer& operator=(const MetricsServer&) = delete;
 
   // The bound port (the real one when Options asked for 0).
-  int port() const { return port_; }
+  int port() const { return server_->port(); }
 
   // Ready starts false: /readyz answers 503 until SetReady(true).
   void SetReady(bool ready);
@@ -65,21 +65,15 @@ class MetricsServer {
   void SetReadinessCheck(std::function<absl::Status()> check);
 
  private:
-  struct Health;       // readiness and the checks
-  struct Connections;  // accepted, waiting for a worker
+  struct Health;  // readiness and the checks
 
   MetricsServer() = default;
-  void AcceptLoop();
-  void WorkerLoop();
-  void Serve(int fd);
+  HttpReply Serve(const HttpRequest& request);
 
   std::vector<std::weak_ptr<prometheus::Collectable>> collectables_;
   std::unique_ptr<Health> health_;
-  std::unique_ptr<Connections> connections_;
-  int listen_fd_ = -1;
-  int port_ = 0;
-  std::thread acceptor_;
-  std::vector<std::thread> workers_;
+  // Last, so that it stops (its workers joined) before what they read goes.
+  std::unique_ptr<HttpServer> server_;
 };
 
 }  // namespace kubetrain::observability
