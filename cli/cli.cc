@@ -105,7 +105,7 @@ namespace {
 std::vector<Command> AllCommands() {
   std::vector<Command> commands;
 #ifdef KUBETRAIN_CLI_LOCAL
-  for (auto list : {ValidateCommands, JobsCommands, LocalCommands, RenderCommands}) {
+  for (auto list : {ValidateCommands, JobsCommands, LocalCommands, RenderCommands, UiCommands}) {
 #else
   for (auto list : {ValidateCommands}) {
 #endif

@@ -26,6 +26,7 @@ std::vector<Command> ValidateCommands();  // validate, version
 std::vector<Command> JobsCommands();      // jobs submit training/describe/list/cancel/stream-logs
 std::vector<Command> LocalCommands();     // local serve, local train
 std::vector<Command> RenderCommands();    // render
+std::vector<Command> UiCommands();        // ui
 
 // Splits "--name=value" / "--name value" flags from positional arguments.
 // `bool_flags` take no value. Unknown flags are errors naming the flag.
