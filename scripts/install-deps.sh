@@ -15,6 +15,7 @@ packages=(
   dataset-fashion-mnist
   python3 prometheus procps
   python3-torch
+  chromium chromium-driver
 )
 bench_packages=(python3-numpy python3-optuna python3-sklearn openmpi-bin libopenmpi-dev)
 
