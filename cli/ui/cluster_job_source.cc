@@ -20,11 +20,9 @@ absl::StatusOr<JobRecord> ClusterJobSource::GetJob(const std::string& job_id) {
   absl::StatusOr<v1::TrainingJob> job = jobs_->Get(job_id);
   if (!job.ok()) return job.status();
   record.job = *std::move(job);
-  absl::StatusOr<std::vector<ClusterJobEvent>> events = jobs_->Events(job_id);
+  absl::StatusOr<std::vector<JobEvent>> events = jobs_->Events(record.job);
   if (events.ok()) {
-    for (const ClusterJobEvent& e : *events) {
-      record.events.push_back({e.time, e.type, e.reason, e.message});
-    }
+    record.events = *std::move(events);
   } else {
     record.events_error = std::string(events.status().message());
   }

@@ -10,7 +10,8 @@
 namespace kubetrain::cli::ui {
 
 // The TrainingJobs of one namespace of a cluster, read with the user's own
-// credentials (ClusterJobs: the kubeconfig), and their Events. Replica logs
+// credentials (ClusterJobs: the kubeconfig), and the Events of each job and
+// its pods, as `jobs describe` lists them (ClusterJobs::Events). Replica logs
 // are not read here (Unimplemented): `kubectl logs` shows them.
 class ClusterJobSource : public JobSource {
  public:

@@ -10,24 +10,19 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "cli/jobs_format.h"
 #include "kubetrain/v1/training_job.pb.h"
 
 namespace kubetrain::cli::ui {
-
-// An event about a job, as `kubectl describe` and `jobs stream-logs` show them.
-struct JobEvent {
-  absl::Time time;
-  std::string type;  // "Normal" or "Warning"
-  std::string reason;
-  std::string message;
-};
 
 // What a job page shows, read together.
 struct JobRecord {
   v1::TrainingJob job;  // metadata.name is the job id the user knows
   // Trials that left status (the local backend keeps them apart).
   std::vector<v1::HyperparameterOutput> archived;
-  std::vector<JobEvent> events;  // oldest first
+  // The job's events, oldest first, as `jobs describe` reads them (on a
+  // cluster also those of the job's pods).
+  std::vector<cli::JobEvent> events;
   // Why `events` could not be read (say, RBAC denies listing events), or "".
   std::string events_error;
 };

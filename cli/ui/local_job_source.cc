@@ -68,7 +68,12 @@ absl::StatusOr<JobRecord> LocalJobSource::GetJob(const std::string& job_id) {
   absl::StatusOr<std::vector<local::StoredEvent>> events = store_->Events(job_id);
   if (events.ok()) {
     for (const local::StoredEvent& e : *events) {
-      record.events.push_back({e.time, e.type, e.reason, e.message});
+      JobEvent event;
+      event.type = e.type;
+      event.reason = e.reason;
+      event.message = e.message;
+      event.first_seen = event.last_seen = e.time;
+      record.events.push_back(std::move(event));
     }
   } else {
     record.events_error = std::string(events.status().message());

@@ -135,7 +135,11 @@ TEST_F(LocalJobSourceTest, JobsWithArchivedTrialsAndEvents) {
   ASSERT_EQ(record->archived.size(), 1u);
   ASSERT_EQ(record->events.size(), 1u);
   EXPECT_EQ(record->events[0].reason, "TrialFailed");
-  EXPECT_EQ(record->events[0].time, absl::FromUnixSeconds(5));
+  EXPECT_EQ(record->events[0].type, "Warning");
+  EXPECT_EQ(record->events[0].message, "trial 1 x");
+  EXPECT_EQ(record->events[0].first_seen, absl::FromUnixSeconds(5));
+  EXPECT_EQ(record->events[0].last_seen, absl::FromUnixSeconds(5));
+  EXPECT_EQ(record->events[0].count, 1);
   EXPECT_EQ(source_->GetJob("third").status().code(), absl::StatusCode::kNotFound);
 
   // Unfinished and no controller holds the lock: the page says so, once

@@ -174,13 +174,11 @@ nlohmann::json JobPageJson(const JobRecord& record, absl::Time now) {
                      {"best", BestTrial(page["job"])}};
   }
 
-  nlohmann::json events = nlohmann::json::array();
-  for (const JobEvent& e : record.events) {
-    events.push_back({{"time", Rfc3339(e.time)},
-                      {"type", e.type},
-                      {"reason", e.reason},
-                      {"message", e.message},
-                      {"trial", EventTrial(e.message)}});
+  // As `jobs describe --format json` prints them, each with the trial it is
+  // about.
+  nlohmann::json events = EventsJson(record.events);
+  for (size_t i = 0; i < record.events.size(); ++i) {
+    events[i]["trial"] = EventTrial(record.events[i].message);
   }
   page["events"] = std::move(events);
   if (!record.events_error.empty()) page["eventsError"] = record.events_error;

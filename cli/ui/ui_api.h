@@ -31,7 +31,9 @@ nlohmann::json JobListJson(const std::vector<v1::TrainingJob>& jobs, std::option
 // replicaStatuses, restartCount, "durationSeconds", "replicas": the replica
 // groups (role, count, machineType) or "specErrors" when the spec is not
 // valid, "study" (tuning jobs: goal, completed, max, running, failed, best),
-// "events" (time, type, reason, message, trial), "eventsError"}.
+// "events" (as `jobs describe --format json` prints them: type, reason,
+// object, source, message, count, firstTimestamp, lastTimestamp; plus the
+// trial each is about), "eventsError"}.
 nlohmann::json JobPageJson(const JobRecord& record, absl::Time now);
 
 // GET /api/jobs/ID/logs: {"streams": [{"trial", "task"}]}.

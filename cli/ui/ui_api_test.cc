@@ -189,8 +189,13 @@ TEST(JobPageJsonTest, StatusConditionsAndEvents) {
   c->mutable_last_transition_time()->set_seconds(kT0 + 60);
   (*record.job.mutable_status()->mutable_replica_statuses())["master"].set_failed(1);
   record.job.mutable_status()->set_restart_count(3);
-  record.events = {{absl::FromUnixSeconds(kT0 + 1), "Normal", "TrialCreated", "trial 12 created"},
-                   {absl::FromUnixSeconds(kT0 + 2), "Warning", "Failed", "job failed"}};
+  JobEvent created{"Normal", "TrialCreated", "trainingjob/plain", "kubetrain-operator",
+                   "trial 12 created"};
+  created.first_seen = created.last_seen = absl::FromUnixSeconds(kT0 + 1);
+  JobEvent failed{"Warning", "Failed", "pod/plain-master-0", "kubelet", "job failed", 3};
+  failed.first_seen = absl::FromUnixSeconds(kT0 + 2);
+  failed.last_seen = absl::FromUnixSeconds(kT0 + 30);
+  record.events = {created, failed};
   record.events_error = "";
   const nlohmann::json page = JobPageJson(record, absl::FromUnixSeconds(kT0));
   EXPECT_EQ(page["status"]["conditions"][0]["reason"], "BackoffLimitExceeded");
@@ -200,10 +205,19 @@ TEST(JobPageJsonTest, StatusConditionsAndEvents) {
   EXPECT_EQ(page["status"]["replicaStatuses"]["master"]["failed"], 1);
   EXPECT_EQ(page["status"]["restartCount"], 3);
   ASSERT_EQ(page["events"].size(), 2u);
-  EXPECT_EQ(page["events"][0]["time"], "2027-01-15T08:00:01Z");
+  // As `jobs describe --format json` prints them, with the trial added.
+  EXPECT_EQ(page["events"][0]["lastTimestamp"], "2027-01-15T08:00:01Z");
+  EXPECT_EQ(page["events"][0]["object"], "trainingjob/plain");
   EXPECT_EQ(page["events"][0]["trial"], "12");
   EXPECT_EQ(page["events"][1]["trial"], "");
   EXPECT_EQ(page["events"][1]["type"], "Warning");
+  EXPECT_EQ(page["events"][1]["count"], 3);
+  EXPECT_EQ(page["events"][1]["firstTimestamp"], "2027-01-15T08:00:02Z");
+  EXPECT_EQ(page["events"][1]["lastTimestamp"], "2027-01-15T08:00:30Z");
+  EXPECT_EQ(page["events"][1]["source"], "kubelet");
+  nlohmann::json without_trial = page["events"];
+  for (nlohmann::json& e : without_trial) e.erase("trial");
+  EXPECT_EQ(without_trial, EventsJson(record.events));
   EXPECT_FALSE(page.contains("study"));
   EXPECT_FALSE(page.contains("eventsError"));
   EXPECT_FALSE(page.contains("durationSeconds"));

@@ -42,7 +42,7 @@ class StopSignals {
 };
 
 int RunUi(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
-  ParsedArgs parsed = ParseArgs(args, {"address", "namespace"}, {"local"});
+  ParsedArgs parsed = ParseArgs(args, {"address", "namespace", "context", "kubeconfig"}, {"local"});
   if (!parsed.error.empty()) {
     err << kCommand << ": " << parsed.error << "\n";
     return kExitUsage;
@@ -53,9 +53,11 @@ int RunUi(const std::vector<std::string>& args, std::ostream& out, std::ostream&
   }
   const std::string address = parsed.Flag("address") ? *parsed.Flag("address") : "127.0.0.1:0";
   const bool local = UseLocalBackend(parsed.Has("local") && *parsed.Flag("local") == "true");
-  if (local && parsed.Has("namespace")) {
-    err << kCommand << ": --namespace is for a cluster; the local backend has none\n";
-    return kExitUsage;
+  for (const char* flag : {"namespace", "context", "kubeconfig"}) {
+    if (local && parsed.Has(flag)) {
+      err << kCommand << ": --" << flag << " is for a cluster; the local backend has none\n";
+      return kExitUsage;
+    }
   }
 
   StopSignals stop_signals;  // before any thread starts
@@ -69,8 +71,13 @@ int RunUi(const std::vector<std::string>& args, std::ostream& out, std::ostream&
     }
     source = *std::move(opened);
   } else {
-    absl::StatusOr<std::unique_ptr<ClusterJobs>> cluster =
-        ClusterJobs::Connect(parsed.Flag("namespace") ? *parsed.Flag("namespace") : "");
+    // As kubectl: the kubeconfig's current context and namespace unless the
+    // flags say otherwise.
+    ClusterTarget target;
+    if (const std::string* ns = parsed.Flag("namespace")) target.namespace_name = *ns;
+    if (const std::string* context = parsed.Flag("context")) target.context = *context;
+    if (const std::string* kubeconfig = parsed.Flag("kubeconfig")) target.kubeconfig = *kubeconfig;
+    absl::StatusOr<std::unique_ptr<ClusterJobs>> cluster = ClusterJobs::Connect(target);
     if (!cluster.ok()) {
       err << kCommand << ": " << cluster.status().message() << "\n";
       return kExitFailed;
@@ -103,7 +110,7 @@ std::vector<Command> UiCommands() {
       {{"ui"},
        "a read-only web page of the jobs and their studies, on 127.0.0.1 (--local, --address)",
        RunUi,
-       "[--local | --namespace NS] [--address HOST:PORT]"},
+       "[--local | [--namespace NS] [--context CTX] [--kubeconfig FILE]] [--address HOST:PORT]"},
   };
 }
 

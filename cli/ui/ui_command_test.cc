@@ -47,7 +47,8 @@ TEST_F(UiCommandTest, ListedInHelp) {
   Result usage = Kubetrain({"ui", "--help"});
   EXPECT_EQ(usage.code, 0);
   EXPECT_THAT(usage.out,
-              HasSubstr("Usage: kubetrain ui [--local | --namespace NS] [--address HOST:PORT]"));
+              HasSubstr("Usage: kubetrain ui [--local | [--namespace NS] [--context CTX] "
+                        "[--kubeconfig FILE]] [--address HOST:PORT]"));
 }
 
 TEST_F(UiCommandTest, BadFlagsAreUsageErrors) {
@@ -60,6 +61,13 @@ TEST_F(UiCommandTest, BadFlagsAreUsageErrors) {
   Result both = Kubetrain({"ui", "--local", "--namespace", "ml"});
   EXPECT_EQ(both.code, 2);
   EXPECT_THAT(both.err, HasSubstr("--namespace is for a cluster"));
+  Result context = Kubetrain({"ui", "--local", "--context", "prod"});
+  EXPECT_EQ(context.code, 2);
+  EXPECT_THAT(context.err, HasSubstr("--context is for a cluster"));
+  // A kubeconfig named but missing is an error naming it, not a fallback.
+  Result missing = Kubetrain({"ui", "--kubeconfig", home_.path() + "/no-such-config"});
+  EXPECT_EQ(missing.code, 1);
+  EXPECT_THAT(missing.err, HasSubstr("no-such-config"));
 }
 
 TEST_F(UiCommandTest, AddressErrorsNameTheAddress) {

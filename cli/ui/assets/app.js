@@ -71,6 +71,12 @@
     return h('div', { class: 'table-box', role: 'region', 'aria-label': label, tabindex: '0' }, table);
   }
 
+  // A header row; the columns named in `numeric` are right-aligned, as
+  // their cells are.
+  function headRow(labels, numeric) {
+    return h('tr', {}, labels.map((t) => h('th', { scope: 'col', class: (numeric || []).includes(t) ? 'num' : null }, t)));
+  }
+
   async function getJson(url) {
     const response = await fetch(url, { cache: 'no-store', credentials: 'same-origin' });
     const text = await response.text();
@@ -171,7 +177,7 @@
     const head = ['Job', 'State', 'Trials', 'Best objective', 'Created', 'Duration'];
     return tableBox('Jobs', h('table', { id: 'jobs-table' },
       h('caption', { class: 'visually-hidden' }, 'Jobs, newest first'),
-      h('thead', {}, h('tr', {}, head.map((t) => h('th', { scope: 'col' }, t)))),
+      h('thead', {}, headRow(head, ['Trials', 'Best objective', 'Duration'])),
       h('tbody', {}, jobs.map((job) => h('tr', { 'data-job': job.jobId },
         h('th', { scope: 'row' }, h('a', { href: '#/jobs/' + encodeURIComponent(job.jobId), 'data-key': 'job:' + job.jobId }, job.jobId)),
         h('td', {}, stateBadge(job.state)),
@@ -235,7 +241,7 @@
       ['Started', job.startTime || ''],
       ['Ended', job.endTime || ''],
       ['Duration', C.formatDuration(page.durationSeconds)],
-    ];
+    ].filter(([k, v]) => v !== '' || k === 'Created');  // no empty "Ended" while it runs
     if (study) {
       facts.push(['Trials', h('span', { id: 'trial-count' }, num(study.completed) + '/' + num(study.max) + ' completed, ' +
         study.running + ' running, ' + study.failed + ' failed, ' + study.stoppedEarly + ' stopped early')]);
@@ -262,7 +268,7 @@
     if (page.replicas) {
       specChildren.push(tableBox('Replicas', h('table', { id: 'replicas-table' },
         h('caption', {}, 'Replicas per trial'),
-        h('thead', {}, h('tr', {}, ['Role', 'Count', 'Machine type'].map((t) => h('th', { scope: 'col' }, t)))),
+        h('thead', {}, headRow(['Role', 'Count', 'Machine type'], ['Count'])),
         h('tbody', {}, page.replicas.map((r) => h('tr', {},
           h('th', { scope: 'row' }, r.role), h('td', { class: 'num' }, num(r.count)),
           h('td', {}, r.machineType + (r.gpus ? ' (' + r.gpus + ' GPU)' : ''))))))));
@@ -316,21 +322,28 @@
     replaceChildren(sections.replicas, h('h2', {}, 'Replica status'),
       replicaStatuses.length === 0 ? h('p', { class: 'muted' }, 'No replicas reported.')
         : tableBox('Replica status', h('table', { id: 'replica-status-table' },
-          h('thead', {}, h('tr', {}, ['Role', 'Active', 'Succeeded', 'Failed', 'Restarts'].map((t) => h('th', { scope: 'col' }, t)))),
+          h('thead', {}, headRow(['Role', 'Active', 'Succeeded', 'Failed', 'Restarts'], ['Active', 'Succeeded', 'Failed', 'Restarts'])),
           h('tbody', {}, replicaStatuses.map(([role, r]) => h('tr', {},
             h('th', { scope: 'row' }, role),
             ['active', 'succeeded', 'failed', 'restarts'].map((k) => h('td', { class: 'num' }, String(r[k] || 0)))))))),
       status.restartCount ? h('p', {}, 'Restarts counted against backoffLimit: ' + status.restartCount) : null);
 
-    // Recent events, newest first.
+    // Recent events, newest first. The object column only where events name
+    // one (a cluster's: the job's and its pods').
     const events = (page.events || []).slice().reverse().slice(0, 50);
+    const withObject = events.some((e) => e.object);
+    const eventTime = (e) => e.lastTimestamp || '';
     replaceChildren(sections.events, h('h2', {}, 'Recent events'),
       page.eventsError ? h('p', { class: 'warning' }, 'Events could not be read: ' + page.eventsError) : null,
       events.length === 0 ? h('p', { class: 'muted' }, 'No events.')
         : tableBox('Events', h('table', { id: 'events-table' },
-          h('thead', {}, h('tr', {}, ['Time', 'Type', 'Reason', 'Trial', 'Message'].map((t) => h('th', { scope: 'col' }, t)))),
+          h('thead', {}, headRow(['Time', 'Type', 'Reason', withObject ? 'Object' : null, 'Trial', 'Message']
+            .filter((t) => t !== null), ['Trial'])),
           h('tbody', {}, events.map((e) => h('tr', { class: e.type === 'Warning' ? 'warning-row' : null },
-            h('td', {}, h('time', { datetime: e.time }, e.time)), h('td', {}, e.type), h('td', {}, e.reason),
+            h('td', {}, h('time', { datetime: eventTime(e) }, eventTime(e)),
+              e.count > 1 ? ' (×' + e.count + ')' : null),
+            h('td', {}, e.type), h('td', {}, e.reason),
+            withObject ? h('td', {}, e.object || '') : null,
             h('td', { class: 'num' }, e.trial || ''), h('td', {}, e.message)))))));
   }
 
