@@ -4,6 +4,7 @@
 // tests assert on the DOM and the SVG of the pages and write a screenshot of
 // each page (UI_SCREENSHOT_DIR, or $KUBETRAIN_UI_SCREENSHOTS when set).
 // Skipped when chromium or chromium-driver is not installed.
+#include <arpa/inet.h>
 #include <signal.h>
 #include <sys/wait.h>
 
@@ -28,6 +29,7 @@
 #include "nlohmann/json.hpp"
 #include "operator/local/job_store.h"
 #include "operator/local/test_util.h"
+#include "operator/observability/http_get.h"
 #include "tests/deploy/child_process.h"
 #include "tests/fake_apiserver/fake_apiserver.h"
 #include "tests/ui/webdriver.h"
@@ -69,6 +71,48 @@ std::vector<std::string> ScreenshotDirs() {
     dirs.push_back(extra);
   }
   return dirs;
+}
+
+// The port of a URL the ui printed ("http://127.0.0.1:PORT/").
+int PortOf(const std::string& url) {
+  int port = 0;
+  const size_t colon = url.rfind(':');
+  if (colon == std::string::npos ||
+      !absl::SimpleAtoi(url.substr(colon + 1, url.find('/', colon) - colon - 1), &port)) {
+    return 0;
+  }
+  return port;
+}
+
+// The local addresses listening on TCP `port` in this network namespace, as
+// the kernel lists them (/proc/net/tcp and tcp6): "127.0.0.1", "0.0.0.0",
+// "::"... A test of where a server really bound, whatever it prints.
+std::vector<std::string> ListeningAddresses(int port) {
+  std::vector<std::string> addresses;
+  for (const char* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+    std::istringstream lines(ReadFile(table));
+    std::string line;
+    std::getline(lines, line);  // the header
+    while (std::getline(lines, line)) {
+      std::istringstream fields(line);
+      std::string slot, local, remote, state;
+      fields >> slot >> local >> remote >> state;
+      const size_t colon = local.find(':');
+      if (state != "0A" || colon == std::string::npos) continue;  // 0A: LISTEN
+      if (std::stoi(local.substr(colon + 1), nullptr, 16) != port) continue;
+      // The address in the kernel's byte order, 32-bit words as hex.
+      const std::string hex = local.substr(0, colon);
+      std::string bytes;
+      for (size_t word = 0; word + 8 <= hex.size(); word += 8) {
+        const uint32_t value = static_cast<uint32_t>(std::stoul(hex.substr(word, 8), nullptr, 16));
+        bytes.append(reinterpret_cast<const char*>(&value), 4);
+      }
+      char text[INET6_ADDRSTRLEN] = {};
+      inet_ntop(bytes.size() == 4 ? AF_INET : AF_INET6, bytes.data(), text, sizeof(text));
+      addresses.push_back(text);
+    }
+  }
+  return addresses;
 }
 
 // What every page must hold after showing a job's data: none of its
@@ -228,6 +272,8 @@ bool Terminal(v1::State s) { return s == v1::SUCCEEDED || s == v1::FAILED || s =
 TEST_F(UiBrowserTest, PageHelpersMatchTheCli) {
   const std::string url = StartUi({"KUBETRAIN_HOME=" + home_.path()}, {"--local"});
   ASSERT_FALSE(url.empty());
+  // Without --address, the socket listens on 127.0.0.1 only.
+  EXPECT_EQ(ListeningAddresses(PortOf(url)), std::vector<std::string>{"127.0.0.1"}) << url;
   OpenBrowser();
   ASSERT_TRUE(browser_->Navigate(url).ok());
   WaitJs(
@@ -389,6 +435,8 @@ TEST_F(UiBrowserTest, LocalStudyLiveWhileItRuns) {
     if (Terminal(t.state()) && t.all_metrics_size() > 0) ++with_curve;
   }
   EXPECT_EQ(finished, 4);
+  EXPECT_EQ(seen, finished) << "a trial ended without an objective";
+  EXPECT_EQ(with_curve, finished) << "a trial ended without a metric report";
   EXPECT_EQ(Js("return document.querySelectorAll('#trials-table tbody tr.trial-row').length;"), 4);
   EXPECT_EQ(Js("return document.querySelectorAll('#objective-figure circle.mark').length;"), seen);
   EXPECT_EQ(Js("return document.querySelectorAll('#objective-figure path.best-line').length;"), 1);
@@ -436,6 +484,53 @@ TEST_F(UiBrowserTest, LocalStudyLiveWhileItRuns) {
   EXPECT_THAT(
       Js("return document.getElementById('best-objective').textContent;").get<std::string>(),
       HasSubstr(resource["trainingOutput"]["trials"][0]["finalMetric"]["objectiveValue"].dump()));
+
+  // The JSON behind the pages, read on its own as docs/ui.md describes it:
+  // the job is what `jobs describe --format json` prints.
+  {
+    const int port = PortOf(url);
+    auto page = observability::HttpGet("127.0.0.1", port, "/api/jobs/ui_live");
+    ASSERT_TRUE(page.ok()) << page.status();
+    EXPECT_EQ(page->status, 200);
+    EXPECT_EQ(page->headers["content-type"], "application/json; charset=utf-8");
+    const nlohmann::json body = nlohmann::json::parse(page->body);
+    EXPECT_EQ(body["backend"], "local");
+    EXPECT_EQ(body["job"], resource);
+    EXPECT_EQ(body["study"]["completed"], 4);
+    EXPECT_EQ(body["study"]["best"]["trialId"], resource["trainingOutput"]["trials"][0]["trialId"]);
+    EXPECT_EQ(body["replicas"],
+              nlohmann::json::parse(R"([{"role":"master","count":1,"machineType":"standard"}])"));
+    ASSERT_FALSE(body["events"].empty());
+    EXPECT_EQ(body["events"].back()["reason"], "JobSucceeded");
+
+    auto list = observability::HttpGet("127.0.0.1", port, "/api/jobs?state=succeeded");
+    ASSERT_TRUE(list.ok()) << list.status();
+    const nlohmann::json jobs = nlohmann::json::parse(list->body)["jobs"];
+    ASSERT_EQ(jobs.size(), 1u) << jobs;
+    EXPECT_EQ(jobs[0]["jobId"], "ui_live");
+    EXPECT_EQ(jobs[0]["trials"], nlohmann::json::parse(R"({"completed":4,"max":4})"));
+    EXPECT_EQ(jobs[0]["bestObjective"],
+              resource["trainingOutput"]["trials"][0]["finalMetric"]["objectiveValue"]);
+
+    auto streams = observability::HttpGet("127.0.0.1", port, "/api/jobs/ui_live/logs");
+    ASSERT_TRUE(streams.ok()) << streams.status();
+    EXPECT_EQ(nlohmann::json::parse(streams->body)["streams"].size(), 4u) << streams->body;
+    auto log = observability::HttpGet(
+        "127.0.0.1", port, "/api/jobs/ui_live/log?trial=1&task=master-replica-0&lines=3");
+    ASSERT_TRUE(log.ok()) << log.status();
+    const nlohmann::json chunk = nlohmann::json::parse(log->body);
+    EXPECT_EQ(chunk["lines"].size(), 3u) << log->body;
+    EXPECT_GT(chunk["nextOffset"].get<int64_t>(), 0);
+    // Read-only: a writing method is refused, and the job is as it was.
+    auto post = observability::HttpExchange(
+        "127.0.0.1", port,
+        "DELETE /api/jobs/ui_live HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\n\r\n");
+    ASSERT_TRUE(post.ok()) << post.status();
+    EXPECT_EQ(post->status, 405);
+    // (Compared as JSON values: a map's fields come in any order.)
+    EXPECT_EQ(nlohmann::json::parse(api::EncodeJson(StoredJob("ui_live"))),
+              nlohmann::json::parse(api::EncodeJson(job)));
+  }
 
   // Keyboard: a header button sorts, Enter again reverses, Tab moves on.
   Js("document.querySelector('#trials-table button[data-sort=\"trial\"]').focus();");
@@ -675,18 +770,58 @@ TEST_F(UiBrowserTest, ClusterJobsOnTheFakeApiServer) {
       (*server)
           ->MergePatch("trainingjobs", "ns1", "cluster-study", status("RUNNING", 2), "status")
           .ok());
+  // Events as the operator and the kubelet write them: about this TrainingJob
+  // (by its uid) and about one of its pods.
+  auto stored = (*server)->Get("trainingjobs", "ns1", "cluster-study");
+  ASSERT_TRUE(stored.ok()) << stored.status();
+  const std::string uid = (*stored)["metadata"]["uid"];
+  ASSERT_FALSE(uid.empty());
+  ASSERT_TRUE((*server)
+                  ->Create("events", "ns1",
+                           {{"apiVersion", "v1"},
+                            {"kind", "Event"},
+                            {"metadata", {{"name", "cluster-study.1"}}},
+                            {"involvedObject",
+                             {{"kind", "TrainingJob"},
+                              {"name", "cluster-study"},
+                              {"namespace", "ns1"},
+                              {"uid", uid}}},
+                            {"source", {{"component", "kubetrain-operator"}}},
+                            {"type", "Warning"},
+                            {"reason", "TrialStoppedEarly"},
+                            {"message", std::string("trial 2: ") + kScriptPayload},
+                            {"lastTimestamp", at(absl::Seconds(330))}})
+                  .ok());
+  const std::string pod = "cluster-study-t3-master-0";
+  ASSERT_TRUE((*server)
+                  ->Create("pods", "ns1",
+                           {{"apiVersion", "v1"},
+                            {"kind", "Pod"},
+                            {"metadata",
+                             {{"name", pod},
+                              {"labels", {{"kubetrain.io/job-name", "cluster-study"}}},
+                              {"ownerReferences",
+                               {{{"apiVersion", "kubetrain.io/v1"},
+                                 {"kind", "TrainingJob"},
+                                 {"name", "cluster-study"},
+                                 {"uid", uid},
+                                 {"controller", true}}}}}},
+                            {"spec", {{"containers", {{{"name", "tensorflow"}, {"image", "x"}}}}}}})
+                  .ok());
   ASSERT_TRUE(
       (*server)
           ->Create("events", "ns1",
                    {{"apiVersion", "v1"},
                     {"kind", "Event"},
-                    {"metadata", {{"name", "cluster-study.1"}}},
-                    {"involvedObject",
-                     {{"kind", "TrainingJob"}, {"name", "cluster-study"}, {"namespace", "ns1"}}},
+                    {"metadata", {{"name", pod + ".1"}}},
+                    {"involvedObject", {{"kind", "Pod"}, {"name", pod}, {"namespace", "ns1"}}},
+                    {"source", {{"component", "default-scheduler"}}},
                     {"type", "Warning"},
-                    {"reason", "TrialStoppedEarly"},
-                    {"message", std::string("trial 2: ") + kScriptPayload},
-                    {"lastTimestamp", at(absl::Seconds(330))}})
+                    {"reason", "FailedScheduling"},
+                    {"message", std::string("0/3 nodes are available: ") + kImgPayload},
+                    {"count", 4},
+                    {"firstTimestamp", at(absl::Seconds(200))},
+                    {"lastTimestamp", at(absl::Seconds(320))}})
           .ok());
   // A job whose id (kept in an annotation) is markup.
   ASSERT_TRUE(
@@ -756,9 +891,33 @@ TEST_F(UiBrowserTest, ClusterJobsOnTheFakeApiServer) {
                  "c.textContent === 'a message with ' + arguments[0]);",
                  {kImgPayload})
                   .get<bool>());
-  EXPECT_EQ(
-      Js("return document.querySelector('#events-table tbody tr td:last-child').textContent;"),
-      std::string("trial 2: ") + kScriptPayload);
+  // Newest first: the job's own event, then its pod's (seen 4 times).
+  const nlohmann::json event_rows = Js(R"(
+    return Array.from(document.querySelectorAll('#events-table tbody tr')).map((r) =>
+      Array.from(r.cells).map((c) => c.textContent));)");
+  ASSERT_EQ(event_rows.size(), 2u) << event_rows;
+  EXPECT_EQ(event_rows[0][1], "Warning");
+  EXPECT_EQ(event_rows[0][2], "TrialStoppedEarly");
+  EXPECT_EQ(event_rows[0][3], "trainingjob/cluster-study");
+  EXPECT_EQ(event_rows[0][4], "2");
+  EXPECT_EQ(event_rows[0][5], std::string("trial 2: ") + kScriptPayload);
+  EXPECT_THAT(event_rows[1][0].get<std::string>(), HasSubstr("(×4)"));
+  EXPECT_EQ(event_rows[1][2], "FailedScheduling");
+  EXPECT_EQ(event_rows[1][3], "pod/" + pod);
+  EXPECT_EQ(event_rows[1][5], std::string("0/3 nodes are available: ") + kImgPayload);
+  // The events endpoint's are those `jobs describe` lists, each with its trial.
+  {
+    RunResult describe = Kubetrain({"jobs", "describe", "cluster_study", "--format", "json"}, env);
+    ASSERT_EQ(describe.code, 0) << describe.out;
+    const nlohmann::json described = nlohmann::json::parse(describe.out);
+    auto page = observability::HttpGet("127.0.0.1", PortOf(url), "/api/jobs/cluster_study");
+    ASSERT_TRUE(page.ok()) << page.status();
+    nlohmann::json events = nlohmann::json::parse(page->body)["events"];
+    ASSERT_EQ(events.size(), 2u) << events;
+    EXPECT_EQ(events[1]["trial"], "2");
+    for (nlohmann::json& e : events) e.erase("trial");
+    EXPECT_EQ(events, described["events"]);
+  }
   EXPECT_EQ(Js("return document.getElementById('logs').children.length;"),
             0);  // no logs on a cluster
   ExpectNothingInjected();
