@@ -2,25 +2,43 @@
 # Installs every Debian 12 package kubetrain needs to build and test.
 #   scripts/install-deps.sh           build + test dependencies
 #   scripts/install-deps.sh --bench   also the peers the benchmarks compare with
+#   scripts/install-deps.sh --images  also what builds and runs the container images
+#   scripts/install-deps.sh --list    print the packages (one a line), install nothing
 # Runs apt-get as root, or through sudo when not root.
 set -euo pipefail
 
-packages=(
-  build-essential cmake ninja-build pkg-config git ca-certificates
+# What compiles the binaries: one list, shared with the images' build stage.
+build_list="$(dirname "$0")/packages/build.txt"
+mapfile -t packages < <(sed -e 's/#.*//' "$build_list" | tr -s ' \t' '\n' | sed '/^$/d')
+if [[ ${#packages[@]} -eq 0 ]]; then echo "install-deps: no packages read from $build_list" >&2; exit 1; fi
+packages+=(
+  git
   clang-14 libclang-rt-14-dev libomp-14-dev lld-14 clang-format clang-tidy
-  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
-  libcpprest-dev libssl-dev libyaml-cpp-dev nlohmann-json3-dev prometheus-cpp-dev
-  libsqlite3-dev libopenblas-dev libdnnl-dev zlib1g-dev libeigen3-dev
-  libgtest-dev libgmock-dev libbenchmark-dev
+  libbenchmark-dev
   dataset-fashion-mnist
   python3 prometheus procps
   python3-torch
   chromium chromium-driver
 )
 bench_packages=(python3-numpy python3-optuna python3-sklearn openmpi-bin libopenmpi-dev)
+# podman with runc (crun refuses hosts whose cgroup v2 mount keeps
+# controllers beside v1) and the CNI plugins with DNS, so containers on one
+# network reach each other by name; debootstrap makes the images' base.
+image_packages=(podman buildah runc containernetworking-plugins
+  golang-github-containernetworking-plugin-dnsname debootstrap)
 
-if [[ "${1:-}" == "--bench" ]]; then
-  packages+=("${bench_packages[@]}")
+list=false
+for arg in "$@"; do
+  case $arg in
+    --bench) packages+=("${bench_packages[@]}") ;;
+    --images) packages+=("${image_packages[@]}") ;;
+    --list) list=true ;;
+    *) echo "install-deps: unknown flag $arg (--bench, --images, --list)" >&2; exit 2 ;;
+  esac
+done
+if $list; then
+  printf '%s\n' "${packages[@]}"
+  exit 0
 fi
 
 sudo=""
