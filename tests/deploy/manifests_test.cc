@@ -1,7 +1,11 @@
 // The manifests and images as files: the operator Deployment's fields, the
-// chart's CRD, the Dockerfiles. (Rendering with kubectl/helm: tools_test.cc.)
+// versions deploy/ and the chart name, the chart's CRD, deploy/docker/Dockerfile.
+// (Rendering with kubectl/helm: tools_test.cc; building and running the
+// images: tests/images.)
 #include <map>
+#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/ascii.h"
@@ -122,13 +126,20 @@ std::string Last(const Stage& stage, const std::string& keyword) {
   return value;
 }
 
-// Problems common to both images: several named stages, COPY --from names an
-// earlier stage, the final stage runs as a non-root user and starts the
-// binary in exec form.
-std::vector<std::string> ImageProblems(const std::vector<Stage>& stages,
-                                       const std::string& binary) {
+// The stage named `name`, or nullptr.
+const Stage* StageNamed(const std::vector<Stage>& stages, const std::string& name) {
+  for (const Stage& stage : stages) {
+    if (stage.name == name) return &stage;
+  }
+  return nullptr;
+}
+
+// Problems common to every image: named stages, COPY --from names an earlier
+// stage, and the image's stage `target` runs as a non-root user and starts
+// `entry` (its ENTRYPOINT, exec form, begins with it).
+std::vector<std::string> ImageProblems(const std::vector<Stage>& stages, const std::string& target,
+                                       const std::vector<std::string>& entry) {
   std::vector<std::string> problems;
-  if (stages.size() < 2) problems.push_back("not multi-stage");
   std::set<std::string> earlier;
   for (const Stage& stage : stages) {
     for (const Instruction& i : stage.instructions) {
@@ -140,50 +151,131 @@ std::vector<std::string> ImageProblems(const std::vector<Stage>& stages,
     if (stage.name.empty()) problems.push_back("stage FROM " + stage.base + " has no name");
     earlier.insert(stage.name);
   }
-  if (stages.empty()) return problems;
-  const Stage& final = stages.back();
-  const std::string user = Last(final, "USER");
+  const Stage* final = StageNamed(stages, target);
+  if (final == nullptr) {
+    problems.push_back("no stage " + target);
+    return problems;
+  }
+  // USER is inherited from the stage it is FROM.
+  std::string user = Last(*final, "USER");
+  for (const Stage* s = final; user.empty() && s != nullptr; s = StageNamed(stages, s->base)) {
+    user = Last(*s, "USER");
+  }
   const std::string uid = user.substr(0, user.find(':'));
   if (user.empty() || uid == "root" || uid == "0") {
-    problems.push_back("final stage runs as root (USER '" + user + "')");
+    problems.push_back(target + " runs as root (USER '" + user + "')");
   }
-  const std::string entrypoint = Last(final, "ENTRYPOINT");
+  const std::string entrypoint = Last(*final, "ENTRYPOINT");
   nlohmann::json exec = nlohmann::json::parse(entrypoint, nullptr, /*allow_exceptions=*/false);
   if (!exec.is_array() || exec.empty() || !exec[0].is_string()) {
-    problems.push_back("ENTRYPOINT is not exec form: " + entrypoint);
-  } else if (!absl::EndsWith(exec[0].get<std::string>(), "/" + binary)) {
-    problems.push_back("ENTRYPOINT does not start " + binary);
+    problems.push_back(target + ": ENTRYPOINT is not exec form: " + entrypoint);
+    return problems;
+  }
+  for (size_t i = 0; i < entry.size(); ++i) {
+    const bool same = i < exec.size() && exec[i].is_string() &&
+                      (i == 0 ? absl::EndsWith(exec[i].get<std::string>(), "/" + entry[i])
+                              : exec[i].get<std::string>() == entry[i]);
+    if (!same) {
+      problems.push_back(target + ": ENTRYPOINT does not start " + absl::StrJoin(entry, " "));
+      break;
+    }
   }
   return problems;
 }
 
-TEST(DockerfileTest, OperatorImageIsMultiStageNonRootWithoutShell) {
-  auto text = ReadFile(SourcePath("deploy/docker/operator.Dockerfile"));
-  ASSERT_TRUE(text.ok()) << text.status();
-  std::vector<Stage> stages = ParseDockerfile(*text);
-  std::vector<std::string> problems = ImageProblems(stages, "kubetrain-operator");
-  EXPECT_TRUE(problems.empty()) << absl::StrJoin(problems, "\n");
-  ASSERT_FALSE(stages.empty());
-  EXPECT_TRUE(absl::StartsWith(stages.front().base, "debian:12")) << stages.front().base;
-  // No shell at run time: a distroless final stage, and nothing in it that
-  // would need one (RUN, shell-form CMD).
-  const Stage& final = stages.back();
-  EXPECT_TRUE(absl::StrContains(final.base, "distroless")) << final.base;
-  for (const Instruction& i : final.instructions) {
+std::vector<Stage> KubetrainDockerfile() {
+  auto text = ReadFile(SourcePath("deploy/docker/Dockerfile"));
+  EXPECT_TRUE(text.ok()) << text.status();
+  return text.ok() ? ParseDockerfile(*text) : std::vector<Stage>{};
+}
+
+TEST(DockerfileTest, EveryImageRunsItsBinaryAsNonRoot) {
+  std::vector<Stage> stages = KubetrainDockerfile();
+  for (const auto& [target, entry] : std::vector<std::pair<std::string, std::vector<std::string>>>{
+           {"operator", {"kubetrain-operator"}},
+           {"runtime", {"kubetrain-runtime"}},
+           {"python-runtime", {"kubetrain-runtime", "exec", "--"}}}) {
+    std::vector<std::string> problems = ImageProblems(stages, target, entry);
+    EXPECT_TRUE(problems.empty()) << absl::StrJoin(problems, "\n");
+  }
+}
+
+// One build stage compiles both binaries; every image copies from it.
+TEST(DockerfileTest, OneBuildStageCompilesBothBinaries) {
+  std::vector<Stage> stages = KubetrainDockerfile();
+  int compiling = 0;
+  for (const Stage& stage : stages) {
+    for (const Instruction& i : stage.instructions) {
+      if (i.keyword != "RUN" || !absl::StrContains(i.arguments, "cmake --build")) continue;
+      ++compiling;
+      EXPECT_EQ(stage.name, "build");
+      EXPECT_TRUE(absl::StrContains(i.arguments, "--target kubetrain-operator kubetrain-runtime"))
+          << i.arguments;
+    }
+  }
+  EXPECT_EQ(compiling, 1);
+  for (const char* target : {"operator", "runtime"}) {
+    const Stage* stage = StageNamed(stages, target);
+    ASSERT_NE(stage, nullptr) << target;
+    bool copies_from_build = false;
+    for (const Instruction& i : stage->instructions) {
+      copies_from_build |= i.keyword == "COPY" && absl::StartsWith(i.arguments, "--from=build ");
+    }
+    EXPECT_TRUE(copies_from_build) << target;
+  }
+}
+
+// The operator image has no shell: FROM scratch, nothing run in it.
+TEST(DockerfileTest, OperatorImageIsScratchWithoutShell) {
+  std::vector<Stage> stages = KubetrainDockerfile();
+  const Stage* op = StageNamed(stages, "operator");
+  ASSERT_NE(op, nullptr);
+  EXPECT_EQ(op->base, "scratch");
+  for (const Instruction& i : op->instructions) {
     EXPECT_NE(i.keyword, "RUN") << i.arguments;
     if (i.keyword == "CMD") EXPECT_TRUE(absl::StartsWith(i.arguments, "[")) << i.arguments;
   }
 }
 
-TEST(DockerfileTest, RuntimeImageIsMultiStageAndNonRoot) {
-  auto text = ReadFile(SourcePath("deploy/docker/runtime.Dockerfile"));
+// Packages come from the shared lists only (scripts/packages/): the build
+// stage installs build.txt, the runtime stages their own lists, and no apt-get
+// install names a package of its own.
+TEST(DockerfileTest, PackagesComeFromTheSharedLists) {
+  std::vector<Stage> stages = KubetrainDockerfile();
+  const std::map<std::string, std::string> list_of = {
+      {"build", "build.txt"}, {"runtime", "runtime.txt"}, {"python-runtime", "python-runtime.txt"}};
+  for (const Stage& stage : stages) {
+    std::string copied;
+    for (const Instruction& i : stage.instructions) {
+      if (i.keyword == "COPY" && absl::StartsWith(i.arguments, "scripts/packages/")) {
+        copied = std::string(absl::StripPrefix(i.arguments, "scripts/packages/"));
+        copied = copied.substr(0, copied.find(' '));
+      }
+      if (i.keyword != "RUN" || !absl::StrContains(i.arguments, "apt-get install")) continue;
+      auto list = list_of.find(stage.name);
+      ASSERT_NE(list, list_of.end()) << "stage " << stage.name << " installs packages";
+      EXPECT_EQ(copied, list->second) << stage.name;
+      const std::string install = i.arguments.substr(i.arguments.find("apt-get install"));
+      const std::string want =
+          "--no-install-recommends $(sed -e 's/#.*//' /tmp/packages/" + list->second + ")";
+      EXPECT_TRUE(absl::StartsWith(install, "apt-get install -y " + want)) << install;
+    }
+  }
+  for (const char* stage : {"build", "runtime", "python-runtime"}) {
+    EXPECT_NE(StageNamed(stages, stage), nullptr) << stage;
+  }
+}
+
+TEST(DockerfileTest, BasesAreDebian12ByDefault) {
+  auto text = ReadFile(SourcePath("deploy/docker/Dockerfile"));
   ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_TRUE(absl::StrContains(*text, "ARG BASE=docker.io/library/debian:12\n"));
+  EXPECT_TRUE(absl::StrContains(*text, "ARG RUNTIME_BASE=docker.io/library/debian:12-slim\n"));
   std::vector<Stage> stages = ParseDockerfile(*text);
-  std::vector<std::string> problems = ImageProblems(stages, "kubetrain-runtime");
-  EXPECT_TRUE(problems.empty()) << absl::StrJoin(problems, "\n");
-  // Debian 12 by default; the CUDA variant swaps the bases through build args.
-  EXPECT_TRUE(absl::StrContains(*text, "ARG BUILD_BASE=debian:12"));
-  EXPECT_TRUE(absl::StrContains(*text, "ARG RUN_BASE=debian:12-slim"));
+  ASSERT_NE(StageNamed(stages, "build"), nullptr);
+  EXPECT_EQ(StageNamed(stages, "build")->base, "${BASE}");
+  ASSERT_NE(StageNamed(stages, "runtime"), nullptr);
+  EXPECT_EQ(StageNamed(stages, "runtime")->base, "${RUNTIME_BASE}");
 }
 
 TEST(DockerfileTest, ParserSeesRootAndShellForm) {
@@ -192,9 +284,15 @@ TEST(DockerfileTest, ParserSeesRootAndShellForm) {
       "COPY --from=nowhere /a /b\nENTRYPOINT /usr/bin/kubetrain-runtime\n");
   ASSERT_EQ(stages.size(), 2u);
   EXPECT_EQ(stages[0].instructions[0].arguments, "make  all");
-  std::vector<std::string> problems = ImageProblems(stages, "kubetrain-runtime");
   // No USER (root), shell-form ENTRYPOINT, unknown COPY source.
+  std::vector<std::string> problems = ImageProblems(stages, "final", {"kubetrain-runtime"});
   EXPECT_EQ(problems.size(), 3u) << absl::StrJoin(problems, "\n");
+  // USER is inherited from the stage an image is FROM.
+  stages = ParseDockerfile(
+      "FROM debian:12 AS base\nUSER 65532\nFROM base AS app\n"
+      "ENTRYPOINT [\"/usr/local/bin/kubetrain-runtime\", \"exec\"]\n");
+  EXPECT_TRUE(ImageProblems(stages, "app", {"kubetrain-runtime", "exec"}).empty());
+  EXPECT_EQ(ImageProblems(stages, "app", {"kubetrain-runtime", "train"}).size(), 1u);
 }
 
 }  // namespace
