@@ -31,6 +31,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -67,7 +68,8 @@ constexpr char kUsage[] = R"(usage: kubetrain-operator [flags]
   --retry-period SECONDS       (default 2)
   --kube-api-qps QPS           client-side request rate limit (default 50)
   --kube-api-burst N           (default 100)
-  --default-image IMAGE        image for replicas without imageUri
+  --default-image IMAGE        image for replicas without imageUri, pulled IfNotPresent
+                               (default {default_image})
   --metrics-listen HOST:PORT   serve the Metrics gRPC service, where trials report their
                                metrics (port 0 picks a free port; the bound address is
                                printed as "serving trial metrics on HOST:PORT")
@@ -274,7 +276,8 @@ int main(int argc, char** argv) {
   std::string error;
   if (!ParseFlags(argc, argv, &flags, &error)) {
     if (!error.empty()) std::cerr << "kubetrain-operator: " << error << "\n";
-    std::cerr << kUsage;
+    std::cerr << absl::StrReplaceAll(kUsage,
+                                     {{"{default_image}", kubetrain::core::kDefaultRuntimeImage}});
     return error.empty() ? 0 : 2;
   }
   g_log_level = flags.log_level;

@@ -249,6 +249,9 @@ json RenderPod(const v1::TrainingJob& job, const std::string& namespace_name,
         {"securityContext", {{"seccompProfile", {{"type", "RuntimeDefault"}}}}},
         {"containers", json::array({container})}}},
   };
+  if (!replica.image_pull_policy.empty()) {
+    pod["spec"]["containers"][0]["imagePullPolicy"] = replica.image_pull_policy;
+  }
   AddOutputMount(pod, job);
   if (job.spec().has_template_()) ApplyTemplate(pod, StructToJson(job.spec().template_()));
   // Keyed by role name; the master's also as "chief".

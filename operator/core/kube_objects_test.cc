@@ -93,6 +93,28 @@ TEST(KubeObjectsTest, ServiceIsHeadlessAndSelectsTheReplica) {
   EXPECT_EQ(svc["metadata"]["ownerReferences"][0]["controller"], true);
 }
 
+TEST(KubeObjectsTest, DefaultImageIsPulledIfNotPresent) {
+  v1::TrainingJob job = Job();
+  job.mutable_spec()->mutable_training_input()->mutable_worker_config()->set_image_uri(
+      "registry.example.com/trainer:latest");
+  auto replicas = DesiredReplicas(job, "", {}, Options());
+  ASSERT_EQ(replicas.size(), 2u);
+  const json master = RenderPod(job, "team-a", replicas[0]);
+  const json worker = RenderPod(job, "team-a", replicas[1]);
+  EXPECT_EQ(master["spec"]["containers"][0]["image"],
+            "kubetrain/kubetrain-runtime:" + std::string(KUBETRAIN_TEST_VERSION));
+  EXPECT_EQ(master["spec"]["containers"][0]["imagePullPolicy"], "IfNotPresent");
+  // An imageUri keeps Kubernetes' default for its tag (here Always, for :latest).
+  EXPECT_EQ(worker["spec"]["containers"][0]["image"], "registry.example.com/trainer:latest");
+  EXPECT_FALSE(worker["spec"]["containers"][0].contains("imagePullPolicy"));
+  // A template may still choose.
+  SetStruct(R"({"spec":{"containers":[{"name":"kubetrain","imagePullPolicy":"Always"}]}})",
+            job.mutable_spec()->mutable_template_());
+  replicas = DesiredReplicas(job, "", {}, Options());
+  EXPECT_EQ(RenderPod(job, "team-a", replicas[0])["spec"]["containers"][0]["imagePullPolicy"],
+            "Always");
+}
+
 TEST(KubeObjectsTest, TemplatesMergeButCannotStealLabels) {
   v1::TrainingJob job = Job();
   SetStruct(R"({"metadata":{"labels":{"team":"a","kubetrain.io/replica-type":"hijack"}},

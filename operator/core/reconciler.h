@@ -250,14 +250,20 @@ using StopRule =
     std::function<bool(const v1::HyperparameterSpec& spec, const tuner::TrialRecord& running,
                        const std::vector<tuner::TrialRecord>& completed)>;
 
+// The runtime image this version's build makes (scripts/build-images.sh):
+// "kubetrain/kubetrain-runtime:<project version>". The operator's default for
+// --default-image; deploy/ and the Helm chart pass the same name.
+extern const char kDefaultRuntimeImage[];
+
 // Per-process configuration of the reconciler; the same for every job.
 struct ReconcileOptions {
   // How tasks reach each other (TF_CONFIG endpoints). Required.
   AddressFn address;
   // Create a headless Service per replica (Kubernetes: yes; local: no).
   bool services = true;
-  // Image for replicas whose replicaConfig has no imageUri.
-  std::string default_image = "kubetrain/runtime:latest";
+  // Image for replicas whose replicaConfig has no imageUri; they pull it
+  // IfNotPresent.
+  std::string default_image = kDefaultRuntimeImage;
   // Exported to trials as KUBETRAIN_METRICS_ADDR when not empty (the Metrics
   // service).
   std::string metrics_address;

@@ -347,6 +347,11 @@ TEST(ReconcileTest, ReplicaCarriesEnvArgsAndResources) {
   ASSERT_NE(worker, nullptr);
   const DesiredReplica& w = worker->replica;
   EXPECT_EQ(w.image, "example/trainer:1");
+  EXPECT_EQ(w.image_pull_policy, "");  // Kubernetes' default for the tag
+  const CreateReplica* master = CreateOf(r, "mnist-master-0");
+  ASSERT_NE(master, nullptr);
+  EXPECT_EQ(master->replica.image, std::string(kDefaultRuntimeImage));
+  EXPECT_EQ(master->replica.image_pull_policy, "IfNotPresent");
   EXPECT_THAT(w.command, ElementsAre("kubetrain-runtime", "train"));
   EXPECT_THAT(w.args, ElementsAre("--epochs=3", "--job-dir", "/out"));
   EXPECT_EQ(w.resources.gpus, 2);

@@ -44,6 +44,10 @@ struct DesiredReplica {
   // then KUBETRAIN_* (see reconciler.h for the list).
   std::vector<std::pair<std::string, std::string>> env;
   std::string image;  // replicaConfig.imageUri, else ReconcileOptions::default_image
+  // "IfNotPresent" for the default image (a versioned image loaded onto the
+  // nodes or pulled once); "" for an imageUri, which keeps Kubernetes' default
+  // for its tag.
+  std::string image_pull_policy;
   // containerCommand when given, else {"kubetrain-runtime", "train"}.
   std::vector<std::string> command;
   // containerArgs when given, else trainingInput.args; then, for trials, one

@@ -9,9 +9,13 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 
 #ifndef KUBETRAIN_SOURCE_DIR
 #error "KUBETRAIN_SOURCE_DIR must name the repository root"
+#endif
+#ifndef KUBETRAIN_VERSION
+#error "KUBETRAIN_VERSION must be project(VERSION)"
 #endif
 
 namespace kubetrain::deploy_testing {
@@ -49,6 +53,23 @@ absl::StatusOr<std::vector<YAML::Node>> ParseDocuments(const std::string& text) 
     return absl::InvalidArgumentError(absl::StrCat("YAML: ", e.what()));
   }
   return out;
+}
+
+std::string DefaultImageArg(const YAML::Node& deployment) {
+  const YAML::Node containers = deployment["spec"]["template"]["spec"]["containers"];
+  if (!containers || !containers.IsSequence() || containers.size() == 0) return "";
+  for (const auto& arg : containers[0]["args"]) {
+    const std::string text = Str(arg);
+    absl::string_view value = text;
+    if (absl::ConsumePrefix(&value, "--default-image=")) return std::string(value);
+  }
+  return "";
+}
+
+std::string ProjectVersion() { return KUBETRAIN_VERSION; }
+
+std::string VersionedRuntimeImage() {
+  return absl::StrCat("kubetrain/kubetrain-runtime:", KUBETRAIN_VERSION);
 }
 
 std::vector<std::string> OperatorDeploymentProblems(const YAML::Node& deployment,

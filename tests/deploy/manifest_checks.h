@@ -23,6 +23,16 @@ absl::StatusOr<std::vector<YAML::Node>> ParseDocuments(const std::string& text);
 std::vector<std::string> OperatorDeploymentProblems(const YAML::Node& deployment,
                                                     int expected_replicas);
 
+// The value of the operator container's --default-image=IMAGE argument; ""
+// when it has none.
+std::string DefaultImageArg(const YAML::Node& deployment);
+
+// "kubetrain/kubetrain-runtime:<project version>": the image
+// scripts/build-images.sh makes and the operator's built-in default.
+std::string VersionedRuntimeImage();
+// project(VERSION) of CMakeLists.txt.
+std::string ProjectVersion();
+
 // The `rules` of the first object of `kind` named `name` ("" any name) in
 // `documents`, re-emitted as YAML; NotFound when there is none.
 absl::StatusOr<std::string> RulesOf(const std::vector<YAML::Node>& documents,

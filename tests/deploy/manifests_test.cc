@@ -44,6 +44,37 @@ TEST(ManifestsTest, DeploymentCheckCatchesAWeakenedDeployment) {
   EXPECT_EQ(OperatorDeploymentProblems((*docs)[0], 3).size(), 1u);  // replicas
 }
 
+// deploy/, the chart and the operator name one version: the images
+// scripts/build-images.sh makes from this tree.
+TEST(ManifestsTest, DeployAndChartNameTheVersionedImages) {
+  auto text = ReadFile(SourcePath("deploy/operator/deployment.yaml"));
+  ASSERT_TRUE(text.ok()) << text.status();
+  auto docs = ParseDocuments(*text);
+  ASSERT_TRUE(docs.ok() && docs->size() == 1);
+  EXPECT_EQ(DefaultImageArg((*docs)[0]), VersionedRuntimeImage());
+  const YAML::Node container = (*docs)[0]["spec"]["template"]["spec"]["containers"][0];
+  EXPECT_EQ(container["image"].as<std::string>(),
+            "kubetrain/kubetrain-operator:" + ProjectVersion());
+  EXPECT_EQ(container["imagePullPolicy"].as<std::string>(), "IfNotPresent");
+
+  auto kustomization = ReadFile(SourcePath("deploy/kustomization.yaml"));
+  ASSERT_TRUE(kustomization.ok()) << kustomization.status();
+  auto k = ParseDocuments(*kustomization);
+  ASSERT_TRUE(k.ok() && k->size() == 1);
+  ASSERT_TRUE((*k)[0]["images"].IsSequence());
+  for (const auto& image : (*k)[0]["images"]) {
+    EXPECT_EQ(image["newTag"].as<std::string>(), ProjectVersion())
+        << image["name"].as<std::string>();
+  }
+
+  auto chart = ReadFile(SourcePath("helm/kubetrain/Chart.yaml"));
+  ASSERT_TRUE(chart.ok()) << chart.status();
+  auto c = ParseDocuments(*chart);
+  ASSERT_TRUE(c.ok() && c->size() == 1);
+  EXPECT_EQ((*c)[0]["appVersion"].as<std::string>(), ProjectVersion());
+  EXPECT_EQ((*c)[0]["version"].as<std::string>(), ProjectVersion());
+}
+
 TEST(ManifestsTest, ServiceAccountDoesNotAutomountItsToken) {
   auto text = ReadFile(SourcePath("deploy/rbac/base/service_account.yaml"));
   ASSERT_TRUE(text.ok()) << text.status();

@@ -106,6 +106,7 @@ TEST_F(KustomizeTest, DeployRendersCrdRbacAndOperator) {
   EXPECT_EQ(Str((*binding)["subjects"][0]["name"]),
             Str((*deployment)["spec"]["template"]["spec"]["serviceAccountName"]));
   EXPECT_EQ(Str((*binding)["subjects"][0]["namespace"]), "kubetrain-system");
+  EXPECT_EQ(DefaultImageArg(*deployment), VersionedRuntimeImage());
 }
 
 TEST_F(KustomizeTest, NamespacedOverlayUsesRolesOnly) {
@@ -125,6 +126,7 @@ TEST_F(KustomizeTest, NamespacedOverlayUsesRolesOnly) {
     watches_ml_team |= Str(arg) == "--namespace=ml-team";
   }
   EXPECT_TRUE(watches_ml_team);
+  EXPECT_EQ(DefaultImageArg(*deployment), VersionedRuntimeImage());
 }
 
 // ---- helm ----
@@ -162,6 +164,9 @@ TEST_F(HelmTest, DefaultValuesRenderAClusterWideOperator) {
   ASSERT_NE(deployment, nullptr);
   std::vector<std::string> problems = OperatorDeploymentProblems(*deployment, 2);
   EXPECT_TRUE(problems.empty()) << absl::StrJoin(problems, "\n");
+  EXPECT_EQ(DefaultImageArg(*deployment), VersionedRuntimeImage());
+  EXPECT_EQ(Str((*deployment)["spec"]["template"]["spec"]["containers"][0]["image"]),
+            "kubetrain/kubetrain-operator:" + ProjectVersion());
   EXPECT_EQ(Granted(docs, "ClusterRole", ""), CheckedClusterRole());
   EXPECT_EQ(Granted(docs, "Role", ""),
             (std::set<Permission>{{"get", "coordination.k8s.io/leases"},
@@ -212,8 +217,9 @@ TEST_F(HelmTest, OneWatchedNamespaceRendersRolesThere) {
   EXPECT_EQ(Str(container["image"]), "registry.example.com/ml/kubetrain-operator:0.1.0-rc1");
   std::set<std::string> args;
   for (const auto& arg : container["args"]) args.insert(Str(arg));
-  for (const char* want : {"--namespace=ml-team", "--log-level=debug", "--http-address=:9090",
-                           "--lease-name=kt-lease", "--workers=8"}) {
+  for (const char* want :
+       {"--namespace=ml-team", "--log-level=debug", "--http-address=:9090", "--lease-name=kt-lease",
+        "--workers=8", "--default-image=registry.example.com/ml/kubetrain-runtime:0.1.0"}) {
     EXPECT_EQ(args.count(want), 1u) << want;
   }
 }
