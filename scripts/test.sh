@@ -5,12 +5,34 @@
 #   scripts/test.sh --sanitize    clang-14 ASan+UBSan build in build-asan/, unit tests,
 #                                 plus every libFuzzer target: training_job_fuzzer for
 #                                 $FUZZ_SECONDS (60) s, the others $FUZZ_SECONDS_OTHERS (20) s
+#   scripts/test.sh --images      the container images (scripts/build-images.sh, archives
+#                                 in out/images/), then their smoke tests (label image)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 mode=default
-if [[ "${1:-}" == "--sanitize" ]]; then mode=sanitize; fi
+case "${1:-}" in
+  --sanitize) mode=sanitize ;;
+  --images) mode=images ;;
+esac
 jobs=$(nproc)
+
+if [[ $mode == images ]]; then
+  scripts/install-deps.sh --images
+  scripts/build-images.sh --out out/images --jobs "$jobs"
+  # The smoke tests run the images with podman, beside the build tree's fake
+  # API server; the same containers.conf as the build (scripts/containers-env.sh).
+  cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DKUBETRAIN_CUDA=AUTO \
+    -DKUBETRAIN_IMAGE_TESTS=ON
+  cmake --build build -j "$jobs" --target image_smoke_test
+  containers_dir=$(mktemp -d)
+  trap 'rm -rf "$containers_dir"' EXIT
+  source scripts/containers-env.sh
+  kubetrain_containers_env "$containers_dir"
+  KUBETRAIN_IMAGE_ARCHIVES=$PWD/out/images \
+    ctest --test-dir build --output-on-failure -L image --timeout 900
+  exit 0
+fi
 
 scripts/install-deps.sh
 
@@ -30,7 +52,7 @@ fi
 if [[ $mode == default ]]; then
   cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DKUBETRAIN_CUDA=AUTO
   cmake --build build -j "$jobs"
-  ctest --test-dir build --output-on-failure -j "$jobs" -LE 'bench' --timeout 600
+  ctest --test-dir build --output-on-failure -j "$jobs" -LE 'bench|image' --timeout 600
   exit 0
 fi
 
