@@ -192,11 +192,11 @@ save() {  # save TAG FILE
     buildah push --quiet "$1" "docker-archive:$2:$1" >/dev/null
   fi
 }
-size_of() {
+size_of() {  # the image's unpacked size, e.g. "160 MB"
   if [[ $tool == podman ]]; then
-    podman image inspect --format '{{.Size}}' "$1"
+    echo "$(($(podman image inspect --format '{{.Size}}' "$1") / 1000000)) MB"
   else
-    buildah inspect --type image --format '{{.ImageSize}}' "$1" 2>/dev/null || echo 0
+    buildah images --format '{{.Size}}' "$1"
   fi
 }
 
@@ -224,10 +224,10 @@ if $cuda; then
 fi
 
 echo "build-images: done in $((SECONDS - started)) s"
-printf '%-52s %10s %10s  %s\n' IMAGE "SIZE(MB)" "TAR(MB)" ARCHIVE
+printf '%-52s %10s %10s  %s\n' IMAGE SIZE ARCHIVE FILE
 for entry in "${built[@]}"; do
   tag=${entry%%=*}
   file=${entry#*=}
-  printf '%-52s %10d %10d  %s\n' "$tag" $(( $(size_of "$tag") / 1000000 )) \
-    $(( $(stat -c %s "$file") / 1000000 )) "$file"
+  printf '%-52s %10s %10s  %s\n' "$tag" "$(size_of "$tag")" \
+    "$(($(stat -c %s "$file") / 1000000)) MB" "$file"
 done

@@ -125,16 +125,23 @@ TEST_F(ImageTest, RuntimeImagePsClusterOfTwoContainersTrains) {
   cleanup.Network(network);
   const std::string cluster =
       absl::StrCat(R"({"cluster":{"master":[")", master, R"(:2222"],"ps":[")", ps, R"(:2222"]},)");
-  auto run = [&](const std::string& name, const std::string& type, const std::string& mode) {
+  auto run = [&](const std::string& name, const std::string& type, const std::string& mode,
+                 const std::string& extra_args) {
     cleanup.Container(name);
     return Podman(absl::StrCat("run ", mode, " --name ", name, " --hostname ", name, " --network ",
                                network, " -v ", kDataDir, ":/data:ro -e 'TF_CONFIG=", cluster,
                                R"("task":{"type":")", type, R"(","index":0}}' )",
-                               Image("kubetrain-runtime"), " ", TrainArgs(), " 2>&1"));
+                               Image("kubetrain-runtime"), " ", TrainArgs(), extra_args, " 2>&1"));
   };
-  CommandResult ps_start = run(ps, "ps", "-d");
+  // Without its parameter server the master does not train: it needs the
+  // other container.
+  CommandResult alone = run(master, "master", "--rm", " --connect_timeout_secs=5");
+  EXPECT_EQ(alone.exit_code, 138) << alone.output;
+  EXPECT_TRUE(absl::StrContains(alone.output, ps + ":2222")) << alone.output;
+
+  CommandResult ps_start = run(ps, "ps", "-d", "");
   ASSERT_EQ(ps_start.exit_code, 0) << ps_start.output;
-  CommandResult master_run = run(master, "master", "");
+  CommandResult master_run = run(master, "master", "--rm", "");
   EXPECT_EQ(master_run.exit_code, 0) << master_run.output;
   EXPECT_TRUE(absl::StrContains(master_run.output, "Final metrics after 50 steps"))
       << master_run.output;
