@@ -204,6 +204,17 @@ TEST(KubeflowManifestTest, RenderShowsThePodsWithTheirPyTorchEnvironment) {
   EXPECT_THAT(r.out, ::testing::Not(::testing::HasSubstr("TF_CONFIG")));
   EXPECT_THAT(r.out, ::testing::HasSubstr("name: log-shipper"));
 }
+
+// A job without imageUri runs the runtime image this version's build makes
+// (scripts/build-images.sh), pulled IfNotPresent so clusters without a
+// registry run it from the archive loaded onto their nodes.
+TEST(RenderCommandTest, BasicExampleRunsTheVersionedRuntimeImage) {
+  Result r = RunKubetrain({"render", kExamples + "basic.yaml"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, ::testing::HasSubstr("    image: kubetrain/kubetrain-runtime:" +
+                                          std::string(KUBETRAIN_TEST_VERSION) +
+                                          "\n    imagePullPolicy: IfNotPresent\n"));
+}
 #endif
 
 #ifdef KUBETRAIN_CLI_LOCAL_TESTS
