@@ -6,7 +6,12 @@
 #                                 plus every libFuzzer target: training_job_fuzzer for
 #                                 $FUZZ_SECONDS (60) s, the others $FUZZ_SECONDS_OTHERS (20) s
 #   scripts/test.sh --images      the container images (scripts/build-images.sh, archives
-#                                 in out/images/), then their smoke tests (label image)
+#                                 in out/images/), then their smoke tests (label image).
+#                                 Not in .ci/run: on its 2 cores it would add about 18
+#                                 minutes (debootstrap, the build stage's packages, a
+#                                 compile without a cache), about 45 of CI's 60. Run it
+#                                 when deploy/docker, scripts/packages or the image
+#                                 scripts change.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
