@@ -8,7 +8,10 @@
 #   QUICKSTART_SKIP_BUILD=1 ...        reuse an existing build tree
 #   BUILD_DIR=build-x ...              build tree to use (default build)
 # State and logs go to $KUBETRAIN_HOME (default ~/.kubetrain); the job name
-# is fmnist_hptuning, suffixed with the time when that name is taken.
+# is fmnist_hptuning, suffixed with the time when that name is taken. Outputs
+# go to the example's jobDir, /tmp/kubetrain/fmnist_hptuning: a later run's
+# trials find the earlier run's checkpoints there and leave them alone,
+# writing to a subfolder of their own.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -28,14 +31,10 @@ if KUBETRAIN_BACKEND=local "$kubetrain" jobs describe "$job" >/dev/null 2>&1; th
   job="fmnist_hptuning_$(date +%Y%m%d_%H%M%S)"
 fi
 
-# The job's output folder: trials resume from checkpoints found there, so a
-# new job starts from an empty one.
-rm -rf "/tmp/kubetrain/$job"
-
 echo "== Submitting $job"
 status=0
 "$kubetrain" jobs submit training "$job" --local \
-  --config examples/fashion-mnist-hptuning.yaml --job-dir "/tmp/kubetrain/$job" --stream-logs || status=$?
+  --config examples/fashion-mnist-hptuning.yaml --stream-logs || status=$?
 
 echo "== kubetrain jobs describe $job"
 KUBETRAIN_BACKEND=local "$kubetrain" jobs describe "$job"

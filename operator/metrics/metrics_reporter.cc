@@ -100,13 +100,14 @@ absl::StatusOr<std::unique_ptr<MetricsReporter>> MetricsReporter::FromEnvironmen
 }
 
 absl::Status MetricsReporter::Report(int64_t step, const std::map<std::string, double>& values,
-                                     milliseconds timeout) {
+                                     milliseconds timeout, bool final) {
   v1::MetricsReportRequest request;
   request.set_job(identity_.job);
   request.set_trial(identity_.trial);
   request.set_task(identity_.task);
   request.set_step(step);
   request.set_token(token_);
+  request.set_final(final);
   for (const auto& [tag, value] : values) (*request.mutable_values())[tag] = value;
   v1::MetricsReportResponse response;
   grpc::ClientContext context;
@@ -133,12 +134,12 @@ absl::Status MetricsReporter::Report(int64_t step, const std::map<std::string, d
 
 absl::Status MetricsReporter::ReportWithRetry(int64_t step,
                                               const std::map<std::string, double>& values,
-                                              const RetryOptions& retry) {
+                                              const RetryOptions& retry, bool final) {
   auto now = [&retry] { return retry.now ? retry.now() : std::chrono::steady_clock::now(); };
   const auto start = now();
   milliseconds backoff = std::max(retry.initial_backoff, milliseconds(1));
   for (int attempts = 1;; ++attempts) {
-    absl::Status status = Report(step, values, retry.attempt_timeout);
+    absl::Status status = Report(step, values, retry.attempt_timeout, final);
     if (status.ok() || !IsRetryable(status)) return status;
     const auto elapsed = std::chrono::duration_cast<milliseconds>(now() - start);
     const milliseconds remaining = retry.deadline - elapsed;
@@ -182,11 +183,12 @@ QueuedMetricsReporter::~QueuedMetricsReporter() {
   thread_.join();
 }
 
-void QueuedMetricsReporter::Enqueue(int64_t step, std::map<std::string, double> values) {
+void QueuedMetricsReporter::Enqueue(int64_t step, std::map<std::string, double> values,
+                                    bool final) {
   std::optional<absl::Status> dropped;
   {
     absl::MutexLock lock(&mu_);
-    pending_.push_back(Pending{++last_seq_, step, std::move(values)});
+    pending_.push_back(Pending{++last_seq_, step, std::move(values), final});
     last_step_ = step;
     ++stats_.queued;
     if (pending_.size() > options_.max_pending) {
@@ -227,9 +229,9 @@ void QueuedMetricsReporter::Run() {
       permanent = permanent_error_;
     }
     // Once the token has been refused, every later report would be too.
-    absl::Status result = permanent.ok()
-                              ? reporter_->ReportWithRetry(next.step, next.values, options_.retry)
-                              : permanent;
+    absl::Status result = permanent.ok() ? reporter_->ReportWithRetry(next.step, next.values,
+                                                                      options_.retry, next.final)
+                                         : permanent;
     // The newest report's failure is Flush's answer while one waits (or the
     // queue is shutting down after it); any other lost report is told of,
     // including a newest one given up while nothing waited for it.

@@ -77,17 +77,18 @@ class MetricsReporter {
       Identity identity, const GetEnvFn& getenv = nullptr);
 
   // Sends one report and waits for the answer, at most `timeout`; one
-  // attempt. The service's status comes back as is (PERMISSION_DENIED for a
-  // wrong token, UNAVAILABLE/DEADLINE_EXCEEDED when the operator cannot be
-  // reached), with the address in the message.
+  // attempt. `final` marks the trainer's last evaluation (metrics.proto). The service's status
+  // comes back as is (PERMISSION_DENIED for a wrong token, UNAVAILABLE/DEADLINE_EXCEEDED when the
+  // operator cannot be reached), with the address in the message.
   absl::Status Report(int64_t step, const std::map<std::string, double>& values,
-                      std::chrono::milliseconds timeout = std::chrono::seconds(10));
+                      std::chrono::milliseconds timeout = std::chrono::seconds(10),
+                      bool final = false);
 
   // Report, retried as `retry` says. On failure: the last attempt's status
   // (its code, so that callers can tell retryable from permanent), its
   // message saying how many attempts were made over how long.
   absl::Status ReportWithRetry(int64_t step, const std::map<std::string, double>& values,
-                               const RetryOptions& retry);
+                               const RetryOptions& retry, bool final = false);
 
   // Cancels the attempts in flight and makes every later one fail with
   // CANCELLED at once: for a caller that is giving up (e.g. at exit).
@@ -150,8 +151,9 @@ class QueuedMetricsReporter {
   QueuedMetricsReporter(const QueuedMetricsReporter&) = delete;
   QueuedMetricsReporter& operator=(const QueuedMetricsReporter&) = delete;
 
-  // Queues a report; never blocks on the network.
-  void Enqueue(int64_t step, std::map<std::string, double> values);
+  // Queues a report; never blocks on the network. `final`: the trainer's
+  // last evaluation.
+  void Enqueue(int64_t step, std::map<std::string, double> values, bool final = false);
 
   // Waits until every report queued so far has been sent or given up, at
   // most `timeout`. While it waits, a report that fails and has a newer one
@@ -177,6 +179,7 @@ class QueuedMetricsReporter {
     int64_t seq = 0;
     int64_t step = 0;
     std::map<std::string, double> values;
+    bool final = false;
   };
 
   void Run();

@@ -94,6 +94,7 @@ grpc::Status MetricsServiceImpl::Report(grpc::ServerContext* context,
   report.trial = request->trial();
   report.task = request->task();
   report.step = request->step();
+  report.final = request->final();
   for (const auto& [tag, value] : request->values()) {
     if (tag.empty() || !std::isfinite(value)) {
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,

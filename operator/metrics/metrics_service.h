@@ -19,6 +19,7 @@ struct MetricsReport {
   std::string task;
   int64_t step = 0;
   std::map<std::string, double> values;
+  bool final = false;  // the trainer's last evaluation (metrics.proto)
 };
 
 // Where accepted reports go (the reconciler's trial bookkeeping). Called on

@@ -63,9 +63,13 @@ TEST_F(MetricsServiceTest, AcceptsAReportWithTheTrialsToken) {
   tokens_.Register("default/hp", "3", token);
   auto reporter = MetricsReporter::Create(address_, {"default/hp", "3", "master-0"}, token);
   ASSERT_TRUE(reporter->Report(100, {{"accuracy", 0.75}, {"loss", 0.5}}).ok());
-  ASSERT_TRUE(reporter->Report(200, {{"accuracy", 0.8}}).ok());
+  ASSERT_TRUE(
+      reporter->Report(200, {{"accuracy", 0.8}}, std::chrono::seconds(10), /*final=*/true).ok());
   std::vector<MetricsReport> got = sink_.reports();
   ASSERT_EQ(got.size(), 2u);
+  // The trainer's last evaluation says so.
+  EXPECT_FALSE(got[0].final);
+  EXPECT_TRUE(got[1].final);
   EXPECT_EQ(got[0].job, "default/hp");
   EXPECT_EQ(got[0].trial, "3");
   EXPECT_EQ(got[0].task, "master-0");

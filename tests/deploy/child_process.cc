@@ -97,6 +97,7 @@ bool ChildProcess::Exited() {
   int status;
   if (waitpid(pid_, &status, WNOHANG) == 0) return false;
   pid_ = -1;
+  exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   return true;
 }
 

@@ -22,6 +22,8 @@ class ChildProcess {
   void Stop();
   // True once the process has exited (it is then reaped).
   bool Exited();
+  // Once Exited() said so: its exit code, or 128 + N when signal N ended it.
+  std::optional<int> exit_code() const { return exit_code_; }
   pid_t pid() const { return pid_; }
   std::string Log() const;
 
@@ -29,6 +31,7 @@ class ChildProcess {
   std::vector<std::string> argv_;
   std::string log_path_;
   pid_t pid_ = -1;
+  std::optional<int> exit_code_;
 };
 
 // The IPv4 TCP port `pid` listens on, found through /proc (for servers

@@ -193,7 +193,7 @@ void Forward(hypertune::HypertuneFileFollower& follower, const std::string& path
     return;
   }
   for (const hypertune::HypertuneReport& report : *fresh) {
-    reporter.Report(report.global_step, report.metrics);
+    reporter.Report(report.global_step, report.metrics, report.final);
   }
 }
 

@@ -137,6 +137,9 @@ TEST_F(RuntimeReportTest, TrainReportsEachEvaluationOfTheMaster) {
   for (const auto& [tag, value] : last.values) tags.push_back(tag);
   EXPECT_THAT(tags, ElementsAre("accuracy", "loss", hypertune::kDefaultMetricTag));
   EXPECT_EQ(last.values.at(hypertune::kDefaultMetricTag), last.values.at("accuracy"));
+  // Only the last one is marked final, over gRPC and in the file.
+  EXPECT_TRUE(last.final);
+  for (size_t i = 0; i + 1 < reports.size(); ++i) EXPECT_FALSE(reports[i].final) << i;
   std::vector<hypertune::HypertuneReport> file =
       hypertune::ParseHypertuneFile(Slurp(env["CLOUD_ML_HP_METRIC_FILE"]));
   ASSERT_GE(file.size(), 3u);
@@ -146,7 +149,9 @@ TEST_F(RuntimeReportTest, TrainReportsEachEvaluationOfTheMaster) {
     const auto& [tag, value] = *file[i].metrics.begin();
     ASSERT_EQ(last.values.count(tag), 1u) << tag;
     EXPECT_EQ(value, last.values.at(tag)) << tag;
+    EXPECT_TRUE(file[i].final) << tag;
   }
+  for (size_t i = 0; i + 3 < file.size(); ++i) EXPECT_FALSE(file[i].final) << i;
 }
 
 TEST_F(RuntimeReportTest, TrainWithAWrongTokenFailsNamingTheTokenVariable) {

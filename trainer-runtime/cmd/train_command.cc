@@ -21,6 +21,7 @@
 #include "trainer-runtime/cmd/subcommand.h"
 #include "trainer-runtime/cmd/trial_reporter.h"
 #include "trainer-runtime/dist/strategy/task_runner.h"
+#include "trainer-runtime/engine/checkpoint.h"
 #include "trainer-runtime/engine/trainer.h"
 #include "trainer-runtime/engine/trainer_flags.h"
 #include "trainer-runtime/exit_codes.h"
@@ -38,9 +39,11 @@ class HypertuneFileSink : public engine::MetricsSink {
   explicit HypertuneFileSink(std::unique_ptr<hypertune::HypertuneWriter> writer)
       : writer_(std::move(writer)) {}
 
-  absl::Status Report(int64_t step, const std::map<std::string, double>& metrics) override {
+  absl::Status Report(int64_t step, const std::map<std::string, double>& metrics,
+                      bool final) override {
+    const double now = absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch());
     for (const auto& [tag, value] : metrics) {
-      absl::Status status = writer_->Report(tag, value, step);
+      absl::Status status = writer_->Report(tag, value, step, now, final);
       if (!status.ok()) return status;
     }
     return absl::OkStatus();
@@ -57,8 +60,9 @@ class TrialReporterSink : public engine::MetricsSink {
  public:
   explicit TrialReporterSink(TrialReporter* reporter) : reporter_(reporter) {}
 
-  absl::Status Report(int64_t step, const std::map<std::string, double>& metrics) override {
-    reporter_->Report(step, metrics);
+  absl::Status Report(int64_t step, const std::map<std::string, double>& metrics,
+                      bool final) override {
+    reporter_->Report(step, metrics, final);
     return absl::OkStatus();
   }
 
@@ -75,7 +79,7 @@ class PrometheusSink : public engine::MetricsSink {
   PrometheusSink(observability::RuntimeMetrics* metrics, std::string objective_tag)
       : metrics_(metrics), objective_tag_(std::move(objective_tag)) {}
 
-  absl::Status Report(int64_t, const std::map<std::string, double>& metrics) override {
+  absl::Status Report(int64_t, const std::map<std::string, double>& metrics, bool) override {
     if (auto it = metrics.find("loss"); it != metrics.end()) metrics_->SetLoss(it->second);
     if (auto it = metrics.find(objective_tag_); it != metrics.end()) {
       metrics_->SetObjective(it->second);
@@ -150,6 +154,7 @@ int RunTrain(const std::vector<std::string>& args_in) {
     std::cerr << "kubetrain-runtime train: " << options.status().message() << "\n";
     return ExitCodeFor(options.status());
   }
+  options->owner = engine::CheckpointOwnerFromEnvironment();
   const char* tf_config = std::getenv("TF_CONFIG");
   absl::StatusOr<dist::ClusterSpec> cluster =
       dist::ClusterSpec::FromTfConfig(tf_config != nullptr ? tf_config : "");

@@ -62,7 +62,7 @@ class GrpcTrialReporter : public TrialReporter {
     queue_ = std::make_unique<metrics::QueuedMetricsReporter>(std::move(reporter), options);
   }
 
-  void Report(int64_t step, const std::map<std::string, double>& values) override {
+  void Report(int64_t step, const std::map<std::string, double>& values, bool final) override {
     std::map<std::string, double> finite;
     for (const auto& [tag, value] : values) {
       if (std::isfinite(value)) {
@@ -72,7 +72,7 @@ class GrpcTrialReporter : public TrialReporter {
                                ": not reported to ", address_));
       }
     }
-    if (!finite.empty()) queue_->Enqueue(step, std::move(finite));
+    if (!finite.empty()) queue_->Enqueue(step, std::move(finite), final);
   }
 
   absl::Status permanent_error() const override {

@@ -53,8 +53,9 @@ class TrialReporter {
 
   // Queues one evaluation's values (every tag of it in one report); never
   // waits for the network. Non-finite values are left out with a warning
-  // (the service refuses them); nothing is sent when none is left.
-  virtual void Report(int64_t step, const std::map<std::string, double>& values) = 0;
+  // (the service refuses them); nothing is sent when none is left. `final`:
+  // the trainer's last evaluation (metrics.proto).
+  virtual void Report(int64_t step, const std::map<std::string, double>& values, bool final) = 0;
 
   // PERMISSION_DENIED, with exit code 1 attached, once the operator has
   // refused the trial's token; OK before. Nothing more is sent after that,

@@ -5,16 +5,20 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
+#include "google/protobuf/text_format.h"
 
 namespace kubetrain::runtime::engine {
 
@@ -167,6 +171,146 @@ absl::StatusOr<v1::Checkpoint> ReadCheckpoint(const std::string& path) {
         absl::StrCat("checkpoint ", path, " is corrupt (not a Checkpoint proto)"));
   }
   return checkpoint;
+}
+
+std::string ModelFingerprint(const v1::GraphDef& forward_graph, const std::string& optimizer) {
+  // Text format prints map entries (node attributes) sorted by key, so the
+  // same graph always gives the same text.
+  std::string text;
+  google::protobuf::TextFormat::PrintToString(forward_graph, &text);
+  absl::StrAppend(&text, "\noptimizer: ", optimizer, "\n");
+  uint64_t hash = 14695981039346656037ULL;  // FNV-1a, 64 bits
+  for (unsigned char c : text) {
+    hash ^= c;
+    hash *= 1099511628211ULL;
+  }
+  return absl::StrFormat("%016x", hash);
+}
+
+v1::CheckpointOwner CheckpointOwnerFromEnvironment() {
+  auto env = [](const char* name) {
+    const char* value = std::getenv(name);
+    return std::string(value == nullptr ? "" : value);
+  };
+  v1::CheckpointOwner owner;
+  owner.set_job_uid(env("KUBETRAIN_JOB_UID"));
+  owner.set_job_name(env("CLOUD_ML_JOB_ID"));
+  owner.set_trial_id(env("CLOUD_ML_TRIAL_ID"));
+  return owner;
+}
+
+std::string OwnFolderName(const v1::CheckpointOwner& me) {
+  std::string uid;
+  for (char c : me.job_uid()) {
+    if (uid.size() == 8) break;
+    if (absl::ascii_isalnum(static_cast<unsigned char>(c))) uid += c;
+  }
+  std::string name;
+  for (char c : me.job_name()) {
+    // A folder name, whatever the job's name holds.
+    name += absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.'
+                ? c
+                : '_';
+  }
+  if (name.empty()) name = "job";
+  return absl::StrCat(name, "-", uid);
+}
+
+std::string DescribeOwner(const v1::CheckpointOwner& owner) {
+  if (owner.job_uid().empty() && owner.model_fingerprint().empty()) {
+    return "a run that recorded no owner";
+  }
+  std::string text = owner.job_uid().empty()
+                         ? std::string("a run outside a job")
+                         : absl::StrCat("job '", owner.job_name(), "' (uid ", owner.job_uid());
+  if (!owner.job_uid().empty()) {
+    if (!owner.trial_id().empty()) absl::StrAppend(&text, ", trial ", owner.trial_id());
+    text += ")";
+  }
+  return text;
+}
+
+namespace {
+
+// The latest checkpoint in `dir` with its path; none when there is none.
+absl::StatusOr<std::optional<std::pair<std::string, v1::Checkpoint>>> Latest(
+    const std::string& dir) {
+  absl::StatusOr<std::optional<std::string>> path = LatestCheckpoint(dir);
+  if (!path.ok()) return path.status();
+  if (!path->has_value()) return std::optional<std::pair<std::string, v1::Checkpoint>>();
+  absl::StatusOr<v1::Checkpoint> checkpoint = ReadCheckpoint(**path);
+  if (!checkpoint.ok()) return checkpoint.status();
+  return std::make_optional(std::make_pair(**path, *std::move(checkpoint)));
+}
+
+bool SameRun(const v1::CheckpointOwner& a, const v1::CheckpointOwner& b) {
+  return a.job_uid() == b.job_uid() && a.trial_id() == b.trial_id();
+}
+
+bool SameModel(const v1::CheckpointOwner& written, const v1::CheckpointOwner& me) {
+  return me.model_fingerprint().empty() || written.model_fingerprint() == me.model_fingerprint();
+}
+
+}  // namespace
+
+absl::StatusOr<OutputFolder> ResolveOutputFolder(const std::string& requested,
+                                                 const v1::CheckpointOwner& me) {
+  auto found = Latest(requested);
+  if (!found.ok()) return found.status();
+  OutputFolder folder;
+  folder.path = requested;
+  if (!found->has_value()) return folder;
+  const auto& [path, checkpoint] = **found;
+  const v1::CheckpointOwner& owner = checkpoint.owner();
+  const bool ownerless = !checkpoint.has_owner();
+
+  if (me.job_uid().empty()) {
+    // Rule 3: by hand.
+    if (ownerless || (owner.job_uid().empty() && SameModel(owner, me))) {
+      folder.latest = checkpoint;
+      return folder;
+    }
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--output_path ", requested, " holds ", path, " of ", DescribeOwner(owner),
+        owner.job_uid().empty()
+            ? absl::StrCat(", not of this model (model fingerprint ", owner.model_fingerprint(),
+                           ", this run's ", me.model_fingerprint(), ")")
+            : "",
+        ": a run resumes only from its own checkpoints; use another --output_path or remove "
+        "that folder"));
+  }
+
+  // Rules 1 and 2: a job's replica.
+  auto own_or_error = [&](const std::string& dir, const std::string& file,
+                          const v1::Checkpoint& c) -> absl::Status {
+    if (SameModel(c.owner(), me)) return absl::OkStatus();
+    return absl::FailedPreconditionError(absl::StrCat(
+        dir, " holds ", file, " of this job's own run (", DescribeOwner(c.owner()),
+        ") but this run's model has fingerprint ", me.model_fingerprint(),
+        ": the model changed since that checkpoint; it is not restored into another model"));
+  };
+  if (!ownerless && SameRun(owner, me)) {
+    if (absl::Status s = own_or_error(requested, path, checkpoint); !s.ok()) return s;
+    folder.latest = checkpoint;
+    return folder;
+  }
+  folder.path = (fs::path(requested) / OwnFolderName(me)).string();
+  folder.moved_because =
+      absl::StrCat(fs::path(path).filename().string(), " there is ", DescribeOwner(owner), "'s");
+  auto mine = Latest(folder.path);
+  if (!mine.ok()) return mine.status();
+  if (mine->has_value()) {
+    const auto& [own_path, own] = **mine;
+    if (!own.has_owner() || !SameRun(own.owner(), me)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(folder.path, " (this job's own subfolder, as ", requested, " holds ", path,
+                       " of ", DescribeOwner(owner), ") holds ", own_path, " of ",
+                       DescribeOwner(own.owner()), ": not restored"));
+    }
+    if (absl::Status s = own_or_error(folder.path, own_path, own); !s.ok()) return s;
+    folder.latest = own;
+  }
+  return folder;
 }
 
 }  // namespace kubetrain::runtime::engine

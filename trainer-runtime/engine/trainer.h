@@ -32,7 +32,9 @@ struct TrainerOptions {
   std::string optimizer = "adam";
   int64_t max_steps = 0;  // 0: from num_epochs
   double num_epochs = 0;  // 0 and no max_steps: one epoch
-  double eval_every_secs = 60;
+  double eval_every_secs = 60;   // 0: only at the end; ignored with a step schedule
+  int64_t eval_every_steps = 0;  // > 0: every this many global steps instead of by time
+  double eval_every_epochs = 0;  // > 0: every this many epochs (of this task's shard) instead
   int64_t log_every_steps = 100;
   double save_checkpoints_secs = 60;
   int64_t save_checkpoints_steps = 0;  // > 0: by steps instead of seconds
@@ -54,18 +56,26 @@ struct TrainerOptions {
   // Identity of this task in the cluster (TF_CONFIG), for log lines.
   std::string task_type = "master";
   int task_index = 0;
+  // Whose checkpoints this run writes and may restore (checkpoint.h): job
+  // uid and name and trial id, which kubetrain-runtime takes from
+  // KUBETRAIN_JOB_UID, CLOUD_ML_JOB_ID and CLOUD_ML_TRIAL_ID; empty for a
+  // run by hand. The model fingerprint is computed by the trainer.
+  v1::CheckpointOwner owner;
 };
 
 // Receives evaluation results: after each evaluation the loop reports
 // "loss", "accuracy" and "training/hptuning/metric" (= the eval accuracy,
-// Cloud ML's default hyperparameter metric tag) with the global step. The
-// operator's gRPC reporter and the cloudml-hypertune file writer implement
-// it. A failed report is logged, never fatal. Called from the training
-// thread only.
+// Cloud ML's default hyperparameter metric tag) with the global step;
+// `final` is true for the evaluation after the last step (training is over).
+// The operator's gRPC reporter and the cloudml-hypertune file writer
+// implement it. A failed report is logged, never fatal. Called from the
+// training thread only, and only on the chief (the only task that
+// evaluates).
 class MetricsSink {
  public:
   virtual ~MetricsSink() = default;
-  virtual absl::Status Report(int64_t step, const std::map<std::string, double>& metrics) = 0;
+  virtual absl::Status Report(int64_t step, const std::map<std::string, double>& metrics,
+                              bool final) = 0;
 };
 
 // A batch's loss and accuracy, and the gradient of every variable computed
@@ -232,6 +242,8 @@ struct TrainerEnvironment {
   DeviceFactory make_device;  // null: DefaultDeviceFactory()
 };
 
+// final_loss and final_accuracy are the chief's last evaluation; 0 on other
+// tasks, which do not evaluate.
 struct TrainResult {
   int64_t global_step = 0;
   double final_loss = 0;

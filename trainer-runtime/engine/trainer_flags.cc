@@ -54,7 +54,17 @@ const std::map<std::string, FlagDef>& Flags() {
       {"max_steps", {Int(&TrainerOptions::max_steps), "stop after this global step"}},
       {"num_epochs", {Double(&TrainerOptions::num_epochs), "or after this many epochs (1)"}},
       {"eval_every_secs",
-       {Double(&TrainerOptions::eval_every_secs), "evaluate this often (60; 0: at the end only)"}},
+       {Double(&TrainerOptions::eval_every_secs),
+        "evaluate this often (60; 0: at the end only); the chief evaluates, after the last "
+        "step too"}},
+      {"eval_every_steps",
+       {Int(&TrainerOptions::eval_every_steps),
+        "evaluate every N global steps instead of by time (a learning curve for early "
+        "stopping)"}},
+      {"eval_every_epochs",
+       {Double(&TrainerOptions::eval_every_epochs),
+        "evaluate every N epochs (of this task's shard; 0.5 is twice an epoch) instead of by "
+        "time"}},
       {"log_every_steps", {Int(&TrainerOptions::log_every_steps), "(100)"}},
       {"save_checkpoints_secs", {Double(&TrainerOptions::save_checkpoints_secs), "(60)"}},
       {"save_checkpoints_steps",

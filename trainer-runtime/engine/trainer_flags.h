@@ -13,7 +13,8 @@ namespace kubetrain::runtime::engine {
 //
 //   --train_data_paths --eval_data_paths --output_path (alias --job-dir)
 //   --batch_size --learning_rate --optimizer (sgd|momentum|adagrad|adam)
-//   --max_steps | --num_epochs --eval_every_secs --log_every_steps
+//   --max_steps | --num_epochs --eval_every_secs | --eval_every_steps | --eval_every_epochs
+//   --log_every_steps
 //   --save_checkpoints_secs --save_checkpoints_steps --keep_checkpoints
 //   --seed --threads --model (mlp|cnn|FILE.yaml) --hidden1 --hidden2
 //   --eval_batch_size --device (cpu|gpu|auto) --cpu_kernels (onednn|blas)

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <charconv>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -59,11 +61,14 @@ TrainerOptions SmallRun(const std::string& dir) {
 
 class RecordingSink : public MetricsSink {
  public:
-  absl::Status Report(int64_t step, const std::map<std::string, double>& metrics) override {
+  absl::Status Report(int64_t step, const std::map<std::string, double>& metrics,
+                      bool final) override {
     reports.emplace_back(step, metrics);
+    finals.push_back(final);
     return absl::OkStatus();
   }
   std::vector<std::pair<int64_t, std::map<std::string, double>>> reports;
+  std::vector<bool> finals;
 };
 
 TEST(TrainerFlagsTest, ParsesCloudMlFlags) {
@@ -298,6 +303,250 @@ TEST(TrainerTest, ResumeAfterCrashEqualsUninterruptedRun) {
   auto c10 = ReadCheckpoint((fs::path(crashed.output_path) / "model.ckpt-10").string());
   ASSERT_TRUE(c10.ok());
   EXPECT_NE(c10->variables(0).value().data(), a->variables(0).value().data());
+}
+
+// A learning curve on a step schedule: every 19 steps (one epoch of the
+// 300 training examples in batches of 16), the last one marked final; the
+// values are exact counts and float-precision losses, not float noise.
+TEST(TrainerTest, EvaluatesOnAStepScheduleAndMarksTheLastReportFinal) {
+  std::string dir = TempDir("schedule");
+  for (const bool by_epochs : {false, true}) {
+    SCOPED_TRACE(by_epochs ? "--eval_every_epochs=1" : "--eval_every_steps=19");
+    TrainerOptions o = SmallRun(dir);
+    o.num_epochs = 3;  // 57 steps
+    if (by_epochs) {
+      o.eval_every_epochs = 1;
+    } else {
+      o.eval_every_steps = 19;
+    }
+    o.eval_every_secs = 1e-9;  // a step schedule replaces the time schedule
+    std::ostringstream log;
+    RecordingSink sink;
+    TrainerEnvironment env;
+    env.log = &log;
+    env.metrics_sinks = {&sink};
+    absl::StatusOr<TrainResult> r = Train(o, std::move(env));
+    ASSERT_TRUE(r.ok()) << r.status() << "\n" << log.str();
+    std::vector<int64_t> steps;
+    for (const auto& [step, metrics] : sink.reports) steps.push_back(step);
+    EXPECT_EQ(steps, (std::vector<int64_t>{19, 38, 57})) << log.str();
+    EXPECT_EQ(sink.finals, (std::vector<bool>{false, false, true}));
+    for (const auto& [step, metrics] : sink.reports) {
+      // 90 eval examples: the accuracy is k/90 exactly.
+      const double correct = metrics.at("accuracy") * 90;
+      EXPECT_EQ(metrics.at("accuracy"), std::round(correct) / 90) << step;
+      // The loss is the double of the float's shortest digits (so it prints
+      // as those digits).
+      const double loss = metrics.at("loss");
+      char text[64];
+      const std::to_chars_result end =
+          std::to_chars(text, text + sizeof(text) - 1, static_cast<float>(loss));
+      *end.ptr = '\0';
+      EXPECT_EQ(loss, std::strtod(text, nullptr)) << text;
+    }
+  }
+  TrainerOptions both = SmallRun(dir);
+  both.eval_every_steps = 10;
+  both.eval_every_epochs = 1;
+  std::ostringstream log;
+  TrainerEnvironment env;
+  env.log = &log;
+  absl::StatusOr<TrainResult> refused = Train(both, std::move(env));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(ExitCodeFor(refused.status()), kExitUsage);
+  EXPECT_NE(refused.status().message().find("--eval_every_steps and --eval_every_epochs"),
+            std::string::npos);
+}
+
+// A task that is not the chief does not evaluate, not even at the end (its
+// evaluation would repeat the chief's on the same variables).
+class NotChiefStrategy final : public TrainingStrategy {
+ public:
+  absl::StatusOr<int64_t> Initialize(TrainingContext& ctx,
+                                     const v1::Checkpoint* restored) override {
+    return local_.Initialize(ctx, restored);
+  }
+  absl::StatusOr<StepResult> Step(TrainingContext& ctx, const data::Batch& batch,
+                                  int64_t global_step) override {
+    return local_.Step(ctx, batch, global_step);
+  }
+  bool IsChief() const override { return false; }
+
+ private:
+  LocalStrategy local_;
+};
+
+TEST(TrainerTest, OnlyTheChiefEvaluates) {
+  std::string dir = TempDir("not-chief");
+  TrainerOptions o = SmallRun(dir);
+  o.max_steps = 20;
+  o.eval_every_steps = 5;
+  std::ostringstream log;
+  RecordingSink sink;
+  TrainerEnvironment env;
+  env.log = &log;
+  env.metrics_sinks = {&sink};
+  env.strategy = std::make_unique<NotChiefStrategy>();
+  absl::StatusOr<TrainResult> r = Train(o, std::move(env));
+  ASSERT_TRUE(r.ok()) << r.status() << "\n" << log.str();
+  EXPECT_EQ(r->global_step, 20);
+  EXPECT_TRUE(sink.reports.empty());
+  EXPECT_EQ(log.str().find("Eval, step"), std::string::npos) << log.str();
+  EXPECT_NE(log.str().find("Done after 20 steps (the chief evaluates)"), std::string::npos)
+      << log.str();
+}
+
+v1::CheckpointOwner JobOwner(const std::string& uid, const std::string& name,
+                             const std::string& trial) {
+  v1::CheckpointOwner owner;
+  owner.set_job_uid(uid);
+  owner.set_job_name(name);
+  owner.set_trial_id(trial);
+  return owner;
+}
+
+std::map<std::string, std::string> FileBytes(const std::string& dir) {
+  std::map<std::string, std::string> files;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    if (!e.is_regular_file()) continue;
+    std::ifstream in(e.path(), std::ios::binary);
+    std::stringstream bytes;
+    bytes << in.rdbuf();
+    files[e.path().filename().string()] = bytes.str();
+  }
+  return files;
+}
+
+// A second job whose trial 1 writes to the folder where another job's trial
+// 1 left its checkpoints (the same --job-dir, resubmitted with other
+// hyperparameters): it never restores them, trains from step 0 in its own
+// subfolder, leaves the first job's files as they were, and its own restart
+// resumes from its own checkpoint.
+TEST(TrainerTest, AnotherJobsCheckpointsAreNeverRestored) {
+  std::string dir = TempDir("foreign");
+  const std::string trial_dir = (fs::path(dir) / "out" / "1").string();
+  TrainerOptions first = SmallRun(dir);
+  first.max_steps = 20;
+  first.save_checkpoints_steps = 5;
+  first.output_path = trial_dir;
+  first.owner = JobOwner("aaaaaaaa-1111", "fmnist", "1");
+  std::ostringstream first_log;
+  TrainerEnvironment env1;
+  env1.log = &first_log;
+  ASSERT_TRUE(Train(first, std::move(env1)).ok()) << first_log.str();
+  const std::map<std::string, std::string> before = FileBytes(trial_dir);
+
+  TrainerOptions second = first;
+  second.hidden1 = 24;  // another shape: restoring would fail
+  second.owner = JobOwner("bbbbbbbb-2222", "fmnist_2", "1");
+  std::ostringstream log;
+  TrainerEnvironment env2;
+  env2.log = &log;
+  env2.after_step = [](int64_t step) {
+    return step == 13 ? absl::AbortedError("killed at step 13") : absl::OkStatus();
+  };
+  ASSERT_FALSE(Train(second, std::move(env2)).ok());
+  EXPECT_EQ(log.str().find("Restored checkpoint"), std::string::npos) << log.str();
+  const std::string own = (fs::path(trial_dir) / "fmnist_2-bbbbbbbb").string();
+  EXPECT_NE(log.str().find("This run writes to " + own), std::string::npos) << log.str();
+  EXPECT_NE(log.str().find("job 'fmnist' (uid aaaaaaaa-1111, trial 1)"), std::string::npos)
+      << log.str();
+
+  std::ostringstream resumed;
+  TrainerEnvironment env3;
+  env3.log = &resumed;
+  ASSERT_TRUE(Train(second, std::move(env3)).ok()) << resumed.str();
+  EXPECT_NE(resumed.str().find("Restored checkpoint at step 10 from " + own), std::string::npos)
+      << resumed.str();
+  // Every checkpoint in its folder is its own; the first job's are untouched.
+  int own_checkpoints = 0;
+  for (const auto& e : fs::directory_iterator(own)) {
+    if (e.path().filename().string().rfind("model.ckpt-", 0) != 0) continue;
+    auto c = ReadCheckpoint(e.path().string());
+    ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_EQ(c->owner().job_uid(), "bbbbbbbb-2222") << e.path();
+    EXPECT_EQ(c->owner().trial_id(), "1");
+    ++own_checkpoints;
+  }
+  EXPECT_GT(own_checkpoints, 0);
+  EXPECT_TRUE(fs::exists(fs::path(own) / "export" / "model.pb"));
+  EXPECT_EQ(FileBytes(trial_dir), before);
+}
+
+// Where only the learning rate differs the shapes match, so a restore would
+// succeed silently: the second job's weights equal those of the same run in
+// an empty folder, so nothing of the first job's was restored.
+TEST(TrainerTest, SameShapesFromAnotherJobAreNotRestoredEither) {
+  std::string dir = TempDir("foreign-lr");
+  TrainerOptions first = SmallRun(dir);
+  first.max_steps = 20;
+  first.save_checkpoints_steps = 5;
+  first.output_path = (fs::path(dir) / "shared" / "2").string();
+  first.owner = JobOwner("aaaaaaaa-1111", "lr_study", "2");
+  std::ostringstream log;
+  TrainerEnvironment env1;
+  env1.log = &log;
+  ASSERT_TRUE(Train(first, std::move(env1)).ok()) << log.str();
+
+  TrainerOptions second = first;
+  second.learning_rate = 0.003;
+  second.owner = JobOwner("bbbbbbbb-2222", "lr_study_2", "2");
+  TrainerEnvironment env2;
+  env2.log = &log;
+  absl::StatusOr<TrainResult> reused = Train(second, std::move(env2));
+  ASSERT_TRUE(reused.ok()) << reused.status() << log.str();
+
+  TrainerOptions alone = second;
+  alone.output_path = (fs::path(dir) / "alone" / "2").string();
+  TrainerEnvironment env3;
+  env3.log = &log;
+  ASSERT_TRUE(Train(alone, std::move(env3)).ok()) << log.str();
+
+  auto a = ReadCheckpoint(
+      (fs::path(second.output_path) / "lr_study_2-bbbbbbbb" / "model.ckpt-20").string());
+  auto b = ReadCheckpoint((fs::path(alone.output_path) / "model.ckpt-20").string());
+  ASSERT_TRUE(a.ok() && b.ok()) << a.status() << b.status();
+  ASSERT_EQ(a->variables_size(), b->variables_size());
+  for (int i = 0; i < a->variables_size(); ++i) {
+    EXPECT_EQ(a->variables(i).value().data(), b->variables(i).value().data())
+        << a->variables(i).name();
+  }
+  EXPECT_EQ(a->optimizer().iterations(), 20);
+}
+
+// By hand (no job): resuming the same model is TensorFlow's habit; another
+// model's checkpoint is a usage error naming the folder, not a crash.
+TEST(TrainerTest, ByHandAnotherModelsCheckpointIsAUsageError) {
+  std::string dir = TempDir("by-hand");
+  TrainerOptions o = SmallRun(dir);
+  o.max_steps = 10;
+  o.save_checkpoints_steps = 5;
+  o.output_path = (fs::path(dir) / "out").string();
+  std::ostringstream log;
+  TrainerEnvironment env1;
+  env1.log = &log;
+  ASSERT_TRUE(Train(o, std::move(env1)).ok()) << log.str();
+
+  TrainerOptions more = o;
+  more.max_steps = 15;
+  std::ostringstream resumed;
+  TrainerEnvironment env2;
+  env2.log = &resumed;
+  ASSERT_TRUE(Train(more, std::move(env2)).ok()) << resumed.str();
+  EXPECT_NE(resumed.str().find("Restored checkpoint at step 10"), std::string::npos)
+      << resumed.str();
+
+  TrainerOptions wider = o;
+  wider.hidden1 = 50;
+  TrainerEnvironment env3;
+  env3.log = &log;
+  absl::StatusOr<TrainResult> refused = Train(wider, std::move(env3));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(ExitCodeFor(refused.status()), kExitUsage);
+  EXPECT_NE(refused.status().message().find("--output_path " + o.output_path), std::string::npos)
+      << refused.status();
+  EXPECT_NE(refused.status().message().find("not of this model"), std::string::npos)
+      << refused.status();
 }
 
 TEST(TrainerTest, DivergingLossExitsWithCode4) {

@@ -122,6 +122,8 @@ std::optional<HypertuneReport> ParseLine(std::string_view line) {
       }
     } else if (NumberOf(value, &number)) {
       report.metrics[key] = number;
+    } else if (key == "final") {
+      report.final = value.is_string() && value.get<std::string>() == "true";
     }
   }
   report.key = j.dump();
@@ -171,7 +173,7 @@ std::string PythonFloatRepr(double value) {
 
 std::string FormatHypertuneLine(std::string_view tag, double value,
                                 std::optional<int64_t> global_step, std::string_view trial,
-                                double timestamp) {
+                                double timestamp, bool final) {
   // The library builds {'timestamp', 'trial', tag, 'global_step'} in that
   // order, so a tag equal to one of those names is overwritten or overwrites
   // the same way here; json.dumps(sort_keys=True) then orders by code point,
@@ -183,6 +185,7 @@ std::string FormatHypertuneLine(std::string_view tag, double value,
       PythonJsonString(PythonFloatRepr(value));
   fields["global_step"] =
       PythonJsonString(std::to_string(global_step.has_value() ? *global_step : 0));
+  if (final) fields["final"] = PythonJsonString("true");
   std::string line = "{";
   for (const auto& [key, json] : fields) {
     if (line.size() > 1) line += ", ";
@@ -304,8 +307,10 @@ std::string HypertuneWriter::Content() const {
 }
 
 absl::Status HypertuneWriter::Report(std::string_view tag, double value,
-                                     std::optional<int64_t> global_step, double timestamp) {
-  lines_.push_back(FormatHypertuneLine(tag, value, global_step, options_.trial_id, timestamp));
+                                     std::optional<int64_t> global_step, double timestamp,
+                                     bool final) {
+  lines_.push_back(
+      FormatHypertuneLine(tag, value, global_step, options_.trial_id, timestamp, final));
   if (lines_.size() > kMaxReportsKept) lines_.pop_front();
   const std::string content = Content();
   std::FILE* file = std::fopen(options_.metric_path.c_str(), "w");

@@ -12,6 +12,12 @@
 // window slides) a mix of old and new content. The reader here tolerates all
 // three: it skips lines that are not complete JSON objects, reads the file
 // until two reads agree, and remembers which reports it has returned.
+//
+// One kubetrain extension: kubetrain-runtime marks the reports of its last
+// evaluation with `"final": "true"` (training is over: the early-stopping
+// rule does not judge that trial any more). The library never writes that
+// key; a reader that does not know it ignores it (its value is not a
+// number), and a metric named "final" with a number keeps being a metric.
 
 #include <cstddef>
 #include <cstdint>
@@ -43,10 +49,11 @@ std::string PythonFloatRepr(double value);
 
 // One report line as the library writes it, with its newline. `tag` empty
 // means kDefaultMetricTag. A global_step of nullopt or 0 is written as "0"
-// (the library's `str(int(global_step) if global_step else 0)`).
+// (the library's `str(int(global_step) if global_step else 0)`). `final`
+// adds the extension key above.
 std::string FormatHypertuneLine(std::string_view tag, double value,
                                 std::optional<int64_t> global_step, std::string_view trial,
-                                double timestamp);
+                                double timestamp, bool final = false);
 
 // A parsed report line.
 struct HypertuneReport {
@@ -56,6 +63,8 @@ struct HypertuneReport {
   // Every other key whose value is a number or a string holding one
   // (Python's "nan"/"inf" included): normally just the metric tag.
   std::map<std::string, double> metrics;
+  // `"final": "true"`: the trainer's last evaluation (see above).
+  bool final = false;
   // Identity of the report: its canonical JSON (keys sorted, compact), so
   // the same report read twice, from a rewritten file, is recognised.
   std::string key;
@@ -112,9 +121,10 @@ class HypertuneWriter {
   static absl::StatusOr<std::unique_ptr<HypertuneWriter>> Create(Options options);
 
   // Appends a report stamped `timestamp` (seconds since the epoch) and
-  // rewrites the file.
+  // rewrites the file. `final` marks the trainer's last evaluation (the
+  // extension above).
   absl::Status Report(std::string_view tag, double value, std::optional<int64_t> global_step,
-                      double timestamp);
+                      double timestamp, bool final = false);
   // Same, stamped with the current time.
   absl::Status Report(std::string_view tag, double value, std::optional<int64_t> global_step);
 

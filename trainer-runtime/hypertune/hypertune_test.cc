@@ -87,6 +87,25 @@ TEST(ParseHypertuneFileTest, ParsesWhatTheWriterFormats) {
   EXPECT_NE(reports[0].key, reports[1].key);
 }
 
+// kubetrain-runtime's last evaluation carries "final": "true"; the library's
+// own lines never do, and a metric named "final" stays a metric.
+TEST(ParseHypertuneFileTest, TheFinalMarkIsReadAndNeverAMetric) {
+  EXPECT_EQ(FormatHypertuneLine("accuracy", 0.8804, 785, "3", 1700000000.5, /*final=*/true),
+            "{\"accuracy\": \"0.8804\", \"final\": \"true\", \"global_step\": \"785\", "
+            "\"timestamp\": 1700000000.5, \"trial\": \"3\"}\n");
+  const std::string content =
+      FormatHypertuneLine("accuracy", 0.8, 628, "3", 1700000000.0) +
+      FormatHypertuneLine("accuracy", 0.8804, 785, "3", 1700000000.5, /*final=*/true) +
+      FormatHypertuneLine("final", 0.5, 1, "3", 1700000001.0);
+  const auto reports = ParseHypertuneFile(content);
+  ASSERT_EQ(reports.size(), 3u);
+  EXPECT_FALSE(reports[0].final);
+  EXPECT_TRUE(reports[1].final);
+  EXPECT_THAT(reports[1].metrics, ElementsAre(Pair("accuracy", 0.8804)));
+  EXPECT_FALSE(reports[2].final);
+  EXPECT_THAT(reports[2].metrics, ElementsAre(Pair("final", 0.5)));
+}
+
 TEST(ParseHypertuneFileTest, SkipsTruncatedLastLineAndGarbage) {
   const std::string a = FormatHypertuneLine("m", 1.0, 1, "0", 100.0);
   const std::string b = FormatHypertuneLine("m", 2.0, 2, "0", 101.0);

@@ -44,16 +44,29 @@ absl::Status RunEvaluator(const TrainerOptions& options, std::ostream& log, absl
   ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> optimizer, Optimizer::Create(options.optimizer, oo, device));
   VariableStore variables;
   TrainingContext ctx(options, model, device, variables, *optimizer);
-  ASSIGN_OR_RETURN(std::unique_ptr<runtime::summary::EventWriter> events,
-                   runtime::summary::EventWriter::Create(
-                       (fs::path(options.output_path) / "eval_evaluator").string()));
-  const fs::path exported = fs::path(options.output_path) / "export" / "model.pb";
+  // The folder the chief writes to by the same rule (checkpoint.h); the
+  // evaluator builds its graph from the eval data, so the model fingerprint
+  // is not compared.
+  v1::CheckpointOwner me = options.owner;
+  me.clear_model_fingerprint();
+  absl::StatusOr<OutputFolder> folder = ResolveOutputFolder(options.output_path, me);
+  if (!folder.ok()) return BadInput(folder.status(), "--output_path");
+  const std::string dir = folder->path;
+  if (!folder->moved_because.empty()) {
+    log << "Output folder " << options.output_path
+        << " is not this job's: " << folder->moved_because << ". Evaluating the checkpoints in "
+        << dir << std::endl;
+  }
+  ASSIGN_OR_RETURN(
+      std::unique_ptr<runtime::summary::EventWriter> events,
+      runtime::summary::EventWriter::Create((fs::path(dir) / "eval_evaluator").string()));
+  const fs::path exported = fs::path(dir) / "export" / "model.pb";
 
   std::string evaluated;
   for (;;) {
     // Look for the export first: a checkpoint found after it is the last.
     const bool finished = fs::exists(exported);
-    absl::StatusOr<std::optional<std::string>> latest = LatestCheckpoint(options.output_path);
+    absl::StatusOr<std::optional<std::string>> latest = LatestCheckpoint(dir);
     if (!latest.ok()) return BadInput(latest.status(), "--output_path");
     if (latest->has_value() && **latest != evaluated) {
       absl::StatusOr<v1::Checkpoint> checkpoint = ReadCheckpoint(**latest);

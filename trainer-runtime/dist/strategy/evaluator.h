@@ -9,7 +9,9 @@
 namespace kubetrain::dist {
 
 // The `evaluator` task (tf.estimator's continuous evaluation): watches
-// options.output_path for checkpoints, evaluates each new one on the eval set
+// the folder the chief writes to (options.output_path, or the job's own
+// subfolder of it by engine::ResolveOutputFolder's rule) for checkpoints, evaluates each new one on
+// the eval set
 // (--eval_data_paths, else the training data) and writes "loss" and
 // "accuracy" summaries at the checkpoint's step to
 // <output_path>/eval_evaluator/, with a log line per checkpoint.

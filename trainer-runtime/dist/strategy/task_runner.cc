@@ -14,6 +14,7 @@
 #include "trainer-runtime/dist/strategy/all_reduce_strategy.h"
 #include "trainer-runtime/dist/strategy/evaluator.h"
 #include "trainer-runtime/dist/strategy/parameter_server.h"
+#include "trainer-runtime/engine/checkpoint.h"
 #include "trainer-runtime/engine/trainer_flags.h"
 #include "trainer-runtime/exit_codes.h"
 
@@ -232,6 +233,7 @@ int TrainMain(const std::vector<std::string>& args_in) {
   if (!flags.ok()) return fail(runtime::WithExitCode(flags.status(), runtime::kExitUsage));
   absl::StatusOr<TrainerOptions> options = runtime::engine::ParseTrainerFlags(args);
   if (!options.ok()) return fail(options.status());
+  options->owner = runtime::engine::CheckpointOwnerFromEnvironment();
   const char* tf_config = std::getenv("TF_CONFIG");
   absl::StatusOr<ClusterSpec> cluster = ClusterSpec::FromTfConfig(tf_config ? tf_config : "");
   if (!cluster.ok()) return fail(runtime::WithExitCode(cluster.status(), runtime::kExitUsage));
