@@ -1,6 +1,7 @@
 #include "operator/core/reconciler.h"
 
 #include <algorithm>
+#include <charconv>
 #include <climits>
 #include <cmath>
 #include <set>
@@ -56,6 +57,14 @@ std::string Truncate(std::string text) {
 }
 
 std::string DurationText(absl::Duration d) { return absl::FormatDuration(d); }
+
+// An objective as the trainer reported it: the shortest text that reads back
+// as the same double ("0.8804", not std::to_string's "0.880400").
+std::string ObjectiveText(double value) {
+  char text[64];
+  const std::to_chars_result end = std::to_chars(text, text + sizeof(text), value);
+  return std::string(text, end.ptr);
+}
 
 bool IsStudy(const v1::TrainingJob& job) {
   return job.spec().training_input().hyperparameters().params_size() > 0;
@@ -518,12 +527,18 @@ SetOutcome ReconcileSet(Context& c, const std::string& trial_id,
 
 // ---- Bookkeeping shared by jobs and studies --------------------------------
 
-// Per-role replica counts, and container restarts added to restartCount.
-// Restarts are counted per pod (status.countedContainerRestarts): a role's
-// sum would let a pod that went away hide another pod's new restarts.
-void CountReplicas(Context& c) {
+// Per-role replica counts (status.replicaStatuses), once the pass has
+// decided: a replica this very pass deletes (a clean-up, a restart, an early
+// stop) is counted as gone, one asked to go earlier and still terminating is
+// not active. Every path, finished jobs included, so a clean-up shows.
+void SetReplicaStatuses(Context& c) {
+  std::set<std::string> deleting;
+  for (const Action& a : c.result.actions) {
+    if (auto* d = std::get_if<DeleteReplica>(&a)) deleting.insert(d->name);
+  }
   std::map<std::string, v1::ReplicaStatus> counts;
   for (const ObservedReplica& r : c.observed.replicas) {
+    if (deleting.count(r.name) > 0) continue;
     v1::ReplicaStatus& s = counts[std::string(api::RoleName(r.key.role))];
     if (r.phase == ReplicaPhase::kSucceeded) {
       s.set_succeeded(s.succeeded() + 1);
@@ -534,6 +549,14 @@ void CountReplicas(Context& c) {
     }
     s.set_restarts(s.restarts() + r.container_restarts);
   }
+  c.status().clear_replica_statuses();
+  for (const auto& [role, s] : counts) (*c.status().mutable_replica_statuses())[role] = s;
+}
+
+// Container restarts added to restartCount. Restarts are counted per pod
+// (status.countedContainerRestarts): a role's sum would let a pod that went
+// away hide another pod's new restarts.
+void CountReplicas(Context& c) {
   // Growth since the last pass, per pod.
   const auto& counted = c.status().counted_container_restarts();
   int grown = 0;
@@ -554,8 +577,6 @@ void CountReplicas(Context& c) {
     }
   }
   *c.status().mutable_counted_container_restarts() = std::move(now_counted);
-  c.status().clear_replica_statuses();
-  for (const auto& [role, s] : counts) (*c.status().mutable_replica_statuses())[role] = s;
   if (most_restarted != nullptr) {  // some pod grew
     c.status().set_restart_count(c.status().restart_count() + grown);
     std::string last = TaskName(most_restarted->key, c.use_chief()) + " restarted in place (" +
@@ -845,6 +866,15 @@ std::vector<v1::HyperparameterMetric> TagReports(const Context& c, const std::st
   return reports;
 }
 
+// Whether the trial's trainer has sent its last evaluation (training is
+// over; it is only finishing up: export, exit).
+bool FinalReportArrived(const Context& c, const std::string& trial_id) {
+  auto it = c.observed.trial_metrics.find(trial_id);
+  if (it == c.observed.trial_metrics.end()) return false;
+  return std::any_of(it->second.begin(), it->second.end(),
+                     [](const MetricReport& r) { return r.final; });
+}
+
 void UpdateTrialMetrics(const Context& c, v1::HyperparameterOutput* trial) {
   std::vector<v1::HyperparameterMetric> reports = TagReports(c, trial->trial_id());
   if (reports.empty()) return;  // keep what status has
@@ -923,7 +953,7 @@ void FinishTrialWithObjective(Context& c, v1::HyperparameterOutput* trial, bool 
   FinishTrial(c, trial, v1::SUCCEEDED, "", stopped_early);
   c.Emit(EmitEvent::Type::kNormal, stopped_early ? "TrialStoppedEarly" : "TrialSucceeded",
          "trial " + trial->trial_id() + ": objective " +
-             std::to_string(trial->final_metric().objective_value()) + " at step " +
+             ObjectiveText(trial->final_metric().objective_value()) + " at step " +
              std::to_string(trial->final_metric().training_step()));
 }
 
@@ -1105,16 +1135,19 @@ void ReconcileStudy(Context& c) {
   DeleteStrays(c, index, active, finished);
 
   // Trials are finished against the history before new ones are started.
+  // The stopping rule compares with the trials that ran to their end (a
+  // stopped trial's curve ends where it was cut).
   std::vector<tuner::TrialRecord> completed;
   auto collect_completed = [&] {
     completed.clear();
-    for (const v1::HyperparameterOutput& t : out->trials()) {
-      if (HasObjective(t)) completed.push_back(ToRecord(t));
-    }
-    for (const v1::HyperparameterOutput& t : c.observed.archived_trials) {
-      if (HasObjective(t)) completed.push_back(ToRecord(t));
-    }
-    completed.insert(completed.end(), resumed.trials.begin(), resumed.trials.end());
+    auto add = [&](tuner::TrialRecord record) {
+      if (record.status == tuner::TrialRecord::Status::kCompleted) {
+        completed.push_back(std::move(record));
+      }
+    };
+    for (const v1::HyperparameterOutput& t : out->trials()) add(ToRecord(t));
+    for (const v1::HyperparameterOutput& t : c.observed.archived_trials) add(ToRecord(t));
+    for (const tuner::TrialRecord& t : resumed.trials) add(t);
   };
   collect_completed();
 
@@ -1148,7 +1181,9 @@ void ReconcileStudy(Context& c) {
       trial.set_state(v1::RUNNING);
     }
     best_phase = std::max(best_phase, set.phase);
-    if (spec.enable_trial_early_stopping() && trial.all_metrics_size() > 0 && !completed.empty()) {
+    // A trial whose last evaluation has arrived has nothing left to stop.
+    if (spec.enable_trial_early_stopping() && trial.all_metrics_size() > 0 && !completed.empty() &&
+        !FinalReportArrived(c, trial.trial_id())) {
       const StopRule rule = c.options.stop_rule ? c.options.stop_rule : tuner::ShouldStopEarly;
       if (rule(spec, ToRecord(trial), completed)) {
         FinishTrialWithObjective(c, &trial, /*stopped_early=*/true);
@@ -1254,7 +1289,7 @@ void ReconcileStudy(Context& c) {
     } else {
       const v1::HyperparameterOutput& best = out->trials(0);
       SucceedJob(c, ended + "; best trial " + best.trial_id() + ": objective " +
-                        std::to_string(best.final_metric().objective_value()));
+                        ObjectiveText(best.final_metric().objective_value()));
     }
     return;
   }
@@ -1519,6 +1554,7 @@ ReconcileResult Reconcile(const v1::TrainingJob& job, const Observed& observed, 
     }
     return false;
   });
+  SetReplicaStatuses(c);
 
   c.result.status_changed =
       !google::protobuf::util::MessageDifferencer::Equals(job.status(), c.result.status);

@@ -101,9 +101,18 @@ namespace kubetrain::core {
 // hyperparameterMetricTag; finalMetric holds it with its step, allMetrics every
 // report of the tag (the last kMaxMetricsPerTrial). A trial that succeeds
 // without reporting the tag is SUCCEEDED with an errorMessage saying so, and is
-// not counted in completedTrialCount. With enableTrialEarlyStopping a running
-// trial that tuner::ShouldStopEarly flags is stopped: SUCCEEDED,
-// isTrialStoppedEarly, its replicas deleted, its last value as objective.
+// not counted in completedTrialCount. status.trialProgress is
+// "<completedTrialCount>/<maxTrials>" from the study's first pass (0/10
+// before any trial completes): kubectl's Trials column. With
+// enableTrialEarlyStopping a running trial is judged by tuner::ShouldStopEarly
+// (the rule, exactly, is in tuner.h) against the trials that ran to their
+// end (this study's, archived ones, a resumed study's; not those stopped
+// early) each pass once it has a report, until its final report
+// (MetricReport::final) has arrived. Flagged, it is stopped: SUCCEEDED,
+// isTrialStoppedEarly, its replicas deleted (whatever the cleanPodPolicy),
+// its last report before the stop as finalMetric. A trial whose master
+// exits 0 first is SUCCEEDED and never marked: early stopping only ever
+// marks a trial whose replicas it deleted before they finished.
 // api::EffectiveMaxFailedTrials failed trials fail the job (message naming the
 // trials and their errors) and stop the running ones. The study ends
 // SUCCEEDED when maxTrials trials have ended (or the tuner has no new point
@@ -150,6 +159,9 @@ inline constexpr absl::Duration kRecreateBackoffMax = absl::Minutes(5);
 struct MetricReport {
   int64_t step = 0;
   std::map<std::string, double> values;
+  // The trainer's last evaluation (kubetrain-runtime marks it; see
+  // proto/kubetrain/v1/metrics.proto): training is over.
+  bool final = false;
 };
 
 // The earlier study a tuning job continues (hyperparameters.resumePreviousJobId),

@@ -949,6 +949,39 @@ TEST(ReconcileTest, CleanPodPolicies) {
   }
 }
 
+// Replicas deleted by the clean-up are not Active in status.replicaStatuses:
+// not in the pass that deletes them, not while they terminate, not after.
+TEST(ReconcileTest, CleanedUpReplicasAreNotReportedActive) {
+  auto active = [](const v1::TrainingJobStatus& s, const std::string& role) {
+    auto it = s.replica_statuses().find(role);
+    return it == s.replica_statuses().end() ? 0 : it->second.active();
+  };
+  v1::TrainingJob job = Job(2, 2);
+  Harness h = Running(job);
+  EXPECT_EQ(active(h.job.status(), "ps"), 2);
+  h.slow_deletes = true;
+  h.Exit("mnist-master-0", 0);
+  ReconcileResult r = h.Step();
+  EXPECT_EQ(r.status.state(), v1::SUCCEEDED);
+  EXPECT_THAT(Deleted(r),
+              UnorderedElementsAre("mnist-worker-0", "mnist-worker-1", "mnist-ps-0", "mnist-ps-1"));
+  EXPECT_EQ(active(r.status, "ps"), 0);
+  EXPECT_EQ(active(r.status, "worker"), 0);
+  EXPECT_EQ(r.status.replica_statuses().at("master").succeeded(), 1);
+  // Seen terminating, then gone: never active again.
+  r = h.Step();
+  EXPECT_EQ(active(r.status, "ps"), 0);
+  EXPECT_EQ(active(r.status, "worker"), 0);
+  h.now += kGrace;
+  for (const std::string name : {"mnist-worker-0", "mnist-worker-1", "mnist-ps-0", "mnist-ps-1"}) {
+    std::erase_if(h.observed.replicas, [&](const auto& o) { return o.name == name; });
+  }
+  h.Settle();
+  EXPECT_FALSE(h.job.status().replica_statuses().contains("ps"));
+  EXPECT_EQ(h.job.status().replica_statuses().at("master").succeeded(), 1);
+  EXPECT_EQ(active(h.job.status(), "master"), 0);
+}
+
 TEST(ReconcileTest, TtlAfterFinishedDeletesTheJob) {
   v1::TrainingJob job = Job();
   job.mutable_spec()->mutable_run_policy()->set_ttl_seconds_after_finished(60);
@@ -1274,6 +1307,92 @@ TEST(StudyTest, EarlyStoppingStopsFlaggedTrials) {
               UnorderedElementsAre("mnist-t1-worker-0", "mnist-t2-master-0", "mnist-t2-worker-0"));
   EXPECT_EQ(r.status.training_output().completed_trial_count(), 2);
   h.Settle();
+}
+
+// Events name an objective as the trainer reported it.
+TEST(StudyTest, ObjectivesInEventsAreAsReported) {
+  Harness h(Study(4, 2));
+  h.Settle();
+  h.RunAll();
+  h.Settle();
+  Report(h, "1", 10, 0.8804);
+  h.Exit("mnist-t1-master-0", 0);
+  ReconcileResult r = h.Step();
+  // Not std::to_string's 0.880400.
+  bool found = false;
+  for (const Action& a : r.actions) {
+    if (auto* e = std::get_if<EmitEvent>(&a); e && e->reason == "TrialSucceeded") {
+      EXPECT_EQ(e->message, "trial 1: objective 0.8804 at step 10");
+      found = true;
+    }
+  }
+  EXPECT_TRUE(found);
+}
+
+// A trial whose trainer sent its final report has finished training: the
+// rule no longer judges it, and it ends SUCCEEDED without the mark.
+TEST(StudyTest, AFinalReportIsNeverJudged) {
+  v1::TrainingJob job = Study(3, 2);
+  job.mutable_spec()
+      ->mutable_training_input()
+      ->mutable_hyperparameters()
+      ->set_enable_trial_early_stopping(true);
+  Harness h(job);
+  std::vector<std::string> judged;
+  h.options.stop_rule = [&](const v1::HyperparameterSpec&, const tuner::TrialRecord& running,
+                            const std::vector<tuner::TrialRecord>&) {
+    judged.push_back(running.trial_id);
+    return true;  // would stop every trial it is asked about
+  };
+  h.Settle();
+  h.RunAll();
+  Report(h, "1", 10, 0.8);
+  h.Exit("mnist-t1-master-0", 0);
+  h.Settle();
+  ASSERT_EQ(Trial(h, "1")->state(), v1::SUCCEEDED);
+  EXPECT_FALSE(Trial(h, "1")->is_trial_stopped_early());
+  // Trial 2's last evaluation arrives while its replicas still run.
+  h.observed.trial_metrics["2"].push_back({30, {{"accuracy", 0.1}}, /*final=*/true});
+  judged.clear();
+  h.Settle();
+  EXPECT_THAT(judged, ::testing::Not(::testing::Contains("2")));
+  EXPECT_EQ(Trial(h, "2")->state(), v1::RUNNING);
+  EXPECT_NE(h.Find("mnist-t2-master-0"), nullptr);
+  h.Exit("mnist-t2-master-0", 0);
+  h.Settle();
+  EXPECT_EQ(Trial(h, "2")->state(), v1::SUCCEEDED);
+  EXPECT_FALSE(Trial(h, "2")->is_trial_stopped_early());
+  EXPECT_EQ(Trial(h, "2")->final_metric().training_step(), 30);
+}
+
+// The rule compares with trials that ran to their end, not with those it
+// stopped (their curves were cut short).
+TEST(StudyTest, StoppedTrialsAreNotWhatOthersAreComparedWith) {
+  v1::TrainingJob job = Study(4, 3);
+  job.mutable_spec()
+      ->mutable_training_input()
+      ->mutable_hyperparameters()
+      ->set_enable_trial_early_stopping(true);
+  Harness h(job);
+  std::map<std::string, std::set<std::string>> compared_with;
+  h.options.stop_rule = [&](const v1::HyperparameterSpec&, const tuner::TrialRecord& running,
+                            const std::vector<tuner::TrialRecord>& completed) {
+    for (const tuner::TrialRecord& c : completed)
+      compared_with[running.trial_id].insert(c.trial_id);
+    return running.trial_id == "2";
+  };
+  h.Settle();
+  h.RunAll();
+  Report(h, "1", 10, 0.8);
+  h.Exit("mnist-t1-master-0", 0);
+  Report(h, "2", 10, 0.1);
+  h.Settle();
+  ASSERT_TRUE(Trial(h, "2")->is_trial_stopped_early());
+  compared_with.clear();
+  h.RunAll();
+  Report(h, "3", 20, 0.5);
+  h.Settle();
+  EXPECT_EQ(compared_with["3"], (std::set<std::string>{"1"}));
 }
 
 TEST(StudyTest, TrialWithoutTheMetricIsMarkedAndNotCounted) {

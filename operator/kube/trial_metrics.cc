@@ -42,7 +42,8 @@ absl::Status ClusterTrialMetrics::Accept(const metrics::MetricsReport& report) {
   if (!uid.has_value()) {
     return absl::NotFoundError(absl::StrCat("TrainingJob ", report.job, " no longer exists"));
   }
-  studies_->Report(*uid, report.trial, core::MetricReport{report.step, report.values});
+  studies_->Report(*uid, report.trial,
+                   core::MetricReport{report.step, report.values, report.final});
   // The controller writes the status within a reconcile; the cache follows by
   // watch. Polled: gRPC gives each call its own thread.
   const absl::Time deadline = absl::Now() + record_timeout_;

@@ -230,7 +230,7 @@ absl::StatusOr<bool> Controller::SyncJob(const std::string& name) {
         followers_[record.metric_path].PollFile(record.metric_path);
     if (!reports.ok()) continue;  // unreadable for now: read again next sync
     for (const runtime::hypertune::HypertuneReport& report : *reports) {
-      core::MetricReport metric{report.global_step, report.metrics};
+      core::MetricReport metric{report.global_step, report.metrics, report.final};
       absl::StatusOr<bool> added = store_->AddMetricReport(name, record.key.trial_id, report.key, metric);
       if (!added.ok()) return added.status();
     }

@@ -175,7 +175,8 @@ absl::Status JobStore::Migrate() {
     if (!again.ok()) return again.status();
     if (absl::Status s = CheckSchemaVersion(path_, *again); !s.ok()) return s;
     if (*again == kSchemaVersion) return absl::OkStatus();
-    return Exec(db_, path_, R"sql(
+    if (*again < 1) {
+      if (absl::Status s = Exec(db_, path_, R"sql(
     CREATE TABLE IF NOT EXISTS jobs (
       name TEXT PRIMARY KEY, uid TEXT NOT NULL, job_json TEXT NOT NULL,
       status_json TEXT NOT NULL DEFAULT '{}', cancel_requested INTEGER NOT NULL DEFAULT 0,
@@ -201,6 +202,20 @@ absl::Status JobStore::Migrate() {
       type TEXT NOT NULL, reason TEXT NOT NULL, message TEXT NOT NULL);
     PRAGMA user_version = 1;
   )sql");
+          !s.ok()) {
+        return s;
+      }
+    }
+    // Version 2: a metric report may be its trainer's final one (the
+    // early-stopping rule no longer judges the trial).
+    if (*again < 2) {
+      if (absl::Status s =
+              Exec(db_, path_, "ALTER TABLE metrics ADD COLUMN final INTEGER NOT NULL DEFAULT 0");
+          !s.ok()) {
+        return s;
+      }
+    }
+    return Exec(db_, path_, "PRAGMA user_version = 2");
   });
 }
 
@@ -402,10 +417,16 @@ absl::StatusOr<bool> JobStore::AddMetricReport(const std::string& job, const std
                                                const core::MetricReport& report) {
   nlohmann::json values = nlohmann::json::object();
   for (const auto& [tag, value] : report.values) values[tag] = value;
-  Statement insert(db_,
-                   "INSERT OR IGNORE INTO metrics (job, trial, report_key, step, values_json) "
-                   "VALUES (?, ?, ?, ?, ?)");
-  insert.Bind(1, job).Bind(2, trial_id).Bind(3, report_key).Bind(4, report.step).Bind(5, values.dump());
+  Statement insert(
+      db_,
+      "INSERT OR IGNORE INTO metrics (job, trial, report_key, step, values_json, final) "
+      "VALUES (?, ?, ?, ?, ?, ?)");
+  insert.Bind(1, job)
+      .Bind(2, trial_id)
+      .Bind(3, report_key)
+      .Bind(4, report.step)
+      .Bind(5, values.dump())
+      .Bind(6, static_cast<int64_t>(report.final ? 1 : 0));
   if (insert.Step() != SQLITE_DONE) {
     return SqlError(db_, path_, absl::StrCat("recording a metric of job ", job, " trial ", trial_id));
   }
@@ -414,13 +435,15 @@ absl::StatusOr<bool> JobStore::AddMetricReport(const std::string& job, const std
 
 absl::StatusOr<std::map<std::string, std::vector<core::MetricReport>>> JobStore::MetricReports(
     const std::string& job) {
-  Statement select(db_, "SELECT trial, step, values_json FROM metrics WHERE job = ? ORDER BY seq");
+  Statement select(
+      db_, "SELECT trial, step, values_json, final FROM metrics WHERE job = ? ORDER BY seq");
   select.Bind(1, job);
   std::map<std::string, std::vector<core::MetricReport>> reports;
   int rc;
   while ((rc = select.Step()) == SQLITE_ROW) {
     core::MetricReport report;
     report.step = select.Int(1);
+    report.final = select.Int(3) != 0;
     nlohmann::json values = nlohmann::json::parse(select.Text(2), nullptr, false);
     if (values.is_object()) {
       for (const auto& [tag, value] : values.items()) {

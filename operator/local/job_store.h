@@ -32,7 +32,7 @@ namespace kubetrain::local {
 
 // The schema version this code writes (PRAGMA user_version). A database of a
 // newer version is refused rather than misread.
-inline constexpr int kSchemaVersion = 1;
+inline constexpr int kSchemaVersion = 2;
 
 // A replica process the controller started: enough to find it again after a
 // controller restart (pid + the kernel's start time of that pid, so a reused

@@ -265,6 +265,43 @@ TEST(JobStoreTest, ProcessesOpeningANewStoreAtOnceAllSucceed) {
   }
 }
 
+// A store written by the previous version (1: no final mark on metric
+// reports) is upgraded in place; its reports read as not final, new ones
+// keep their mark.
+TEST(JobStoreTest, UpgradesAVersionOneStoreAndKeepsFinalMarks) {
+  TempDir dir;
+  const std::string path = dir.path() + "/jobs.db";
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(
+      sqlite3_exec(db,
+                   "CREATE TABLE metrics (seq INTEGER PRIMARY KEY AUTOINCREMENT, job TEXT NOT "
+                   "NULL, trial TEXT NOT NULL, report_key TEXT NOT NULL, step INTEGER NOT "
+                   "NULL, values_json TEXT NOT NULL, UNIQUE (job, trial, report_key));"
+                   "INSERT INTO metrics (job, trial, report_key, step, values_json) VALUES "
+                   "('j', '1', 'old', 5, '{\"acc\": 0.25}');"
+                   "PRAGMA user_version = 1;",
+                   nullptr, nullptr, nullptr),
+      SQLITE_OK);
+  sqlite3_close(db);
+  auto store = JobStore::Open(path);
+  ASSERT_TRUE(store.ok()) << store.status();
+  EXPECT_TRUE(
+      *(*store)->AddMetricReport("j", "1", "new", core::MetricReport{9, {{"acc", 0.5}}, true}));
+  auto reports = (*store)->MetricReports("j");
+  ASSERT_TRUE(reports.ok()) << reports.status();
+  ASSERT_EQ(reports->at("1").size(), 2u);
+  EXPECT_EQ(reports->at("1")[0].step, 5);
+  EXPECT_FALSE(reports->at("1")[0].final);
+  EXPECT_EQ(reports->at("1")[1].step, 9);
+  EXPECT_TRUE(reports->at("1")[1].final);
+  // Opened again: nothing to upgrade.
+  store->reset();
+  auto again = JobStore::Open(path);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_TRUE((*again)->MetricReports("j")->at("1")[1].final);
+}
+
 TEST(JobStoreTest, RefusesNewerSchemaAndNonDatabase) {
   TempDir dir;
   const std::string path = dir.path() + "/jobs.db";

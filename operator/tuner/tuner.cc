@@ -126,10 +126,14 @@ bool ShouldStopEarly(const HyperparameterSpec& spec, const TrialRecord& running,
   }
   if (!best) return false;
   std::vector<double> averages;
+  int64_t last_completed_step = -1;
   for (const TrialRecord& trial : completed) {
     if (std::optional<double> avg = RunningAverageAt(trial.curve, step)) averages.push_back(*avg);
+    for (const auto& [s, v] : trial.curve) {
+      if (std::isfinite(v)) last_completed_step = std::max(last_completed_step, s);
+    }
   }
-  if (averages.empty()) return false;
+  if (averages.empty() || step >= last_completed_step) return false;
   // A true median: the middle value, or the mean of the two middle values.
   std::sort(averages.begin(), averages.end());
   const size_t n = averages.size();

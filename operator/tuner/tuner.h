@@ -49,9 +49,21 @@ class Tuner {
   virtual std::vector<Assignment> Suggest(const std::vector<TrialRecord>& history, int count) = 0;
 };
 
-// Vizier's median stopping rule: true when `running`'s best objective so far
-// is strictly worse (per the spec's goal) than the median, over the completed
-// trials, of their running averages at the running trial's latest step.
+// Vizier's median stopping rule. Let S be the step of `running`'s latest
+// report. True when
+//   1. some trial in `completed` reported at a step <= S (their running
+//      averages at S: the mean of each one's reports at steps <= S; one such
+//      trial is enough), and
+//   2. S is below the last step some completed trial reported: at or past
+//      the end of every completed run there is no training left to save (and
+//      a trainer that cannot mark its last report, such as one writing the
+//      cloudml-hypertune file, is not stopped at its end), and
+//   3. `running`'s best objective over its reports so far is strictly worse
+//      (per the spec's goal) than the median of those running averages (the
+//      middle one, or the mean of the two middle ones).
+// Reports that are not finite are ignored. Callers pass as `completed` the
+// trials that ran to their end (not those stopped early), and do not ask
+// about a trial whose final report has arrived (MetricReport::final).
 bool ShouldStopEarly(const v1::HyperparameterSpec& spec, const TrialRecord& running,
                      const std::vector<TrialRecord>& completed);
 

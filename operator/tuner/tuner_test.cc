@@ -338,11 +338,12 @@ TEST(MedianStoppingTest, ComparesTheBestSoFarWithTheMedianOfRunningAverages) {
 }
 
 TEST(MedianStoppingTest, MinimiseMirrorsTheRule) {
+  // (Their runs go on to step 30: at step 20 there is training left to save.)
   std::vector<TrialRecord> completed = {
-      Curve({{10, 3.0}, {20, 2.0}}),  // 2.5 at step 20
-      Curve({{10, 1.0}, {20, 0.8}}),  // 0.9
-      Curve({{10, 5.0}, {20, 4.0}}),  // 4.5
-      Curve({{10, 2.0}, {20, 1.0}}),  // 1.5 -> median (1.5 + 2.5) / 2 = 2.0
+      Curve({{10, 3.0}, {20, 2.0}, {30, 1.9}}),  // 2.5 at step 20
+      Curve({{10, 1.0}, {20, 0.8}, {30, 0.7}}),  // 0.9
+      Curve({{10, 5.0}, {20, 4.0}, {30, 3.9}}),  // 4.5
+      Curve({{10, 2.0}, {20, 1.0}, {30, 0.9}}),  // 1.5 -> median (1.5 + 2.5) / 2 = 2.0
   };
   const auto minimize = Goal(HyperparameterSpec::MINIMIZE);
   EXPECT_TRUE(ShouldStopEarly(minimize, Curve({{10, 2.6}, {20, 2.1}}), completed));
@@ -353,12 +354,31 @@ TEST(MedianStoppingTest, MinimiseMirrorsTheRule) {
 
 TEST(MedianStoppingTest, NeedsDataOnBothSides) {
   const auto maximize = Goal(HyperparameterSpec::MAXIMIZE);
-  std::vector<TrialRecord> late = {Curve({{100, 1.0}})};
+  std::vector<TrialRecord> late = {Curve({{100, 1.0}, {200, 1.0}})};
   // No completed trial has reported by step 5.
   EXPECT_FALSE(ShouldStopEarly(maximize, Curve({{5, 0.0}}), late));
-  EXPECT_FALSE(ShouldStopEarly(maximize, Curve({}), {Curve({{1, 1.0}})}));
+  EXPECT_FALSE(ShouldStopEarly(maximize, Curve({}), {Curve({{1, 1.0}, {2, 1.0}})}));
   EXPECT_FALSE(ShouldStopEarly(maximize, Curve({{1, 0.0}}), {}));
   EXPECT_TRUE(ShouldStopEarly(maximize, Curve({{100, 0.0}}), late));
+}
+
+TEST(MedianStoppingTest, NotAtOrPastTheEndOfEveryCompletedRun) {
+  const auto maximize = Goal(HyperparameterSpec::MAXIMIZE);
+  // Two completed runs of 300 steps, evaluated every 100.
+  std::vector<TrialRecord> completed = {Curve({{100, 0.8}, {200, 0.85}, {300, 0.88}}),
+                                        Curve({{100, 0.7}, {200, 0.8}, {300, 0.84}})};
+  // A worse trial is stopped while it has steps left...
+  EXPECT_TRUE(ShouldStopEarly(maximize, Curve({{100, 0.5}}), completed));
+  EXPECT_TRUE(ShouldStopEarly(maximize, Curve({{100, 0.5}, {200, 0.6}}), completed));
+  // ...but its report at the completed runs' last step is its end as well
+  // (a trainer that reports only once, at the end, is never stopped), and
+  // past it there is nothing to compare with either.
+  EXPECT_FALSE(ShouldStopEarly(maximize, Curve({{100, 0.5}, {200, 0.6}, {300, 0.6}}), completed));
+  EXPECT_FALSE(ShouldStopEarly(maximize, Curve({{300, 0.1}}), completed));
+  EXPECT_FALSE(ShouldStopEarly(maximize, Curve({{400, 0.1}}), completed));
+  // A longer completed run keeps the comparison going up to its end.
+  completed.push_back(Curve({{100, 0.9}, {200, 0.9}, {300, 0.9}, {400, 0.9}}));
+  EXPECT_TRUE(ShouldStopEarly(maximize, Curve({{300, 0.1}}), completed));
 }
 
 }  // namespace
