@@ -29,6 +29,8 @@ std::string CpuQuantity(double cores) {
   return std::to_string(static_cast<int64_t>(std::llround(cores * 1000))) + "m";
 }
 
+}  // namespace
+
 json OwnerReference(const v1::TrainingJob& job) {
   return {{"apiVersion", job.api_version().empty() ? api::kApiVersion : job.api_version()},
           {"kind", api::kKind},
@@ -37,6 +39,8 @@ json OwnerReference(const v1::TrainingJob& job) {
           {"controller", true},
           {"blockOwnerDeletion", true}};
 }
+
+namespace {
 
 json Metadata(const v1::TrainingJob& job, const std::string& namespace_name,
               const DesiredReplica& replica) {

@@ -56,6 +56,11 @@ nlohmann::json RenderService(const v1::TrainingJob& job, const std::string& name
 // (even ""). `job` must have a newClaim.
 nlohmann::json RenderOutputClaim(const v1::TrainingJob& job, const std::string& namespace_name);
 
+// What every object the operator creates for a job carries, so the garbage
+// collector deletes it with the job: the TrainingJob as its controller, with
+// blockOwnerDeletion.
+nlohmann::json OwnerReference(const v1::TrainingJob& job);
+
 // Reads a Pod object from the API. Errors (InvalidArgument, naming the field)
 // when the pod lacks the kubetrain.io role/index labels or has malformed
 // fields; never throws.

@@ -25,6 +25,7 @@ inline const Resource kServices{"api/v1", "services", "Service", "v1"};
 inline const Resource kPersistentVolumeClaims{"api/v1", "persistentvolumeclaims",
                                               "PersistentVolumeClaim", "v1"};
 inline const Resource kEvents{"api/v1", "events", "Event", "v1"};
+inline const Resource kConfigMaps{"api/v1", "configmaps", "ConfigMap", "v1"};
 inline const Resource kLeases{"apis/coordination.k8s.io/v1", "leases", "Lease",
                               "coordination.k8s.io/v1"};
 

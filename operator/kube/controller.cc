@@ -2,6 +2,7 @@
 
 #include <google/protobuf/util/json_util.h>
 
+#include <algorithm>
 #include <iostream>
 #include <map>
 
@@ -119,7 +120,8 @@ Controller::Controller(ClusterClient* client, ControllerOptions options, StudySt
       options_(std::move(options)),
       studies_(studies),
       recorder_(client, "kubetrain-operator"),
-      expectations_(options_.expectations_timeout) {
+      expectations_(options_.expectations_timeout),
+      archive_(client, options_.ns) {
   auto enqueue_job = [this](const ObjectPtr& o) {
     std::string key = ObjectKey(*o);
     if (!key.empty()) queue_.Add(key);
@@ -169,10 +171,12 @@ bool Controller::Start(absl::Duration sync_timeout) {
   pods_->Start();
   services_->Start();
   claims_->Start();
+  archive_.Start();
   absl::Time deadline = absl::Now() + sync_timeout;
   for (Informer* informer : {pods_.get(), services_.get(), claims_.get(), jobs_.get()}) {
     if (!informer->WaitForSync(deadline - absl::Now())) return false;
   }
+  if (!archive_.WaitForSync(deadline - absl::Now())) return false;
   for (int i = 0; i < options_.workers; ++i) {
     workers_.emplace_back([this] { Worker(); });
   }
@@ -197,6 +201,7 @@ void Controller::Stop() {
   pods_->Stop();
   services_->Stop();
   claims_->Stop();
+  archive_.Stop();
 }
 
 void Controller::EnqueueByUid(const std::string& uid) {
@@ -391,10 +396,16 @@ absl::Status Controller::SyncJob(const std::string& key, bool* requeued) {
     observed.claims.push_back(MetaString(*claim, "name"));
   }
   const std::string uid = job->metadata().uid();
-  if (studies_ != nullptr) {
-    observed.trial_metrics = studies_->TrialMetrics(uid);
-    observed.archived_trials = studies_->ArchivedTrials(uid);
-  }
+  if (studies_ != nullptr) observed.trial_metrics = studies_->TrialMetrics(uid);
+  // Every trial ever started is in status or archived.
+  auto archived_count = [](const v1::TrainingJob& j) {
+    const v1::TrainingOutput& out = j.status().training_output();
+    return static_cast<size_t>(std::max<int64_t>(0, out.total_trial_count() - out.trials_size()));
+  };
+  absl::StatusOr<std::vector<v1::HyperparameterOutput>> archived =
+      archive_.Trials(*job, archived_count(*job));
+  if (!archived.ok()) return archived.status();
+  observed.archived_trials = *std::move(archived);
   // The study this one continues: the earlier TrainingJob of the same
   // namespace, from the cache, with the trials it archived. A missing job
   // is for the reconciler to judge; one the schema cannot read is passed as
@@ -409,12 +420,12 @@ absl::Status Controller::SyncJob(const std::string& key, bool* requeued) {
       auto parsed = JobFromObject(*previous);
       if (parsed.ok()) {
         observed.previous_study.job = *std::move(parsed);
+        absl::StatusOr<std::vector<v1::HyperparameterOutput>> theirs = archive_.Trials(
+            observed.previous_study.job, archived_count(observed.previous_study.job));
+        if (!theirs.ok()) return theirs.status();
+        observed.previous_study.archived_trials = *std::move(theirs);
       } else {
         observed.previous_study.job.mutable_metadata()->set_name(MetaString(*previous, "name"));
-      }
-      if (studies_ != nullptr) {
-        observed.previous_study.archived_trials =
-            studies_->ArchivedTrials(MetaString(*previous, "uid"));
       }
     }
   }
@@ -423,7 +434,15 @@ absl::Status Controller::SyncJob(const std::string& key, bool* requeued) {
   reconcile.replicas_have_own_filesystems = true;  // pods: outputs need shared storage
   core::ReconcileResult result = core::Reconcile(*job, observed, now, reconcile);
 
-  // 1. Status first: a new trial must be on record before its pods exist.
+  // 1. Trials leaving status into their ConfigMaps, then the status (a new
+  // trial must be on record before its pods exist).
+  std::vector<v1::HyperparameterOutput> to_archive;
+  for (const core::Action& action : result.actions) {
+    if (auto* a = std::get_if<core::ArchiveTrial>(&action)) to_archive.push_back(a->trial);
+  }
+  if (!to_archive.empty()) {
+    if (absl::Status s = archive_.Archive(*job, to_archive); !s.ok()) return s;
+  }
   json written_job = *job_object;
   if (result.status_changed) {
     absl::Status status = WriteStatus(written_job, result.status);
@@ -436,6 +455,13 @@ absl::Status Controller::SyncJob(const std::string& key, bool* requeued) {
       if (!fresh_job.ok()) return fresh_job.status();
       result = core::Reconcile(*fresh_job, observed, now, reconcile);
       written_job = *fresh;
+      std::vector<v1::HyperparameterOutput> more;
+      for (const core::Action& action : result.actions) {
+        if (auto* a = std::get_if<core::ArchiveTrial>(&action)) more.push_back(a->trial);
+      }
+      if (!more.empty()) {
+        if (absl::Status s = archive_.Archive(*fresh_job, more); !s.ok()) return s;
+      }
       status = result.status_changed ? WriteStatus(written_job, result.status) : absl::OkStatus();
     }
     if (!status.ok()) return status;
@@ -561,8 +587,6 @@ absl::Status Controller::SyncJob(const std::string& key, bool* requeued) {
                        e->type == core::EmitEvent::Type::kWarning ? EventRecorder::Type::kWarning
                                                                   : EventRecorder::Type::kNormal,
                        e->reason, e->message);
-    } else if (auto* a = std::get_if<core::ArchiveTrial>(&action)) {
-      if (studies_ != nullptr) studies_->Archive(uid, a->trial);
     }
   }
 

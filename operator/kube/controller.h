@@ -17,6 +17,7 @@
 #include "operator/kube/expectations.h"
 #include "operator/kube/informer.h"
 #include "operator/kube/study_store.h"
+#include "operator/kube/trial_archive.h"
 #include "operator/kube/work_queue.h"
 #include "operator/observability/operator_metrics.h"
 
@@ -46,12 +47,13 @@ struct ControllerOptions {
 //  2. skip while expectations for the job are unsatisfied (the cache has not
 //     yet seen our own earlier creates/deletes);
 //  3. core::Reconcile(job, observed, now);
-//  4. act in the core's order: status (status subresource, only when changed;
-//     409 Conflict -> re-read the job, reconcile again, write once more), then
-//     deletes, then creates, the output claim before pods (AlreadyExists /
-//     NotFound are success; creates
-//     stop at the first other failure, so a quota error costs one call), events,
-//     archived trials, the job's own deletion;
+//  4. act in the core's order: archived trials into their ConfigMaps
+//     (trial_archive.h; a failure ends the sync before the status drops
+//     them), status (status subresource, only when changed; 409 Conflict ->
+//     re-read the job, reconcile again, write once more), then deletes, then
+//     creates, the output claim before pods (AlreadyExists / NotFound are
+//     success; creates stop at the first other failure, so a quota error
+//     costs one call), events, the job's own deletion;
 //  5. requeue after the core's requeue_after; a failed sync is requeued with
 //     per-key exponential backoff.
 // Thread-safe. Start() once, Stop() once (also from the destructor).
@@ -103,6 +105,7 @@ class Controller {
   Expectations expectations_;
   WorkQueue queue_;
   std::unique_ptr<Informer> jobs_, pods_, services_, claims_;
+  TrialArchive archive_;
   std::vector<std::thread> workers_;
   std::thread state_metrics_thread_;
   absl::Notification stopping_;

@@ -228,7 +228,11 @@ TEST_F(ControllerTest, ResumedStudyReadsTheEarlierJobAndItsArchivedTrials) {
   (*archived.mutable_hyperparameters())["x"] = "30";
   archived.set_state(v1::SUCCEEDED);
   archived.mutable_final_metric()->set_objective_value(0.6);
-  studies_.Archive(MetaString(*first, "uid"), archived);
+  auto first_job = JobFromObject(*first);
+  ASSERT_TRUE(first_job.ok());
+  json archive = NewArchive(*first_job, "ns1", ArchiveName("first", "3"));
+  AddToArchive(archive, archived);
+  ASSERT_TRUE(server_->Create("configmaps", "ns1", archive).ok());
   ASSERT_TRUE(server_->Create("trainingjobs", "ns1", TuningJobObject("second", 2, 2, "first")).ok());
   ASSERT_TRUE(server_->Create("trainingjobs", "ns1", TuningJobObject("orphan", 2, 2, "nowhere")).ok());
 
@@ -418,6 +422,150 @@ TEST_F(ControllerTest, PerJobClaimIsCreatedOwnedByTheJobKeptAfterItAndGoesWithIt
   // Deleting the job takes its claim with it (the garbage collector).
   ASSERT_TRUE(server_->Delete("trainingjobs", "ns1", "claimed").ok());
   EXPECT_EQ(server_->Count("persistentvolumeclaims"), 0u);
+}
+
+// A tuner that records what each Suggest call was given and asked for.
+class HistoryRecorder : public tuner::Tuner {
+ public:
+  struct Call {
+    std::vector<tuner::TrialRecord> history;
+    int count = 0;
+  };
+  HistoryRecorder(std::unique_ptr<tuner::Tuner> inner, std::vector<Call>* calls)
+      : inner_(std::move(inner)), calls_(calls) {}
+  std::vector<tuner::Assignment> Suggest(const std::vector<tuner::TrialRecord>& history,
+                                         int count) override {
+    calls_->push_back({history, count});
+    return inner_->Suggest(history, count);
+  }
+
+ private:
+  std::unique_ptr<tuner::Tuner> inner_;
+  std::vector<Call>* calls_;
+};
+
+// 150 trials, at most core::kMaxTrialsInStatus (100) in status: the operator
+// is replaced after 110 trials have finished (some archived already, with a
+// new, empty study store, as after a crash or a leader change). The tuner's
+// every later suggestion is made with every earlier trial in its history,
+// objectives included, and the archived trials are ConfigMaps of the job.
+TEST_F(ControllerTest, ALargeStudyKeepsItsWholeHistoryAcrossAnOperatorRestart) {
+  controller_->Stop();  // this test drives its own controllers
+  json spec = TuningJobObject("big", 150, 10);
+  spec["spec"]["trainingInput"]["hyperparameters"]["params"][0]["maxValue"] = 100000;
+  spec["spec"]["trainingInput"]["hyperparameters"]["algorithm"] = "RANDOM_SEARCH";
+  auto created = server_->Create("trainingjobs", "ns1", spec);
+  ASSERT_TRUE(created.ok()) << created.status();
+  const std::string uid = MetaString(*created, "uid");
+  auto objective = [](const std::string& x) { return std::stod(x) / 100000.0; };
+
+  std::vector<HistoryRecorder::Call> calls;
+  ControllerOptions options;
+  options.ns = "ns1";
+  options.workers = 2;
+  options.reconcile.tuner_factory =
+      [&](const v1::HyperparameterSpec& s,
+          uint64_t seed) -> absl::StatusOr<std::unique_ptr<tuner::Tuner>> {
+    absl::StatusOr<std::unique_ptr<tuner::Tuner>> inner = tuner::Tuner::Create(s, seed);
+    if (!inner.ok()) return inner.status();
+    return std::make_unique<HistoryRecorder>(*std::move(inner), &calls);
+  };
+  auto studies = std::make_unique<InMemoryStudyStore>();
+  auto controller = std::make_unique<Controller>(client_.get(), options, studies.get());
+  studies->SetListener([&](const std::string& u) { controller->EnqueueByUid(u); });
+  ASSERT_TRUE(controller->Start(absl::Seconds(30)));
+
+  auto status = [&] { return JobObject("big").value("status", json::object()); };
+  auto trial_x = [&](const std::string& id) -> std::string {
+    for (const json& t : status()["trainingOutput"].value("trials", json::array())) {
+      if (t["trialId"] == id) return t["hyperparameters"]["x"];
+    }
+    return "";
+  };
+  // The kubelet and the trainers: every trial's pod reports its objective
+  // and succeeds.
+  std::set<std::string> finished;
+  bool restarted = false;
+  while (status().value("state", "") != "SUCCEEDED") {
+    std::vector<json> running;
+    ASSERT_TRUE(server_->WaitUntil(
+        [&] {
+          running.clear();
+          for (const json& pod : server_->List("pods", "ns1")) {
+            if (pod["status"].value("phase", "") == "Pending") running.push_back(pod);
+          }
+          return !running.empty() || status().value("state", "") == "SUCCEEDED";
+        },
+        absl::Seconds(60)))
+        << status();
+    for (const json& pod : running) {
+      const std::string trial = pod["metadata"]["labels"]["kubetrain.io/trial-id"];
+      const std::string x = trial_x(trial);
+      ASSERT_FALSE(x.empty()) << "trial " << trial << " is not in status while it runs";
+      studies->Report(uid, trial, core::MetricReport{10, {{"accuracy", objective(x)}}, true});
+      ASSERT_TRUE(server_
+                      ->MergePatch("pods", "ns1", pod["metadata"]["name"].get<std::string>(),
+                                   TerminatedPodStatus("Succeeded", 0), "status")
+                      .ok());
+      finished.insert(trial);
+    }
+    if (!restarted && finished.size() >= 110) {
+      // Every finished trial on record before the operator goes.
+      ASSERT_TRUE(server_->WaitUntil([&] {
+        return status()["trainingOutput"].value("completedTrialCount", "") ==
+               std::to_string(finished.size());
+      })) << status();
+      controller->Stop();
+      studies = std::make_unique<InMemoryStudyStore>();
+      controller = std::make_unique<Controller>(client_.get(), options, studies.get());
+      studies->SetListener([&](const std::string& u) { controller->EnqueueByUid(u); });
+      ASSERT_TRUE(controller->Start(absl::Seconds(30)));
+      restarted = true;
+    }
+  }
+  ASSERT_TRUE(restarted);
+  const json out = status()["trainingOutput"];
+  EXPECT_EQ(out["totalTrialCount"], "150");
+  EXPECT_EQ(out["completedTrialCount"], "150");
+  EXPECT_EQ(out["trials"].size(), 100u);
+
+  // The last suggestion was made with every trial started before it, each
+  // finished one with its objective.
+  ASSERT_FALSE(calls.empty());
+  const HistoryRecorder::Call& last = calls.back();
+  std::set<std::string> seen;
+  for (const tuner::TrialRecord& r : last.history) {
+    seen.insert(r.trial_id);
+    if (r.status == tuner::TrialRecord::Status::kCompleted) {
+      ASSERT_TRUE(r.objective.has_value()) << r.trial_id;
+      EXPECT_DOUBLE_EQ(*r.objective, objective(r.assignment.at("x"))) << r.trial_id;
+    }
+  }
+  std::set<std::string> started_before;
+  for (int id = 1; id <= 150 - last.count; ++id) started_before.insert(std::to_string(id));
+  EXPECT_EQ(seen, started_before);
+  // And suggestions after the restart saw the trials archived before it.
+  size_t completed_in_last = 0;
+  for (const tuner::TrialRecord& r : last.history) {
+    completed_in_last += r.status == tuner::TrialRecord::Status::kCompleted ? 1 : 0;
+  }
+  EXPECT_GT(completed_in_last, 110u);
+
+  // The 50 trials that left status are ConfigMaps of the job.
+  std::set<std::string> in_status;
+  for (const json& t : out["trials"]) in_status.insert(t["trialId"]);
+  std::set<std::string> archived;
+  for (const json& cm : server_->List("configmaps", "ns1")) {
+    EXPECT_EQ(cm["metadata"]["labels"]["kubetrain.io/job-name"], "big");
+    EXPECT_EQ(cm["metadata"]["ownerReferences"][0]["uid"], uid);
+    for (const v1::HyperparameterOutput& t : TrialsInArchive(cm)) {
+      archived.insert(t.trial_id());
+      EXPECT_EQ(in_status.count(t.trial_id()), 0u) << t.trial_id();
+      EXPECT_TRUE(t.has_final_metric()) << t.trial_id();
+    }
+  }
+  EXPECT_EQ(archived.size(), 50u);
+  controller->Stop();
 }
 
 TEST(JobFromObjectTest, IgnoresServerFieldsAndRejectsWrongTypes) {

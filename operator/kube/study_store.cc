@@ -30,30 +30,9 @@ std::map<std::string, std::vector<core::MetricReport>> InMemoryStudyStore::Trial
                               : it->second;
 }
 
-std::vector<v1::HyperparameterOutput> InMemoryStudyStore::ArchivedTrials(
-    const std::string& job_uid) {
-  absl::MutexLock lock(&mu_);
-  auto it = archived_.find(job_uid);
-  return it == archived_.end() ? std::vector<v1::HyperparameterOutput>() : it->second;
-}
-
-void InMemoryStudyStore::Archive(const std::string& job_uid,
-                                 const v1::HyperparameterOutput& trial) {
-  absl::MutexLock lock(&mu_);
-  auto& trials = archived_[job_uid];
-  for (auto& t : trials) {
-    if (t.trial_id() == trial.trial_id()) {
-      t = trial;
-      return;
-    }
-  }
-  trials.push_back(trial);
-}
-
 void InMemoryStudyStore::ForgetJob(const std::string& job_uid) {
   absl::MutexLock lock(&mu_);
   metrics_.erase(job_uid);
-  archived_.erase(job_uid);
 }
 
 }  // namespace kubetrain::kube

@@ -14,21 +14,19 @@ namespace kubetrain::kube {
 
 // What the controller keeps about tuning studies outside the TrainingJob
 // object: the metric reports trials sent (the Metrics gRPC service feeds
-// them) and trials archived out of status (core::ArchiveTrial). Keyed by the
-// job's uid so a job recreated under the same name starts clean.
-// Implementations are thread-safe.
+// them). Keyed by the job's uid so a job recreated under the same name starts
+// clean. (Trials archived out of status are kept in the cluster:
+// trial_archive.h.) Implementations are thread-safe.
 class StudyStore {
  public:
   virtual ~StudyStore() = default;
   virtual std::map<std::string, std::vector<core::MetricReport>> TrialMetrics(
       const std::string& job_uid) = 0;
-  virtual std::vector<v1::HyperparameterOutput> ArchivedTrials(const std::string& job_uid) = 0;
-  virtual void Archive(const std::string& job_uid, const v1::HyperparameterOutput& trial) = 0;
   virtual void ForgetJob(const std::string& job_uid) = 0;
 };
 
 // In memory: lost when the operator restarts (trials already in status keep
-// their final metrics; a running trial reports again).
+// their final metrics and curves; a running trial reports again).
 class InMemoryStudyStore : public StudyStore {
  public:
   // The most reports kept per trial: the latest. Status keeps the last
@@ -43,15 +41,12 @@ class InMemoryStudyStore : public StudyStore {
 
   std::map<std::string, std::vector<core::MetricReport>> TrialMetrics(
       const std::string& job_uid) override;
-  std::vector<v1::HyperparameterOutput> ArchivedTrials(const std::string& job_uid) override;
-  void Archive(const std::string& job_uid, const v1::HyperparameterOutput& trial) override;
   void ForgetJob(const std::string& job_uid) override;
 
  private:
   absl::Mutex mu_;
   std::map<std::string, std::map<std::string, std::vector<core::MetricReport>>> metrics_
       ABSL_GUARDED_BY(mu_);
-  std::map<std::string, std::vector<v1::HyperparameterOutput>> archived_ ABSL_GUARDED_BY(mu_);
   std::function<void(const std::string&)> listener_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -51,7 +51,22 @@ constexpr ResourceInfo kResources[] = {
     {"persistentvolumeclaims", "v1", "PersistentVolumeClaim", true},
     {"events", "v1", "Event", false},
     {"leases", "coordination.k8s.io/v1", "Lease", false},
+    {"configmaps", "v1", "ConfigMap", false},
 };
+
+// The largest ConfigMap the real server stores (validation's
+// MaxConfigMapSize: data and binaryData together).
+constexpr size_t kMaxConfigMapBytes = 1024 * 1024;
+
+bool IsConfigMapKey(const std::string& key) {
+  if (key.empty() || key.size() > 253 || key == "." || key == "..") return false;
+  for (char c : key) {
+    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') {
+      return false;
+    }
+  }
+  return true;
+}
 
 const ResourceInfo* FindResource(absl::string_view plural) {
   for (const ResourceInfo& r : kResources) {
@@ -567,6 +582,48 @@ class FakeApiServer::Impl {
     watch_cv_.notify_all();
   }
 
+  // What the real server's decoding and validation refuse of an object's
+  // content, for the kinds where tests lean on it: a ConfigMap's data must
+  // map valid keys to strings, and hold at most 1 MiB.
+  std::optional<Reply> Invalid(const ResourceInfo& res, const json& obj,
+                               const std::string& name) const {
+    if (absl::string_view(res.plural) != "configmaps") return std::nullopt;
+    size_t bytes = 0;
+    for (const char* field : {"data", "binaryData"}) {
+      auto data = obj.find(field);
+      if (data == obj.end() || data->is_null()) continue;
+      if (!data->is_object()) {
+        return Error(400, "BadRequest",
+                     absl::StrCat("ConfigMap in version \"v1\" cannot be handled as a ConfigMap: ",
+                                  field, " must be an object of strings"));
+      }
+      for (auto it = data->begin(); it != data->end(); ++it) {
+        if (!it.value().is_string()) {
+          return Error(400, "BadRequest",
+                       absl::StrCat("ConfigMap in version \"v1\" cannot be handled as a "
+                                    "ConfigMap: json: cannot unmarshal ",
+                                    it.value().type_name(), " into Go struct field ConfigMap.",
+                                    field, " of type string"));
+        }
+        if (!IsConfigMapKey(it.key())) {
+          return Error(422, "Invalid",
+                       absl::StrCat("ConfigMap \"", name, "\" is invalid: ", field, "[", it.key(),
+                                    "]: Invalid value: \"", it.key(),
+                                    "\": a valid config key must consist of alphanumeric "
+                                    "characters, '-', '_' or '.'"));
+        }
+        bytes += it.key().size() + it.value().get_ref<const std::string&>().size();
+      }
+    }
+    if (bytes > kMaxConfigMapBytes) {
+      return Error(
+          422, "Invalid",
+          absl::StrCat("ConfigMap \"", name, "\" is invalid: []: Too long: must have at most ",
+                       kMaxConfigMapBytes, " bytes"));
+    }
+    return std::nullopt;
+  }
+
   Reply CreateLocked(const ResourceInfo& res, const std::string& ns, json obj) {
     if (!obj.is_object()) return Error(400, "BadRequest", "body must be a JSON object");
     if (!obj.contains("metadata") || !obj["metadata"].is_object()) obj["metadata"] = json::object();
@@ -588,6 +645,7 @@ class FakeApiServer::Impl {
                    "the namespace of the provided object does not match the namespace sent on "
                    "the request");
     }
+    if (std::optional<Reply> invalid = Invalid(res, obj, name)) return *invalid;
     auto& objects = store_.at(std::string(res.plural));
     std::string key = Key(ns, name);
     if (objects.count(key)) {
@@ -656,6 +714,7 @@ class FakeApiServer::Impl {
       }
       next["apiVersion"] = res.api_version;
       next["kind"] = res.kind;
+      if (std::optional<Reply> invalid = Invalid(res, next, name)) return *invalid;
     }
     next["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"];
     if (next == old) return Reply{200, old};  // a no-op write changes nothing, as upstream

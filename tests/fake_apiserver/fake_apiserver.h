@@ -26,6 +26,7 @@ namespace kubetrain::fake_apiserver {
 //   /api/v1/namespaces/NS/persistentvolumeclaims[/NAME[/status]]
 //   /api/v1/namespaces/NS/events[/NAME]
 //   /apis/coordination.k8s.io/v1/namespaces/NS/leases[/NAME]
+//   /api/v1/namespaces/NS/configmaps[/NAME]
 // and the all-namespace collections (/api/v1/pods, /apis/kubetrain.io/v1/trainingjobs, ...).
 //
 // Verbs: GET (get, list with labelSelector / fieldSelector (=, ==, !=) on metadata.name,
@@ -53,6 +54,9 @@ namespace kubetrain::fake_apiserver {
 //    with synthetic ADDED events; selector watches turn label changes into
 //    ADDED/DELETED as the real watch cache does; BOOKMARK events every
 //    `bookmark_interval` when asked for.
+//  - a ConfigMap's data and binaryData must map valid keys ([-._a-zA-Z0-9]+)
+//    to strings (else 400 / 422 Invalid) and hold at most 1 MiB together
+//    (else 422 Invalid "Too long");
 //  - errors come back as a v1 Status body with code, reason and message;
 //  - get and list answer `Accept: application/json;as=Table;v=v1;g=meta.k8s.io`
 //    with a meta.k8s.io/v1 Table computed from the printer columns of a CRD

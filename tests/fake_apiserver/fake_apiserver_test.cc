@@ -509,5 +509,43 @@ TEST_F(FakeApiServerTest, ClaimsStartPendingKeepStatusApartAndGoWithTheirOwner) 
   EXPECT_EQ(server_->Count("persistentvolumeclaims"), 0u);
 }
 
+TEST_F(FakeApiServerTest, ConfigMapsHoldStringsUpToOneMebibyte) {
+  const std::string path = "/api/v1/namespaces/ns1/configmaps";
+  json cm = {{"metadata", {{"name", "c1"}, {"labels", {{"kubetrain.io/job-name", "j1"}}}}},
+             {"data", {{"trial-1.json", "{}"}}}};
+  Response created = Call(http::methods::POST, path, cm);
+  ASSERT_EQ(created.code, 201) << created.body;
+  EXPECT_EQ(created.body["kind"], "ConfigMap");
+  EXPECT_EQ(created.body["data"]["trial-1.json"], "{}");
+  EXPECT_EQ(Call(http::methods::GET, path + "?labelSelector=kubetrain.io%2Fjob-name%3Dj1")
+                .body["items"]
+                .size(),
+            1u);
+  EXPECT_EQ(Call(http::methods::GET, "/api/v1/configmaps").body["items"].size(), 1u);
+
+  // Updated in place (PUT with the read resourceVersion), then too large.
+  json current = created.body;
+  current["data"]["trial-2.json"] = "{\"trialId\":\"2\"}";
+  Response updated = Call(http::methods::PUT, path + "/c1", current);
+  ASSERT_EQ(updated.code, 200) << updated.body;
+  json big = updated.body;
+  big["data"]["trial-3.json"] = std::string(1024 * 1024, 'x');
+  Response too_big = Call(http::methods::PUT, path + "/c1", big);
+  EXPECT_EQ(too_big.code, 422) << too_big.body;
+  EXPECT_EQ(too_big.body["reason"], "Invalid");
+  EXPECT_NE(
+      too_big.body["message"].get<std::string>().find("Too long: must have at most 1048576 bytes"),
+      std::string::npos)
+      << too_big.body;
+  EXPECT_EQ(server_->Get("configmaps", "ns1", "c1")->at("data").size(), 2u);
+
+  // Keys and values as the API types them.
+  json bad_key = {{"metadata", {{"name", "c2"}}}, {"data", {{"a b", "x"}}}};
+  EXPECT_EQ(Call(http::methods::POST, path, bad_key).code, 422);
+  json not_a_string = {{"metadata", {{"name", "c3"}}}, {"data", {{"n", 1}}}};
+  EXPECT_EQ(Call(http::methods::POST, path, not_a_string).code, 400);
+  EXPECT_EQ(server_->Count("configmaps"), 1u);
+}
+
 }  // namespace
 }  // namespace kubetrain::fake_apiserver

@@ -50,4 +50,7 @@ deploy/rbac/cluster/cluster_role.yaml (tests/deploy checks both).
 - apiGroups: [""]
   resources: ["events"]
   verbs: ["create"]
+- apiGroups: [""]
+  resources: ["configmaps"]
+  verbs: ["get", "list", "watch", "create", "update"]
 {{- end -}}
