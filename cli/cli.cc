@@ -115,8 +115,9 @@ std::vector<Command> AllCommands() {
 }
 
 void PrintUsage(const std::vector<Command>& commands, const std::string& program,
-                std::ostream& out) {
-  out << "Usage: " << program << " COMMAND [FLAGS] [ARGS]\n\nCommands:\n";
+                std::ostream& out, const std::string& group = "") {
+  out << "Usage: " << program << " " << (group.empty() ? "" : group + " ")
+      << "COMMAND [FLAGS] [ARGS]\n\nCommands:\n";
   for (const Command& command : commands) {
     std::string words = absl::StrJoin(command.words, " ");
     words.resize(std::max<size_t>(words.size(), 28), ' ');
@@ -141,6 +142,36 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
     if (best == nullptr || command.words.size() > best->words.size()) best = &command;
   }
   if (best == nullptr) {
+    // A command group ("jobs", "jobs submit", "local"): the words that start
+    // some commands. Its --help, or the group alone, lists its commands.
+    size_t group_words = 0;
+    std::vector<Command> group;
+    for (const Command& command : commands) {
+      size_t n = 0;
+      while (n < command.words.size() && n < args.size() && command.words[n] == args[n]) ++n;
+      if (n == 0 || n == command.words.size()) continue;
+      if (n > group_words) {
+        group_words = n;
+        group.clear();
+      }
+      if (n == group_words) group.push_back(command);
+    }
+    if (group_words > 0) {
+      const std::string name = absl::StrJoin(args.begin(), args.begin() + group_words, " ");
+      const bool help =
+          group_words < args.size() && (args[group_words] == "--help" || args[group_words] == "-h");
+      if (help) {
+        PrintUsage(group, program, out, name);
+        return kExitOk;
+      }
+      if (group_words == args.size()) {
+        err << program << " " << name << ": name a command\n";
+      } else {
+        err << program << " " << name << ": unknown command \"" << args[group_words] << "\"\n";
+      }
+      PrintUsage(group, program, err, name);
+      return kExitUsage;
+    }
     err << "kubetrain: unknown command \"" << absl::StrJoin(args.begin(),
                                                             args.begin() + std::min<size_t>(
                                                                                args.size(), 3),

@@ -269,6 +269,72 @@ TEST(CliTest, EveryCommandTakesHelp) {
 #endif
 }
 
+#ifdef KUBETRAIN_CLI_LOCAL_TESTS
+TEST(RenderCommandTest, UsesTheManifestsNamespaceAsKubectlApplyDoes) {
+  const std::string path = ::testing::TempDir() + "/namespaced.yaml";
+  std::ofstream(path) << "apiVersion: kubetrain.io/v1\nkind: TrainingJob\n"
+                         "metadata: {name: mnist, namespace: ml-team}\n"
+                         "spec: {trainingInput: {scaleTier: BASIC}}\n";
+  Result r = RunKubetrain({"render", path});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, ::testing::HasSubstr("namespace: ml-team\n"));
+  EXPECT_THAT(r.out, ::testing::HasSubstr("mnist-master-0.ml-team.svc"));
+  EXPECT_THAT(r.out, ::testing::Not(::testing::HasSubstr("default")));
+  // The same namespace again is fine; another is refused, naming both.
+  r = RunKubetrain({"render", path, "--namespace", "ml-team"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  r = RunKubetrain({"render", path, "--namespace=other"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.out, "");
+  EXPECT_THAT(r.err, ::testing::HasSubstr("metadata.namespace \"ml-team\""));
+  EXPECT_THAT(r.err, ::testing::HasSubstr("--namespace \"other\""));
+
+  // Without one in the manifest: --namespace, else default.
+  const std::string plain = ::testing::TempDir() + "/plain.yaml";
+  std::ofstream(plain) << "apiVersion: kubetrain.io/v1\nkind: TrainingJob\n"
+                          "metadata: {name: mnist}\nspec: {trainingInput: {scaleTier: BASIC}}\n";
+  r = RunKubetrain({"render", plain, "--namespace", "other"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, ::testing::HasSubstr("namespace: other\n"));
+  r = RunKubetrain({"render", plain});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, ::testing::HasSubstr("namespace: default\n"));
+}
+
+TEST(CliTest, CommandGroupsListTheirCommands) {
+  Result r = RunKubetrain({"jobs", "--help"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, ::testing::StartsWith("Usage: kubetrain jobs COMMAND [FLAGS] [ARGS]\n"));
+  for (const char* command :
+       {"jobs submit training", "jobs describe", "jobs list", "jobs cancel", "jobs stream-logs"}) {
+    EXPECT_THAT(r.out, ::testing::HasSubstr(std::string("\n  ") + command)) << command;
+  }
+  EXPECT_THAT(r.out, ::testing::Not(::testing::HasSubstr("validate")));
+  EXPECT_EQ(r.err, "");
+
+  r = RunKubetrain({"jobs", "submit", "-h"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, ::testing::StartsWith("Usage: kubetrain jobs submit COMMAND"));
+  EXPECT_THAT(r.out, ::testing::HasSubstr("jobs submit training"));
+  EXPECT_THAT(r.out, ::testing::Not(::testing::HasSubstr("jobs describe")));
+
+  r = RunKubetrain({"local", "--help"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, ::testing::HasSubstr("local train"));
+
+  // The group alone, or a command it does not have: a usage error that lists
+  // the group's commands.
+  r = RunKubetrain({"jobs"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, ::testing::StartsWith("kubetrain jobs: name a command\n"));
+  EXPECT_THAT(r.err, ::testing::HasSubstr("jobs describe"));
+  r = RunKubetrain({"jobs", "frobnicate"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, ::testing::StartsWith("kubetrain jobs: unknown command \"frobnicate\"\n"));
+  EXPECT_EQ(r.out, "");
+}
+#endif
+
 TEST(CliTest, VersionNamesTheApi) {
   Result r = RunKubetrain({"version"});
   EXPECT_EQ(r.code, 0);

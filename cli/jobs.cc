@@ -419,10 +419,12 @@ int SubmitTraining(const std::vector<std::string>& args, std::ostream& out, std:
   }
   out << "Job [" << name << "] submitted successfully.\n";
   if (!stream) {
+    // With --local: the commands must find the job where it is, whatever
+    // KUBETRAIN_BACKEND says in the shell they are run from.
     out << "Your job is still active. You may view the status of your job with the command\n\n"
-        << "  $ kubetrain jobs describe " << name << "\n\n"
+        << "  $ kubetrain jobs describe " << name << " --local\n\n"
         << "or continue streaming the logs with the command\n\n"
-        << "  $ kubetrain jobs stream-logs " << name << "\n";
+        << "  $ kubetrain jobs stream-logs " << name << " --local\n";
   }
   out << "jobId: " << name << "\nstate: QUEUED\n" << std::flush;
   if (!stream && !wait) return kExitOk;
@@ -458,7 +460,11 @@ int Describe(const std::vector<std::string>& args, std::ostream& out, std::ostre
       err << "kubetrain " << command << ": " << job.status().message() << "\n";
       return kExitFailed;
     }
-    resource = JobResource(*job);
+    // Trials past the first 100 are ConfigMaps of the job; without the right
+    // to list those, status alone is shown.
+    absl::StatusOr<std::vector<v1::HyperparameterOutput>> archived = cluster->ArchivedTrials(*job);
+    resource =
+        JobResource(*job, archived.ok() ? *archived : std::vector<v1::HyperparameterOutput>{});
     events = cluster->Events(*job);
   } else {
     std::unique_ptr<local::JobStore> store = OpenStoreOrReport(command, err);

@@ -16,6 +16,7 @@
 #ifdef KUBETRAIN_CLI_CLUSTER
 #include "operator/kube/kubeconfig.h"
 #include "operator/kube/rest_client.h"
+#include "operator/kube/trial_archive.h"
 #endif
 
 namespace kubetrain::cli {
@@ -107,6 +108,19 @@ absl::StatusOr<v1::TrainingJob> ClusterJobs::Get(const std::string& job_id) {
   }
   if (!object.ok()) return object.status();
   return FromObject(*object);
+}
+
+absl::StatusOr<std::vector<v1::HyperparameterOutput>> ClusterJobs::ArchivedTrials(
+    const v1::TrainingJob& job) {
+  kube::ListOptions options;
+  options.label_selector = kube::ArchiveSelector(job);
+  absl::StatusOr<nlohmann::json> list = client_->List(kube::kConfigMaps, namespace_, options);
+  if (!list.ok()) return list.status();
+  std::vector<nlohmann::json> items;
+  for (const nlohmann::json& item : list->value("items", nlohmann::json::array())) {
+    items.push_back(item);
+  }
+  return kube::ArchivedTrialsOf(job, items);
 }
 
 absl::StatusOr<std::vector<v1::TrainingJob>> ClusterJobs::List() {
@@ -258,6 +272,10 @@ absl::StatusOr<v1::TrainingJob> ClusterJobs::Get(const std::string&) {
   return absl::UnimplementedError("no cluster client");
 }
 absl::StatusOr<std::vector<v1::TrainingJob>> ClusterJobs::List() {
+  return absl::UnimplementedError("no cluster client");
+}
+absl::StatusOr<std::vector<v1::HyperparameterOutput>> ClusterJobs::ArchivedTrials(
+    const v1::TrainingJob&) {
   return absl::UnimplementedError("no cluster client");
 }
 absl::Status ClusterJobs::Cancel(const std::string&) { return absl::UnimplementedError("no cluster client"); }

@@ -57,6 +57,9 @@ class ClusterJobs {
   absl::Status Create(const v1::TrainingJob& job);
   // NotFound names the job and the namespace.
   absl::StatusOr<v1::TrainingJob> Get(const std::string& job_id);
+  // The trials `job` archived out of its status (ConfigMaps of the job:
+  // operator/kube/trial_archive.h).
+  absl::StatusOr<std::vector<v1::HyperparameterOutput>> ArchivedTrials(const v1::TrainingJob& job);
   absl::StatusOr<std::vector<v1::TrainingJob>> List();
   // Sets spec.cancel (a merge patch); the operator does the rest.
   absl::Status Cancel(const std::string& job_id);

@@ -1,6 +1,9 @@
 // `kubetrain render FILE [--namespace NS] [--trial N]`: the Services and Pods
 // the operator would create for a job, as YAML documents, after a comment
-// with each pod's requests (replica_requests.h).
+// with each pod's requests (replica_requests.h). The namespace is the
+// manifest's metadata.namespace when it has one (as `kubectl apply -f` takes
+// it), else --namespace, else "default"; a --namespace that differs from the
+// manifest's is an error, as kubectl makes it.
 #include <ostream>
 
 #include "absl/strings/numbers.h"
@@ -49,7 +52,18 @@ int Render(const std::vector<std::string>& args, std::ostream& out, std::ostream
   core::ReconcileOptions options;
   options.tuner_factory = tuner::Tuner::Create;
   options.stop_rule = tuner::ShouldStopEarly;
-  const std::string ns = parsed.Flag("namespace") ? *parsed.Flag("namespace") : "default";
+  const std::string& manifest_ns = checked.job.metadata().namespace_();
+  const std::string* flag_ns = parsed.Flag("namespace");
+  if (flag_ns != nullptr && !manifest_ns.empty() && *flag_ns != manifest_ns) {
+    err << "kubetrain render: " << path
+        << ": the namespace from the manifest (metadata.namespace \"" << manifest_ns
+        << "\") does not match --namespace \"" << *flag_ns
+        << "\": drop --namespace, or pass --namespace=" << manifest_ns << "\n";
+    return kExitUsage;
+  }
+  const std::string ns = !manifest_ns.empty() ? manifest_ns
+                         : flag_ns != nullptr ? *flag_ns
+                                              : "default";
   absl::StatusOr<std::vector<nlohmann::json>> objects = core::RenderJob(checked.job, ns, trial, options);
   if (!objects.ok()) {
     err << "kubetrain render: " << path << ": " << objects.status().message() << "\n";

@@ -13,6 +13,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "operator/kube/rest_client.h"
+#include "operator/kube/trial_archive.h"
 #include "operator/local/test_util.h"
 #include "tests/fake_apiserver/fake_apiserver.h"
 
@@ -74,6 +75,34 @@ TEST_F(ClusterJobsTest, CreateGetListCancelKeepTheCloudMlJobId) {
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(missing.status().message(), HasSubstr("team-a"));
   EXPECT_EQ(jobs_->Cancel("nope").code(), absl::StatusCode::kNotFound);
+}
+
+// Trials past the first 100 live in ConfigMaps of the job (the operator's
+// archive); describe shows them with the ones in status, and not those of an
+// earlier job of the same name.
+TEST_F(ClusterJobsTest, ArchivedTrialsAreReadFromTheJobsConfigMaps) {
+  ASSERT_TRUE(jobs_->Create(Job("big_study")).ok());
+  auto job = jobs_->Get("big_study");
+  ASSERT_TRUE(job.ok()) << job.status();
+  v1::HyperparameterOutput trial;
+  trial.set_trial_id("7");
+  trial.set_state(v1::SUCCEEDED);
+  trial.mutable_final_metric()->set_objective_value(0.8804);
+  nlohmann::json archive = kube::NewArchive(*job, "team-a", kube::ArchiveName("big-study", "7"));
+  kube::AddToArchive(archive, trial);
+  ASSERT_TRUE(server_->Create("configmaps", "team-a", archive).ok());
+  v1::TrainingJob earlier = *job;
+  earlier.mutable_metadata()->set_uid("an-earlier-uid");
+  nlohmann::json theirs = kube::NewArchive(earlier, "team-a", "big-study-trials-9");
+  trial.set_trial_id("401");
+  kube::AddToArchive(theirs, trial);
+  ASSERT_TRUE(server_->Create("configmaps", "team-a", theirs).ok());
+
+  auto archived = jobs_->ArchivedTrials(*job);
+  ASSERT_TRUE(archived.ok()) << archived.status();
+  ASSERT_EQ(archived->size(), 1u);
+  EXPECT_EQ((*archived)[0].trial_id(), "7");
+  EXPECT_EQ((*archived)[0].final_metric().objective_value(), 0.8804);
 }
 
 TEST_F(ClusterJobsTest, CliWithoutLocalUsesTheKubeconfig) {

@@ -10,8 +10,12 @@
 //   --spawn_child          start a child process that sleeps for a long time
 //   --record_dir=DIR       append "<trial> <task> <pid> [<child pid>]" to
 //                          DIR/runs (one line per start)
+//   --curve_steps=N        report a learning curve instead: at steps 1..N
+//                          the objective + 0.1 * step / N, one report every
+//                          --curve_interval_ms (default 500)
 // The master (or a process without TF_CONFIG) reports the objective at step
-// 1 and step 2 through $CLOUD_ML_HP_METRIC_FILE, as cloudml-hypertune does.
+// 1 and step 2 through $CLOUD_ML_HP_METRIC_FILE, as cloudml-hypertune does
+// (no report is marked final: the library cannot).
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -99,9 +103,21 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "ERROR: %s\n", std::string(writer.status().message()).c_str());
       return 2;
     }
-    (void)(*writer)->Report("", objective - 0.5, 1);
-    (void)(*writer)->Report("", objective, 2);
-    std::printf("fake trainer: objective %.6f\n", objective);
+    const int curve_steps = std::atoi(FlagValue(argc, argv, "curve_steps", "0").c_str());
+    if (curve_steps > 0) {
+      const int interval = std::atoi(FlagValue(argc, argv, "curve_interval_ms", "500").c_str());
+      for (int step = 1; step <= curve_steps; ++step) {
+        if (step > 1) std::this_thread::sleep_for(std::chrono::milliseconds(interval));
+        const double value = objective + 0.1 * step / curve_steps;
+        (void)(*writer)->Report("", value, step);
+        std::printf("fake trainer: step %d objective %.6f\n", step, value);
+        std::fflush(stdout);
+      }
+    } else {
+      (void)(*writer)->Report("", objective - 0.5, 1);
+      (void)(*writer)->Report("", objective, 2);
+      std::printf("fake trainer: objective %.6f\n", objective);
+    }
   } else if (task == "ps") {
     // A parameter server serves until it is stopped, like a real one.
     std::this_thread::sleep_for(std::chrono::hours(1));

@@ -6,10 +6,12 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
+#include <regex>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -22,6 +24,8 @@
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kubetrain/v1/graph.pb.h"
+#include "operator/local/controller.h"
 #include "operator/local/job_store.h"
 #include "operator/local/process_launcher.h"
 #include "operator/local/test_util.h"
@@ -301,6 +305,178 @@ TEST_F(LocalBackendTest, TuningFindsTheOptimumOfAKnownFunction) {
   double x = 0;
   ASSERT_TRUE(absl::SimpleAtod(out.trials(0).hyperparameters().at("x"), &x));
   EXPECT_NEAR(x, 0.3, 0.1);
+}
+
+// The cloudml-hypertune file carries each trial's curve (the fake trainer
+// reports 8 points, 0.5 s apart). Grid order over x: 0.25, 0.3, 0.9, 1.0.
+// Trials 1 and 2 run to their end (the second is better than the first at
+// every step) and are not marked; trials 3 and 4 are far below the median
+// from their first report, so they are stopped there: fewer points, their
+// processes gone.
+TEST_F(LocalBackendTest, EarlyStoppingStopsBadCurvesAndOnlyThem) {
+  const std::string config = WriteConfig(
+      "curves.yaml", FakeTrainerConfig("  hyperparameters:\n    goal: MAXIMIZE\n    maxTrials: 4\n"
+                                       "    maxParallelTrials: 1\n    algorithm: GRID_SEARCH\n"
+                                       "    enableTrialEarlyStopping: true\n"
+                                       "    params:\n      - {parameterName: x, type: DISCRETE,"
+                                       " discreteValues: [0.25, 0.3, 0.9, 1.0]}\n",
+                                       "--curve_steps=8, --curve_interval_ms=500"));
+  RunResult r =
+      Kubetrain({"jobs", "submit", "training", "curves", "--local", "--config", config, "--wait"});
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  v1::TrainingJob job = Job("curves");
+  ASSERT_EQ(job.status().state(), v1::SUCCEEDED) << job.status().error_message();
+  // Keyed by x in hundredths.
+  std::map<int, const v1::HyperparameterOutput*> by_x;
+  for (const auto& t : job.status().training_output().trials()) {
+    double x = 0;
+    ASSERT_TRUE(absl::SimpleAtod(t.hyperparameters().at("x"), &x)) << t.hyperparameters().at("x");
+    by_x[static_cast<int>(std::lround(x * 100))] = &t;
+  }
+  ASSERT_EQ(by_x.size(), 4u);
+  for (int x : {25, 30}) {
+    ASSERT_EQ(by_x.count(x), 1u) << x;
+    const v1::HyperparameterOutput& t = *by_x.at(x);
+    EXPECT_EQ(t.state(), v1::SUCCEEDED) << x;
+    EXPECT_FALSE(t.is_trial_stopped_early()) << "x=" << x << " ran to its end";
+    EXPECT_EQ(t.all_metrics_size(), 8) << x;
+    EXPECT_EQ(t.final_metric().training_step(), 8) << x;
+  }
+  for (int x : {90, 100}) {
+    ASSERT_EQ(by_x.count(x), 1u) << x;
+    const v1::HyperparameterOutput& t = *by_x.at(x);
+    EXPECT_EQ(t.state(), v1::SUCCEEDED) << x;
+    EXPECT_TRUE(t.is_trial_stopped_early()) << x;
+    EXPECT_LT(t.final_metric().training_step(), 8) << x;
+    EXPECT_LT(t.all_metrics_size(), 8) << x;
+    // Its objective is its last report before the stop.
+    EXPECT_EQ(t.final_metric().objective_value(),
+              t.all_metrics(t.all_metrics_size() - 1).objective_value());
+  }
+  // Every process of the stopped trials is gone (a stop is a SIGTERM: the
+  // last one may take a moment after the job has ended).
+  for (const auto& run : Runs()) {
+    int pid = 0;
+    ASSERT_TRUE(absl::SimpleAtoi(run[2], &pid));
+    EXPECT_TRUE(WaitFor([&] { return !ProcessAlive(pid, 0); }))
+        << "trial " << run[0] << " pid " << pid;
+  }
+  EXPECT_EQ(job.status().trial_progress(), "4/4");
+}
+
+// A job resubmitted with the same jobDir as an earlier one (the same name
+// even, once the earlier record is gone from the store, or another name):
+// every trial of the second job trains from step 0 in its own folder, its
+// checkpoints are its own, and the first job's stay as they were. Real
+// kubetrain-runtime trials on a small CSV data set.
+TEST_F(LocalBackendTest, ASecondJobInTheSameJobDirNeverRestoresTheFirstOnesCheckpoints) {
+  {
+    std::ofstream data(work_.path() + "/data.csv");
+    for (int i = 0; i < 200; ++i) {
+      const int label = i % 2;
+      data << (label ? 1.0 : -1.0) + 0.3 * ((i * 7) % 5 - 2) << "," << 0.1 * (i % 3) << "," << label
+           << "\n";
+    }
+  }
+  const std::string job_dir = work_.path() + "/out";
+  auto config = [&](const std::string& params, const std::string& extra_args) {
+    return absl::StrCat(
+        "trainingInput:\n  scaleTier: BASIC\n  jobDir: ", job_dir,
+        "\n  args: [--train_data_paths=", work_.path(),
+        "/data.csv, --eval_data_paths=", work_.path(),
+        "/data.csv, --max_steps=30, --batch_size=20, --hidden2=4, --threads=1,"
+        " --save_checkpoints_steps=10, --eval_every_steps=10",
+        extra_args,
+        "]\n"
+        "  hyperparameters:\n    goal: MAXIMIZE\n    maxTrials: 2\n    maxParallelTrials: 2\n"
+        "    algorithm: GRID_SEARCH\n    params:\n",
+        params);
+  };
+  const std::string widths_a =
+      "      - {parameterName: hidden1, type: DISCRETE, discreteValues: [4, 6]}\n";
+  const std::string widths_b =
+      "      - {parameterName: hidden1, type: DISCRETE, discreteValues: [9, 12]}\n";
+  const std::string rates =
+      "      - {parameterName: learning_rate, type: DISCRETE, discreteValues: [0.003, 0.03]}\n";
+  struct Case {
+    std::string job;
+    std::string params;
+    std::string extra_args;
+  };
+  // The first job, then one with other layer widths (a restore would fail
+  // on the shapes), then one that tunes only the learning rate: its trial 1
+  // has the shapes of the first job's trial 1 (a restore would succeed
+  // silently).
+  for (const Case& c : {Case{"first", widths_a, ""}, Case{"widths", widths_b, ""},
+                        Case{"rates", rates, ", --hidden1=4"}}) {
+    RunResult r =
+        Kubetrain({"jobs", "submit", "training", c.job, "--local", "--config",
+                   WriteConfig(c.job + ".yaml", config(c.params, c.extra_args)), "--wait"});
+    ASSERT_EQ(r.code, 0) << c.job << "\n" << r.out << r.err;
+    v1::TrainingJob job = Job(c.job);
+    ASSERT_EQ(job.status().state(), v1::SUCCEEDED) << c.job << ": " << job.status().error_message();
+    for (const auto& t : job.status().training_output().trials()) {
+      EXPECT_EQ(t.state(), v1::SUCCEEDED) << c.job << " trial " << t.trial_id();
+      // From step 0: an evaluation at step 10, 20 and 30.
+      ASSERT_EQ(t.all_metrics_size(), 3) << c.job << " trial " << t.trial_id();
+      EXPECT_EQ(t.all_metrics(0).training_step(), 10);
+      EXPECT_EQ(t.final_metric().training_step(), 30);
+      const std::string log =
+          ReadFile(LogPath(home_.path(), c.job, t.trial_id(), "master-replica-0"));
+      EXPECT_THAT(log, ::testing::Not(HasSubstr("Restored checkpoint"))) << log;
+      // Its checkpoints: the trial folder for the first job, its own
+      // subfolder for the others, every one of them the job's own.
+      std::string folder = job_dir + "/" + t.trial_id();
+      if (c.job != "first") {
+        folder += "/" + c.job + "-" + job.metadata().uid().substr(0, 8);
+        EXPECT_THAT(log, HasSubstr("This run writes to " + folder)) << log;
+      }
+      int checkpoints = 0;
+      for (const auto& e : std::filesystem::directory_iterator(folder)) {
+        if (e.path().filename().string().rfind("model.ckpt-", 0) != 0) continue;
+        v1::Checkpoint checkpoint;
+        ASSERT_TRUE(checkpoint.ParseFromString(ReadFile(e.path().string()))) << e.path();
+        EXPECT_EQ(checkpoint.owner().job_uid(), job.metadata().uid()) << e.path();
+        EXPECT_EQ(checkpoint.owner().trial_id(), t.trial_id()) << e.path();
+        ++checkpoints;
+      }
+      EXPECT_EQ(checkpoints, 3) << folder;
+    }
+  }
+  // What users read is what the trainer computed: 200 eval examples make an
+  // accuracy of k/200, printed with at most three decimals, no float noise.
+  RunResult describe = Kubetrain({"jobs", "describe", "first", "--local"});
+  ASSERT_EQ(describe.code, 0) << describe.err;
+  std::vector<std::string> objectives;
+  for (absl::string_view line : absl::StrSplit(describe.out, '\n')) {
+    line = absl::StripAsciiWhitespace(line);
+    if (absl::ConsumePrefix(&line, "objectiveValue: ")) objectives.emplace_back(line);
+  }
+  ASSERT_FALSE(objectives.empty()) << describe.out;
+  for (const std::string& value : objectives) {
+    EXPECT_TRUE(std::regex_match(value, std::regex(R"(0(\.\d{1,3})?|1(\.0)?)"))) << value;
+  }
+
+  // The first job's folders hold only its own checkpoints still.
+  const std::string first_uid = Job("first").metadata().uid();
+  for (const char* trial : {"1", "2"}) {
+    for (const auto& e : std::filesystem::directory_iterator(job_dir + "/" + trial)) {
+      if (e.path().filename().string().rfind("model.ckpt-", 0) != 0) continue;
+      v1::Checkpoint checkpoint;
+      ASSERT_TRUE(checkpoint.ParseFromString(ReadFile(e.path().string())));
+      EXPECT_EQ(checkpoint.owner().job_uid(), first_uid) << e.path();
+    }
+  }
+}
+
+TEST_F(LocalBackendTest, SubmitNamesTheLocalFollowUpCommands) {
+  const std::string config = WriteConfig("quick.yaml", FakeTrainerConfig("", "--sleep_ms=0"));
+  RunResult r =
+      Kubetrain({"jobs", "submit", "training", "follow_up", "--local", "--config", config});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("  $ kubetrain jobs describe follow_up --local\n"));
+  EXPECT_THAT(r.out, HasSubstr("  $ kubetrain jobs stream-logs follow_up --local\n"));
+  ASSERT_TRUE(WaitFor([&] { return Finished("follow_up"); }));
 }
 
 TEST_F(LocalBackendTest, CloudMlConfigOfTheReferenceIsAccepted) {
