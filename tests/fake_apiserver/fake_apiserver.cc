@@ -1056,7 +1056,7 @@ class FakeApiServer::Impl {
   // Discovery and OpenAPI documents (discovery.h), or nullopt for another path.
   std::optional<json> Discovery(const std::string& path) const {
     static const std::map<std::string, std::vector<std::string>> kShortNames = {
-        {"pods", {"po"}}, {"services", {"svc"}}, {"events", {"ev"}}};
+        {"pods", {"po"}}, {"services", {"svc"}}, {"events", {"ev"}}, {"configmaps", {"cm"}}};
     std::vector<DiscoveredResource> resources;
     std::vector<json> crds;
     std::lock_guard<std::mutex> lock(mu_);
