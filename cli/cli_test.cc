@@ -191,14 +191,15 @@ TEST(KubeflowManifestTest, ConvertPrintsATrainingJobThatValidates) {
 
 #ifdef KUBETRAIN_CLI_LOCAL_TESTS
 TEST(KubeflowManifestTest, RenderShowsThePodsWithTheirPyTorchEnvironment) {
-  Result r = RunKubetrain({"render", kKubeflow + "pytorch-run-policy.yaml", "--namespace", "ml"});
+  // The manifest's namespace, as kubectl apply takes it.
+  Result r = RunKubetrain({"render", kKubeflow + "pytorch-run-policy.yaml"});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(r.err, ::testing::StartsWith(kKubeflow + "pytorch-run-policy.yaml: a kubeflow.org/v1 "
                                                        "PyTorchJob, rendered as the TrainingJob it "
                                                        "converts to:\n"));
   // Worker 0 is rank 1; rank 0 is the master's Service, on the manifest's port.
   EXPECT_THAT(r.out, ::testing::HasSubstr(
-                         "    - name: MASTER_ADDR\n      value: pytorch-simple-master-0.ml.svc\n"));
+                         "    - name: MASTER_ADDR\n      value: pytorch-simple-master-0.kubeflow.svc\n"));
   EXPECT_THAT(r.out, ::testing::HasSubstr("    - name: MASTER_PORT\n      value: '29500'\n"));
   EXPECT_THAT(r.out, ::testing::HasSubstr("    - name: RANK\n      value: '1'\n"));
   EXPECT_THAT(r.out, ::testing::Not(::testing::HasSubstr("TF_CONFIG")));

@@ -512,8 +512,8 @@ TEST_F(ControllerTest, ALargeStudyKeepsItsWholeHistoryAcrossAnOperatorRestart) {
     if (!restarted && finished.size() >= 110) {
       // Every finished trial on record before the operator goes.
       ASSERT_TRUE(server_->WaitUntil([&] {
-        return status()["trainingOutput"].value("completedTrialCount", "") ==
-               std::to_string(finished.size());
+        return status()["trainingOutput"].value("completedTrialCount", int64_t{-1}) ==
+               static_cast<int64_t>(finished.size());
       })) << status();
       controller->Stop();
       studies = std::make_unique<InMemoryStudyStore>();
@@ -525,8 +525,8 @@ TEST_F(ControllerTest, ALargeStudyKeepsItsWholeHistoryAcrossAnOperatorRestart) {
   }
   ASSERT_TRUE(restarted);
   const json out = status()["trainingOutput"];
-  EXPECT_EQ(out["totalTrialCount"], "150");
-  EXPECT_EQ(out["completedTrialCount"], "150");
+  EXPECT_EQ(out["totalTrialCount"], 150);
+  EXPECT_EQ(out["completedTrialCount"], 150);
   EXPECT_EQ(out["trials"].size(), 100u);
 
   // The last suggestion was made with every trial started before it, each

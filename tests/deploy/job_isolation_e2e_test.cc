@@ -187,8 +187,8 @@ class JobIsolationE2eTest : public ::testing::Test {
       SCOPED_TRACE(name + " trial " + id);
       EXPECT_EQ(t["state"], "SUCCEEDED");
       ASSERT_EQ(t["allMetrics"].size(), 3u) << t;  // steps 10, 20, 30
-      EXPECT_EQ(t["allMetrics"][0]["trainingStep"], "10");
-      EXPECT_EQ(t["finalMetric"]["trainingStep"], "30");
+      EXPECT_EQ(t["allMetrics"][0]["trainingStep"], 10);
+      EXPECT_EQ(t["finalMetric"]["trainingStep"], 30);
       const std::string log = logs_[absl::StrCat(name, "-t", id, "-master-0")];
       EXPECT_EQ(log.find("Restored checkpoint"), std::string::npos) << log;
       std::string folder = absl::StrCat(dir_, "/out/", id);
