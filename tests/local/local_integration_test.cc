@@ -240,7 +240,7 @@ TEST_F(LocalBackendTest, KilledControllerRestartsAndTheSweepRunsEachTrialOnce) {
   ASSERT_EQ(job.status().state(), v1::SUCCEEDED) << job.status().error_message();
   const v1::TrainingOutput& out = job.status().training_output();
   EXPECT_EQ(out.trials_size(), 6);
-  EXPECT_EQ(out.completed_trial_count(), 6);
+  EXPECT_EQ(out.completed_trial_count(), 6) << job.status().DebugString();
   std::set<std::string> ids;
   for (const auto& t : out.trials()) ids.insert(t.trial_id());
   EXPECT_EQ(ids, (std::set<std::string>{"1", "2", "3", "4", "5", "6"}));
