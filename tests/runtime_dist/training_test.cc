@@ -174,12 +174,14 @@ class ParameterServerTrainingTest : public DistributedTrainingTest,
 TEST_P(ParameterServerTrainingTest, MasterTwoWorkersOnePsReach085) {
   const bool sync = GetParam();
   // Sync: a global step is one gradient from each of the 3 replicas. Async:
-  // every push is a global step, so the same data takes 3x the steps.
+  // every push is a global step, so the same data takes 3x the steps; async
+  // gets a third more on top, because its stale gradients leave the last
+  // weights noisier (at 3x, runs ended at 0.839-0.849 about one time in six).
   std::vector<std::string> more = {absl::StrCat("--output_path=", (dir_ / "out").string()),
                                    "--log_every_steps=300", "--save_checkpoints_secs=600"};
   if (sync) more.push_back("--sync_replicas");
   ClusterRun run(dir_, {{"master", 1}, {"worker", 2}, {"ps", 1}},
-                 Flags(128, sync ? 900 : 2700, more), sync ? "sync" : "async");
+                 Flags(128, sync ? 900 : 3600, more), sync ? "sync" : "async");
   std::vector<std::string> lines = ExpectAllExitZero(run, "master");
   std::optional<double> accuracy = FinalAccuracy(lines);
   ASSERT_TRUE(accuracy.has_value()) << absl::StrJoin(lines, "\n");
