@@ -50,15 +50,26 @@ absl::Status SendMessage(Transport& t, int peer, Tag header_tag, Tag payload_tag
   return absl::OkStatus();
 }
 
+// The payload has a deadline of its own: a receiver that polls for headers
+// with a short deadline must not give up between a header and its payload,
+// or the payload is left behind and the next header read waits forever.
 absl::Status RecvMessage(Transport& t, int peer, Tag header_tag, Tag payload_tag, Header* header,
-                         std::string* payload, absl::Time deadline) {
-  RETURN_IF_ERROR(t.Recv(peer, header_tag, AsBytes(*header), deadline));
+                         std::string* payload, absl::Time header_deadline,
+                         absl::Time payload_deadline) {
+  RETURN_IF_ERROR(t.Recv(peer, header_tag, AsBytes(*header), header_deadline));
   payload->resize(header->payload_bytes);
   if (header->payload_bytes > 0) {
-    RETURN_IF_ERROR(t.Recv(peer, payload_tag,
-                           absl::Span<std::byte>(reinterpret_cast<std::byte*>(payload->data()),
-                                                 payload->size()),
-                           deadline));
+    absl::Status s = t.Recv(
+        peer, payload_tag,
+        absl::Span<std::byte>(reinterpret_cast<std::byte*>(payload->data()), payload->size()),
+        payload_deadline);
+    if (s.code() == absl::StatusCode::kDeadlineExceeded && payload_deadline != header_deadline) {
+      // Not the header poll's timeout: the peer sent a header and never its
+      // payload.
+      return absl::UnavailableError(absl::StrCat("the payload of a ", header->payload_bytes,
+                                                 "-byte message never arrived: ", s.message()));
+    }
+    RETURN_IF_ERROR(s);
   }
   return absl::OkStatus();
 }
@@ -136,8 +147,12 @@ class ParameterShardServer {
         absl::MutexLock lock(&mu_);
         if (stopping_) break;
       }
-      absl::Status s = RecvMessage(transport_, replica, kRequestTag, kRequestPayloadTag, &request,
-                                   &payload, absl::Now() + absl::Seconds(1));
+      // Polls for a request once a second (to notice stopping_), then waits
+      // for its payload as long as for any request.
+      const absl::Time now = absl::Now();
+      absl::Status s =
+          RecvMessage(transport_, replica, kRequestTag, kRequestPayloadTag, &request, &payload,
+                      now + absl::Seconds(1), now + ps_options_.request_timeout);
       if (s.code() == absl::StatusCode::kDeadlineExceeded) continue;
       if (!s.ok()) {
         Lost(replica, s);
@@ -467,7 +482,10 @@ class ParameterServerStrategy final : public runtime::engine::TrainingStrategy {
         *transport_, peer, kRequestTag, kRequestPayloadTag, request,
         absl::Span<const std::byte>(reinterpret_cast<const std::byte*>(payload.data()), payload.size()),
         deadline);
-    if (s.ok()) s = RecvMessage(*transport_, peer, kReplyTag, kReplyPayloadTag, reply, reply_payload, deadline);
+    if (s.ok()) {
+      s = RecvMessage(*transport_, peer, kReplyTag, kReplyPayloadTag, reply, reply_payload,
+                      deadline, deadline);
+    }
     if (!s.ok()) {
       return runtime::WithExitCode(
           absl::Status(s.code(), absl::StrCat(cluster_.TaskName(), ": parameter server ", PsName(p),
