@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "operator/kube/controller_test_fixture.h"
 #include "operator/kube/rest_client.h"
 #include "operator/kube/test_objects.h"
 #include "operator/tuner/recording_tuner.h"
@@ -29,22 +30,8 @@ json StandardJob(const std::string& name) {
             {"runPolicy", {{"restartPolicy", "Never"}, {"cleanPodPolicy", "Running"}}}}}};
 }
 
-
-class ControllerTest : public ::testing::Test {
+class ControllerTest : public testing::ControllerOnFakeServerTest {
  protected:
-  void SetUp() override {
-    FakeApiServer::Options server_options;
-    server_options.bookmark_interval = absl::Milliseconds(200);
-    server_ = *FakeApiServer::Start(server_options);
-    client_ = testing::FakeServerClient(server_->url());
-    ControllerOptions options;
-    options.ns = "ns1";
-    options.workers = 2;
-    controller_ = std::make_unique<Controller>(client_.get(), options, &studies_);
-    ASSERT_TRUE(controller_->Start(absl::Seconds(30)));
-  }
-  void TearDown() override { controller_->Stop(); }
-
   json JobObject(const std::string& job) {
     auto j = server_->Get("trainingjobs", "ns1", job);
     return j.ok() ? *j : json();
@@ -77,11 +64,6 @@ class ControllerTest : public ::testing::Test {
     return server_->WaitUntil(
         [&] { return server_->Count("pods") == 8 && server_->Count("services") == 8; });
   }
-
-  std::unique_ptr<FakeApiServer> server_;
-  std::unique_ptr<RestClusterClient> client_;
-  InMemoryStudyStore studies_;
-  std::unique_ptr<Controller> controller_;
 };
 
 TEST_F(ControllerTest, CreatesEveryReplicaOnceOwnedAndLabelled) {

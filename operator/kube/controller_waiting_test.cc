@@ -8,6 +8,7 @@
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
 #include "operator/kube/controller.h"
+#include "operator/kube/controller_test_fixture.h"
 #include "operator/kube/rest_client.h"
 #include "operator/kube/test_objects.h"
 #include "tests/fake_apiserver/fake_apiserver.h"
@@ -64,21 +65,8 @@ json Running() {
              {"state", {{"running", {{"startedAt", "2027-01-15T08:00:00Z"}}}}}}}}};
 }
 
-class WaitingReasonsTest : public ::testing::Test {
+class WaitingReasonsTest : public testing::ControllerOnFakeServerTest {
  protected:
-  void SetUp() override {
-    FakeApiServer::Options server_options;
-    server_options.bookmark_interval = absl::Milliseconds(200);
-    server_ = *FakeApiServer::Start(server_options);
-    client_ = testing::FakeServerClient(server_->url());
-    ControllerOptions options;
-    options.ns = "ns1";
-    options.workers = 2;
-    controller_ = std::make_unique<Controller>(client_.get(), options, &studies_);
-    ASSERT_TRUE(controller_->Start(absl::Seconds(30)));
-  }
-  void TearDown() override { controller_->Stop(); }
-
   json Condition(const std::string& job) {
     auto j = server_->Get("trainingjobs", "ns1", job);
     if (!j.ok() || !j->contains("status")) return json::object();
@@ -123,11 +111,6 @@ class WaitingReasonsTest : public ::testing::Test {
       ASSERT_TRUE(fake_apiserver::PollUntil([&] { return controller_->sync_count() > before; }));
     }
   }
-
-  std::unique_ptr<FakeApiServer> server_;
-  std::unique_ptr<RestClusterClient> client_;
-  InMemoryStudyStore studies_;
-  std::unique_ptr<Controller> controller_;
 };
 
 TEST_F(WaitingReasonsTest, EachCauseBecomesTheConditionAndOneWarning) {
