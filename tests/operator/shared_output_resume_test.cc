@@ -301,5 +301,95 @@ TEST_F(SharedOutputResumeTest, RecreatedMasterResumesFromTheClaimAndTheEvaluator
   EXPECT_TRUE(fs::is_empty(evaluator_cwd));
 }
 
+// A claim outlives its jobs: a job that reuses the folder of an earlier one
+// (the same claim and subPath, here even the same name after the first
+// TrainingJob was deleted) never restores the earlier job's checkpoints. Its
+// master finds them, names their owner, and trains from step 0 in a
+// subfolder of its own (the runtime's checkpoint-ownership rule); the earlier
+// job's files stay as they were.
+TEST_F(SharedOutputResumeTest, ARerunOnAKeptClaimNeverRestoresTheEarlierJobsCheckpoints) {
+  const std::string data = dir_ + "/train.csv";
+  {
+    std::ofstream out(data);
+    for (int i = 0; i < 256; ++i) {
+      const int label = i % 2;
+      out << (label ? 1.0 : -1.0) + 0.001 * (i % 97) << "," << 0.002 * (i % 89) << "," << label
+          << "\n";
+    }
+  }
+  const std::string claim_folder = dir_ + "/claim";
+  fs::create_directories(claim_folder);
+  const std::string outputs = claim_folder + "/run";
+  auto job_with_steps = [&](int max_steps) {
+    return json{{"apiVersion", "kubetrain.io/v1"},
+                {"kind", "TrainingJob"},
+                {"metadata", {{"name", "rerun"}}},
+                {"spec",
+                 {{"trainingInput",
+                   {{"scaleTier", "BASIC"},
+                    {"jobDir", "/outputs"},
+                    {"args",
+                     {"--train_data_paths=" + data, absl::StrCat("--max_steps=", max_steps),
+                      "--save_checkpoints_steps=100", "--batch_size=32", "--hidden1=8",
+                      "--hidden2=4", "--threads=1", "--seed=5", "--eval_every_secs=0"}}}},
+                  {"outputStorage", {{"claimName", "shared"}, {"subPath", "run"}}}}}};
+  };
+  StandInKubelet kubelet({{"shared", claim_folder}});
+  const std::string cwd = dir_ + "/cwd";
+  fs::create_directories(cwd);
+  // Runs the job's master pod (the one owned by `job_uid`) to its end;
+  // returns its log.
+  auto run_master = [&](const std::string& job_uid, const std::string& log) {
+    json pod;
+    EXPECT_TRUE(server_->WaitUntil([&] {
+      pod = Pod("rerun-master-0");
+      return pod.is_object() && pod["metadata"]["ownerReferences"][0]["uid"] == job_uid;
+    }));
+    const pid_t master = kubelet.Start(pod, log, cwd);
+    EXPECT_GT(master, 0);
+    if (master <= 0) return std::string();
+    SetPhase("rerun-master-0", {{"status", {{"phase", "Running"}}}});
+    EXPECT_EQ(WaitForExit(master, absl::Seconds(300)), 0) << ReadFile(log);
+    SetPhase("rerun-master-0", kube::testing::TerminatedPodStatus("Succeeded", 0));
+    EXPECT_TRUE(server_->WaitUntil([&] {
+      auto job = server_->Get("trainingjobs", "ns1", "rerun");
+      return job.ok() && (*job)["status"].value("state", "") == "SUCCEEDED";
+    }));
+    return ReadFile(log);
+  };
+
+  auto first = server_->Create("trainingjobs", "ns1", job_with_steps(200));
+  ASSERT_TRUE(first.ok()) << first.status();
+  const std::string first_uid = (*first)["metadata"]["uid"];
+  const std::string first_log = run_master(first_uid, dir_ + "/first.log");
+  EXPECT_TRUE(absl::StrContains(first_log, "Final metrics after 200 steps")) << first_log;
+  ASSERT_EQ(LatestCheckpointStep(outputs), 200);
+  const std::string first_index = ReadFile(outputs + "/checkpoint");
+
+  // The TrainingJob goes (its pods with it); the claim, the user's, stays.
+  ASSERT_TRUE(server_->Delete("trainingjobs", "ns1", "rerun").ok());
+  ASSERT_TRUE(server_->WaitUntil([&] { return !Pod("rerun-master-0").is_object(); }));
+  auto second = server_->Create("trainingjobs", "ns1", job_with_steps(300));
+  ASSERT_TRUE(second.ok()) << second.status();
+  const std::string second_uid = (*second)["metadata"]["uid"];
+  ASSERT_NE(second_uid, first_uid);
+  const std::string second_log = run_master(second_uid, dir_ + "/second.log");
+
+  // "rerun-" and the first 8 hex digits of its uid: the second job's own folder.
+  const std::string own = outputs + "/rerun-" + second_uid.substr(0, 8);
+  EXPECT_FALSE(absl::StrContains(second_log, "Restored checkpoint")) << second_log;
+  EXPECT_TRUE(absl::StrContains(second_log,
+                                absl::StrCat("Output folder ", outputs, " is not this job's: ")))
+      << second_log;
+  EXPECT_TRUE(absl::StrContains(second_log, absl::StrCat("there is job 'rerun' (uid ", first_uid)))
+      << second_log;
+  EXPECT_TRUE(absl::StrContains(second_log, "Final metrics after 300 steps")) << second_log;
+  EXPECT_EQ(LatestCheckpointStep(own), 300);
+  EXPECT_TRUE(fs::exists(own + "/export/model.pb"));
+  // The first job's outputs are as it left them.
+  EXPECT_EQ(ReadFile(outputs + "/checkpoint"), first_index);
+  EXPECT_TRUE(fs::is_empty(cwd));
+}
+
 }  // namespace
 }  // namespace kubetrain::testing
