@@ -41,6 +41,7 @@ std::string OwnerJobKey(const json& object) {
 }
 
 std::string OwnerUid(const json& object) {
+  if (!object.contains("metadata") || !object["metadata"].is_object()) return "";
   const json& md = object["metadata"];
   if (!md.contains("ownerReferences") || !md["ownerReferences"].is_array()) return "";
   for (const json& ref : md["ownerReferences"]) {
@@ -131,7 +132,13 @@ Controller::Controller(ClusterClient* client, ControllerOptions options, StudySt
       InformerHandlers{
           .on_add = enqueue_job,
           .on_update = [enqueue_job](const ObjectPtr&, const ObjectPtr& o) { enqueue_job(o); },
-          .on_delete = enqueue_job});
+          .on_delete =
+              [this, enqueue_job](const ObjectPtr& o) {
+                // Its replicas go with it (the garbage collector); what it
+                // expected to see will not come.
+                expectations_.Forget(MetaString(*o, "uid"));
+                enqueue_job(o);
+              }});
   // Only our own replicas: everything we create carries the job-name label.
   auto replica_informer = [this](const Resource& resource, const std::string& kind) {
     return std::make_unique<Informer>(
@@ -160,9 +167,14 @@ void Controller::OnReplicaEvent(const ObjectPtr& object, bool added, bool delete
                                 const std::string& kind) {
   std::string job_key = OwnerJobKey(*object);
   if (job_key.empty()) return;
+  // Expectations are the owner's, by uid: a replica of an earlier job of the
+  // same name never meets (or lowers) what the current one expects.
+  const std::string owner_uid = OwnerUid(*object);
   std::string name = absl::StrCat(kind, "/", MetaString(*object, "name"));
-  if (added) expectations_.CreationObserved(job_key, name);
-  if (deleted) expectations_.DeletionObserved(job_key, name);
+  if (added) expectations_.CreationObserved(owner_uid, name);
+  if (deleted) expectations_.DeletionObserved(owner_uid, name);
+  // The job of that name syncs either way: a replica of an earlier
+  // incarnation that goes frees the name for the current one's replica.
   queue_.Add(job_key);
 }
 
@@ -359,11 +371,9 @@ absl::Status Controller::SyncJob(const std::string& key, bool* requeued) {
   ++syncs_;
   const absl::Time now = absl::Now();
   ObjectPtr job_object = jobs_->cache().Get(key);
-  if (job_object == nullptr) {
-    expectations_.Forget(key);  // deleted: the garbage collector removes its replicas
-    return absl::OkStatus();
-  }
-  if (!expectations_.Satisfied(key, now)) {
+  if (job_object == nullptr) return absl::OkStatus();  // deleted (see the jobs informer)
+  const std::string uid = MetaString(*job_object, "uid");
+  if (!expectations_.Satisfied(uid, now)) {
     // Our own creates/deletes are not in the cache yet; their events requeue
     // the job. The timeout guards against a lost event.
     queue_.AddAfter(key, options_.expectations_timeout);
@@ -395,7 +405,6 @@ absl::Status Controller::SyncJob(const std::string& key, bool* requeued) {
   for (const ObjectPtr& claim : Owned(claims_->cache(), *job_object)) {
     observed.claims.push_back(MetaString(*claim, "name"));
   }
-  const std::string uid = job->metadata().uid();
   if (studies_ != nullptr) observed.trial_metrics = studies_->TrialMetrics(uid);
   // Every trial ever started is in status or archived.
   auto archived_count = [](const v1::TrainingJob& j) {
@@ -433,6 +442,29 @@ absl::Status Controller::SyncJob(const std::string& key, bool* requeued) {
   reconcile.address = core::KubernetesAddresses(ns);
   reconcile.replicas_have_own_filesystems = true;  // pods: outputs need shared storage
   core::ReconcileResult result = core::Reconcile(*job, observed, now, reconcile);
+  // The job the result is carried out for: what pods, services and claims
+  // are rendered from (their owner), and what archived trials belong to.
+  v1::TrainingJob acting = *job;
+
+  // A stale cache entry is not acted on. The job cache may still hold a job
+  // that was deleted (and perhaps created again under its name: another
+  // uid) while the replica caches already show its pods gone; its
+  // reconcile would create replicas owned by a uid that no longer exists,
+  // whose names the current job then cannot take. Before writing objects,
+  // one uncached read confirms that this uid is still the job of this name
+  // (kubernetes' RecheckDeletionTimestamp before adoption); when it is not,
+  // the jobs informer's delete event requeues the key.
+  const bool writes_objects =
+      result.delete_job ||
+      std::any_of(result.actions.begin(), result.actions.end(), [](const core::Action& action) {
+        return !std::holds_alternative<core::EmitEvent>(action);
+      });
+  if (writes_objects) {
+    auto current = client_->Get(kTrainingJobs, ns, MetaString(*job_object, "name"));
+    if (current.status().code() == absl::StatusCode::kNotFound) return absl::OkStatus();
+    if (!current.ok()) return current.status();
+    if (MetaString(*current, "uid") != uid) return absl::OkStatus();
+  }
 
   // 1. Trials leaving status into their ConfigMaps, then the status (a new
   // trial must be on record before its pods exist).
@@ -451,9 +483,13 @@ absl::Status Controller::SyncJob(const std::string& key, bool* requeued) {
       // against the fresh object, write once more.
       auto fresh = client_->Get(kTrainingJobs, ns, MetaString(*job_object, "name"));
       if (!fresh.ok()) return fresh.status();
+      // Another uid is another job: what we observed (replicas owned by
+      // this uid) is not its; its own events bring it to a sync.
+      if (MetaString(*fresh, "uid") != uid) return absl::OkStatus();
       auto fresh_job = JobFromObject(*fresh);
       if (!fresh_job.ok()) return fresh_job.status();
       result = core::Reconcile(*fresh_job, observed, now, reconcile);
+      acting = *fresh_job;
       written_job = *fresh;
       std::vector<v1::HyperparameterOutput> more;
       for (const core::Action& action : result.actions) {
@@ -484,7 +520,7 @@ absl::Status Controller::SyncJob(const std::string& key, bool* requeued) {
       delete_names.push_back("persistentvolumeclaims/" + d->name);
     }
   }
-  expectations_.ExpectDeletions(key, delete_names, now);
+  expectations_.ExpectDeletions(uid, delete_names, now);
   absl::Status first_error;
   std::vector<std::string> deleted_pods;
   for (const core::Action& action : result.actions) {
@@ -511,12 +547,12 @@ absl::Status Controller::SyncJob(const std::string& key, bool* requeued) {
     }
     if (!status.ok()) {
       // Nothing will be observed for a failed call; NotFound is done already.
-      expectations_.DeletionObserved(key, absl::StrCat(resource->plural, "/", name));
+      expectations_.DeletionObserved(uid, absl::StrCat(resource->plural, "/", name));
       if (status.code() != absl::StatusCode::kNotFound && first_error.ok()) first_error = status;
     }
   }
 
-  expectations_.ExpectCreations(key, create_names, now);
+  expectations_.ExpectCreations(uid, create_names, now);
   std::vector<std::string> created_pods;
   bool stop_creating = false;
   // The output claim first: the pods mount it.
@@ -547,25 +583,40 @@ absl::Status Controller::SyncJob(const std::string& key, bool* requeued) {
     }
     std::string expectation = absl::StrCat(resource->plural, "/", name);
     if (stop_creating) {
-      expectations_.CreationObserved(key, expectation);  // not attempted
+      expectations_.CreationObserved(uid, expectation);  // not attempted
       continue;
     }
-    json object = resource == &kPods       ? core::RenderPod(*job, ns, *replica)
-                  : resource == &kServices ? core::RenderService(*job, ns, *replica)
-                                           : core::RenderOutputClaim(*job, ns);
+    json object = resource == &kPods       ? core::RenderPod(acting, ns, *replica)
+                  : resource == &kServices ? core::RenderService(acting, ns, *replica)
+                                           : core::RenderOutputClaim(acting, ns);
     auto created = client_->Create(*resource, ns, object);
     if (created.ok()) {
       if (resource == &kPods) created_pods.push_back(name);
       if (resource == &kPersistentVolumeClaims) {
         recorder_.Record(written_job, EventRecorder::Type::kNormal, "SuccessfulCreate",
                          absl::StrCat("Created output claim ", name, ", mounted at ",
-                                      job->spec().training_input().job_dir()));
+                                      acting.spec().training_input().job_dir()));
       }
       continue;
     }
-    expectations_.CreationObserved(key, expectation);
-    if (created.status().code() == absl::StatusCode::kAlreadyExists) continue;
-    first_error = first_error.ok() ? created.status() : first_error;
+    expectations_.CreationObserved(uid, expectation);
+    absl::Status failed = created.status();
+    if (failed.code() == absl::StatusCode::kAlreadyExists) {
+      // Ours (the cache has not shown it yet) is done; one another owner
+      // holds (a replica of an earlier job of this name that the garbage
+      // collector has not removed yet, or someone else's object with our
+      // label) is not ours: this replica waits until the name is free.
+      const ObjectCache& cache = resource == &kPods       ? pods_->cache()
+                                 : resource == &kServices ? services_->cache()
+                                                          : claims_->cache();
+      ObjectPtr existing = cache.Get(absl::StrCat(ns, "/", name));
+      if (existing == nullptr || OwnerUid(*existing) == uid) continue;
+      const std::string owner = OwnerUid(*existing);
+      failed = absl::AlreadyExistsError(
+          absl::StrCat(resource->plural, "/", name, " exists and is not this job's (uid ", uid,
+                       "): ", owner.empty() ? "it has no owner" : "its owner is uid " + owner));
+    }
+    first_error = first_error.ok() ? failed : first_error;
     // Stop at the first failure (quota, admission, outage): one failed call
     // rather than one per replica; the job is requeued with backoff.
     stop_creating = true;

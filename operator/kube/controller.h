@@ -43,18 +43,24 @@ struct ControllerOptions {
 // workers run one idempotent SyncJob(key) each:
 //
 //  1. read the job and its pods/services from the caches (pods and services
-//     owned by another incarnation of the same name are ignored);
-//  2. skip while expectations for the job are unsatisfied (the cache has not
-//     yet seen our own earlier creates/deletes);
+//     owned by another incarnation of the same name are ignored: the owner's
+//     uid is its identity);
+//  2. skip while expectations for the job (by uid) are unsatisfied (the
+//     cache has not yet seen our own earlier creates/deletes);
 //  3. core::Reconcile(job, observed, now);
-//  4. act in the core's order: archived trials into their ConfigMaps
+//  4. when the result writes objects, one uncached GET confirms that the
+//     job of this name still has the cached uid: a cache entry of a deleted
+//     job is not acted on (its delete event brings the key back);
+//  5. act in the core's order: archived trials into their ConfigMaps
 //     (trial_archive.h; a failure ends the sync before the status drops
 //     them), status (status subresource, only when changed; 409 Conflict ->
 //     re-read the job, reconcile again, write once more), then deletes, then
-//     creates, the output claim before pods (AlreadyExists / NotFound are
-//     success; creates stop at the first other failure, so a quota error
-//     costs one call), events, the job's own deletion;
-//  5. requeue after the core's requeue_after; a failed sync is requeued with
+//     creates, the output claim before pods, rendered from the job as
+//     reconciled (NotFound, and AlreadyExists of an object this job owns,
+//     are success; creates stop at the first other failure, an object of
+//     the name that the cache shows another owner holds included, so a
+//     quota error costs one call), events, the job's own deletion;
+//  6. requeue after the core's requeue_after; a failed sync is requeued with
 //     per-key exponential backoff.
 // Thread-safe. Start() once, Stop() once (also from the destructor).
 class Controller {

@@ -185,6 +185,101 @@ TEST_F(ControllerTest, StatusConflictRereadsAndWritesAgain) {
   EXPECT_EQ(JobObject("s")["metadata"]["labels"]["team"], "a");
 }
 
+// A BASIC job: one master pod (and its service).
+json BasicJob(const std::string& name) {
+  return {{"apiVersion", "kubetrain.io/v1"},
+          {"kind", "TrainingJob"},
+          {"metadata", {{"name", name}}},
+          {"spec", {{"trainingInput", {{"scaleTier", "BASIC"}, {"args", {"--max_steps=10"}}}}}}};
+}
+
+std::string ControllerUid(const json& object) {
+  for (const json& ref : object["metadata"].value("ownerReferences", json::array())) {
+    if (ref.value("controller", false)) return ref.value("uid", "");
+  }
+  return "";
+}
+
+// A TrainingJob deleted and created again under its name is another job
+// (another uid). A controller whose job cache still holds the deleted one
+// (its watch lags the pods' and the job's) creates nothing for it: pods
+// owned by the old uid would take the names of the new job's pods, and the
+// new job would wait for them forever. The new job's pods are its own.
+TEST_F(ControllerTest, AJobCreatedAgainUnderItsNameGetsPodsOfItsOwnNotTheDeletedOnes) {
+  controller_->Stop();  // this test drives its own controllers
+  auto first = server_->Create("trainingjobs", "ns1", BasicJob("rerun"));
+  ASSERT_TRUE(first.ok()) << first.status();
+  const std::string first_uid = (*first)["metadata"]["uid"];
+  ControllerOptions options;
+  options.ns = "ns1";
+  options.workers = 0;  // the test calls SyncJob
+  // Caches frozen right after syncing: the first job, no pods.
+  Controller stale(client_.get(), options, &studies_);
+  ASSERT_TRUE(stale.Start(absl::Seconds(30)));
+  stale.Stop();
+  ASSERT_TRUE(server_->Delete("trainingjobs", "ns1", "rerun").ok());
+  auto second = server_->Create("trainingjobs", "ns1", BasicJob("rerun"));
+  ASSERT_TRUE(second.ok()) << second.status();
+  const std::string second_uid = (*second)["metadata"]["uid"];
+  ASSERT_NE(second_uid, first_uid);
+
+  ASSERT_TRUE(stale.SyncJob("ns1/rerun").ok());
+  for (const char* resource : {"pods", "services", "persistentvolumeclaims", "configmaps"}) {
+    for (const json& object : server_->List(resource, "ns1")) {
+      EXPECT_NE(ControllerUid(object), first_uid)
+          << resource << "/" << object["metadata"]["name"].get<std::string>()
+          << " is owned by the deleted job";
+    }
+  }
+
+  Controller current(client_.get(), options, &studies_);
+  ASSERT_TRUE(current.Start(absl::Seconds(30)));
+  ASSERT_TRUE(current.SyncJob("ns1/rerun").ok());
+  auto pod = server_->Get("pods", "ns1", "rerun-master-0");
+  ASSERT_TRUE(pod.ok()) << pod.status();
+  EXPECT_EQ(ControllerUid(*pod), second_uid);
+  EXPECT_EQ(State("rerun"), "QUEUED");
+  current.Stop();
+}
+
+// A pod of the job's pod name that another owner holds (here: nobody; it
+// carries the job's label, so the controller's cache shows it) is not the
+// job's: its create's AlreadyExists fails the sync, naming it, instead of
+// passing for the job's own pod; once the name is free the job's pod is
+// created.
+TEST_F(ControllerTest, APodOfTheSameNameOwnedByAnotherUidIsNotTheJobs) {
+  controller_->Stop();  // this test drives its own controller
+  json squatter = {
+      {"metadata", {{"name", "taken-master-0"}, {"labels", {{"kubetrain.io/job-name", "taken"}}}}},
+      {"spec", {{"containers", {{{"name", "kubetrain"}, {"image", "x"}}}}}}};
+  ASSERT_TRUE(server_->Create("pods", "ns1", squatter).ok());
+  auto job = server_->Create("trainingjobs", "ns1", BasicJob("taken"));
+  ASSERT_TRUE(job.ok()) << job.status();
+  ControllerOptions options;
+  options.ns = "ns1";
+  options.workers = 0;  // the test calls SyncJob
+  Controller controller(client_.get(), options, &studies_);
+  ASSERT_TRUE(controller.Start(absl::Seconds(30)));
+
+  absl::Status synced = controller.SyncJob("ns1/taken");
+  EXPECT_EQ(synced.code(), absl::StatusCode::kAlreadyExists) << synced;
+  EXPECT_NE(synced.message().find("pods/taken-master-0 exists and is not this job's"),
+            absl::string_view::npos)
+      << synced;
+  EXPECT_EQ(ControllerUid(*server_->Get("pods", "ns1", "taken-master-0")), "");
+
+  ASSERT_TRUE(server_->Delete("pods", "ns1", "taken-master-0").ok());
+  // Synced until its expectations are met (the cache shows what the first
+  // sync created before it stopped: the pod's Service may come first).
+  EXPECT_TRUE(fake_apiserver::PollUntil([&] {
+    EXPECT_TRUE(controller.SyncJob("ns1/taken").ok());
+    return server_->Get("pods", "ns1", "taken-master-0").ok();
+  }));
+  auto pod = server_->Get("pods", "ns1", "taken-master-0");
+  ASSERT_TRUE(pod.ok()) << pod.status();
+  EXPECT_EQ(ControllerUid(*pod), (*job)["metadata"]["uid"]);
+  controller.Stop();
+}
 
 json FinishedTrialJson(const std::string& id, const std::string& x, double value) {
   return {{"trialId", id},

@@ -15,7 +15,12 @@ namespace kubetrain::kube {
 // the same object twice (kubernetes pkg/controller/controller_utils.go, with
 // names instead of counts since our object names are deterministic).
 //
-// Protocol, per job key:
+// Keyed by the job's uid, not its name: a TrainingJob deleted and created
+// again under its name is another job, and the events of the earlier one's
+// replicas (their ownerReferences name its uid) neither meet nor lower what
+// the new one expects.
+//
+// Protocol, per job:
 //  1. Before the create/delete calls: ExpectCreations / ExpectDeletions with
 //     the object names ("pods/NAME", "services/NAME").
 //  2. Informer events lower them: CreationObserved on ADD, DeletionObserved on
