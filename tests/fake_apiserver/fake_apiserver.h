@@ -75,7 +75,12 @@ namespace kubetrain::fake_apiserver {
 //  - graceful deletion: DELETE removes the object at once (no
 //    deletionTimestamp, no finalizers). Owner-referenced dependents in the same
 //    namespace are removed with their owner unless propagationPolicy=Orphan
-//    (a synchronous stand-in for the garbage collector);
+//    (a synchronous stand-in for the garbage collector); owners are matched by
+//    uid, as the collector does, so an object of the same name created again
+//    (a new uid) owns nothing of its predecessor's. Unlike the collector, a
+//    dependent with another owner that still exists goes too (the collector
+//    only drops the dangling reference), and an object created with owners
+//    that are all gone already stays (the collector deletes it a while later);
 //  - resourceVersion on a list (lists always read the latest state);
 //  - cluster-scoped resources and namespaces as objects;
 //  - consistent list snapshots across pages (each page reads the current

@@ -321,6 +321,30 @@ TEST_F(FakeApiServerTest, DeletingAnOwnerDeletesItsDependents) {
             404);
 }
 
+// The garbage collector knows owners by uid: a TrainingJob created again
+// under its name is another object (a new uid) and owns nothing of its
+// predecessor's.
+TEST_F(FakeApiServerTest, AnOwnerCreatedAgainUnderItsNameIsAnotherOwner) {
+  const std::string jobs = "/apis/kubetrain.io/v1/namespaces/ns1/trainingjobs";
+  json job = {{"metadata", {{"name", "j1"}}}, {"spec", json::object()}};
+  const std::string first_uid = Call(http::methods::POST, jobs, job).body["metadata"]["uid"];
+  json pod = Pod("j1-worker-0");
+  pod["metadata"]["ownerReferences"] = {{{"apiVersion", "kubetrain.io/v1"},
+                                         {"kind", "TrainingJob"},
+                                         {"name", "j1"},
+                                         {"uid", first_uid},
+                                         {"controller", true}}};
+  ASSERT_EQ(Call(http::methods::POST, "/api/v1/namespaces/ns1/pods", pod).code, 201);
+  ASSERT_EQ(Call(http::methods::DEL, jobs + "/j1", json{{"propagationPolicy", "Orphan"}}).code,
+            200);
+  ASSERT_TRUE(server_->Get("pods", "ns1", "j1-worker-0").ok()) << "orphaned, not collected";
+
+  const std::string second_uid = Call(http::methods::POST, jobs, job).body["metadata"]["uid"];
+  EXPECT_NE(second_uid, first_uid);
+  ASSERT_EQ(Call(http::methods::DEL, jobs + "/j1").code, 200);
+  EXPECT_TRUE(server_->Get("pods", "ns1", "j1-worker-0").ok()) << "owned by the first j1 only";
+}
+
 TEST_F(FakeApiServerTest, CountsRequestsByVerbAndResource) {
   Call(http::methods::POST, "/api/v1/namespaces/ns1/pods", Pod("a"));
   Call(http::methods::GET, "/api/v1/namespaces/ns1/pods/a");
