@@ -3,7 +3,7 @@
 # as an archive for a cluster without a registry:
 #
 #   scripts/build-images.sh [--tool podman|buildah] [--out DIR] [--jobs N]
-#                           [--cuda] [--refresh-base] [IMAGE...]
+#                           [--cuda | --binaries BUILD_DIR] [--refresh-base] [IMAGE...]
 #
 #   IMAGE       kubetrain-operator, kubetrain-runtime, kubetrain-python-runtime
 #               (default: all three)
@@ -12,6 +12,13 @@
 #   --cuda      also kubetrain-runtime:<version>-cuda, with the CUDA toolkit of
 #               this machine (/usr/local/cuda, or $CUDA_HOME) mounted into the
 #               build stage and the CUDA libraries the runtime loads copied in
+#   --binaries BUILD_DIR  take kubetrain-operator and kubetrain-runtime from
+#               this build tree (a Release build on Debian 12 without CUDA, such
+#               as scripts/test.sh's build/) instead of compiling them in the
+#               build stage: no compile, none of the build stage's packages.
+#               CI builds its images so; the images' libraries still come only
+#               from scripts/packages/, and the build fails when a binary loads
+#               one they lack
 #   --refresh-base  debootstrap the base image again even if it exists
 #
 # Each image is tagged docker.io/kubetrain/<image>:<version> (the name
@@ -34,7 +41,8 @@
 # COMPILER_LAUNCHER=DIR/launcher".
 #
 # All images come from one build stage (deploy/docker/Dockerfile) that
-# compiles both binaries once; later images reuse its cached layers. Another
+# compiles both binaries once (or from --binaries); later images reuse its
+# cached layers. Another
 # image is one more stage in the Dockerfile and one more line in `images`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -53,6 +61,7 @@ tool=""
 out=out/images
 jobs=$(nproc)
 cuda=false
+binaries_dir=""
 refresh_base=false
 selected=()
 while [[ $# -gt 0 ]]; do
@@ -61,6 +70,7 @@ while [[ $# -gt 0 ]]; do
     --out) out=${2:?--out needs a folder}; shift 2 ;;
     --jobs) jobs=${2:?--jobs needs a number}; shift 2 ;;
     --cuda) cuda=true; shift ;;
+    --binaries) binaries_dir=${2:?--binaries needs a build folder}; shift 2 ;;
     --refresh-base) refresh_base=true; shift ;;
     -h|--help) usage ;;
     -*) echo "build-images: unknown flag $1" >&2; usage ;;
@@ -78,6 +88,11 @@ case $tool in
   podman|buildah) command -v "$tool" >/dev/null 2>&1 || { echo "build-images: $tool is not installed (scripts/install-deps.sh --images)" >&2; exit 1; } ;;
   *) echo "build-images: --tool: podman or buildah, got '$tool'" >&2; exit 2 ;;
 esac
+
+if [[ -n $binaries_dir ]] && $cuda; then
+  echo "build-images: --cuda compiles in the build stage; it does not go with --binaries" >&2
+  exit 2
+fi
 
 version=$(sed -n 's/^project(kubetrain VERSION \([0-9.]*\).*/\1/p' CMakeLists.txt)
 [[ -n $version ]] || { echo "build-images: no project(kubetrain VERSION ...) in CMakeLists.txt" >&2; exit 1; }
@@ -98,6 +113,49 @@ phase() {  # prints how long the previous phase took
 image_exists() {
   if [[ $tool == podman ]]; then podman image exists "$1"; else buildah inspect --type image "$1" >/dev/null 2>&1; fi
 }
+
+# ---- With --binaries: the build tree's binaries, stripped, for the prebuilt stage. ----
+dockerfile=deploy/docker/Dockerfile
+prebuilt_args=()
+if [[ -n $binaries_dir ]]; then
+  cache=$binaries_dir/CMakeCache.txt
+  [[ -f $cache ]] || { echo "build-images: --binaries: no CMakeCache.txt in $binaries_dir" >&2; exit 1; }
+  build_type=$(sed -n 's/^CMAKE_BUILD_TYPE:[A-Z]*=//p' "$cache")
+  [[ $build_type == Release ]] || {
+    echo "build-images: --binaries: $binaries_dir is a '$build_type' build; the images take Release binaries" >&2
+    exit 1
+  }
+  if grep -q '^KUBETRAIN_SANITIZE:BOOL=ON' "$cache"; then
+    echo "build-images: --binaries: $binaries_dir is a sanitizer build" >&2
+    exit 1
+  fi
+  mkdir -p "$work/prebuilt"
+  for binary in operator/cmd/kubetrain-operator trainer-runtime/cmd/kubetrain-runtime; do
+    path=$binaries_dir/$binary
+    [[ -x $path ]] || { echo "build-images: --binaries: $path is not built (cmake --build $binaries_dir --target $(basename "$binary"))" >&2; exit 1; }
+    # The images hold Debian's libraries only: a binary that loads one from
+    # elsewhere (the CUDA toolkit under /usr/local) needs the build stage.
+    outside=$(ldd "$path" | awk '$3 ~ /^\// && $3 !~ /^\/(usr\/)?lib/ { print $1 " => " $3 }')
+    if [[ -n $outside ]]; then
+      echo "build-images: --binaries: $path loads libraries from outside Debian's packages:" >&2
+      echo "$outside" >&2
+      echo "  (a build with -DKUBETRAIN_CUDA=OFF, or without --binaries)" >&2
+      exit 1
+    fi
+    strip -o "$work/prebuilt/$(basename "$binary")" "$path"
+  done
+  # The same Dockerfile with the prebuilt stage in place of the compile.
+  dockerfile=$work/Dockerfile
+  sed 's/^FROM build AS binaries$/FROM prebuilt AS binaries/' deploy/docker/Dockerfile >"$dockerfile"
+  grep -q '^FROM prebuilt AS binaries$' "$dockerfile" || {
+    echo "build-images: deploy/docker/Dockerfile has no 'FROM build AS binaries' line" >&2
+    exit 1
+  }
+  prebuilt_args=(--volume "$work/prebuilt:/prebuilt:ro"
+    --build-arg "OPERATOR_SHA256=$(sha256sum <"$work/prebuilt/kubetrain-operator" | cut -d' ' -f1)"
+    --build-arg "RUNTIME_SHA256=$(sha256sum <"$work/prebuilt/kubetrain-runtime" | cut -d' ' -f1)")
+  echo "build-images: binaries from $binaries_dir (no build stage)"
+fi
 
 # ---- The base: Debian 12 minbase from the mirror. ----
 base=${KUBETRAIN_BASE_IMAGE:-}
@@ -171,8 +229,9 @@ fi
 runtime_base=${runtime_base:-$base}
 
 # ---- The images. ----
-build_args=(--network host --layers -f deploy/docker/Dockerfile
-  --build-arg "BASE=$base" --build-arg "RUNTIME_BASE=$runtime_base" --build-arg "JOBS=$jobs")
+build_args=(--network host --layers -f "$dockerfile"
+  --build-arg "BASE=$base" --build-arg "RUNTIME_BASE=$runtime_base" --build-arg "JOBS=$jobs"
+  "${prebuilt_args[@]}")
 read -r -a extra_opts <<<"${KUBETRAIN_IMAGE_BUILD_OPTS:-}"
 build_args+=("${extra_opts[@]}")
 build() {  # build TARGET TAG [extra args...]

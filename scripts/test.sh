@@ -7,29 +7,39 @@
 #                                 $FUZZ_SECONDS (60) s, the others $FUZZ_SECONDS_OTHERS (20) s
 #   scripts/test.sh --images      the container images (scripts/build-images.sh, archives
 #                                 in out/images/), then their smoke tests (label image).
-#                                 Not in .ci/run: on its 2 cores it would add about 18
-#                                 minutes (debootstrap, the build stage's packages, a
-#                                 compile without a cache), about 45 of CI's 60. Run it
-#                                 when deploy/docker, scripts/packages or the image
+#                                 The Dockerfile's build stage compiles the binaries: run
+#                                 it when deploy/docker, scripts/packages or the image
 #                                 scripts change.
+#   scripts/test.sh --images-from-build
+#                                 the same with the binaries of build/ (the default
+#                                 mode's Release build, brought up to date), so no
+#                                 compile and no build-stage packages; .ci/run runs it
+#                                 after the default mode.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 mode=default
+images_from_build=false
 case "${1:-}" in
   --sanitize) mode=sanitize ;;
   --images) mode=images ;;
+  --images-from-build) mode=images; images_from_build=true ;;
 esac
 jobs=$(nproc)
 
 if [[ $mode == images ]]; then
   scripts/install-deps.sh --images
-  scripts/build-images.sh --out out/images --jobs "$jobs"
   # The smoke tests run the images with podman, beside the build tree's fake
   # API server; the same containers.conf as the build (scripts/containers-env.sh).
   cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DKUBETRAIN_CUDA=AUTO \
     -DKUBETRAIN_IMAGE_TESTS=ON
-  cmake --build build -j "$jobs" --target image_smoke_test
+  if $images_from_build; then
+    cmake --build build -j "$jobs" --target kubetrain-operator kubetrain-runtime image_smoke_test
+    scripts/build-images.sh --out out/images --binaries build
+  else
+    scripts/build-images.sh --out out/images --jobs "$jobs"
+    cmake --build build -j "$jobs" --target image_smoke_test
+  fi
   containers_dir=$(mktemp -d)
   trap 'rm -rf "$containers_dir"' EXIT
   source scripts/containers-env.sh

@@ -7,7 +7,9 @@
 //   else;
 // - every shared library the built kubetrain-runtime loads belongs to a
 //   package of runtime.txt, one they depend on, or Debian's minimal base
-//   (Essential and Priority required, and apt).
+//   (Essential and Priority required, and apt); every one kubetrain-operator
+//   loads, to one of runtime.txt or operator.txt (or their dependencies, or
+//   the base), because the operator image copies its libraries from those.
 // Files outside Debian's packages (the CUDA toolkit under /usr/local) are left
 // out: the CUDA variant of the image mounts the toolkit instead.
 #include <map>
@@ -30,6 +32,9 @@
 #endif
 #ifndef KUBETRAIN_RUNTIME_BINARY
 #error "KUBETRAIN_RUNTIME_BINARY must name the kubetrain-runtime binary"
+#endif
+#ifndef KUBETRAIN_OPERATOR_BINARY
+#error "KUBETRAIN_OPERATOR_BINARY must name the kubetrain-operator binary"
 #endif
 
 namespace kubetrain::images_testing {
@@ -250,9 +255,10 @@ TEST(PackageListsTest, BuildListHasWhatCMakeFound) {
       << Describe(missing, owners);
 }
 
-TEST(PackageListsTest, RuntimeListHasWhatTheRuntimeLoads) {
-  CommandResult ldd = RunCommand(std::string("ldd ") + KUBETRAIN_RUNTIME_BINARY);
-  ASSERT_EQ(ldd.exit_code, 0) << ldd.output;
+// The packages whose libraries `binary` loads, and which library each is for.
+std::map<std::string, std::string> LoadedLibraryOwners(const std::string& binary) {
+  CommandResult ldd = RunCommand("ldd " + binary);
+  EXPECT_EQ(ldd.exit_code, 0) << ldd.output;
   // "\tlibfoo.so.1 => /lib/x86_64-linux-gnu/libfoo.so.1 (0x...)"
   std::set<std::string> libraries;
   for (absl::string_view line : absl::StrSplit(ldd.output, '\n', absl::SkipEmpty())) {
@@ -261,16 +267,35 @@ TEST(PackageListsTest, RuntimeListHasWhatTheRuntimeLoads) {
     absl::string_view path = line.substr(arrow + 3);
     libraries.emplace(path.substr(0, path.find(' ')));
   }
-  ASSERT_GT(libraries.size(), 5u) << ldd.output;
-  std::map<std::string, std::string> owners = Owners(libraries);
+  EXPECT_GT(libraries.size(), 5u) << ldd.output;
+  return Owners(libraries);
+}
+
+TEST(PackageListsTest, RuntimeListHasWhatTheRuntimeLoads) {
+  std::map<std::string, std::string> owners = LoadedLibraryOwners(KUBETRAIN_RUNTIME_BINARY);
   std::set<std::string> needed;
   for (const auto& [path, package] : owners) needed.insert(package);
-  EXPECT_TRUE(needed.count("libgrpc++1.51")) << ldd.output;
+  EXPECT_TRUE(needed.count("libgrpc++1.51")) << Describe(needed, owners);
   PackageDb db = InstalledPackages();
   std::set<std::string> missing = Missing(needed, ListFile("runtime.txt"), BaseSystem(db), db);
   EXPECT_TRUE(missing.empty())
       << "kubetrain-runtime loads libraries of packages that the runtime image does not "
          "install (add them to scripts/packages/runtime.txt):\n"
+      << Describe(missing, owners);
+}
+
+TEST(PackageListsTest, OperatorListsHaveWhatTheOperatorLoads) {
+  std::map<std::string, std::string> owners = LoadedLibraryOwners(KUBETRAIN_OPERATOR_BINARY);
+  std::set<std::string> needed;
+  for (const auto& [path, package] : owners) needed.insert(package);
+  EXPECT_TRUE(needed.count("libcpprest2.10")) << Describe(needed, owners);
+  std::set<std::string> listed = ListFile("runtime.txt");
+  for (const std::string& p : ListFile("operator.txt")) listed.insert(p);
+  PackageDb db = InstalledPackages();
+  std::set<std::string> missing = Missing(needed, listed, BaseSystem(db), db);
+  EXPECT_TRUE(missing.empty())
+      << "kubetrain-operator loads libraries of packages that the operator image does not "
+         "take its libraries from (add them to scripts/packages/operator.txt):\n"
       << Describe(missing, owners);
 }
 
