@@ -5,6 +5,9 @@
 #include <algorithm>
 #include <iostream>
 #include <map>
+#include <optional>
+#include <type_traits>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -12,8 +15,10 @@
 #include "api/codec.h"
 #include "api/defaults.h"
 #include "api/validation.h"
+#include "operator/core/carry_out.h"
 #include "operator/core/kube_objects.h"
 #include "operator/core/naming.h"
+#include "operator/core/previous_study.h"
 #include "operator/core/tf_config.h"
 #include "operator/kube/api_status.h"
 #include "operator/metrics/metrics_service.h"
@@ -367,9 +372,182 @@ absl::Status Controller::WriteStatus(json job_object, const v1::TrainingJobStatu
       .status();
 }
 
+// Carries out a reconcile result on the API server for one job: what is
+// created is rendered from `job` (its owner) and the events are about
+// `object`, both the job as reconciled. Deletes and creates raise the job's
+// expectations first (lowered for calls that fail: nothing will be
+// observed); deletes go on past a failure, creates stop at the first one
+// (one failed call for a quota error, not one per replica). A per-object
+// Event for the claims, one summary Event for the pods a step created or
+// deleted.
+class Controller::JobSink : public core::ResultSink {
+ public:
+  JobSink(Controller* controller, const v1::TrainingJob& job, const json& object, absl::Time now)
+      : c_(controller),
+        job_(job),
+        object_(object),
+        ns_(MetaString(object, "namespace")),
+        uid_(job.metadata().uid()),
+        now_(now) {}
+
+  // Whether the archive or the status write failed, which ends the
+  // carry-out there (core::CarryOut): nothing else has happened.
+  bool ended_early() const { return ended_early_; }
+  // Whether the status write failed with 409 Conflict (the job changed since
+  // the cache saw it).
+  bool status_conflicted() const { return status_conflicted_; }
+
+  absl::Status Archive(const std::vector<v1::HyperparameterOutput>& trials) override {
+    absl::Status archived = c_->archive_.Archive(job_, trials);
+    ended_early_ = !archived.ok();
+    return archived;
+  }
+
+  absl::Status WriteStatus(const v1::TrainingJobStatus& status) override {
+    absl::Status written = c_->WriteStatus(object_, status);
+    ended_early_ = !written.ok();
+    status_conflicted_ = IsConflict(written);
+    return written;
+  }
+
+  absl::Status Delete(const std::vector<core::Deletion>& deletions) override {
+    std::vector<std::pair<const Resource*, std::string>> targets;
+    for (const core::Deletion& deletion : deletions) {
+      if (auto* d = std::get_if<core::DeleteReplica>(&deletion)) {
+        targets.emplace_back(&kPods, d->name);
+      } else if (auto* d = std::get_if<core::DeleteService>(&deletion)) {
+        targets.emplace_back(&kServices, d->name);
+      } else if (auto* d = std::get_if<core::DeleteClaim>(&deletion)) {
+        targets.emplace_back(&kPersistentVolumeClaims, d->name);
+      }
+    }
+    std::vector<std::string> expected;
+    for (const auto& [resource, name] : targets) {
+      expected.push_back(absl::StrCat(resource->plural, "/", name));
+    }
+    c_->expectations_.ExpectDeletions(uid_, expected, now_);
+    absl::Status first_error;
+    std::vector<std::string> deleted_pods;
+    for (const auto& [resource, name] : targets) {
+      absl::Status status = c_->client_->Delete(*resource, ns_, name);
+      if (status.ok() && resource == &kPods) deleted_pods.push_back(name);
+      if (status.ok() && resource == &kPersistentVolumeClaims) {
+        c_->recorder_.Record(object_, EventRecorder::Type::kNormal, "SuccessfulDelete",
+                             absl::StrCat("Deleted output claim ", name,
+                                          " (spec.outputStorage.newClaim.deleteWhenFinished)"));
+      }
+      if (!status.ok()) {
+        // Nothing will be observed for a failed call; NotFound is done already.
+        c_->expectations_.DeletionObserved(uid_, absl::StrCat(resource->plural, "/", name));
+        if (status.code() != absl::StatusCode::kNotFound && first_error.ok()) first_error = status;
+      }
+    }
+    if (!deleted_pods.empty()) {
+      c_->recorder_.Record(object_, EventRecorder::Type::kNormal, "SuccessfulDelete",
+                           absl::StrCat("Deleted pods: ", absl::StrJoin(deleted_pods, ", ")));
+    }
+    return first_error;
+  }
+
+  absl::Status Create(const std::vector<core::Creation>& creations) override {
+    std::vector<std::string> expected;
+    for (const core::Creation& creation : creations) {
+      expected.push_back(
+          absl::StrCat(Target(creation).first->plural, "/", Target(creation).second));
+    }
+    c_->expectations_.ExpectCreations(uid_, expected, now_);
+    absl::Status first_error;
+    std::vector<std::string> created_pods;
+    for (const core::Creation& creation : creations) {
+      const auto [resource, name] = Target(creation);
+      const std::string expectation = absl::StrCat(resource->plural, "/", name);
+      if (!first_error.ok()) {
+        c_->expectations_.CreationObserved(uid_, expectation);  // not attempted
+        continue;
+      }
+      json object = std::visit(
+          [&](const auto& c) -> json {
+            using T = std::decay_t<decltype(c)>;
+            if constexpr (std::is_same_v<T, core::CreateReplica>) {
+              return core::RenderPod(job_, ns_, c.replica);
+            } else if constexpr (std::is_same_v<T, core::CreateService>) {
+              return core::RenderService(job_, ns_, c.replica);
+            } else {
+              return core::RenderOutputClaim(job_, ns_);
+            }
+          },
+          creation);
+      auto created = c_->client_->Create(*resource, ns_, object);
+      if (created.ok()) {
+        if (resource == &kPods) created_pods.push_back(name);
+        if (resource == &kPersistentVolumeClaims) {
+          c_->recorder_.Record(object_, EventRecorder::Type::kNormal, "SuccessfulCreate",
+                               absl::StrCat("Created output claim ", name, ", mounted at ",
+                                            job_.spec().training_input().job_dir()));
+        }
+        continue;
+      }
+      c_->expectations_.CreationObserved(uid_, expectation);
+      absl::Status failed = created.status();
+      if (failed.code() == absl::StatusCode::kAlreadyExists) {
+        // Ours (the cache has not shown it yet) is done; one another owner
+        // holds (a replica of an earlier job of this name that the garbage
+        // collector has not removed yet, or someone else's object with our
+        // label) is not ours: this replica waits until the name is free.
+        const ObjectCache& cache = resource == &kPods       ? c_->pods_->cache()
+                                   : resource == &kServices ? c_->services_->cache()
+                                                            : c_->claims_->cache();
+        ObjectPtr existing = cache.Get(absl::StrCat(ns_, "/", name));
+        if (existing == nullptr || OwnerUid(*existing) == uid_) continue;
+        const std::string owner = OwnerUid(*existing);
+        failed = absl::AlreadyExistsError(
+            absl::StrCat(resource->plural, "/", name, " exists and is not this job's (uid ", uid_,
+                         "): ", owner.empty() ? "it has no owner" : "its owner is uid " + owner));
+      }
+      // Stop at the first failure (quota, admission, outage): one failed
+      // call rather than one per replica; the job is requeued with backoff.
+      first_error = failed;
+    }
+    if (!created_pods.empty()) {
+      c_->recorder_.Record(
+          object_, EventRecorder::Type::kNormal, "SuccessfulCreate",
+          absl::StrCat("Created pods (and their services): ", absl::StrJoin(created_pods, ", ")));
+    }
+    return first_error;
+  }
+
+  absl::Status Emit(const std::vector<core::EmitEvent>& events) override {
+    for (const core::EmitEvent& e : events) {
+      c_->recorder_.Record(object_,
+                           e.type == core::EmitEvent::Type::kWarning ? EventRecorder::Type::kWarning
+                                                                     : EventRecorder::Type::kNormal,
+                           e.reason, e.message);
+    }
+    return absl::OkStatus();  // best effort (event_recorder.h)
+  }
+
+ private:
+  static std::pair<const Resource*, std::string> Target(const core::Creation& creation) {
+    if (auto* c = std::get_if<core::CreateReplica>(&creation)) return {&kPods, c->replica.name};
+    if (auto* c = std::get_if<core::CreateService>(&creation)) {
+      return {&kServices, c->replica.name};
+    }
+    return {&kPersistentVolumeClaims, std::get<core::CreateClaim>(creation).name};
+  }
+
+  Controller* const c_;
+  const v1::TrainingJob& job_;
+  const json& object_;
+  const std::string ns_;
+  const std::string uid_;
+  const absl::Time now_;
+  bool ended_early_ = false;
+  bool status_conflicted_ = false;
+};
+
 absl::Status Controller::SyncJob(const std::string& key, bool* requeued) {
   ++syncs_;
-  const absl::Time now = absl::Now();
+  const absl::Time now = options_.clock();
   ObjectPtr job_object = jobs_->cache().Get(key);
   if (job_object == nullptr) return absl::OkStatus();  // deleted (see the jobs informer)
   const std::string uid = MetaString(*job_object, "uid");
@@ -411,40 +589,36 @@ absl::Status Controller::SyncJob(const std::string& key, bool* requeued) {
     const v1::TrainingOutput& out = j.status().training_output();
     return static_cast<size_t>(std::max<int64_t>(0, out.total_trial_count() - out.trials_size()));
   };
-  absl::StatusOr<std::vector<v1::HyperparameterOutput>> archived =
-      archive_.Trials(*job, archived_count(*job));
+  auto archived_trials = [&](const v1::TrainingJob& j) {
+    return archive_.Trials(j, archived_count(j));
+  };
+  absl::StatusOr<std::vector<v1::HyperparameterOutput>> archived = archived_trials(*job);
   if (!archived.ok()) return archived.status();
   observed.archived_trials = *std::move(archived);
   // The study this one continues: the earlier TrainingJob of the same
-  // namespace, from the cache, with the trials it archived. A missing job
-  // is for the reconciler to judge; one the schema cannot read is passed as
-  // found but empty (so it is reported as no tuning job).
-  const std::string& previous_name =
-      job->spec().training_input().hyperparameters().resume_previous_job_id();
-  if (!previous_name.empty() && !core::IsTerminal(job->status().state())) {
-    // A Cloud ML name ("fmnist_hptuning") names the object "fmnist-hptuning".
-    const std::string previous_key = absl::StrCat(ns, "/", api::KubernetesName(previous_name));
-    if (ObjectPtr previous = jobs_->cache().Get(previous_key)) {
-      observed.previous_study.found = true;
-      auto parsed = JobFromObject(*previous);
-      if (parsed.ok()) {
-        observed.previous_study.job = *std::move(parsed);
-        absl::StatusOr<std::vector<v1::HyperparameterOutput>> theirs = archive_.Trials(
-            observed.previous_study.job, archived_count(observed.previous_study.job));
-        if (!theirs.ok()) return theirs.status();
-        observed.previous_study.archived_trials = *std::move(theirs);
-      } else {
-        observed.previous_study.job.mutable_metadata()->set_name(MetaString(*previous, "name"));
-      }
-    }
-  }
+  // namespace, from the cache.
+  absl::StatusOr<core::PreviousStudy> previous = core::FindPreviousStudy(
+      *job,
+      {.find_job = [&](const std::string& name) -> absl::StatusOr<std::optional<v1::TrainingJob>> {
+         // A Cloud ML name ("fmnist_hptuning") names the object "fmnist-hptuning".
+         ObjectPtr object = jobs_->cache().Get(absl::StrCat(ns, "/", api::KubernetesName(name)));
+         if (object == nullptr) return std::nullopt;
+         absl::StatusOr<v1::TrainingJob> parsed = JobFromObject(*object);
+         if (parsed.ok()) return *std::move(parsed);
+         // One the schema cannot read is found but empty (so it is
+         // reported as no tuning job).
+         v1::TrainingJob unreadable;
+         unreadable.mutable_metadata()->set_name(MetaString(*object, "name"));
+         return unreadable;
+       },
+       .archived_trials = archived_trials});
+  if (!previous.ok()) return previous.status();
+  observed.previous_study = *std::move(previous);
+
   core::ReconcileOptions reconcile = options_.reconcile;
   reconcile.address = core::KubernetesAddresses(ns);
   reconcile.replicas_have_own_filesystems = true;  // pods: outputs need shared storage
   core::ReconcileResult result = core::Reconcile(*job, observed, now, reconcile);
-  // The job the result is carried out for: what pods, services and claims
-  // are rendered from (their owner), and what archived trials belong to.
-  v1::TrainingJob acting = *job;
 
   // A stale cache entry is not acted on. The job cache may still hold a job
   // that was deleted (and perhaps created again under its name: another
@@ -466,192 +640,39 @@ absl::Status Controller::SyncJob(const std::string& key, bool* requeued) {
     if (MetaString(*current, "uid") != uid) return absl::OkStatus();
   }
 
-  // 1. Trials leaving status into their ConfigMaps, then the status (a new
-  // trial must be on record before its pods exist).
-  std::vector<v1::HyperparameterOutput> to_archive;
-  for (const core::Action& action : result.actions) {
-    if (auto* a = std::get_if<core::ArchiveTrial>(&action)) to_archive.push_back(a->trial);
-  }
-  if (!to_archive.empty()) {
-    if (absl::Status s = archive_.Archive(*job, to_archive); !s.ok()) return s;
-  }
-  json written_job = *job_object;
-  if (result.status_changed) {
-    absl::Status status = WriteStatus(written_job, result.status);
-    if (IsConflict(status)) {
-      // Someone changed the job since our cache saw it: re-read, reconcile
-      // against the fresh object, write once more.
-      auto fresh = client_->Get(kTrainingJobs, ns, MetaString(*job_object, "name"));
-      if (!fresh.ok()) return fresh.status();
-      // Another uid is another job: what we observed (replicas owned by
-      // this uid) is not its; its own events bring it to a sync.
-      if (MetaString(*fresh, "uid") != uid) return absl::OkStatus();
-      auto fresh_job = JobFromObject(*fresh);
-      if (!fresh_job.ok()) return fresh_job.status();
-      result = core::Reconcile(*fresh_job, observed, now, reconcile);
-      acting = *fresh_job;
-      written_job = *fresh;
-      std::vector<v1::HyperparameterOutput> more;
-      for (const core::Action& action : result.actions) {
-        if (auto* a = std::get_if<core::ArchiveTrial>(&action)) more.push_back(a->trial);
-      }
-      if (!more.empty()) {
-        if (absl::Status s = archive_.Archive(*fresh_job, more); !s.ok()) return s;
-      }
-      status = result.status_changed ? WriteStatus(written_job, result.status) : absl::OkStatus();
-    }
-    if (!status.ok()) return status;
-  }
-
-  // 2. Deletes, then 3. creates.
-  std::vector<std::string> delete_names, create_names;
-  for (const core::Action& action : result.actions) {
-    if (auto* d = std::get_if<core::DeleteReplica>(&action)) {
-      delete_names.push_back("pods/" + d->name);
-    } else if (auto* d = std::get_if<core::DeleteService>(&action)) {
-      delete_names.push_back("services/" + d->name);
-    } else if (auto* c = std::get_if<core::CreateReplica>(&action)) {
-      create_names.push_back("pods/" + c->replica.name);
-    } else if (auto* c = std::get_if<core::CreateService>(&action)) {
-      create_names.push_back("services/" + c->replica.name);
-    } else if (auto* c = std::get_if<core::CreateClaim>(&action)) {
-      create_names.push_back("persistentvolumeclaims/" + c->name);
-    } else if (auto* d = std::get_if<core::DeleteClaim>(&action)) {
-      delete_names.push_back("persistentvolumeclaims/" + d->name);
-    }
-  }
-  expectations_.ExpectDeletions(uid, delete_names, now);
-  absl::Status first_error;
-  std::vector<std::string> deleted_pods;
-  for (const core::Action& action : result.actions) {
-    const Resource* resource = nullptr;
-    std::string name;
-    if (auto* d = std::get_if<core::DeleteReplica>(&action)) {
-      resource = &kPods;
-      name = d->name;
-    } else if (auto* d = std::get_if<core::DeleteService>(&action)) {
-      resource = &kServices;
-      name = d->name;
-    } else if (auto* d = std::get_if<core::DeleteClaim>(&action)) {
-      resource = &kPersistentVolumeClaims;
-      name = d->name;
-    } else {
-      continue;
-    }
-    absl::Status status = client_->Delete(*resource, ns, name);
-    if (status.ok() && resource == &kPods) deleted_pods.push_back(name);
-    if (status.ok() && resource == &kPersistentVolumeClaims) {
-      recorder_.Record(written_job, EventRecorder::Type::kNormal, "SuccessfulDelete",
-                       absl::StrCat("Deleted output claim ", name,
-                                    " (spec.outputStorage.newClaim.deleteWhenFinished)"));
-    }
-    if (!status.ok()) {
-      // Nothing will be observed for a failed call; NotFound is done already.
-      expectations_.DeletionObserved(uid, absl::StrCat(resource->plural, "/", name));
-      if (status.code() != absl::StatusCode::kNotFound && first_error.ok()) first_error = status;
-    }
-  }
-
-  expectations_.ExpectCreations(uid, create_names, now);
-  std::vector<std::string> created_pods;
-  bool stop_creating = false;
-  // The output claim first: the pods mount it.
-  std::vector<const core::Action*> creates;
-  for (const core::Action& action : result.actions) {
-    if (std::holds_alternative<core::CreateClaim>(action)) creates.push_back(&action);
-  }
-  for (const core::Action& action : result.actions) {
-    if (!std::holds_alternative<core::CreateClaim>(action)) creates.push_back(&action);
-  }
-  for (const core::Action* action : creates) {
-    const Resource* resource;
-    std::string name;
-    const core::DesiredReplica* replica = nullptr;
-    if (auto* c = std::get_if<core::CreateReplica>(action)) {
-      resource = &kPods;
-      replica = &c->replica;
-      name = replica->name;
-    } else if (auto* c = std::get_if<core::CreateService>(action)) {
-      resource = &kServices;
-      replica = &c->replica;
-      name = replica->name;
-    } else if (auto* c = std::get_if<core::CreateClaim>(action)) {
-      resource = &kPersistentVolumeClaims;
-      name = c->name;
-    } else {
-      continue;
-    }
-    std::string expectation = absl::StrCat(resource->plural, "/", name);
-    if (stop_creating) {
-      expectations_.CreationObserved(uid, expectation);  // not attempted
-      continue;
-    }
-    json object = resource == &kPods       ? core::RenderPod(acting, ns, *replica)
-                  : resource == &kServices ? core::RenderService(acting, ns, *replica)
-                                           : core::RenderOutputClaim(acting, ns);
-    auto created = client_->Create(*resource, ns, object);
-    if (created.ok()) {
-      if (resource == &kPods) created_pods.push_back(name);
-      if (resource == &kPersistentVolumeClaims) {
-        recorder_.Record(written_job, EventRecorder::Type::kNormal, "SuccessfulCreate",
-                         absl::StrCat("Created output claim ", name, ", mounted at ",
-                                      acting.spec().training_input().job_dir()));
-      }
-      continue;
-    }
-    expectations_.CreationObserved(uid, expectation);
-    absl::Status failed = created.status();
-    if (failed.code() == absl::StatusCode::kAlreadyExists) {
-      // Ours (the cache has not shown it yet) is done; one another owner
-      // holds (a replica of an earlier job of this name that the garbage
-      // collector has not removed yet, or someone else's object with our
-      // label) is not ours: this replica waits until the name is free.
-      const ObjectCache& cache = resource == &kPods       ? pods_->cache()
-                                 : resource == &kServices ? services_->cache()
-                                                          : claims_->cache();
-      ObjectPtr existing = cache.Get(absl::StrCat(ns, "/", name));
-      if (existing == nullptr || OwnerUid(*existing) == uid) continue;
-      const std::string owner = OwnerUid(*existing);
-      failed = absl::AlreadyExistsError(
-          absl::StrCat(resource->plural, "/", name, " exists and is not this job's (uid ", uid,
-                       "): ", owner.empty() ? "it has no owner" : "its owner is uid " + owner));
-    }
-    first_error = first_error.ok() ? failed : first_error;
-    // Stop at the first failure (quota, admission, outage): one failed call
-    // rather than one per replica; the job is requeued with backoff.
-    stop_creating = true;
-  }
-
-  // 4. Events: what the core reports, plus one summary per pass of what we created/deleted.
-  if (!created_pods.empty()) {
-    recorder_.Record(
-        written_job, EventRecorder::Type::kNormal, "SuccessfulCreate",
-        absl::StrCat("Created pods (and their services): ", absl::StrJoin(created_pods, ", ")));
-  }
-  if (!deleted_pods.empty()) {
-    recorder_.Record(written_job, EventRecorder::Type::kNormal, "SuccessfulDelete",
-                     absl::StrCat("Deleted pods: ", absl::StrJoin(deleted_pods, ", ")));
-  }
-  for (const core::Action& action : result.actions) {
-    if (auto* e = std::get_if<core::EmitEvent>(&action)) {
-      recorder_.Record(written_job,
-                       e->type == core::EmitEvent::Type::kWarning ? EventRecorder::Type::kWarning
-                                                                  : EventRecorder::Type::kNormal,
-                       e->reason, e->message);
-    }
+  // Carry it out in the core's order (core::CarryOut).
+  JobSink sink(this, *job, *job_object, now);
+  absl::Status carried = core::CarryOut(result, sink);
+  if (sink.status_conflicted()) {
+    // Someone changed the job since our cache saw it (nothing after the
+    // status write has happened): re-read, reconcile against the fresh
+    // object, carry that out.
+    auto fresh = client_->Get(kTrainingJobs, ns, MetaString(*job_object, "name"));
+    if (!fresh.ok()) return fresh.status();
+    // Another uid is another job: what we observed (replicas owned by
+    // this uid) is not its; its own events bring it to a sync.
+    if (MetaString(*fresh, "uid") != uid) return absl::OkStatus();
+    auto fresh_job = JobFromObject(*fresh);
+    if (!fresh_job.ok()) return fresh_job.status();
+    result = core::Reconcile(*fresh_job, observed, now, reconcile);
+    JobSink fresh_sink(this, *fresh_job, *fresh, now);
+    carried = core::CarryOut(result, fresh_sink);
+    if (fresh_sink.ended_early()) return carried;
+  } else if (sink.ended_early()) {
+    return carried;
   }
 
   if (result.delete_job) {
     absl::Status status = client_->Delete(kTrainingJobs, ns, MetaString(*job_object, "name"));
     if (!status.ok() && status.code() != absl::StatusCode::kNotFound) return status;
     if (studies_ != nullptr) studies_->ForgetJob(uid);
-    return first_error;
+    return carried;
   }
   if (result.requeue_after) {
     queue_.AddAfter(key, *result.requeue_after);
     if (requeued != nullptr) *requeued = true;
   }
-  return first_error;
+  return carried;
 }
 
 }  // namespace kubetrain::kube

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -10,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "operator/core/reconciler.h"
 #include "operator/kube/cluster_client.h"
@@ -35,6 +37,9 @@ struct ControllerOptions {
   // are recorded; null: nowhere. Not owned; must outlive the controller.
   observability::OperatorMetrics* metrics = nullptr;
   absl::Duration state_metrics_period = absl::Seconds(5);
+  // The time reconciles see (deadlines, backoffs, expectations' age, the
+  // times status records). Tests pass a manual clock.
+  std::function<absl::Time()> clock = [] { return absl::Now(); };
 };
 
 // The Kubernetes controller for TrainingJobs: informers (jobs; the operator's
@@ -51,10 +56,11 @@ struct ControllerOptions {
 //  4. when the result writes objects, one uncached GET confirms that the
 //     job of this name still has the cached uid: a cache entry of a deleted
 //     job is not acted on (its delete event brings the key back);
-//  5. act in the core's order: archived trials into their ConfigMaps
+//  5. carry out the result in the core's order (core::CarryOut; JobSink is
+//     this backend's side): archived trials into their ConfigMaps
 //     (trial_archive.h; a failure ends the sync before the status drops
 //     them), status (status subresource, only when changed; 409 Conflict ->
-//     re-read the job, reconcile again, write once more), then deletes, then
+//     re-read the job, reconcile again, carry that out), then deletes, then
 //     creates, the output claim before pods, rendered from the job as
 //     reconciled (NotFound, and AlreadyExists of an object this job owns,
 //     are success; creates stop at the first other failure, an object of
@@ -97,6 +103,9 @@ class Controller {
                            const std::map<std::string, double>& values) const;
 
  private:
+  // Carries out a reconcile result on the API server (core::ResultSink).
+  class JobSink;
+
   void Worker();
   // Jobs and trials by state, counted from the job cache, into metrics.
   void RecordStateMetrics();

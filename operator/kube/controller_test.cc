@@ -5,6 +5,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "gtest/gtest.h"
 #include "operator/kube/controller_test_fixture.h"
 #include "operator/kube/rest_client.h"
@@ -278,6 +279,60 @@ TEST_F(ControllerTest, APodOfTheSameNameOwnedByAnotherUidIsNotTheJobs) {
   auto pod = server_->Get("pods", "ns1", "taken-master-0");
   ASSERT_TRUE(pod.ok()) << pod.status();
   EXPECT_EQ(ControllerUid(*pod), (*job)["metadata"]["uid"]);
+  controller.Stop();
+}
+
+// The time a reconcile sees is the controller's clock
+// (ControllerOptions::clock), not the machine's: activeDeadlineSeconds
+// passes when the clock says so, and the failure is stamped with its time.
+TEST_F(ControllerTest, ReconcilesAtTheTimeOfItsClock) {
+  controller_->Stop();  // this test drives its own controller
+  json spec = BasicJob("timed");
+  spec["spec"]["runPolicy"]["activeDeadlineSeconds"] = 3600;
+  auto created = server_->Create("trainingjobs", "ns1", spec);
+  ASSERT_TRUE(created.ok()) << created.status();
+  absl::Time creation;
+  std::string error;
+  ASSERT_TRUE(absl::ParseTime(absl::RFC3339_full,
+                              (*created)["metadata"]["creationTimestamp"].get<std::string>(),
+                              &creation, &error))
+      << error;
+  absl::Mutex mu;
+  absl::Time now = creation + absl::Seconds(30);
+  ControllerOptions options;
+  options.ns = "ns1";
+  options.workers = 0;  // the test calls SyncJob
+  options.clock = [&] {
+    absl::MutexLock lock(&mu);
+    return now;
+  };
+  Controller controller(client_.get(), options, &studies_);
+  ASSERT_TRUE(controller.Start(absl::Seconds(30)));
+  ASSERT_TRUE(controller.SyncJob("ns1/timed").ok());
+  EXPECT_EQ(State("timed"), "QUEUED");
+
+  const absl::Time past_deadline = creation + absl::Hours(1) + absl::Seconds(1);
+  {
+    absl::MutexLock lock(&mu);
+    now = past_deadline;
+  }
+  // Synced until the caches show the pods it created (expectations) and the
+  // status it wrote.
+  EXPECT_TRUE(fake_apiserver::PollUntil([&] {
+    EXPECT_TRUE(controller.SyncJob("ns1/timed").ok());
+    return State("timed") == "FAILED";
+  }));
+  const json status = JobObject("timed")["status"];
+  EXPECT_NE(status.value("errorMessage", "").find("activeDeadlineSeconds"), std::string::npos)
+      << status;
+  std::string failed_at;
+  for (const json& condition : status.value("conditions", json::array())) {
+    if (condition.value("type", "") == "Failed") {
+      failed_at = condition.value("lastTransitionTime", "");
+    }
+  }
+  EXPECT_EQ(failed_at, absl::FormatTime("%Y-%m-%d%ET%H:%M:%SZ", past_deadline, absl::UTCTimeZone()))
+      << status;
   controller.Stop();
 }
 
