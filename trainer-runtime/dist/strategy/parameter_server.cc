@@ -113,7 +113,13 @@ class ParameterShardServer {
   absl::Status Run() {
     runtime::engine::OptimizerOptions oo;
     oo.learning_rate = options_.learning_rate;
-    ASSIGN_OR_RETURN(optimizer_, runtime::engine::Optimizer::Create(options_.optimizer, oo, device_));
+    ASSIGN_OR_RETURN(std::unique_ptr<runtime::engine::Optimizer> optimizer,
+                     runtime::engine::Optimizer::Create(options_.optimizer, oo, device_));
+    {
+      // No replica thread runs yet; the lock is what the field's contract asks.
+      absl::MutexLock lock(&mu_);
+      optimizer_ = std::move(optimizer);
+    }
     std::vector<std::thread> threads;
     for (int r = 0; r < replicas_; ++r) threads.emplace_back([this, r] { ServeReplica(r); });
     absl::Status result;
