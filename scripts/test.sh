@@ -5,6 +5,10 @@
 #   scripts/test.sh --sanitize    clang-14 ASan+UBSan build in build-asan/, unit tests,
 #                                 plus every libFuzzer target: training_job_fuzzer for
 #                                 $FUZZ_SECONDS (60) s, the others $FUZZ_SECONDS_OTHERS (20) s
+#   scripts/test.sh --tsan        clang-14 ThreadSanitizer build in build-tsan/, unit and
+#                                 integration tests; any race fails it (reports are
+#                                 printed at the end, suppressions in
+#                                 scripts/tsan-suppressions.txt say why each is there)
 #   scripts/test.sh --images      the container images (scripts/build-images.sh, archives
 #                                 in out/images/), then their smoke tests (label image).
 #                                 The Dockerfile's build stage compiles the binaries: run
@@ -24,6 +28,7 @@ case "${1:-}" in
   --sanitize) mode=sanitize ;;
   --images) mode=images ;;
   --images-from-build) mode=images; images_from_build=true ;;
+  --tsan) mode=tsan ;;
 esac
 jobs=$(nproc)
 
@@ -69,6 +74,28 @@ if [[ $mode == default ]]; then
   cmake --build build -j "$jobs"
   ctest --test-dir build --output-on-failure -j "$jobs" -LE 'bench|image' --timeout 600
   exit 0
+fi
+
+if [[ $mode == tsan ]]; then
+  # -O1 and line tables only: the integration tests train models, which at
+  # -O0 under ThreadSanitizer take too long; full debug info only slows the build.
+  CC=clang-14 CXX=clang++-14 cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=Debug \
+    -DKUBETRAIN_CUDA=OFF -DKUBETRAIN_TSAN=ON -DKUBETRAIN_BENCH=OFF \
+    "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -gline-tables-only" "-DCMAKE_C_FLAGS_DEBUG=-O1 -gline-tables-only"
+  cmake --build build-tsan -j "$jobs" --target unit_tests integration_tests kubetrain kubetrain-runtime
+  # Every instrumented process (the tests and the binaries they start) writes
+  # its report to a file: a child's stderr may not reach the test's output.
+  reports=$PWD/build-tsan/tsan-reports
+  rm -rf "$reports" && mkdir -p "$reports"
+  export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:log_path=$reports/race:suppressions=$PWD/scripts/tsan-suppressions.txt"
+  status=0
+  ctest --test-dir build-tsan --output-on-failure -j "$jobs" -L 'unit|integration' --timeout 900 || status=$?
+  if compgen -G "$reports/race*" >/dev/null; then
+    cat "$reports"/race*
+    echo "test.sh --tsan: ThreadSanitizer reported the above"
+    exit 1
+  fi
+  exit "$status"
 fi
 
 # -O0: it compiles in half the time of -O1, and the unit tests stay fast.
