@@ -6,10 +6,10 @@
 #include <sstream>
 
 #include "cli/cli.h"
+#include "common/observability/http_server.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "operator/local/test_util.h"
-#include "operator/observability/http_server.h"
 
 namespace kubetrain::cli {
 namespace {

@@ -32,7 +32,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "cli/ui/job_source.h"
-#include "operator/observability/http_server.h"
+#include "common/observability/http_server.h"
 
 namespace kubetrain::cli::ui {
 

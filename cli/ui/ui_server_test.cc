@@ -4,10 +4,10 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/observability/http_get.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "operator/observability/http_get.h"
 
 namespace kubetrain::cli::ui {
 namespace {

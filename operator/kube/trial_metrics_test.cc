@@ -9,9 +9,9 @@
 #include "gtest/gtest.h"
 #include "operator/kube/rest_client.h"
 #include "operator/kube/test_objects.h"
-#include "operator/metrics/metrics_reporter.h"
 #include "operator/metrics/metrics_test_server.h"
 #include "operator/tuner/tuner.h"
+#include "proto/kubetrain/v1/metrics_reporter.h"
 #include "tests/fake_apiserver/fake_apiserver.h"
 
 namespace kubetrain::kube {

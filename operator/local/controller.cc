@@ -226,10 +226,10 @@ absl::StatusOr<bool> Controller::SyncJob(const std::string& name) {
   if (core::IsTerminal(job->status().state()) && !any_running && !*terminating) return false;
   for (const ReplicaRecord& record : *records) {
     if (record.metric_path.empty() || record.key.trial_id.empty()) continue;
-    absl::StatusOr<std::vector<runtime::hypertune::HypertuneReport>> reports =
+    absl::StatusOr<std::vector<hypertune::HypertuneReport>> reports =
         followers_[record.metric_path].PollFile(record.metric_path);
     if (!reports.ok()) continue;  // unreadable for now: read again next sync
-    for (const runtime::hypertune::HypertuneReport& report : *reports) {
+    for (const hypertune::HypertuneReport& report : *reports) {
       core::MetricReport metric{report.global_step, report.metrics, report.final};
       absl::StatusOr<bool> added = store_->AddMetricReport(name, record.key.trial_id, report.key, metric);
       if (!added.ok()) return added.status();

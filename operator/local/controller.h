@@ -45,10 +45,10 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/hypertune/hypertune.h"
 #include "operator/core/reconciler.h"
 #include "operator/local/job_store.h"
 #include "operator/local/process_launcher.h"
-#include "trainer-runtime/hypertune/hypertune.h"
 
 namespace kubetrain::local {
 
@@ -99,7 +99,7 @@ class Controller {
   ProcessLauncher* launcher_;
   ControllerOptions options_;
   // Per metric file.
-  std::map<std::string, runtime::hypertune::HypertuneFileFollower> followers_;
+  std::map<std::string, hypertune::HypertuneFileFollower> followers_;
   // By replica name. In memory only: a restarted controller sees such a
   // replica as running (or ended) again, and the reconciler deletes it again.
   std::map<std::string, Termination> terminations_;

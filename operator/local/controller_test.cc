@@ -7,13 +7,13 @@
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
+#include "common/hypertune/hypertune.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "operator/local/fake_process_launcher.h"
 #include "operator/local/test_util.h"
 #include "operator/tuner/recording_tuner.h"
 #include "operator/tuner/tuner.h"
-#include "trainer-runtime/hypertune/hypertune.h"
 
 namespace kubetrain::local {
 namespace {
@@ -116,7 +116,7 @@ class ControllerTest : public ::testing::Test {
 
   // Writes a hypertune report into the metric file the replica was given.
   static void Report(const LaunchRequest& r, double value, int64_t step) {
-    runtime::hypertune::HypertuneWriter::Options options;
+    hypertune::HypertuneWriter::Options options;
     options.metric_path = EnvOf(r, "CLOUD_ML_HP_METRIC_FILE");
     options.trial_id = EnvOf(r, "CLOUD_ML_TRIAL_ID");
     // Append to what is there, as the library keeps earlier reports.
@@ -129,7 +129,7 @@ class ControllerTest : public ::testing::Test {
     }
     std::ofstream(options.metric_path)
         << existing
-        << runtime::hypertune::FormatHypertuneLine("", value, step, options.trial_id, 1.7e9 + step);
+        << hypertune::FormatHypertuneLine("", value, step, options.trial_id, 1.7e9 + step);
   }
 
   TempDir dir_;

@@ -1,7 +1,7 @@
 // MetricsReporter and QueuedMetricsReporter against a real Metrics service
 // on 127.0.0.1 (port chosen by the kernel), with authorities and sinks that
 // fail on demand the way an operator does during a leader change.
-#include "operator/metrics/metrics_reporter.h"
+#include "proto/kubetrain/v1/metrics_reporter.h"
 
 #include <atomic>
 #include <chrono>

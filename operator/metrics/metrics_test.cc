@@ -7,9 +7,9 @@
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
-#include "operator/metrics/metrics_reporter.h"
 #include "operator/metrics/metrics_service.h"
 #include "operator/metrics/metrics_test_server.h"
+#include "proto/kubetrain/v1/metrics_reporter.h"
 
 namespace kubetrain::metrics {
 namespace {

@@ -1,4 +1,4 @@
-#include "operator/observability/metrics_server.h"
+#include "common/observability/metrics_server.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -9,9 +9,9 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "common/observability/http_get.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "operator/observability/http_get.h"
 #include "operator/observability/operator_metrics.h"
 #include "prometheus/registry.h"
 

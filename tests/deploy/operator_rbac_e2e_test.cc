@@ -15,14 +15,14 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/observability/http_get.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "operator/observability/http_get.h"
+#include "operator/kube/test_objects.h"
 #include "tests/deploy/child_process.h"
 #include "tests/deploy/fake_cluster.h"
 #include "tests/deploy/manifest_checks.h"
 #include "tests/deploy/rbac_calls.h"
-#include "operator/kube/test_objects.h"
 #include "tests/fake_apiserver/fake_apiserver.h"
 
 #ifndef KUBETRAIN_OPERATOR_BINARY

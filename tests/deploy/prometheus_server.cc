@@ -11,7 +11,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "operator/observability/http_get.h"
+#include "common/observability/http_get.h"
 
 namespace kubetrain::deploy_testing {
 namespace {

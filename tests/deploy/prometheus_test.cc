@@ -9,13 +9,13 @@
 #include "absl/status/status.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/observability/metrics_server.h"
 #include "gtest/gtest.h"
-#include "operator/observability/metrics_server.h"
 #include "operator/observability/operator_metrics.h"
-#include "operator/observability/runtime_metrics.h"
 #include "prometheus/registry.h"
 #include "tests/deploy/prometheus_server.h"
 #include "tests/deploy/prometheus_test_fixture.h"
+#include "trainer-runtime/observability/runtime_metrics.h"
 
 namespace kubetrain::deploy_testing {
 namespace {

@@ -29,7 +29,7 @@
 #include <string>
 #include <thread>
 
-#include "trainer-runtime/hypertune/hypertune.h"
+#include "common/hypertune/hypertune.h"
 
 namespace {
 
@@ -97,8 +97,8 @@ int main(int argc, char** argv) {
     const double x = std::atof(FlagValue(argc, argv, "x", "0.3").c_str());
     const double y = std::atof(FlagValue(argc, argv, "y", "0.7").c_str());
     const double objective = -(x - 0.3) * (x - 0.3) - (y - 0.7) * (y - 0.7);
-    auto writer = kubetrain::runtime::hypertune::HypertuneWriter::Create(
-        kubetrain::runtime::hypertune::HypertuneWriter::OptionsFromEnvironment());
+    auto writer = kubetrain::hypertune::HypertuneWriter::Create(
+        kubetrain::hypertune::HypertuneWriter::OptionsFromEnvironment());
     if (!writer.ok()) {
       std::fprintf(stderr, "ERROR: %s\n", std::string(writer.status().message()).c_str());
       return 2;

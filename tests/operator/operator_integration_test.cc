@@ -16,7 +16,7 @@
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "operator/kube/test_objects.h"
-#include "operator/metrics/metrics_reporter.h"
+#include "proto/kubetrain/v1/metrics_reporter.h"
 #include "tests/fake_apiserver/fake_apiserver.h"
 #include "tests/operator/operator_process.h"
 

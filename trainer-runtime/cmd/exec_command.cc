@@ -54,12 +54,12 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "common/hypertune/hypertune.h"
 #include "trainer-runtime/cmd/command_error.h"
 #include "trainer-runtime/cmd/subcommand.h"
 #include "trainer-runtime/cmd/trial_reporter.h"
 #include "trainer-runtime/dist/cluster_spec.h"
 #include "trainer-runtime/exit_codes.h"
-#include "trainer-runtime/hypertune/hypertune.h"
 
 extern char** environ;
 

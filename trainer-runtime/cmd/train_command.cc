@@ -12,11 +12,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "api/roles.h"
-#if KUBETRAIN_RUNTIME_WITH_METRICS
-#include "operator/observability/metrics_server.h"
-#include "operator/observability/runtime_metrics.h"
+#include "common/hypertune/hypertune.h"
+#include "common/observability/metrics_server.h"
 #include "prometheus/registry.h"
-#endif
 #include "trainer-runtime/cmd/command_error.h"
 #include "trainer-runtime/cmd/subcommand.h"
 #include "trainer-runtime/cmd/trial_reporter.h"
@@ -25,7 +23,7 @@
 #include "trainer-runtime/engine/trainer.h"
 #include "trainer-runtime/engine/trainer_flags.h"
 #include "trainer-runtime/exit_codes.h"
-#include "trainer-runtime/hypertune/hypertune.h"
+#include "trainer-runtime/observability/runtime_metrics.h"
 
 namespace kubetrain::runtime::cmd {
 namespace {
@@ -70,7 +68,6 @@ class TrialReporterSink : public engine::MetricsSink {
   TrialReporter* reporter_;
 };
 
-#if KUBETRAIN_RUNTIME_WITH_METRICS
 // Feeds evaluation results into the task's Prometheus metrics: "loss" (the
 // last evaluation's loss) and the hyperparameter metric tag (the objective).
 // Only the chief evaluates during training, so only its loss/objective move.
@@ -92,7 +89,6 @@ class PrometheusSink : public engine::MetricsSink {
   std::string objective_tag_;
 };
 
-#endif  // KUBETRAIN_RUNTIME_WITH_METRICS
 
 // Takes --metrics_address ADDR / --metrics_address=ADDR out of `args` (the
 // trainer flags do not know it); falls back to $KUBETRAIN_RUNTIME_METRICS_ADDR.
@@ -182,7 +178,6 @@ int RunTrain(const std::vector<std::string>& args_in) {
     hypertune_sink = std::make_unique<HypertuneFileSink>(*std::move(writer));
     env.metrics_sinks.push_back(hypertune_sink.get());
   }
-#if KUBETRAIN_RUNTIME_WITH_METRICS
   // Declared before the server so that the server, which scrapes the
   // registry, stops first.
   auto registry = std::make_shared<prometheus::Registry>();
@@ -226,13 +221,6 @@ int RunTrain(const std::vector<std::string>& args_in) {
       return absl::OkStatus();
     };
   }
-#else
-  if (!metrics_address.empty()) {
-    return Fail(WithExitCode(
-        absl::UnimplementedError("--metrics_address: this build has no Prometheus metrics"),
-        kExitUsage));
-  }
-#endif
   if (trial_reporter != nullptr) {
     // A refused token will not be accepted later: stop instead of training
     // for nothing.

@@ -7,10 +7,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "proto/kubetrain/v1/metrics_reporter.h"
 #include "trainer-runtime/exit_codes.h"
-#if KUBETRAIN_RUNTIME_WITH_METRICS_REPORT
-#include "operator/metrics/metrics_reporter.h"
-#endif
 
 namespace kubetrain::runtime::cmd {
 namespace {
@@ -32,8 +30,6 @@ absl::StatusOr<std::chrono::milliseconds> DeadlineFromEnvironment() {
   }
   return absl::ToChronoMilliseconds(deadline);
 }
-
-#if KUBETRAIN_RUNTIME_WITH_METRICS_REPORT
 
 // Serialises warning lines from the sending thread and the caller's.
 class LockedLog {
@@ -116,8 +112,6 @@ class GrpcTrialReporter : public TrialReporter {
   std::unique_ptr<metrics::QueuedMetricsReporter> queue_;  // last: stops first
 };
 
-#endif  // KUBETRAIN_RUNTIME_WITH_METRICS_REPORT
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<TrialReporter>> TrialReporter::FromEnvironment(std::ostream& log) {
@@ -131,7 +125,6 @@ absl::StatusOr<std::unique_ptr<TrialReporter>> TrialReporter::FromEnvironment(st
   }
   absl::StatusOr<std::chrono::milliseconds> deadline = DeadlineFromEnvironment();
   if (!deadline.ok()) return deadline.status();
-#if KUBETRAIN_RUNTIME_WITH_METRICS_REPORT
   absl::StatusOr<metrics::MetricsReporter::Identity> identity =
       metrics::MetricsReporter::Identity::FromEnvironment();
   if (!identity.ok()) return WithExitCode(identity.status(), kExitUsage);
@@ -139,13 +132,6 @@ absl::StatusOr<std::unique_ptr<TrialReporter>> TrialReporter::FromEnvironment(st
       metrics::MetricsReporter::FromEnvironment(*std::move(identity));
   if (!reporter.ok()) return WithExitCode(reporter.status(), kExitUsage);
   return std::make_unique<GrpcTrialReporter>(*std::move(reporter), *deadline, log);
-#else
-  return WithExitCode(absl::UnimplementedError(absl::StrCat(
-                          kMetricsAddrEnv,
-                          " is set, but this build of kubetrain-runtime has no Metrics client "
-                          "(operator/metrics was left out)")),
-                      kExitInternal);
-#endif
 }
 
 }  // namespace kubetrain::runtime::cmd

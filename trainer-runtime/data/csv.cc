@@ -6,7 +6,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "api/status_macros.h"
+#include "common/status_macros.h"
 #include "trainer-runtime/data/dataset.h"
 #include "trainer-runtime/data/file_io.h"
 

@@ -9,7 +9,7 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
-#include "api/status_macros.h"
+#include "common/status_macros.h"
 #include "trainer-runtime/data/file_io.h"
 #include "trainer-runtime/data/tfrecord.h"
 

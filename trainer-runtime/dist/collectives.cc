@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "api/status_macros.h"
+#include "common/status_macros.h"
 
 namespace kubetrain::dist {
 namespace {

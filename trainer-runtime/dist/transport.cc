@@ -4,7 +4,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "api/status_macros.h"
+#include "common/status_macros.h"
 
 namespace kubetrain::dist {
 

@@ -10,7 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "api/status_macros.h"
+#include "common/status_macros.h"
 
 namespace kubetrain::runtime::summary {
 

@@ -11,7 +11,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "api/status_macros.h"
+#include "common/status_macros.h"
 #include "kubetrain/v1/runtime.grpc.pb.h"
 
 namespace kubetrain::dist {

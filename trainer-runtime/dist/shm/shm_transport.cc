@@ -1,8 +1,8 @@
 #include "trainer-runtime/dist/shm/shm_transport.h"
 
 #include <fcntl.h>
-#include <sched.h>
 #include <linux/futex.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -16,7 +16,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "api/status_macros.h"
+#include "common/status_macros.h"
 
 namespace kubetrain::dist {
 namespace {

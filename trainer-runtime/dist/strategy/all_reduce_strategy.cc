@@ -8,7 +8,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "api/status_macros.h"
+#include "common/status_macros.h"
 #include "trainer-runtime/dist/collectives.h"
 #include "trainer-runtime/exit_codes.h"
 

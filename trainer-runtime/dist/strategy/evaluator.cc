@@ -4,7 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "api/status_macros.h"
+#include "common/status_macros.h"
 #include "trainer-runtime/data/dataset.h"
 #include "trainer-runtime/engine/checkpoint.h"
 #include "trainer-runtime/engine/device.h"

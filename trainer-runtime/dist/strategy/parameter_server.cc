@@ -10,7 +10,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "api/status_macros.h"
+#include "common/status_macros.h"
 #include "trainer-runtime/dist/grpc/grpc_transport.h"
 #include "trainer-runtime/engine/device.h"
 #include "trainer-runtime/engine/optimizer.h"

@@ -7,7 +7,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "api/status_macros.h"
+#include "common/status_macros.h"
 #include "trainer-runtime/dist/collectives.h"
 #include "trainer-runtime/dist/grpc/grpc_transport.h"
 #include "trainer-runtime/dist/shm/shm_transport.h"

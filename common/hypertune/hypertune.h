@@ -33,7 +33,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
-namespace kubetrain::runtime::hypertune {
+namespace kubetrain::hypertune {
 
 inline constexpr char kMetricFileEnv[] = "CLOUD_ML_HP_METRIC_FILE";
 inline constexpr char kTrialIdEnv[] = "CLOUD_ML_TRIAL_ID";
@@ -138,4 +138,4 @@ class HypertuneWriter {
   std::deque<std::string> lines_;
 };
 
-}  // namespace kubetrain::runtime::hypertune
+}  // namespace kubetrain::hypertune

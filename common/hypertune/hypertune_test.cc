@@ -1,4 +1,4 @@
-#include "trainer-runtime/hypertune/hypertune.h"
+#include "common/hypertune/hypertune.h"
 
 #include <cmath>
 #include <cstdlib>
@@ -10,7 +10,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
-namespace kubetrain::runtime::hypertune {
+namespace kubetrain::hypertune {
 namespace {
 
 using ::testing::ElementsAre;
@@ -239,4 +239,4 @@ TEST(ReadHypertuneFileTest, MissingFileIsEmpty) {
 }
 
 }  // namespace
-}  // namespace kubetrain::runtime::hypertune
+}  // namespace kubetrain::hypertune

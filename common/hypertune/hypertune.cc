@@ -1,4 +1,4 @@
-#include "trainer-runtime/hypertune/hypertune.h"
+#include "common/hypertune/hypertune.h"
 
 #include <algorithm>
 #include <charconv>
@@ -16,7 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
 
-namespace kubetrain::runtime::hypertune {
+namespace kubetrain::hypertune {
 namespace {
 
 // Python's json.dumps(s) with ensure_ascii=True: non-ASCII as \uXXXX
@@ -334,4 +334,4 @@ absl::Status HypertuneWriter::Report(std::string_view tag, double value,
   return Report(tag, value, global_step, now);
 }
 
-}  // namespace kubetrain::runtime::hypertune
+}  // namespace kubetrain::hypertune

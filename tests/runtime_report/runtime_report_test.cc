@@ -16,13 +16,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "common/hypertune/hypertune.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "operator/metrics/metrics_service.h"
 #include "operator/metrics/metrics_test_server.h"
 #include "trainer-runtime/cmd/runtime_cli_test_util.h"
 #include "trainer-runtime/exit_codes.h"
-#include "trainer-runtime/hypertune/hypertune.h"
 
 namespace kubetrain::runtime {
 namespace {

@@ -1,4 +1,4 @@
-#include "operator/metrics/metrics_reporter.h"
+#include "proto/kubetrain/v1/metrics_reporter.h"
 
 #include <algorithm>
 #include <cstdlib>

@@ -1,4 +1,4 @@
-#include "operator/observability/http_server.h"
+#include "common/observability/http_server.h"
 
 #include <netdb.h>
 #include <netinet/in.h>

@@ -1,4 +1,4 @@
-#include "operator/observability/metrics_server.h"
+#include "common/observability/metrics_server.h"
 
 #include <utility>
 

@@ -1,27 +1,20 @@
 #include "trainer-runtime/cmd/device_factory.h"
 
 #include "absl/strings/str_cat.h"
+#include "trainer-runtime/cuda/cuda_device.h"
 #include "trainer-runtime/exit_codes.h"
 
-#if KUBETRAIN_RUNTIME_WITH_CUDA
-#include "trainer-runtime/cuda/cuda_device.h"
-#endif
+// The build with trainer-runtime/cuda; device_factory_cpu.cc is the build
+// without it (trainer-runtime/cmd/CMakeLists.txt picks one).
 
 namespace kubetrain::runtime::cmd {
 
-bool BuiltWithCuda() { return KUBETRAIN_RUNTIME_WITH_CUDA != 0; }
+bool BuiltWithCuda() { return true; }
 
-int VisibleGpuCount() {
-#if KUBETRAIN_RUNTIME_WITH_CUDA
-  return cuda::VisibleDeviceCount();
-#else
-  return 0;
-#endif
-}
+int VisibleGpuCount() { return cuda::VisibleDeviceCount(); }
 
 absl::StatusOr<std::unique_ptr<engine::Device>> CreateTrainerDevice(
     const engine::TrainerOptions& options) {
-#if KUBETRAIN_RUNTIME_WITH_CUDA
   if (absl::Status s = engine::CheckDevicePlacement(options.device); !s.ok()) return s;
   if (options.device == "cpu")
     return std::make_unique<engine::CpuDevice>(options.threads, options.cpu_kernels);
@@ -40,9 +33,6 @@ absl::StatusOr<std::unique_ptr<engine::Device>> CreateTrainerDevice(
   // A visible GPU that cannot be opened (a driver fault) is not a usage
   // error; its status keeps CUDA's message.
   return device;
-#else
-  return engine::CreateCpuOnlyDevice(options);
-#endif
 }
 
 }  // namespace kubetrain::runtime::cmd

@@ -1,4 +1,4 @@
-#include "operator/observability/http_get.h"
+#include "common/observability/http_get.h"
 
 #include <netdb.h>
 #include <sys/socket.h>

@@ -7,7 +7,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "operator/observability/http_server.h"
+#include "common/observability/http_server.h"
 #include "prometheus/collectable.h"
 
 namespace kubetrain::observability {

@@ -1,4 +1,4 @@
-#include "operator/observability/runtime_metrics.h"
+#include "trainer-runtime/observability/runtime_metrics.h"
 
 #include <map>
 #include <optional>

@@ -1,4 +1,4 @@
-#include "operator/observability/http_server.h"
+#include "common/observability/http_server.h"
 
 #include <atomic>
 #include <memory>
@@ -6,9 +6,9 @@
 
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "common/observability/http_get.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "operator/observability/http_get.h"
 
 namespace kubetrain::observability {
 namespace {
