@@ -104,11 +104,7 @@ namespace {
 
 std::vector<Command> AllCommands() {
   std::vector<Command> commands;
-#ifdef KUBETRAIN_CLI_LOCAL
   for (auto list : {ValidateCommands, JobsCommands, LocalCommands, RenderCommands, UiCommands}) {
-#else
-  for (auto list : {ValidateCommands}) {
-#endif
     for (Command& command : list()) commands.push_back(std::move(command));
   }
   return commands;

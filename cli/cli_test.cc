@@ -104,7 +104,6 @@ TEST(ParseArgsTest, NamespaceHasKubectlsShortForms) {
             (std::vector<std::string>{"-n", "3"}));
 }
 
-#ifdef KUBETRAIN_CLI_LOCAL_TESTS
 TEST(SubmitCommandTest, PackagePathIsCheckedBeforeAnythingIsSubmitted) {
   const std::string package =
       (std::filesystem::path(::testing::TempDir()) / "trainer").lexically_normal().string();
@@ -132,7 +131,6 @@ TEST(LocalTrainCommandTest, StartPortIsATcpPort) {
   EXPECT_EQ(r.code, 2);
   EXPECT_THAT(r.err, ::testing::HasSubstr("--start-port 65534: the 5 replicas need ports up to 65538"));
 }
-#endif
 
 const std::string kKubeflow = std::string(KUBETRAIN_SOURCE_DIR) + "/api/testdata/kubeflow/";
 
@@ -189,7 +187,6 @@ TEST(KubeflowManifestTest, ConvertPrintsATrainingJobThatValidates) {
                        ": not a kubeflow.org/v1 TFJob or PyTorchJob; it runs as it is\n");
 }
 
-#ifdef KUBETRAIN_CLI_LOCAL_TESTS
 TEST(KubeflowManifestTest, RenderShowsThePodsWithTheirPyTorchEnvironment) {
   // The manifest's namespace, as kubectl apply takes it.
   Result r = RunKubetrain({"render", kKubeflow + "pytorch-run-policy.yaml"});
@@ -216,9 +213,7 @@ TEST(RenderCommandTest, BasicExampleRunsTheVersionedRuntimeImage) {
                                           std::string(KUBETRAIN_TEST_VERSION) +
                                           "\n    imagePullPolicy: IfNotPresent\n"));
 }
-#endif
 
-#ifdef KUBETRAIN_CLI_LOCAL_TESTS
 // A table of every `jobs` verb the tool has against each of kubectl's
 // spellings of the namespace flag: each verb reads -n as --namespace. With
 // --local, which has no namespaces, each one refuses the namespace it read
@@ -251,7 +246,6 @@ TEST(JobsFlagsTest, EveryJobsVerbReadsDashNAsItsNamespace) {
   EXPECT_EQ(r.code, 2);
   EXPECT_THAT(r.err, ::testing::HasSubstr("unknown flag -n"));
 }
-#endif
 
 TEST(CliTest, EveryCommandTakesHelp) {
   Result r = RunKubetrain({"validate", "--help"});
@@ -263,14 +257,11 @@ TEST(CliTest, EveryCommandTakesHelp) {
   r = RunKubetrain({"validate", "--", "--help"});
   EXPECT_EQ(r.code, 2);
   EXPECT_EQ(r.out, "");
-#ifdef KUBETRAIN_CLI_LOCAL_TESTS
   r = RunKubetrain({"jobs", "submit", "training", "-h"});
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(r.out, ::testing::StartsWith("Usage: kubetrain jobs submit training JOB [--config FILE]"));
-#endif
 }
 
-#ifdef KUBETRAIN_CLI_LOCAL_TESTS
 TEST(RenderCommandTest, UsesTheManifestsNamespaceAsKubectlApplyDoes) {
   const std::string path = ::testing::TempDir() + "/namespaced.yaml";
   std::ofstream(path) << "apiVersion: kubetrain.io/v1\nkind: TrainingJob\n"
@@ -334,7 +325,6 @@ TEST(CliTest, CommandGroupsListTheirCommands) {
   EXPECT_THAT(r.err, ::testing::StartsWith("kubetrain jobs: unknown command \"frobnicate\"\n"));
   EXPECT_EQ(r.out, "");
 }
-#endif
 
 TEST(CliTest, VersionNamesTheApi) {
   Result r = RunKubetrain({"version"});

@@ -13,15 +13,11 @@
 #include "google/protobuf/util/json_util.h"
 #include "operator/core/naming.h"
 #include "operator/kube/cluster_client.h"
-#ifdef KUBETRAIN_CLI_CLUSTER
 #include "operator/kube/kubeconfig.h"
 #include "operator/kube/rest_client.h"
-#include "operator/kube/trial_archive.h"
-#endif
+#include "operator/kube/trial_archive_format.h"
 
 namespace kubetrain::cli {
-
-#ifdef KUBETRAIN_CLI_CLUSTER
 
 namespace {
 
@@ -256,37 +252,5 @@ absl::StatusOr<std::vector<JobEvent>> ClusterJobs::Events(const v1::TrainingJob&
                    [](const JobEvent& a, const JobEvent& b) { return a.last_seen < b.last_seen; });
   return events;
 }
-
-#else  // no Kubernetes client in this build
-
-absl::StatusOr<std::unique_ptr<ClusterJobs>> ClusterJobs::Connect(const ClusterTarget&) {
-  return absl::UnimplementedError(
-      "this kubetrain was built without the Kubernetes client (operator/kube); use the local backend "
-      "with --local (or KUBETRAIN_BACKEND=local)");
-}
-ClusterJobs::ClusterJobs(std::unique_ptr<kube::ClusterClient>, std::string namespace_name)
-    : namespace_(std::move(namespace_name)) {}
-ClusterJobs::~ClusterJobs() = default;
-absl::Status ClusterJobs::Create(const v1::TrainingJob&) { return absl::UnimplementedError("no cluster client"); }
-absl::StatusOr<v1::TrainingJob> ClusterJobs::Get(const std::string&) {
-  return absl::UnimplementedError("no cluster client");
-}
-absl::StatusOr<std::vector<v1::TrainingJob>> ClusterJobs::List() {
-  return absl::UnimplementedError("no cluster client");
-}
-absl::StatusOr<std::vector<v1::HyperparameterOutput>> ClusterJobs::ArchivedTrials(
-    const v1::TrainingJob&) {
-  return absl::UnimplementedError("no cluster client");
-}
-absl::Status ClusterJobs::Cancel(const std::string&) { return absl::UnimplementedError("no cluster client"); }
-absl::StatusOr<std::vector<JobEvent>> ClusterJobs::Events(const v1::TrainingJob&) {
-  return absl::UnimplementedError("no cluster client");
-}
-absl::StatusOr<v1::TrainingJob> ClusterJobs::FollowLogs(const std::string&,
-                                                        const ClusterLogOptions&, std::ostream&) {
-  return absl::UnimplementedError("no cluster client");
-}
-
-#endif
 
 }  // namespace kubetrain::cli

@@ -42,8 +42,7 @@ class ClusterJobs {
   // `target.context` or the current context; when no kubeconfig file exists
   // (and neither flag was given), the pod's service account. A kubeconfig
   // that exists but is broken, or names no such context, is an error, not a
-  // reason to try elsewhere. Unimplemented when this build has no Kubernetes
-  // client.
+  // reason to try elsewhere.
   static absl::StatusOr<std::unique_ptr<ClusterJobs>> Connect(const ClusterTarget& target);
   static absl::StatusOr<std::unique_ptr<ClusterJobs>> Connect(const std::string& namespace_name) {
     ClusterTarget target;

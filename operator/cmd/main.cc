@@ -305,7 +305,9 @@ int main(int argc, char** argv) {
     return 1;
   }
   kubetrain::kube::RestClientOptions client_options{.qps = flags.qps, .burst = flags.burst};
-  client_options.metrics = &metrics;
+  client_options.on_request = [&metrics](std::string_view verb, int code) {
+    metrics.CountApiRequest(verb, code);
+  };
   auto client = kubetrain::kube::RestClusterClient::Create(*config, client_options);
   if (!client.ok()) {
     Log(LogLevel::kError, client.status().ToString());

@@ -191,7 +191,7 @@ class RestClusterClient::Impl {
   }
 
   void Count(std::string_view verb, int code) {
-    if (options_.metrics != nullptr) options_.metrics->CountApiRequest(verb, code);
+    if (options_.on_request) options_.on_request(verb, code);
   }
 
   absl::StatusOr<json> Do(std::string_view verb, const http::method& method, const std::string& uri,

@@ -1,12 +1,13 @@
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "absl/status/statusor.h"
 #include "operator/kube/cluster_client.h"
 #include "operator/kube/kubeconfig.h"
-#include "operator/observability/operator_metrics.h"
 
 namespace kubetrain::kube {
 
@@ -18,9 +19,13 @@ struct RestClientOptions {
   // watch connection a little after it.
   int watch_timeout_seconds = 300;
   std::string user_agent = "kubetrain-operator";
-  // Counts every request by RBAC verb and HTTP code (0: no answer); null:
-  // nothing is counted. Not owned; must outlive the client.
-  observability::OperatorMetrics* metrics = nullptr;
+  // Called after every request with its RBAC verb and HTTP code (0: no
+  // answer), e.g. to count requests (OperatorMetrics::CountApiRequest); empty:
+  // nothing is called. Called on the requesting threads, so it must be
+  // thread-safe; what it captures must outlive the client. A callback rather
+  // than the operator's metrics class, so that the client links no
+  // prometheus-cpp.
+  std::function<void(std::string_view verb, int code)> on_request;
 };
 
 // ClusterClient over the Kubernetes REST API, on cpprestsdk's http_client.

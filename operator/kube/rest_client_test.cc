@@ -195,7 +195,9 @@ TEST(RestClientMetricsTest, CountsRequestsByVerbAndCode) {
   ClusterConfig config;
   config.server = (*server)->url();
   RestClientOptions options{.qps = 0};
-  options.metrics = &metrics;
+  options.on_request = [&metrics](std::string_view verb, int code) {
+    metrics.CountApiRequest(verb, code);
+  };
   auto client = RestClusterClient::Create(config, options);
   ASSERT_TRUE(client.ok()) << client.status();
   RestClusterClient& c = **client;

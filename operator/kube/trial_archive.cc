@@ -18,101 +18,11 @@ using nlohmann::json;
 
 namespace {
 
-constexpr char kKeyPrefix[] = "trial-";
-constexpr char kKeySuffix[] = ".json";
 // Writes of one ConfigMap that meet a newer version (another writer, a
 // lagging read) before it is given up for this sync.
 constexpr int kConflictRetries = 5;
 
-// The label value the job's pods carry (core::ReplicaLabels shortens long
-// names), so one selector finds the job's pods and its archives.
-std::string JobLabel(const v1::TrainingJob& job) {
-  return core::ReplicaLabels(core::JobObjectName(job), core::ReplicaKey{}).at(core::kLabelJobName);
-}
-
-bool OwnedBy(const json& object, const std::string& uid) {
-  auto md = object.find("metadata");
-  if (md == object.end() || !md->is_object()) return false;
-  auto refs = md->find("ownerReferences");
-  if (refs == md->end() || !refs->is_array()) return false;
-  for (const json& ref : *refs) {
-    if (ref.is_object() && ref.value("uid", "") == uid) return true;
-  }
-  return false;
-}
-
 }  // namespace
-
-std::string ArchiveName(const std::string& job_object_name, const std::string& trial_id) {
-  int64_t number = 0;
-  int64_t chunk = 0;
-  if (absl::SimpleAtoi(trial_id, &number) && number > 0)
-    chunk = (number - 1) / kTrialsPerArchive + 1;
-  return absl::StrCat(job_object_name, "-trials-", chunk);
-}
-
-std::string ArchiveKey(const std::string& trial_id) {
-  return absl::StrCat(kKeyPrefix, trial_id, kKeySuffix);
-}
-
-json NewArchive(const v1::TrainingJob& job, const std::string& ns, const std::string& name) {
-  return {{"apiVersion", "v1"},
-          {"kind", "ConfigMap"},
-          {"metadata",
-           {{"name", name},
-            {"namespace", ns},
-            {"labels", {{core::kLabelJobName, JobLabel(job)}, {kLabelArchivedTrials, "true"}}},
-            {"ownerReferences", json::array({core::OwnerReference(job)})}}},
-          {"data", json::object()}};
-}
-
-void AddToArchive(json& config_map, const v1::HyperparameterOutput& trial) {
-  if (!config_map.contains("data") || !config_map["data"].is_object()) {
-    config_map["data"] = json::object();
-  }
-  config_map["data"][ArchiveKey(trial.trial_id())] = api::EncodeJson(trial);
-}
-
-std::vector<v1::HyperparameterOutput> TrialsInArchive(const json& config_map, size_t* skipped) {
-  std::vector<v1::HyperparameterOutput> trials;
-  size_t bad = 0;
-  auto data = config_map.find("data");
-  if (data != config_map.end() && data->is_object()) {
-    for (auto it = data->begin(); it != data->end(); ++it) {
-      if (!absl::StartsWith(it.key(), kKeyPrefix) || !absl::EndsWith(it.key(), kKeySuffix)) {
-        continue;
-      }
-      v1::HyperparameterOutput trial;
-      google::protobuf::util::JsonParseOptions options;
-      options.ignore_unknown_fields = true;
-      if (!it.value().is_string() || !google::protobuf::util::JsonStringToMessage(
-                                          it.value().get<std::string>(), &trial, options)
-                                          .ok()) {
-        ++bad;
-        continue;
-      }
-      trials.push_back(std::move(trial));
-    }
-  }
-  if (skipped != nullptr) *skipped = bad;
-  return trials;
-}
-
-std::string ArchiveSelector(const v1::TrainingJob& job) {
-  return absl::StrCat(kLabelArchivedTrials, ",", core::kLabelJobName, "=", JobLabel(job));
-}
-
-std::vector<v1::HyperparameterOutput> ArchivedTrialsOf(const v1::TrainingJob& job,
-                                                       const std::vector<json>& config_maps) {
-  std::map<std::string, v1::HyperparameterOutput> found;
-  for (const json& cm : config_maps) {
-    if (!OwnedBy(cm, job.metadata().uid())) continue;
-    for (v1::HyperparameterOutput& t : TrialsInArchive(cm)) found[t.trial_id()] = std::move(t);
-  }
-  std::vector<v1::HyperparameterOutput> trials;
-  for (auto& [id, t] : found) trials.push_back(std::move(t));
-  return trials;
-}
 
 TrialArchive::TrialArchive(ClusterClient* client, const std::string& ns) : client_(client) {
   informer_ = std::make_unique<Informer>(client_,
@@ -157,7 +67,7 @@ absl::Status TrialArchive::Archive(const v1::TrainingJob& job,
         last = current.status();
         break;
       }
-      if (!OwnedBy(*current, job.metadata().uid())) {
+      if (!OwnedByUid(*current, job.metadata().uid())) {
         // An earlier job of the same name whose archives the garbage
         // collector has not removed yet: not ours to write into.
         last = absl::UnavailableError(absl::StrCat(
@@ -192,7 +102,7 @@ std::vector<v1::HyperparameterOutput> TrialArchive::FromObjects(
   for (const ObjectPtr& object : objects) {
     // An earlier job of the same name may still have archives (the garbage
     // collector is on its way): only this job's count.
-    if (!OwnedBy(*object, uid)) continue;
+    if (!OwnedByUid(*object, uid)) continue;
     for (v1::HyperparameterOutput& t : TrialsInArchive(*object)) {
       found[t.trial_id()] = std::move(t);
     }
@@ -220,7 +130,7 @@ absl::StatusOr<std::vector<v1::HyperparameterOutput>> TrialArchive::Trials(
     const v1::TrainingJob& job, size_t expected) {
   const std::string& ns = job.metadata().namespace_();
   std::vector<v1::HyperparameterOutput> trials =
-      FromObjects(job, informer_->cache().ByIndex(ns, JobLabel(job)));
+      FromObjects(job, informer_->cache().ByIndex(ns, ArchiveJobLabel(job)));
   if (trials.size() >= expected) return trials;
   // Fewer than status says left it: an archive written by an earlier leader
   // that this cache has not seen yet. The API server has it.
