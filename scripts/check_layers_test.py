@@ -66,34 +66,35 @@ class CheckLayersTest(unittest.TestCase):
                       '"operator/observability/operator_metrics.h"', out)
         self.assertEqual(len(out.splitlines()), 1, out)
 
-    def test_runtime_may_use_roles_but_no_other_part_of_api(self):
+    def assert_planted_include_fails(self, path, text, where):
+        """Plants `path` with `text` in an allowed tree: the checker fails
+        and names `where` (file:line)."""
         self.write_allowed_tree()
-        self.write("trainer-runtime/engine/trainer.cc", '#include "api/validation.h"\n')
+        self.write(path, text)
         code, out, _ = self.run_checker()
         self.assertEqual(code, 1)
-        self.assertIn("trainer-runtime/engine/trainer.cc:1:", out)
+        self.assertIn(where + ":", out)
+
+    def test_runtime_may_use_roles_but_no_other_part_of_api(self):
+        self.assert_planted_include_fails("trainer-runtime/engine/trainer.cc",
+                                          '#include "api/validation.h"\n',
+                                          "trainer-runtime/engine/trainer.cc:1")
 
     def test_core_including_a_backend_fails(self):
-        self.write_allowed_tree()
-        self.write("operator/core/reconciler.cc", '#include "operator/kube/informer.h"\n')
-        code, out, _ = self.run_checker()
-        self.assertEqual(code, 1)
-        self.assertIn("operator/core/reconciler.cc:1:", out)
+        self.assert_planted_include_fails("operator/core/reconciler.cc",
+                                          '#include "operator/kube/informer.h"\n',
+                                          "operator/core/reconciler.cc:1")
 
     def test_operator_including_the_runtime_fails(self):
-        self.write_allowed_tree()
-        self.write("operator/local/controller.h",
-                   '#pragma once\n#include "trainer-runtime/hypertune/hypertune.h"\n')
-        code, out, _ = self.run_checker()
-        self.assertEqual(code, 1)
-        self.assertIn("operator/local/controller.h:2:", out)
+        self.assert_planted_include_fails(
+            "operator/local/controller.h",
+            '#pragma once\n#include "trainer-runtime/hypertune/hypertune.h"\n',
+            "operator/local/controller.h:2")
 
     def test_common_may_include_nothing_above_it(self):
-        self.write_allowed_tree()
-        self.write("common/observability/http_server.cc", '#include "api/roles.h"\n')
-        code, out, _ = self.run_checker()
-        self.assertEqual(code, 1)
-        self.assertIn("common/observability/http_server.cc:1:", out)
+        self.assert_planted_include_fails("common/observability/http_server.cc",
+                                          '#include "api/roles.h"\n',
+                                          "common/observability/http_server.cc:1")
 
     def test_tests_may_include_any_layer(self):
         self.write_allowed_tree()
