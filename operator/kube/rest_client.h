@@ -25,7 +25,7 @@ struct RestClientOptions {
   // thread-safe; what it captures must outlive the client. A callback rather
   // than the operator's metrics class, so that the client links no
   // prometheus-cpp.
-  std::function<void(std::string_view verb, int code)> on_request;
+  std::function<void(std::string_view verb, int code)> on_request = nullptr;
 };
 
 // ClusterClient over the Kubernetes REST API, on cpprestsdk's http_client.
