@@ -10,6 +10,8 @@
 #include "absl/strings/str_join.h"
 #include "api/defaults.h"
 #include "api/output_storage.h"
+#include "api/packages.h"
+#include "api/python_runtimes.h"
 #include "api/roles.h"
 #include "api/scale_tiers.h"
 #include "api/storage_uri.h"
@@ -55,6 +57,7 @@ class Validator {
             "must be a dotted Python module name such as trainer.task, got \"" +
                 input.python_module() + "\"");
     }
+    ValidatePythonCode(input, path);
     const auto& scheduling = input.scheduling();
     if (scheduling.has_max_running_time() && (scheduling.max_running_time().seconds() < 0 ||
                                               (scheduling.max_running_time().seconds() == 0 &&
@@ -110,9 +113,9 @@ class Validator {
     return !at_start;
   }
 
-  // jobDir, the path flags in args and containerArgs, and packageUris must
-  // be folders and files kubetrain can reach: no object-store URIs (see
-  // api/storage_uri.h), on either backend.
+  // jobDir and the path flags in args and containerArgs must be folders and
+  // files kubetrain can reach: no object-store URIs (see api/storage_uri.h),
+  // on either backend. (packageUris: ValidatePythonCode.)
   void ValidateStoragePaths(const TrainingInput& input, const std::string& path) {
     if (!UriScheme(input.job_dir()).empty()) {
       Error(path + ".jobDir", UriNotSupported(input.job_dir()) +
@@ -126,14 +129,6 @@ class Validator {
         {&input.evaluator_config(), ".evaluatorConfig"}};
     for (const auto& [config, field] : configs) {
       ValidatePathFlags(config->container_args(), path + field + ".containerArgs");
-    }
-    for (int i = 0; i < input.package_uris_size(); ++i) {
-      const std::string& uri = input.package_uris(i);
-      if (UriScheme(uri).empty()) continue;
-      Error(absl::StrCat(path, ".packageUris[", i, "]"),
-            absl::StrCat("\"", uri, "\" names object storage (", UriScheme(uri),
-                         "://), which kubetrain cannot fetch packages from: give the package's "
-                         "local folder (jobs submit --package-path)"));
     }
   }
 
@@ -162,6 +157,58 @@ class Validator {
               absl::StrCat(arg.substr(0, eq), ": ", UriNotSupported(uri)));
       }
     }
+  }
+
+  // Where a pythonModule's code comes from (api/packages.h), and the Python
+  // runtime image it runs in (api/python_runtimes.h).
+  void ValidatePythonCode(const TrainingInput& input, const std::string& path) {
+    for (int i = 0; i < input.package_uris_size(); ++i) {
+      if (absl::StatusOr<PackageSource> source = ParsePackageUri(input.package_uris(i));
+          !source.ok()) {
+        Error(absl::StrCat(path, ".packageUris[", i, "]"), std::string(source.status().message()));
+      }
+    }
+    if (!input.runtime_version().empty() &&
+        FindPythonRuntime(input.runtime_version(), "") == nullptr) {
+      Error(path + ".runtimeVersion", absl::StrCat("no runtime \"", input.runtime_version(),
+                                                   "\"; on offer: ", PythonRuntimesOnOffer()));
+    } else if (!input.python_version().empty() &&
+               FindPythonRuntime(input.runtime_version(), input.python_version()) == nullptr) {
+      Error(path + ".pythonVersion",
+            absl::StrCat("no Python \"", input.python_version(),
+                         "\" in the runtime images; on offer: ", PythonRuntimesOnOffer()));
+    }
+    if (input.python_module().empty() || !input.package_uris().empty()) return;
+    // Without a package, every replica that runs the module needs an image
+    // that holds it: the Python runtime image holds no user code.
+    std::vector<std::string> roles, fields;
+    for (const ReplicaGroup& group : ReplicaGroups(input)) {
+      if (group.config.container_command_size() > 0 || !group.config.image_uri().empty()) continue;
+      roles.push_back(std::string(RoleName(group.role)));
+      fields.push_back(std::string(ReplicaConfigField(group.role)) + ".imageUri");
+    }
+    if (roles.empty()) return;
+    Error(path + ".packageUris",
+          absl::StrCat("required for pythonModule ", input.python_module(), ": the ",
+                       absl::StrJoin(roles, ", "),
+                       roles.size() > 1 ? " replicas have" : " replica has",
+                       " neither a package that holds it (packageUris, or jobs submit training "
+                       "--package-path) nor an image that does (",
+                       absl::StrJoin(fields, ", "), ")"));
+  }
+
+  static const char* ReplicaConfigField(Role role) {
+    switch (role) {
+      case Role::kMaster:
+        return "masterConfig";
+      case Role::kWorker:
+        return "workerConfig";
+      case Role::kParameterServer:
+        return "parameterServerConfig";
+      case Role::kEvaluator:
+        return "evaluatorConfig";
+    }
+    return "masterConfig";
   }
 
   void ValidateTier(const TrainingInput& input, const std::string& path) {

@@ -5,6 +5,7 @@
 
 #include "api/job_file.h"
 #include "api/output_storage.h"
+#include "api/python_runtimes.h"
 
 namespace kubetrain::api {
 namespace {
@@ -174,6 +175,52 @@ std::vector<InvalidCase> Cases() {
       {"bad_python_module", Job("    pythonModule: trainer/task.py\n"),
        "spec.trainingInput.pythonModule",
        "must be a dotted Python module name such as trainer.task, got \"trainer/task.py\""},
+      // Where a pythonModule's code comes from, and the runtime it runs in.
+      {"module_without_code", Job("    scaleTier: STANDARD_1\n    pythonModule: trainer.task\n"),
+       "spec.trainingInput.packageUris",
+       "required for pythonModule trainer.task: the master, worker, ps replicas have neither a "
+       "package that holds it (packageUris, or jobs submit training --package-path) nor an image "
+       "that does (masterConfig.imageUri, workerConfig.imageUri, parameterServerConfig.imageUri)"},
+      {"module_with_image_for_the_master_only",
+       Job("    scaleTier: CUSTOM\n    masterType: standard\n    workerType: standard\n"
+           "    workerCount: 2\n    pythonModule: trainer.task\n"
+           "    masterConfig: {imageUri: registry.example.com/trainer:1}\n"),
+       "spec.trainingInput.packageUris",
+       "required for pythonModule trainer.task: the worker replica has neither a package that "
+       "holds it (packageUris, or jobs submit training --package-path) nor an image that does "
+       "(workerConfig.imageUri)"},
+      {"package_uri_gs",
+       Job("    pythonModule: trainer.task\n    packageUris: [/pkg/trainer-0.1.tar.gz, "
+           "\"gs://my-bucket/trainer-0.1.tar.gz\"]\n"),
+       "spec.trainingInput.packageUris[1]",
+       "\"gs://my-bucket/trainer-0.1.tar.gz\" names object storage (gs://), which kubetrain "
+       "cannot fetch packages from: give the package's local folder (jobs submit --package-path, "
+       "which stores it in the cluster), an http(s):// URL, or a path in the replica's image or "
+       "volumes",
+       8},
+      {"file_package_uri",
+       Job("    pythonModule: trainer.task\n    packageUris: [\"file:///pkg/t-0.1.tar.gz\"]\n"),
+       "spec.trainingInput.packageUris[0]",
+       "\"file:///pkg/t-0.1.tar.gz\" is a file:// URI: give the path itself (/pkg/t-0.1.tar.gz)"},
+      {"configmap_package_uri_without_file",
+       Job("    pythonModule: trainer.task\n    packageUris: [\"configmap://Trainer\"]\n"),
+       "spec.trainingInput.packageUris[0]",
+       "\"configmap://Trainer\" is not configmap://NAME/FILE: NAME a ConfigMap of the job's "
+       "namespace (lowercase letters, digits, '-' and '.'), FILE its key holding the package "
+       "(letters, digits, '-', '_' and '.', such as trainer-0.1.tar.gz)"},
+      {"empty_package_uri",
+       Job("    pythonModule: trainer.task\n    packageUris: [\"\"]\n"),
+       "spec.trainingInput.packageUris[0]", "must not be empty"},
+      {"unknown_runtime_version",
+       Job("    pythonModule: trainer.task\n    packageUris: [/pkg]\n"
+           "    runtimeVersion: \"1.15\"\n"),
+       "spec.trainingInput.runtimeVersion",
+       "no runtime \"1.15\"; on offer: " + PythonRuntimesOnOffer()},
+      {"unknown_python_version",
+       Job("    pythonModule: trainer.task\n    packageUris: [/pkg]\n"
+           "    pythonVersion: \"3.7\"\n"),
+       "spec.trainingInput.pythonVersion",
+       "no Python \"3.7\" in the runtime images; on offer: " + PythonRuntimesOnOffer()},
       {"empty_arg", Job("    args: ['']\n"), "spec.trainingInput.args[0]", "must not be empty"},
       {"zero_running_time", Job("    scheduling: {maxRunningTime: 0s}\n"),
        "spec.trainingInput.scheduling.maxRunningTime", "must be positive"},
@@ -324,7 +371,9 @@ std::vector<InvalidCase> Cases() {
            "gs://b/trainer-0.1.tar.gz]\n"),
        "spec.trainingInput.packageUris[1]",
        "\"gs://b/trainer-0.1.tar.gz\" names object storage (gs://), which kubetrain cannot "
-       "fetch packages from: give the package's local folder (jobs submit --package-path)"},
+       "fetch packages from: give the package's local folder (jobs submit --package-path, which "
+       "stores it in the cluster), an http(s):// URL, or a path in the replica's image or "
+       "volumes"},
       // spec.outputStorage: the storage jobDir lives on.
       {"output_storage_empty", Stored("  outputStorage: {subPath: runs}\n"), "spec.outputStorage",
        "set one of claimName, volumeName and newClaim"},
@@ -411,7 +460,8 @@ TEST(ValidationTest, PyTorchJobsWithACommandOrAModuleAreValid) {
                        "    workerCount: 2\n    framework: PYTORCH\n"
                        "    masterConfig: {containerCommand: [python3, train.py]}\n"
                        "    workerConfig: {containerCommand: [python3, train.py]}\n"),
-           std::string("    framework: PYTORCH\n    pythonModule: trainer.task\n"),
+           std::string("    framework: PYTORCH\n    pythonModule: trainer.task\n"
+                       "    packageUris: [/pkg]\n"),
            // The master's evaluators are no ranks, but still run something.
            std::string("    framework: PYTORCH\n    evaluatorCount: 1\n"
                        "    masterConfig: {containerCommand: [python3, train.py]}\n"
@@ -483,6 +533,39 @@ TEST(OutputStorageTest, OutputFolderIsJobDirElseTheLastOutputFlag) {
   input.set_job_dir("/c");
   EXPECT_EQ(OutputFolder(input), "/c");
   EXPECT_EQ(OutputFolder(v1::TrainingInput()), "");
+}
+
+TEST(ValidationTest, PythonModuleCodeFromPackagesOrImages) {
+  for (const std::string& body : {
+           // A package for every replica, from a path, a URL or the cluster.
+           std::string("    scaleTier: STANDARD_1\n    pythonModule: trainer.task\n"
+                       "    packageUris: [/pkg/trainer-0.1.tar.gz, "
+                       "\"https://pkgs.example.com/util-1.0-py3-none-any.whl\", "
+                       "\"configmap://job1-package/trainer-0.0.0.tar.gz\"]\n"),
+           // Images that hold the module; a role with its own command needs none.
+           std::string("    scaleTier: CUSTOM\n    masterType: standard\n    workerType: standard\n"
+                       "    workerCount: 2\n    pythonModule: trainer.task\n"
+                       "    masterConfig: {imageUri: registry.example.com/trainer:1}\n"
+                       "    workerConfig: {containerCommand: [python3, worker.py]}\n"),
+           // The runtime on offer, by its versions.
+           "    pythonModule: trainer.task\n    packageUris: [/pkg]\n    runtimeVersion: \"" +
+               PythonRuntimes()[0].runtime_version + "\"\n    pythonVersion: \"" +
+               PythonRuntimes()[0].python_version + "\"\n",
+       }) {
+    CheckedJob checked = CheckTrainingJob(Job(body));
+    EXPECT_TRUE(checked.ok()) << body << FormatErrors(checked.errors);
+  }
+}
+
+TEST(PythonRuntimesTest, UnsetVersionsMeanTheNewestRuntime) {
+  ASSERT_FALSE(PythonRuntimes().empty());
+  const PythonRuntime* newest = FindPythonRuntime("", "");
+  ASSERT_NE(newest, nullptr);
+  EXPECT_EQ(newest, &PythonRuntimes()[0]);
+  EXPECT_EQ(newest->python_version, "3.11");  // Debian 12's python3, the images' base
+  EXPECT_EQ(newest->image, "kubetrain/kubetrain-python-runtime:" KUBETRAIN_TEST_VERSION);
+  EXPECT_EQ(FindPythonRuntime(newest->runtime_version, "2.7"), nullptr);
+  EXPECT_EQ(FindPythonRuntime("1.15", ""), nullptr);
 }
 
 TEST(JobNameTest, KubernetesNameLowercasesAndReplacesUnderscores) {

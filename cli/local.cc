@@ -133,6 +133,13 @@ int Train(const std::vector<std::string>& args, std::ostream& out, std::ostream&
     }
     package_parent = *search_path;
   }
+  if (!input->python_module().empty()) {
+    // Where the module's code is: the package's folder, else the current one
+    // (python3 -m looks there first).
+    std::error_code ec;
+    input->add_package_uris(package_parent.empty() ? std::filesystem::current_path(ec).string()
+                                                   : package_parent);
+  }
   if (const std::string* dir = parsed.Flag("job-dir")) input->set_job_dir(*dir);
   for (const std::string& arg : parsed.after_double_dash) input->add_args(arg);
   std::vector<api::FieldError> errors = api::Validate(job);
