@@ -16,7 +16,7 @@ packages+=(
   clang-14 libclang-rt-14-dev libomp-14-dev lld-14 clang-format clang-tidy
   libbenchmark-dev
   dataset-fashion-mnist
-  python3 prometheus procps
+  python3 python3-pip prometheus procps
   python3-torch
   chromium chromium-driver
 )

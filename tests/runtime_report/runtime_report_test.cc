@@ -381,5 +381,66 @@ TEST_F(RuntimeReportTest, ExecUsageErrors) {
   EXPECT_THAT(Slurp(log_), HasSubstr("exec"));
 }
 
+// --package: folders on PYTHONPATH (before what it was), in place on a
+// task that does not report, as the child of a reporting one.
+TEST_F(RuntimeReportTest, ExecPutsPackageFoldersOnThePythonPath) {
+  fs::create_directories(dir_ / "pkg1");
+  fs::create_directories(dir_ / "pkg2");
+  const std::string script = Script("path.sh", "echo \"$PYTHONPATH\" > \"$1/seen\"\n");
+  const std::string packages =
+      "--package " + (dir_ / "pkg1").string() + " --package=" + (dir_ / "pkg2").string();
+  EXPECT_EQ(RunBinary("exec " + packages + " -- sh " + script + " " + dir_.string(), log_,
+                      Env({{"PYTHONPATH", "/before"}})),
+            kExitOk)
+      << Slurp(log_);
+  EXPECT_EQ(Slurp((dir_ / "seen").string()),
+            (dir_ / "pkg1").string() + ":" + (dir_ / "pkg2").string() + ":/before\n");
+  std::map<std::string, std::string> trial = TrialEnvironment(token_);
+  trial["PYTHONPATH"] = "";
+  EXPECT_EQ(
+      RunBinary("exec " + packages + " -- sh " + script + " " + dir_.string(), log_, Env(trial)),
+      kExitOk)
+      << Slurp(log_);
+  EXPECT_EQ(Slurp((dir_ / "seen").string()),
+            (dir_ / "pkg1").string() + ":" + (dir_ / "pkg2").string() + "\n");
+}
+
+TEST_F(RuntimeReportTest, ExecRefusesPackagesItCannotInstallBeforeRunningAnything) {
+  const std::string marker = (dir_ / "ran").string();
+  const std::string command = " -- sh -c 'touch " + marker + "'";
+  // Schemes: usage errors, naming the package.
+  EXPECT_EQ(RunBinary("exec --package gs://b/trainer-0.1.tar.gz" + command, log_, Env({})),
+            kExitUsage);
+  EXPECT_THAT(Slurp(log_),
+              HasSubstr("--package: \"gs://b/trainer-0.1.tar.gz\" names object "
+                        "storage (gs://), which kubetrain cannot fetch packages from"));
+  EXPECT_EQ(RunBinary("exec --package configmap://j-package/t-0.1.tar.gz" + command, log_, Env({})),
+            kExitUsage);
+  EXPECT_THAT(Slurp(log_), HasSubstr("a package stored in a ConfigMap is a file in the pods"));
+  // A missing file, and one pip cannot install: bad input, with pip's words.
+  EXPECT_EQ(
+      RunBinary("exec --package " + (dir_ / "missing.tar.gz").string() + command, log_, Env({})),
+      kExitBadInput);
+  EXPECT_THAT(Slurp(log_), HasSubstr("missing.tar.gz: no such file or folder"));
+  std::ofstream(dir_ / "broken-0.1.tar.gz") << "not a tarball";
+  EXPECT_EQ(RunBinary("exec --python /usr/bin/python3 --package " +
+                          (dir_ / "broken-0.1.tar.gz").string() + command,
+                      log_, Env(TrialEnvironment(token_))),
+            kExitBadInput);
+  EXPECT_THAT(Slurp(log_), HasSubstr("pip could not install " +
+                                     (dir_ / "broken-0.1.tar.gz").string() + ": it exited with "));
+  EXPECT_FALSE(fs::exists(marker)) << Slurp(log_);
+  EXPECT_TRUE(sink_->reports().empty());
+  // A Python that is not there.
+  std::ofstream(dir_ / "t-0.1.tar.gz") << "x";
+  EXPECT_EQ(RunBinary("exec --python no-such-python-kubetrain --package " +
+                          (dir_ / "t-0.1.tar.gz").string() + command,
+                      log_, Env({})),
+            kExitBadInput);
+  EXPECT_THAT(Slurp(log_), HasSubstr("no-such-python-kubetrain: command not found"));
+  EXPECT_EQ(RunBinary("exec --package", log_, Env({})), kExitUsage);
+  EXPECT_THAT(Slurp(log_), HasSubstr("--package needs a value"));
+}
+
 }  // namespace
 }  // namespace kubetrain::runtime

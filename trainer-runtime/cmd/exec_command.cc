@@ -1,7 +1,11 @@
-// `kubetrain-runtime exec [--poll-interval DURATION] -- CMD ARGS...`: runs a
-// trainer that reports through cloudml-hypertune, and forwards its reports
-// to the operator's Metrics service. No command rewriting, no sidecar: the
-// replica's command is this one.
+// `kubetrain-runtime exec [--poll-interval DURATION] [--package P]...
+// [--python PYTHON] -- CMD ARGS...`: runs a trainer that reports through
+// cloudml-hypertune, and forwards its reports to the operator's Metrics
+// service. No command rewriting, no sidecar: the replica's command is this
+// one. With --package, the trainer's packages are made importable first
+// (packages.h): folders on PYTHONPATH, files and URLs installed with pip into
+// a virtual environment made with PYTHON (default python3) in exec's private
+// directory, whose bin/ leads the command's PATH.
 //
 // With KUBETRAIN_METRICS_ADDR set (a tuning trial on the operator):
 //   1. make a private directory (mode 0700) and point the child's
@@ -30,7 +34,10 @@
 // Without it (the local backend follows the file it set itself; a job that
 // is not a tuning study), and on a task other than the chief (the master, or
 // worker 0 without one: as with `train`, only the chief's metrics count):
-// exec the command in place, environment unchanged.
+// exec the command in place, environment unchanged (but for PYTHONPATH when
+// a --package is a folder). When packages were installed, exec stays the
+// command's parent instead (steps 2 and 4 without the reports), so that it
+// removes the environment at the end.
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -53,9 +60,11 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "common/hypertune/hypertune.h"
 #include "trainer-runtime/cmd/command_error.h"
+#include "trainer-runtime/cmd/packages.h"
 #include "trainer-runtime/cmd/subcommand.h"
 #include "trainer-runtime/cmd/trial_reporter.h"
 #include "trainer-runtime/dist/cluster_spec.h"
@@ -74,21 +83,30 @@ constexpr int kExitCommandNotFound = 127;
 constexpr int kExitCannotExecute = 126;
 
 constexpr char kUsage[] =
-    "usage: kubetrain-runtime exec [--poll-interval DURATION] -- CMD [ARGS...]\n"
+    "usage: kubetrain-runtime exec [--poll-interval DURATION] [--package P]... [--python PYTHON]\n"
+    "                              -- CMD [ARGS...]\n"
     "\n"
     "Runs CMD, a trainer that reports metrics with cloudml-hypertune. On a tuning\n"
     "trial (KUBETRAIN_METRICS_ADDR set by the operator) CMD gets a private\n"
     "CLOUD_ML_HP_METRIC_FILE, whose new reports are forwarded to the operator's\n"
     "Metrics service; otherwise CMD runs with the environment unchanged.\n"
+    "Each --package is made importable first: a folder goes on PYTHONPATH; a file\n"
+    "(sdist, wheel) or an http(s):// URL is installed with pip into a virtual\n"
+    "environment (made with PYTHON, seeing its packages) whose bin/ leads CMD's PATH.\n"
     "Exits with CMD's exit code (128+N when signal N killed it); 138 when CMD\n"
     "succeeded but its last report was not delivered within\n"
-    "KUBETRAIN_METRICS_DEADLINE (default 60s); 127 when CMD is not found.\n"
+    "KUBETRAIN_METRICS_DEADLINE (default 60s); 127 when CMD is not found; 3 when\n"
+    "a package is missing or cannot be installed.\n"
     "\n"
     "flags:\n"
-    "  --poll-interval DURATION  how often to read the metric file (default 1s)\n";
+    "  --poll-interval DURATION  how often to read the metric file (default 1s)\n"
+    "  --package P               a folder, sdist, wheel or http(s):// URL (repeatable)\n"
+    "  --python PYTHON           the Python that makes the environment (default python3)\n";
 
 struct ExecArgs {
   absl::Duration poll_interval = absl::Seconds(1);
+  std::vector<std::string> packages;
+  std::string python = "python3";
   std::vector<std::string> command;
 };
 
@@ -108,18 +126,32 @@ absl::StatusOr<ExecArgs> ParseExecArgs(const std::vector<std::string>& args) {
       break;
     }
     if (!absl::StartsWith(arg, "-")) break;
-    std::optional<std::string> value;
-    if (arg == "--poll-interval") {
-      if (i + 1 == args.size()) return Usage("--poll-interval needs a value, e.g. 2s");
-      value = args[++i];
-    } else if (absl::StartsWith(arg, "--poll-interval=")) {
-      value = arg.substr(sizeof("--poll-interval=") - 1);
-    } else {
-      return Usage(absl::StrCat("unknown flag ", arg));
+    const std::string name = arg.substr(0, arg.find('='));
+    constexpr std::pair<const char*, const char*> kFlags[] = {
+        {"--poll-interval", "a duration, e.g. 2s"},
+        {"--package", "a folder, file or URL"},
+        {"--python", "a Python interpreter, e.g. python3"}};
+    const char* example = nullptr;
+    for (const auto& [flag, what] : kFlags) {
+      if (name == flag) example = what;
     }
-    if (!absl::ParseDuration(*value, &parsed.poll_interval) ||
-        parsed.poll_interval <= absl::ZeroDuration()) {
-      return Usage(absl::StrCat("--poll-interval=", *value,
+    if (example == nullptr) return Usage(absl::StrCat("unknown flag ", arg));
+    std::string value;
+    if (name.size() < arg.size()) {
+      value = arg.substr(name.size() + 1);
+    } else if (i + 1 == args.size()) {
+      return Usage(absl::StrCat(name, " needs a value, ", example));
+    } else {
+      value = args[++i];
+    }
+    if (name == "--package") {
+      parsed.packages.push_back(value);
+    } else if (name == "--python") {
+      if (value.empty()) return Usage("--python needs a value, a Python interpreter");
+      parsed.python = value;
+    } else if (!absl::ParseDuration(value, &parsed.poll_interval) ||
+               parsed.poll_interval <= absl::ZeroDuration()) {
+      return Usage(absl::StrCat("--poll-interval=", value,
                                 ": must be a positive duration such as 500ms or 2s"));
     }
   }
@@ -145,21 +177,45 @@ std::vector<char*> Argv(std::vector<std::string>& strings) {
   return argv;
 }
 
-// The child's environment: ours, with the metric file set and the
-// operator's reporting variables taken out.
-std::vector<std::string> ChildEnvironment(const std::string& metric_file) {
+// The child's environment: ours; when reporting, with the metric file set
+// and the operator's reporting variables taken out.
+std::vector<std::string> ChildEnvironment(const std::string& metric_file, bool reporting) {
   std::vector<std::string> env;
   for (char** e = environ; *e != nullptr; ++e) {
     const std::string entry = *e;
     const std::string name = entry.substr(0, entry.find('='));
-    if (name == hypertune::kMetricFileEnv || name == kMetricsAddrEnv ||
-        name == "KUBETRAIN_METRICS_TOKEN") {
+    if (reporting && (name == hypertune::kMetricFileEnv || name == kMetricsAddrEnv ||
+                      name == "KUBETRAIN_METRICS_TOKEN")) {
       continue;
     }
     env.push_back(entry);
   }
-  env.push_back(absl::StrCat(hypertune::kMetricFileEnv, "=", metric_file));
+  if (reporting) env.push_back(absl::StrCat(hypertune::kMetricFileEnv, "=", metric_file));
   return env;
+}
+
+// Sets NAME=VALUE entries of `env`, replacing any earlier value.
+void SetVariables(std::vector<std::string>& env,
+                  const std::vector<std::pair<std::string, std::string>>& vars) {
+  for (const auto& [name, value] : vars) {
+    std::erase_if(env,
+                  [&](const std::string& entry) { return absl::StartsWith(entry, name + "="); });
+    env.push_back(absl::StrCat(name, "=", value));
+  }
+}
+
+// The first executable `name` in the folders of `path`, as execvp finds it.
+std::optional<std::string> FindOnPath(const std::string& name, const std::string& path) {
+  for (absl::string_view folder : absl::StrSplit(path, ':')) {
+    const std::string candidate = absl::StrCat(folder.empty() ? "." : folder, "/", name);
+    if (access(candidate.c_str(), X_OK) == 0) return candidate;
+  }
+  return std::nullopt;
+}
+
+std::string GetEnv(const char* name) {
+  const char* value = std::getenv(name);
+  return value == nullptr ? "" : value;
 }
 
 // Removes the directory when it goes out of scope.
@@ -286,26 +342,41 @@ int FinishReporting(TrialReporter& reporter, int child_code, int signals, int te
   return Fail(status);
 }
 
-int RunAndForward(std::vector<std::string> command, absl::Duration poll_interval,
-                  TrialReporter& reporter) {
+// Runs the command as our child: installs its packages first, then forwards
+// its reports when there is a reporter, and termination signals either way.
+int RunAsChild(ExecArgs& exec, const PackagePlan& plan, TrialReporter* reporter) {
+  std::vector<std::string>& command = exec.command;
   absl::StatusOr<std::filesystem::path> dir = MakePrivateDir();
   if (!dir.ok()) return Fail(dir.status());
   TempDir cleanup{*dir};
   const std::string metric_file = (*dir / "output.metrics").string();
+  std::vector<std::string> env_strings = ChildEnvironment(metric_file, reporter != nullptr);
+  absl::StatusOr<std::vector<std::pair<std::string, std::string>>> package_vars = PreparePackages(
+      plan, exec.python, *dir / "venv", env_strings, GetEnv("PATH"), GetEnv("PYTHONPATH"));
+  if (!package_vars.ok()) return Fail(package_vars.status());
+  SetVariables(env_strings, *package_vars);
   // Before the child starts, so that neither a signal to us nor its exit is
   // missed. (Caught signals are reset to their default in the child by exec.)
   absl::StatusOr<int> signals = CatchSignals();
   if (!signals.ok()) return Fail(signals.status());
 
-  std::vector<std::string> env_strings = ChildEnvironment(metric_file);
   std::vector<char*> envp = Argv(env_strings);
   std::vector<char*> argv = Argv(command);
   pid_t child = 0;
+  // Looked up on the child's PATH, which may lead with the packages'
+  // environment (posix_spawnp would search ours).
+  for (const auto& [name, value] : *package_vars) {
+    if (name != "PATH" || command[0].find('/') != std::string::npos) continue;
+    std::optional<std::string> found = FindOnPath(command[0], value);
+    if (!found) return CannotRun(command[0], ENOENT);
+    command[0] = *std::move(found);
+    argv[0] = command[0].data();
+  }
   const int spawn_error = posix_spawnp(&child, argv[0], nullptr, nullptr, argv.data(), envp.data());
   if (spawn_error != 0) return CannotRun(command[0], spawn_error);
 
   const int interval_ms =
-      static_cast<int>(std::max<int64_t>(absl::ToInt64Milliseconds(poll_interval), 1));
+      static_cast<int>(std::max<int64_t>(absl::ToInt64Milliseconds(exec.poll_interval), 1));
   hypertune::HypertuneFileFollower follower;
   int wait_status = 0;
   int termination = 0;  // the SIGTERM or SIGINT that arrived, if one did
@@ -332,14 +403,15 @@ int RunAndForward(std::vector<std::string> command, absl::Duration poll_interval
       }
     }
     // Read after the child has exited too: its last report is in the file.
-    Forward(follower, metric_file, reporter);
+    if (reporter != nullptr) Forward(follower, metric_file, *reporter);
     if (child_done) break;
     if (wait_errno != 0) {
       return Fail(absl::InternalError(
           absl::StrCat("waiting for ", command[0], ": ", std::strerror(wait_errno))));
     }
   }
-  return FinishReporting(reporter, ExitCodeOf(wait_status), *signals, termination, *dir);
+  if (reporter == nullptr) return ExitCodeOf(wait_status);
+  return FinishReporting(*reporter, ExitCodeOf(wait_status), *signals, termination, *dir);
 }
 
 // Whether this replica's reports count: the chief's of the cluster TF_CONFIG
@@ -368,12 +440,21 @@ int RunExec(const std::vector<std::string>& args) {
   absl::StatusOr<std::unique_ptr<TrialReporter>> reporter = std::unique_ptr<TrialReporter>();
   if (IsChief()) reporter = TrialReporter::FromEnvironment(std::cerr);
   if (!reporter.ok()) return Fail(reporter.status());
-  if (*reporter == nullptr) {
+  absl::StatusOr<PackagePlan> plan = PlanPackages(parsed->packages);
+  if (!plan.ok()) return Fail(plan.status());
+  if (*reporter == nullptr && plan->installs.empty()) {
+    // Folders only, if any: they need PYTHONPATH, not a parent.
+    std::vector<std::string> env_strings = ChildEnvironment("", /*reporting=*/false);
+    absl::StatusOr<std::vector<std::pair<std::string, std::string>>> vars =
+        PreparePackages(*plan, parsed->python, {}, {}, GetEnv("PATH"), GetEnv("PYTHONPATH"));
+    if (!vars.ok()) return Fail(vars.status());
+    SetVariables(env_strings, *vars);
     std::vector<char*> argv = Argv(parsed->command);
-    execvp(argv[0], argv.data());
+    std::vector<char*> envp = Argv(env_strings);
+    execvpe(argv[0], argv.data(), envp.data());
     return CannotRun(parsed->command[0], errno);
   }
-  return RunAndForward(std::move(parsed->command), parsed->poll_interval, **reporter);
+  return RunAsChild(*parsed, *plan, reporter->get());
 }
 
 }  // namespace
