@@ -173,6 +173,20 @@ void AddOutputMount(json& pod, const v1::TrainingJob& job) {
   pod["spec"]["securityContext"]["fsGroupChangePolicy"] = "OnRootMismatch";
 }
 
+// The packages a pythonModule replica installs from ConfigMaps
+// (python_module.h): read-only volumes, each holding its package file only.
+void AddPackageMounts(json& pod, const DesiredReplica& replica) {
+  for (const PackageMount& mount : replica.package_mounts) {
+    pod["spec"]["volumes"].push_back(
+        {{"name", mount.volume},
+         {"configMap",
+          {{"name", mount.config_map},
+           {"items", json::array({{{"key", mount.key}, {"path", mount.key}}})}}}});
+    pod["spec"]["containers"][0]["volumeMounts"].push_back(
+        {{"name", mount.volume}, {"mountPath", mount.mount_path}, {"readOnly", true}});
+  }
+}
+
 // ---- Reading objects -------------------------------------------------------
 
 const json* Field(const json& object, const char* name) {
@@ -257,6 +271,7 @@ json RenderPod(const v1::TrainingJob& job, const std::string& namespace_name,
     pod["spec"]["containers"][0]["imagePullPolicy"] = replica.image_pull_policy;
   }
   AddOutputMount(pod, job);
+  AddPackageMounts(pod, replica);
   if (job.spec().has_template_()) ApplyTemplate(pod, StructToJson(job.spec().template_()));
   // Keyed by role name; the master's also as "chief".
   const auto& templates = job.spec().replica_templates();

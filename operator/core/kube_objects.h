@@ -27,6 +27,8 @@ inline constexpr char kContainerName[] = "kubetrain";
 //   (cpu/memory requests, memory and nvidia.com/gpu limits), a restricted
 //   securityContext (no privilege escalation, all capabilities dropped,
 //   RuntimeDefault seccomp) and restartPolicy from replica.restart_policy;
+// - for each of replica.package_mounts, a configMap volume holding that one
+//   key, mounted read-only at its mount_path;
 // - then spec.template and spec.replicaTemplates[role] merged over it: both
 //   are PodTemplateSpecs ({metadata, spec}); maps are merged (JSON merge
 //   patch), containers merged by name (a template container named

@@ -1,5 +1,6 @@
 #include "operator/core/kube_objects.h"
 
+#include <map>
 #include <set>
 #include <string>
 
@@ -368,6 +369,70 @@ TEST(KubeObjectsTest, PerJobClaimIsOwnedByTheJobAndRenderedFirst) {
   ASSERT_EQ(objects->size(), 5u);
   EXPECT_EQ((*objects)[0]["kind"], "PersistentVolumeClaim");
   EXPECT_EQ((*objects)[0]["metadata"]["namespace"], "ns1");
+}
+
+// Cloud ML's package workflow: every replica runs the module through exec,
+// which installs the packages first, in the Python runtime image.
+TEST(KubeObjectsTest, PythonModuleReplicasInstallThePackagesThenRunTheModule) {
+  v1::TrainingJob job = Job();
+  v1::TrainingInput* input = job.mutable_spec()->mutable_training_input();
+  input->set_python_module("trainer.task");
+  input->add_package_uris("configmap://mnist-package/trainer-0.0.0.tar.gz");
+  input->add_package_uris("https://pkgs.example.com/util-1.0-py3-none-any.whl");
+  input->set_job_dir("/outputs/mnist");
+  v1::ParameterSpec* lr = input->mutable_hyperparameters()->add_params();
+  lr->set_parameter_name("learning_rate");
+  lr->set_type(v1::ParameterSpec::DOUBLE);
+  lr->set_min_value(0.01);
+  lr->set_max_value(0.1);
+  const std::vector<DesiredReplica> replicas =
+      DesiredReplicas(job, "3", {{"learning_rate", "0.05"}}, Options());
+  ASSERT_EQ(replicas.size(), 2u);
+  for (const DesiredReplica& replica : replicas) {
+    const json pod = RenderPod(job, "team-a", replica);
+    const json& c = pod["spec"]["containers"][0];
+    EXPECT_EQ(c["image"], "kubetrain/kubetrain-python-runtime:" KUBETRAIN_TEST_VERSION);
+    EXPECT_EQ(c["command"], json({"kubetrain-runtime", "exec", "--package",
+                                  "/var/kubetrain/packages/0/trainer-0.0.0.tar.gz", "--package",
+                                  "https://pkgs.example.com/util-1.0-py3-none-any.whl", "--",
+                                  "python3", "-m", "trainer.task"}));
+    EXPECT_EQ(c["args"],
+              json({"--epochs=2", "--learning_rate=0.05", "--job-dir", "/outputs/mnist/3"}));
+    EXPECT_EQ(c["volumeMounts"], json::parse(R"([{"name": "kubetrain-package-0",
+                               "mountPath": "/var/kubetrain/packages/0", "readOnly": true}])"));
+    EXPECT_EQ(pod["spec"]["volumes"], json::parse(R"([{"name": "kubetrain-package-0",
+                               "configMap": {"name": "mnist-package", "items":
+                                 [{"key": "trainer-0.0.0.tar.gz",
+                                   "path": "trainer-0.0.0.tar.gz"}]}}])"));
+    std::map<std::string, std::string> env;
+    for (const json& e : c["env"]) env[e["name"]] = e["value"];
+    EXPECT_EQ(env["CLOUD_ML_JOB_ID"], "mnist");
+    EXPECT_EQ(env["CLOUD_ML_TRIAL_ID"], "3");
+    EXPECT_THAT(env["TF_CONFIG"], testing::HasSubstr("\"trial\":\"3\""));
+  }
+}
+
+TEST(KubeObjectsTest, PythonModuleKeepsARolesImageAndCommand) {
+  v1::TrainingJob job = Job();
+  v1::TrainingInput* input = job.mutable_spec()->mutable_training_input();
+  input->set_python_module("trainer.task");
+  input->mutable_master_config()->set_image_uri("registry.example.com/trainer:1");
+  input->mutable_worker_config()->add_container_command("python3");
+  input->mutable_worker_config()->add_container_command("worker.py");
+  const std::vector<DesiredReplica> replicas = DesiredReplicas(job, "", {}, Options());
+  ASSERT_EQ(replicas.size(), 2u);
+  // The master's image holds the module: no package to install.
+  EXPECT_EQ(replicas[0].image, "registry.example.com/trainer:1");
+  EXPECT_EQ(replicas[0].command, (std::vector<std::string>{"kubetrain-runtime", "exec", "--",
+                                                           "python3", "-m", "trainer.task"}));
+  EXPECT_EQ(replicas[0].python_module, "trainer.task");
+  // The worker runs its own command, in the default image.
+  EXPECT_EQ(replicas[1].image, Options().default_image);
+  EXPECT_EQ(replicas[1].command, (std::vector<std::string>{"python3", "worker.py"}));
+  EXPECT_EQ(replicas[1].python_module, "");
+  const json pod = RenderPod(job, "team-a", replicas[0]);
+  EXPECT_FALSE(pod["spec"].contains("volumes"));
+  EXPECT_FALSE(pod["spec"]["containers"][0].contains("volumeMounts"));
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include "api/validation.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "operator/core/output_storage.h"
+#include "operator/core/python_module.h"
 #include "operator/core/pytorch_env.h"
 #include "operator/tuner/search_space.h"
 
@@ -258,6 +259,12 @@ DesiredReplica MakeReplica(const v1::TrainingJob& job, const std::vector<api::Re
   if (group.config.container_command_size() > 0) {
     r.command.assign(group.config.container_command().begin(),
                      group.config.container_command().end());
+  } else if (RunsPythonModule(input, group.config)) {
+    PythonModuleRun run = PlanPythonModule(input);
+    r.command = std::move(run.command);
+    r.package_mounts = std::move(run.mounts);
+    r.python_module = input.python_module();
+    if (group.config.image_uri().empty()) r.image = PythonRuntimeImage(input);
   } else {
     r.command = {"kubetrain-runtime", "train"};
   }

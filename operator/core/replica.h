@@ -31,6 +31,16 @@ struct ReplicaResources {
 // again under any policy: see reconciler.h.
 enum class ContainerRestartPolicy { kNever, kOnFailure };
 
+// A package stored in a ConfigMap (packageUris configmap://NAME/FILE), which
+// a pod mounts read-only: key `key` of ConfigMap `config_map` as the file
+// `key` in the folder `mount_path` (python_module.h).
+struct PackageMount {
+  std::string volume;  // the pod's volume name
+  std::string config_map;
+  std::string key;
+  std::string mount_path;
+};
+
 // A replica the job should have: a pod (and, on Kubernetes, a headless Service
 // of the same name) or, on the local backend, a process. Backend-neutral: the
 // Kubernetes backend renders it with kube_objects.h, the local backend spawns
@@ -43,12 +53,16 @@ struct DesiredReplica {
   // the framework asks), CLOUD_ML_JOB_ID, CLOUD_ML_TRIAL_ID (trials),
   // then KUBETRAIN_* (see reconciler.h for the list).
   std::vector<std::pair<std::string, std::string>> env;
-  std::string image;  // replicaConfig.imageUri, else ReconcileOptions::default_image
+  // replicaConfig.imageUri; else the Python runtime image for pythonModule
+  // (python_module.h); else ReconcileOptions::default_image.
+  std::string image;
   // "IfNotPresent" for the default image (a versioned image loaded onto the
   // nodes or pulled once); "" for an imageUri, which keeps Kubernetes' default
   // for its tag.
   std::string image_pull_policy;
-  // containerCommand when given, else {"kubetrain-runtime", "train"}.
+  // containerCommand when given; else, for pythonModule, `kubetrain-runtime
+  // exec ... -- python3 -m MODULE` (python_module.h); else
+  // {"kubetrain-runtime", "train"}.
   std::vector<std::string> command;
   // containerArgs when given, else trainingInput.args; then, for trials, one
   // "--<name>=<value>" per hyperparameter (in the spec's order) and, when the
@@ -58,6 +72,10 @@ struct DesiredReplica {
   int port = 2222;
   ReplicaResources resources;
   ContainerRestartPolicy restart_policy = ContainerRestartPolicy::kNever;
+  // trainingInput.pythonModule when this replica runs it; `command` is then
+  // python_module.h's, and `package_mounts` what it reads on Kubernetes.
+  std::string python_module;
+  std::vector<PackageMount> package_mounts;
 
   std::string Env(std::string_view name) const;  // "" when absent
 };

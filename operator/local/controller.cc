@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "absl/strings/str_join.h"
+#include "api/storage_uri.h"
 #include "operator/core/tf_config.h"
 
 namespace kubetrain::local {
@@ -85,6 +86,19 @@ constexpr absl::Duration kStuckAfterKill = absl::Seconds(30);
 
 bool IsDefaultRuntimeCommand(const std::vector<std::string>& command) {
   return command.size() == 2 && command[0] == "kubetrain-runtime" && command[1] == "train";
+}
+
+// Whether a package is to be installed: a URL (or other URI, which exec
+// refuses with its reason) or a file here, such as an sdist. Folders go on
+// PYTHONPATH as they are.
+bool AnyToInstall(const google::protobuf::RepeatedPtrField<std::string>& packages) {
+  std::error_code ec;
+  for (const std::string& package : packages) {
+    if (!api::UriScheme(package).empty() || std::filesystem::is_regular_file(package, ec)) {
+      return true;
+    }
+  }
+  return false;
 }
 
 }  // namespace
@@ -388,7 +402,13 @@ absl::Status Controller::CreateReplica(const v1::TrainingJob& job, const core::D
   std::filesystem::remove(metric_path, ec);
 
   const v1::TrainingInput& input = job.spec().training_input();
-  if (IsDefaultRuntimeCommand(replica.command) && !input.python_module().empty()) {
+  if (!replica.python_module.empty() && AnyToInstall(input.package_uris())) {
+    // Files and URLs are installed by exec (python_module.h), into an
+    // environment made from options_.python, whose python3 the module runs on.
+    request.argv = replica.command;
+    request.argv[0] = options_.runtime_binary;
+    request.argv.insert(request.argv.begin() + 2, {"--python", options_.python});
+  } else if (!replica.python_module.empty()) {
     request.argv = {options_.python, "-m", input.python_module()};
     std::vector<std::string> paths(input.package_uris().begin(), input.package_uris().end());
     if (const char* existing = std::getenv("PYTHONPATH"); existing != nullptr && *existing != '\0') {

@@ -55,9 +55,12 @@ namespace kubetrain::local {
 struct ControllerOptions {
   std::string home;  // $KUBETRAIN_HOME
   // What replicas run when the job names no containerCommand/pythonModule
-  // (the DesiredReplica command "kubetrain-runtime train").
+  // (the DesiredReplica command "kubetrain-runtime train"), and what
+  // installs a pythonModule's package files and URLs (`exec --package`).
   std::string runtime_binary = "kubetrain-runtime";
-  std::string python = "python3";  // for pythonModule
+  // For pythonModule: runs the module when its packages are folders (on
+  // PYTHONPATH), else makes the environment exec installs them into.
+  std::string python = "python3";
   std::function<absl::Time()> clock = [] { return absl::Now(); };
   // A free TCP port on 127.0.0.1.
   std::function<absl::StatusOr<int>()> allocate_port;

@@ -463,6 +463,26 @@ TEST_F(ControllerTest, ContainerCommandAndPythonModuleAreRunAsGiven) {
   EXPECT_THAT(EnvOf(launcher_.launched[1], "PYTHONPATH"), HasSubstr("/src/pkg"));
 }
 
+// Package files and URLs are installed as on Kubernetes: by exec, into an
+// environment made from the controller's Python.
+TEST_F(ControllerTest, PythonModulePackageFilesAreInstalledByExec) {
+  const std::string sdist = dir_.path() + "/trainer-0.1.tar.gz";
+  std::ofstream(sdist) << "an sdist";
+  v1::TrainingJob job = BasicJob("sdist");
+  job.mutable_spec()->mutable_training_input()->set_python_module("trainer.task");
+  job.mutable_spec()->mutable_training_input()->add_package_uris(sdist);
+  job.mutable_spec()->mutable_training_input()->add_package_uris(
+      "https://pkgs.example.com/u-1.0.tar.gz");
+  Submit(job);
+  Sync("sdist");
+  ASSERT_EQ(launcher_.launched.size(), 1u);
+  EXPECT_EQ(launcher_.launched[0].argv,
+            (std::vector<std::string>{"/opt/kubetrain-runtime", "exec", "--python", "python3",
+                                      "--package", sdist, "--package",
+                                      "https://pkgs.example.com/u-1.0.tar.gz", "--", "python3",
+                                      "-m", "trainer.task", "--epochs=1"}));
+}
+
 TEST_F(ControllerTest, ReplicaRecordedAsStartingIsAdoptedOrReplacedNeverDoubled) {
   v1::TrainingJob job = BasicJob("starting");
   job.mutable_spec()->mutable_run_policy()->set_restart_policy(v1::RunPolicy::OnFailure);

@@ -1,0 +1,42 @@
+#include "operator/core/python_module.h"
+
+#include "absl/strings/str_cat.h"
+#include "api/packages.h"
+#include "api/python_runtimes.h"
+
+namespace kubetrain::core {
+
+bool RunsPythonModule(const v1::TrainingInput& input, const v1::ReplicaConfig& config) {
+  return !input.python_module().empty() && config.container_command().empty();
+}
+
+PythonModuleRun PlanPythonModule(const v1::TrainingInput& input) {
+  PythonModuleRun run;
+  run.command = {"kubetrain-runtime", "exec"};
+  for (int i = 0; i < input.package_uris_size(); ++i) {
+    const std::string& uri = input.package_uris(i);
+    absl::StatusOr<api::PackageSource> source = api::ParsePackageUri(uri);
+    run.command.push_back("--package");
+    if (!source.ok() || source->kind != api::PackageSource::Kind::kConfigMap) {
+      run.command.push_back(uri);
+      continue;
+    }
+    PackageMount mount;
+    mount.volume = absl::StrCat("kubetrain-package-", i);
+    mount.config_map = source->config_map;
+    mount.key = source->file;
+    mount.mount_path = absl::StrCat(kPackageMountRoot, "/", i);
+    run.command.push_back(absl::StrCat(mount.mount_path, "/", mount.key));
+    run.mounts.push_back(std::move(mount));
+  }
+  run.command.insert(run.command.end(), {"--", "python3", "-m", input.python_module()});
+  return run;
+}
+
+std::string PythonRuntimeImage(const v1::TrainingInput& input) {
+  const api::PythonRuntime* runtime =
+      api::FindPythonRuntime(input.runtime_version(), input.python_version());
+  return runtime == nullptr ? "" : runtime->image;
+}
+
+}  // namespace kubetrain::core

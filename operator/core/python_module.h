@@ -1,0 +1,49 @@
+#pragma once
+
+// How a replica runs trainingInput.pythonModule: Cloud ML's package workflow.
+//
+// In a job with pythonModule, every role without a containerCommand runs the
+// module (parameter servers too: the trainer reads its role from TF_CONFIG):
+//
+//   command  kubetrain-runtime exec [--package P]... -- python3 -m MODULE
+//   args     the job's args, hyperparameter flags and --job-dir, as for any
+//            replica (replica.h)
+//   image    the role's imageUri; else the Python runtime image that
+//            runtimeVersion and pythonVersion pick (api/python_runtimes.h)
+//
+// `exec` makes each package importable before the module starts (pip for
+// files and URLs, the search path for folders) and forwards the module's
+// cloudml-hypertune reports to the operator (docs/runtime.md). A package
+// stored in the cluster (packageUris configmap://NAME/FILE) is a file of a
+// read-only ConfigMap volume: exec is given its path there.
+
+#include <string>
+#include <vector>
+
+#include "kubetrain/v1/training_job.pb.h"
+#include "operator/core/replica.h"
+
+namespace kubetrain::core {
+
+// Where packageUris[i] = configmap://NAME/FILE is mounted: FILE in
+// kPackageMountRoot/<i>/.
+inline constexpr char kPackageMountRoot[] = "/var/kubetrain/packages";
+
+// Whether a replica of `config` runs the job's pythonModule.
+bool RunsPythonModule(const v1::TrainingInput& input, const v1::ReplicaConfig& config);
+
+struct PythonModuleRun {
+  std::vector<std::string> command;
+  std::vector<PackageMount> mounts;  // one per configmap:// package, in packageUris order
+};
+
+// The command and mounts of a replica that runs the module. `input` must be
+// valid (api::Validate); an unreadable packageUris entry is passed on as it
+// is, for exec to refuse.
+PythonModuleRun PlanPythonModule(const v1::TrainingInput& input);
+
+// The image of the Python runtime that runtimeVersion and pythonVersion pick;
+// empty when none does (validation refuses such a job).
+std::string PythonRuntimeImage(const v1::TrainingInput& input);
+
+}  // namespace kubetrain::core
