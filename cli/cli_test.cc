@@ -36,6 +36,13 @@ TEST(ValidateCommandTest, AcceptsTheCloudMlConfigAndEveryExample) {
   EXPECT_THAT(r.out, ::testing::HasSubstr(kExamples + "cloudml-config.yaml: ok\n"));
 }
 
+TEST(ValidateCommandTest, AcceptsThePackageAndOwnImageExamples) {
+  Result r = RunKubetrain({"validate", kExamples + "python-package/trainingjob.yaml",
+                           kExamples + "python-package/hptuning_config.yaml",
+                           kExamples + "own-image/trainingjob.yaml"});
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+}
+
 TEST(ValidateCommandTest, PrintsEveryErrorWithFileAndExitsTwo) {
   const std::string path = ::testing::TempDir() + "/bad.yaml";
   std::ofstream(path) << "trainingInput:\n  scaleTier: CUSTOM\n  workerCount: -1\n";

@@ -20,6 +20,7 @@
 #include "api/codec.h"
 #include "api/defaults.h"
 #include "api/job_file.h"
+#include "api/packages.h"
 #include "api/validation.h"
 #include "cli/commands.h"
 #include "cli/jobs_cluster.h"
@@ -289,6 +290,19 @@ int PrintFinal(const v1::TrainingJob& job, const std::string& command, std::ostr
   return state == v1::SUCCEEDED ? kExitOk : kExitFailed;
 }
 
+// The sdist of --package-path for a cluster, which must fit the ConfigMap
+// that carries it there.
+absl::StatusOr<BuiltPackage> BuildClusterPackage(const std::string& package_path) {
+  absl::StatusOr<BuiltPackage> built = BuildSdist(package_path);
+  if (!built.ok() || built->bytes.size() <= api::kMaxConfigMapBytes) return built;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--package-path ", package_path, ": the package ", built->file_name, " is ",
+      built->bytes.size(), " bytes, more than the ", api::kMaxConfigMapBytes,
+      " bytes (1 MiB) a ConfigMap holds; serve it over http(s) and give its URL in packageUris, "
+      "put it on a volume of the pod template and give its path there, or build it into an "
+      "image (masterConfig.imageUri and the other roles')"));
+}
+
 int SubmitTraining(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   const std::string command = "jobs submit training";
   ParsedArgs parsed = ParseArgs(args,
@@ -336,13 +350,26 @@ int SubmitTraining(const std::vector<std::string>& args, std::ostream& out, std:
     if (absl::Status s = ApplyScaleTier(*tier, input); !s.ok()) return UsageError(command, std::string(s.message()), err);
   }
   if (const std::string* module = parsed.Flag("module-name")) input->set_python_module(*module);
+  std::optional<BuiltPackage> cluster_package;
   if (const std::string* package = parsed.Flag("package-path")) {
-    // The package's parent folder goes on PYTHONPATH, so `-m pkg.module` resolves.
+    // Locally the package's parent folder goes on PYTHONPATH, so `-m pkg.module`
+    // resolves; a cluster gets an sdist of it, stored in a ConfigMap.
     absl::StatusOr<std::string> search_path =
         PackageSearchPath(*package, input->python_module().empty() ? nullptr : &input->python_module());
     if (!search_path.ok()) return UsageError(command, std::string(search_path.status().message()), err);
     input->clear_package_uris();
-    input->add_package_uris(*search_path);
+    if (UseLocalBackend(parsed.Has("local"))) {
+      input->add_package_uris(*search_path);
+    } else {
+      absl::StatusOr<BuiltPackage> built = BuildClusterPackage(*package);
+      if (!built.ok()) {
+        err << "kubetrain " << command << ": " << built.status().message() << "\n";
+        return built.status().code() == absl::StatusCode::kInvalidArgument ? kExitUsage
+                                                                           : kExitFailed;
+      }
+      input->add_package_uris(ClusterJobs::PackageUri(name, built->file_name));
+      cluster_package = *std::move(built);
+    }
   }
   if (const std::string* dir = parsed.Flag("job-dir")) input->set_job_dir(*dir);
   if (const std::string* region = parsed.Flag("region")) input->set_region(*region);
@@ -375,9 +402,15 @@ int SubmitTraining(const std::vector<std::string>& args, std::ostream& out, std:
   if (!UseLocalBackend(parsed.Has("local"))) {
     std::unique_ptr<ClusterJobs> cluster = ConnectOrReport(command, parsed, err);
     if (cluster == nullptr) return kExitFailed;
-    if (absl::Status s = cluster->Create(job); !s.ok()) {
+    if (absl::Status s = cluster_package ? cluster->CreateWithPackage(job, *cluster_package)
+                                         : cluster->Create(job);
+        !s.ok()) {
       err << "kubetrain " << command << ": " << s.message() << "\n";
       return kExitFailed;
+    }
+    if (cluster_package) {
+      out << "Package [" << cluster_package->file_name << "] stored in ConfigMap "
+          << cluster->namespace_name() << "/" << ClusterJobs::PackageConfigMapName(name) << ".\n";
     }
     out << "Job [" << name << "] submitted successfully.\n"
         << "TrainingJob " << cluster->namespace_name() << "/" << api::KubernetesName(name) << "\n"

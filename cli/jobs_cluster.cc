@@ -5,10 +5,13 @@
 #include <set>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "api/codec.h"
+#include "api/defaults.h"
+#include "api/packages.h"
 #include "api/validation.h"
 #include "google/protobuf/util/json_util.h"
 #include "operator/core/naming.h"
@@ -95,6 +98,65 @@ absl::Status ClusterJobs::Create(const v1::TrainingJob& job) {
                                                  ": pick another name"));
   }
   return created.status();
+}
+
+absl::Status ClusterJobs::CreateWithPackage(const v1::TrainingJob& job,
+                                            const BuiltPackage& package) {
+  const std::string id = job.metadata().name();
+  const std::string object_name = api::KubernetesName(id);
+  const std::string config_map = PackageConfigMapName(id);
+  const nlohmann::json body = {
+      {"apiVersion", "v1"},
+      {"kind", "ConfigMap"},
+      {"metadata",
+       {{"name", config_map},
+        {"namespace", namespace_},
+        {"labels", {{"kubetrain.io/job-name", object_name}}},
+        {"annotations", {{kJobIdAnnotation, id}}}}},
+      {"binaryData", {{package.file_name, absl::Base64Escape(package.bytes)}}}};
+  absl::StatusOr<nlohmann::json> stored = client_->Create(kube::kConfigMaps, namespace_, body);
+  if (stored.status().code() == absl::StatusCode::kAlreadyExists) {
+    return absl::AlreadyExistsError(absl::StrCat(
+        "ConfigMap ", config_map, " already exists in namespace ", namespace_, ": job [", id,
+        "] exists, or an interrupted submission left its package behind (then "
+        "delete it: kubectl delete configmap ",
+        config_map, " -n ", namespace_, ")"));
+  }
+  if (!stored.ok()) {
+    return absl::Status(stored.status().code(),
+                        absl::StrCat("storing the package in ConfigMap ", config_map, ": ",
+                                     stored.status().message()));
+  }
+  auto forget_package = [&] { (void)client_->Delete(kube::kConfigMaps, namespace_, config_map); };
+  if (absl::Status created = Create(job); !created.ok()) {
+    forget_package();
+    return created;
+  }
+  absl::StatusOr<nlohmann::json> created_job =
+      client_->Get(kube::kTrainingJobs, namespace_, object_name);
+  absl::Status owned = created_job.status();
+  if (created_job.ok()) {
+    const nlohmann::json owner = {
+        {"apiVersion", api::kApiVersion},
+        {"kind", api::kKind},
+        {"name", object_name},
+        {"uid", created_job->value("/metadata/uid"_json_pointer, std::string())},
+        {"controller", false},
+        {"blockOwnerDeletion", false}};
+    owned = client_
+                ->MergePatch(kube::kConfigMaps, namespace_, config_map,
+                             {{"metadata", {{"ownerReferences", nlohmann::json::array({owner})}}}},
+                             false)
+                .status();
+  }
+  if (!owned.ok()) {
+    (void)client_->Delete(kube::kTrainingJobs, namespace_, object_name);
+    forget_package();
+    return absl::Status(owned.code(),
+                        absl::StrCat("making job [", id, "] the owner of ConfigMap ", config_map,
+                                     " (the job was deleted again): ", owned.message()));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<v1::TrainingJob> ClusterJobs::Get(const std::string& job_id) {
@@ -251,6 +313,14 @@ absl::StatusOr<std::vector<JobEvent>> ClusterJobs::Events(const v1::TrainingJob&
   std::stable_sort(events.begin(), events.end(),
                    [](const JobEvent& a, const JobEvent& b) { return a.last_seen < b.last_seen; });
   return events;
+}
+
+std::string ClusterJobs::PackageConfigMapName(const std::string& job_id) {
+  return api::KubernetesName(job_id) + "-package";
+}
+
+std::string ClusterJobs::PackageUri(const std::string& job_id, const std::string& file_name) {
+  return api::ConfigMapPackageUri(PackageConfigMapName(job_id), file_name);
 }
 
 }  // namespace kubetrain::cli

@@ -18,6 +18,7 @@
 #include "absl/status/statusor.h"
 #include "cli/cluster_logs.h"
 #include "cli/jobs_format.h"
+#include "cli/package_build.h"
 #include "kubetrain/v1/training_job.pb.h"
 
 namespace kubetrain::kube {
@@ -54,6 +55,19 @@ class ClusterJobs {
 
   // AlreadyExists names the job.
   absl::Status Create(const v1::TrainingJob& job);
+  // `jobs submit training --package-path` (package_build.h): stores the
+  // built package as key package.file_name of the ConfigMap
+  // PackageConfigMapName(job id), labelled kubetrain.io/job-name; creates the
+  // job, whose packageUris must already name it (PackageUri); then makes the
+  // job the ConfigMap's owner (controller: false), so that deleting the job
+  // deletes it. The ConfigMap exists before any pod can mount it. When a later
+  // step fails, what this call made is deleted again. The package must fit a
+  // ConfigMap (api::kMaxConfigMapBytes; the caller says what to do instead).
+  absl::Status CreateWithPackage(const v1::TrainingJob& job, const BuiltPackage& package);
+  // "<object name>-package".
+  static std::string PackageConfigMapName(const std::string& job_id);
+  // "configmap://<PackageConfigMapName>/<file name>" (api/packages.h).
+  static std::string PackageUri(const std::string& job_id, const std::string& file_name);
   // NotFound names the job and the namespace.
   absl::StatusOr<v1::TrainingJob> Get(const std::string& job_id);
   // The trials `job` archived out of its status (ConfigMaps of the job:

@@ -4,17 +4,25 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iostream>
+#include <random>
 #include <sstream>
 #include <tuple>
 #include <vector>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "api/python_runtimes.h"
 #include "cli/jobs_cluster.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "operator/kube/controller.h"
 #include "operator/kube/rest_client.h"
+#include "operator/kube/study_store.h"
+#include "operator/kube/test_objects.h"
 #include "operator/kube/trial_archive.h"
 #include "operator/local/test_util.h"
+#include "operator/tuner/tuner.h"
 #include "tests/fake_apiserver/fake_apiserver.h"
 
 namespace kubetrain::cli {
@@ -44,6 +52,26 @@ class ClusterJobsTest : public ::testing::Test {
     auto client = kube::RestClusterClient::Create(config);
     ASSERT_TRUE(client.ok()) << client.status();
     jobs_ = std::make_unique<ClusterJobs>(*std::move(client), "team-a");
+  }
+
+  // Runs the kubetrain binary with a kubeconfig of the fake server
+  // (namespace team-a) in `dir`: its exit code and output.
+  std::pair<int, std::string> RunCli(const local::TempDir& dir, const std::string& args) {
+    const std::string kubeconfig = dir.path() + "/config";
+    std::ofstream(kubeconfig)
+        << "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        << "clusters: [{name: k, cluster: {server: '" << server_->url() << "'}}]\n"
+        << "users: [{name: u, user: {token: t}}]\n"
+        << "contexts: [{name: c, context: {cluster: k, user: u, namespace: team-a}}]\n";
+    const std::string out = dir.path() + "/out";
+    std::string command =
+        absl::StrCat("KUBECONFIG=", kubeconfig, " KUBETRAIN_BACKEND= KUBETRAIN_HOME=", dir.path(),
+                     " ", KUBETRAIN_CLI, " ", args, " >", out, " 2>&1");
+    int status = std::system(command.c_str());
+    std::ifstream in(out);
+    std::stringstream text;
+    text << in.rdbuf();
+    return std::make_pair(WIFEXITED(status) ? WEXITSTATUS(status) : -1, text.str());
   }
 
   std::unique_ptr<fake_apiserver::FakeApiServer> server_;
@@ -107,23 +135,9 @@ TEST_F(ClusterJobsTest, ArchivedTrialsAreReadFromTheJobsConfigMaps) {
 
 TEST_F(ClusterJobsTest, CliWithoutLocalUsesTheKubeconfig) {
   local::TempDir dir;
-  const std::string kubeconfig = dir.path() + "/config";
-  std::ofstream(kubeconfig) << "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
-                            << "clusters: [{name: k, cluster: {server: '" << server_->url() << "'}}]\n"
-                            << "users: [{name: u, user: {token: t}}]\n"
-                            << "contexts: [{name: c, context: {cluster: k, user: u, namespace: team-a}}]\n";
   const std::string config = dir.path() + "/job.yaml";
   std::ofstream(config) << "trainingInput:\n  scaleTier: BASIC\n";
-  auto run = [&](const std::string& args) {
-    const std::string out = dir.path() + "/out";
-    std::string command = absl::StrCat("KUBECONFIG=", kubeconfig, " KUBETRAIN_BACKEND= KUBETRAIN_HOME=", dir.path(),
-                                       " ", KUBETRAIN_CLI, " ", args, " >", out, " 2>&1");
-    int status = std::system(command.c_str());
-    std::ifstream in(out);
-    std::stringstream text;
-    text << in.rdbuf();
-    return std::make_pair(WIFEXITED(status) ? WEXITSTATUS(status) : -1, text.str());
-  };
+  auto run = [&](const std::string& args) { return RunCli(dir, args); };
   auto [code, out] = run("jobs submit training cli_job --config " + config);
   EXPECT_EQ(code, 0) << out;
   EXPECT_THAT(out, HasSubstr("Job [cli_job] submitted successfully."));
@@ -293,6 +307,119 @@ TEST_F(ClusterJobsTest, EveryVerbTakesTheNamespaceAsKubectlDoes) {
   auto [odd_code, odd] = run("jobs list -x");
   EXPECT_EQ(odd_code, 2);
   EXPECT_THAT(odd, HasSubstr("unknown flag -x"));
+}
+
+const std::string kPackageExample = std::string(KUBETRAIN_SOURCE_DIR) + "/examples/python-package";
+
+// gcloud's package workflow against a cluster: the CLI builds an sdist of the
+// folder, stores it in a ConfigMap the job owns, and every replica the
+// operator creates installs it from there and runs the module through exec,
+// in the Python runtime image.
+TEST_F(ClusterJobsTest, PackagePathIsStoredInTheClusterAndTheReplicasInstallIt) {
+  local::TempDir dir;
+  auto [code, out] = RunCli(dir, "jobs submit training lr_study --package-path " + kPackageExample +
+                                     "/trainer/ --module-name trainer.task --config " +
+                                     kPackageExample + "/hptuning_config.yaml -- --num_epochs=2");
+  ASSERT_EQ(code, 0) << out;
+  std::cout << out;
+  EXPECT_THAT(out, HasSubstr("Package [trainer-0.1.tar.gz] stored in ConfigMap "
+                             "team-a/lr-study-package.\nJob [lr_study] submitted successfully."));
+
+  // The job names the stored package, not a folder of this machine.
+  auto job = server_->Get("trainingjobs", "team-a", "lr-study");
+  ASSERT_TRUE(job.ok()) << job.status();
+  const nlohmann::json& input = (*job)["spec"]["trainingInput"];
+  EXPECT_EQ(input["pythonModule"], "trainer.task");
+  EXPECT_EQ(input["packageUris"],
+            nlohmann::json::array({"configmap://lr-study-package/trainer-0.1.tar.gz"}));
+  auto [dcode, describe] = RunCli(dir, "jobs describe lr_study");
+  EXPECT_EQ(dcode, 0) << describe;
+  EXPECT_THAT(describe, HasSubstr("- configmap://lr-study-package/trainer-0.1.tar.gz"));
+  EXPECT_THAT(describe, ::testing::Not(HasSubstr(kPackageExample)));
+
+  // The ConfigMap holds the sdist (gzip) and is owned by the job.
+  auto config_map = server_->Get("configmaps", "team-a", "lr-study-package");
+  ASSERT_TRUE(config_map.ok()) << config_map.status();
+  std::string sdist;
+  ASSERT_TRUE(absl::Base64Unescape(
+      (*config_map)["binaryData"]["trainer-0.1.tar.gz"].get<std::string>(), &sdist));
+  ASSERT_GT(sdist.size(), 2u);
+  EXPECT_EQ(sdist.substr(0, 2), "\x1f\x8b");
+  const nlohmann::json& owner = (*config_map)["metadata"]["ownerReferences"][0];
+  EXPECT_EQ(owner["kind"], "TrainingJob");
+  EXPECT_EQ(owner["name"], "lr-study");
+  EXPECT_EQ(owner["uid"], (*job)["metadata"]["uid"]);
+  EXPECT_EQ((*config_map)["metadata"]["labels"]["kubetrain.io/job-name"], "lr-study");
+
+  // The operator's replicas (two trials at a time) mount it and install it.
+  kube::ControllerOptions options;
+  options.ns = "team-a";
+  options.workers = 1;
+  options.reconcile.tuner_factory = tuner::Tuner::Create;
+  options.reconcile.stop_rule = tuner::ShouldStopEarly;
+  kube::InMemoryStudyStore studies;
+  auto client = kube::testing::FakeServerClient(server_->url());
+  kube::Controller controller(client.get(), options, &studies);
+  ASSERT_TRUE(controller.Start(absl::Seconds(30)));
+  ASSERT_TRUE(server_->WaitUntil([&] { return server_->Count("pods") == 2; }));
+  controller.Stop();
+  for (const nlohmann::json& pod : server_->List("pods", "team-a")) {
+    const nlohmann::json& c = pod["spec"]["containers"][0];
+    EXPECT_EQ(c["image"], api::FindPythonRuntime("", "")->image);
+    EXPECT_EQ(c["command"], nlohmann::json({"kubetrain-runtime", "exec", "--package",
+                                            "/var/kubetrain/packages/0/trainer-0.1.tar.gz", "--",
+                                            "python3", "-m", "trainer.task"}));
+    EXPECT_EQ(c["args"][0], "--num_epochs=2");
+    EXPECT_THAT(c["args"][1].get<std::string>(), ::testing::StartsWith("--learning_rate="));
+    EXPECT_EQ(c["volumeMounts"][0]["mountPath"], "/var/kubetrain/packages/0");
+    EXPECT_EQ(pod["spec"]["volumes"][0]["configMap"]["name"], "lr-study-package");
+  }
+
+  // Deleting the job takes its package along.
+  ASSERT_TRUE(client->Delete(kube::kTrainingJobs, "team-a", "lr-study").ok());
+  EXPECT_EQ(server_->Count("configmaps"), 0u);
+}
+
+TEST_F(ClusterJobsTest, PackagesTheClusterCannotFetchAreRefusedAtSubmit) {
+  local::TempDir dir;
+  const std::string config = dir.path() + "/job.yaml";
+  std::ofstream(config) << "trainingInput:\n  pythonModule: trainer.task\n  packageUris:\n"
+                        << "    - gs://my-bucket/trainer-0.1.tar.gz\n";
+  auto [code, out] = RunCli(dir, "jobs submit training gs_job --config " + config);
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_THAT(out, HasSubstr(config + ":4:7: trainingInput.packageUris[0]: "
+                                      "\"gs://my-bucket/trainer-0.1.tar.gz\" names object "
+                                      "storage (gs://), which kubetrain cannot fetch packages "
+                                      "from"));
+  EXPECT_EQ(server_->Count("trainingjobs"), 0u);
+
+  // A module with no package and no image holding it, likewise.
+  std::ofstream(config) << "trainingInput:\n  pythonModule: trainer.task\n";
+  std::tie(code, out) = RunCli(dir, "jobs submit training no_code --config " + config);
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_THAT(out, HasSubstr("trainingInput.packageUris: required for pythonModule trainer.task"));
+  EXPECT_EQ(server_->Count("trainingjobs"), 0u);
+}
+
+TEST_F(ClusterJobsTest, APackageTooLargeForAConfigMapIsRefusedNamingTheAlternatives) {
+  local::TempDir dir;
+  const std::string package = dir.path() + "/big/trainer";
+  std::filesystem::create_directories(package);
+  std::ofstream(package + "/__init__.py");
+  // Random bytes do not compress: 1.5 MiB of them, as a Python literal.
+  std::mt19937 rng(1);
+  std::string blob(1536 * 1024, '\0');
+  for (char& c : blob) c = static_cast<char>(rng());
+  std::ofstream(package + "/task.py") << "DATA = \"" << absl::Base64Escape(blob) << "\"\n";
+  auto [code, out] = RunCli(dir, "jobs submit training big_job --package-path " + package +
+                                     " --module-name trainer.task");
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_THAT(out,
+              HasSubstr("--package-path " + package + ": the package trainer-0.0.0.tar.gz is "));
+  EXPECT_THAT(out, HasSubstr("bytes, more than the 1048576 bytes (1 MiB) a ConfigMap holds; serve "
+                             "it over http(s) and give its URL in packageUris"));
+  EXPECT_EQ(server_->Count("trainingjobs"), 0u);
+  EXPECT_EQ(server_->Count("configmaps"), 0u);
 }
 
 }  // namespace

@@ -1,0 +1,158 @@
+#include "cli/package_build.h"
+
+#include <fcntl.h>
+#include <spawn.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+
+extern char** environ;
+
+namespace kubetrain::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+// How much of setuptools' output a failure quotes.
+constexpr size_t kOutputTailLines = 15;
+
+std::string ReadFile(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+std::string Tail(const std::string& text) {
+  std::vector<absl::string_view> lines = absl::StrSplit(text, '\n', absl::SkipEmpty());
+  if (lines.size() > kOutputTailLines) lines.erase(lines.begin(), lines.end() - kOutputTailLines);
+  return absl::StrJoin(lines, "\n");
+}
+
+// Removes the folder when it goes out of scope.
+struct TempDir {
+  fs::path path;
+  ~TempDir() {
+    std::error_code ignored;
+    if (!path.empty()) fs::remove_all(path, ignored);
+  }
+};
+
+// Runs `argv` in `cwd`, stdout and stderr into `log`; its exit code (128+N
+// after signal N), or an error when it cannot be started.
+absl::StatusOr<int> Run(std::vector<std::string> argv, const fs::path& cwd, const fs::path& log) {
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addchdir_np(&actions, cwd.c_str());
+  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log.c_str(),
+                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
+  posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+  std::vector<char*> ptrs;
+  for (std::string& arg : argv) ptrs.push_back(arg.data());
+  ptrs.push_back(nullptr);
+  pid_t pid = 0;
+  const int error = posix_spawnp(&pid, ptrs[0], &actions, nullptr, ptrs.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  if (error != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(argv[0], ": ", error == ENOENT ? "command not found" : std::strerror(error)));
+  }
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0) {
+    if (errno != EINTR) return absl::InternalError(absl::StrCat("waitpid: ", std::strerror(errno)));
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+// Copies the Python packages under `from` (folders and .py files; no
+// __pycache__) to `to`.
+absl::Status CopyPythonTree(const fs::path& from, const fs::path& to) {
+  std::error_code ec;
+  fs::create_directories(to, ec);
+  if (ec)
+    return absl::InternalError(absl::StrCat("cannot create ", to.string(), ": ", ec.message()));
+  for (const fs::directory_entry& entry : fs::directory_iterator(from, ec)) {
+    const fs::path name = entry.path().filename();
+    if (entry.is_directory()) {
+      if (name == "__pycache__" || name.string().front() == '.') continue;
+      if (absl::Status s = CopyPythonTree(entry.path(), to / name); !s.ok()) return s;
+    } else if (entry.is_regular_file() && entry.path().extension() == ".py") {
+      fs::copy_file(entry.path(), to / name, ec);
+      if (ec) {
+        return absl::InternalError(
+            absl::StrCat("cannot copy ", entry.path().string(), ": ", ec.message()));
+      }
+    }
+  }
+  if (ec)
+    return absl::InternalError(absl::StrCat("cannot read ", from.string(), ": ", ec.message()));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<BuiltPackage> BuildSdist(const std::string& package_dir, const std::string& python) {
+  std::error_code ec;
+  fs::path dir = fs::absolute(package_dir, ec).lexically_normal();
+  if (!dir.has_filename()) dir = dir.parent_path();  // "trainer/" normalises to "trainer/"
+  if (ec || !fs::is_directory(dir, ec)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--package-path: ", package_dir, " is not a folder (the trainer's Python package)"));
+  }
+  const std::string name = dir.filename().string();
+  std::string pattern = (fs::temp_directory_path(ec) / "kubetrain-sdist-XXXXXX").string();
+  if (mkdtemp(pattern.data()) == nullptr) {
+    return absl::InternalError(
+        absl::StrCat("cannot create a folder like ", pattern, ": ", std::strerror(errno)));
+  }
+  TempDir work{pattern};
+  const fs::path dist = work.path / "dist", log = work.path / "setup.log";
+  fs::path context = dir.parent_path();
+  std::vector<std::string> argv;
+  if (fs::is_regular_file(context / "setup.py", ec)) {
+    argv = {python,     "setup.py",     "-q",
+            "egg_info", "--egg-base",   work.path.string(),
+            "build",    "--build-base", (work.path / "build").string(),
+            "sdist",    "--dist-dir",   dist.string()};
+  } else {
+    context = work.path / "src";
+    if (absl::Status s = CopyPythonTree(dir, context / name); !s.ok()) return s;
+    std::ofstream(context / "setup.py")
+        << "# Written by kubetrain for --package-path " << dir.string() << "\n"
+        << "from setuptools import find_packages, setup\n\n"
+        << "setup(name=\"" << name << "\", version=\"0.0.0\",\n"
+        << "      packages=find_packages(include=[\"" << name << "\", \"" << name << ".*\"]))\n";
+    argv = {python, "setup.py", "-q", "sdist", "--dist-dir", dist.string()};
+  }
+  absl::StatusOr<int> code = Run(argv, context, log);
+  if (!code.ok()) {
+    return absl::Status(code.status().code(),
+                        absl::StrCat("--package-path ", package_dir,
+                                     ": cannot build the package: ", code.status().message()));
+  }
+  std::vector<fs::path> built;
+  for (const fs::directory_entry& entry : fs::directory_iterator(dist, ec)) {
+    if (absl::EndsWith(entry.path().filename().string(), ".tar.gz")) built.push_back(entry.path());
+  }
+  if (*code != 0 || built.size() != 1) {
+    return absl::InternalError(absl::StrCat(
+        "--package-path ", package_dir, ": building the package with ", python,
+        " setup.py sdist (in ",
+        context == work.path / "src" ? "a copy of the folder" : context.string(), ") ",
+        *code != 0 ? absl::StrCat("exited with code ", *code) : "made no single .tar.gz",
+        "; its output ends:\n", Tail(ReadFile(log))));
+  }
+  return BuiltPackage{built[0].filename().string(), ReadFile(built[0])};
+}
+
+}  // namespace kubetrain::cli
