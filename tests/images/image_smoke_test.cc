@@ -3,8 +3,9 @@
 // mounted read-only, alone and as a 2-task parameter-server cluster of two
 // containers on one network; the operator image serves its probes against
 // the fake API server and creates the pods of a submitted job; the Python
-// image runs a module under `kubetrain-runtime exec`. Also the archives and
-// the sizes.
+// image runs a module under `kubetrain-runtime exec`, and installs and runs a
+// packaged module as the operator renders its replica, its metric reaching a
+// Metrics service. Also the archives and the sizes.
 //
 // Label `image`, built only with -DKUBETRAIN_IMAGE_TESTS=ON: `scripts/test.sh
 // --images` builds the images, sets KUBETRAIN_IMAGE_ARCHIVES to the folder of
@@ -15,6 +16,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -22,12 +24,21 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/strip.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "api/python_runtimes.h"
+#include "cli/package_build.h"
 #include "common/observability/http_get.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "operator/core/kube_objects.h"
+#include "operator/core/python_module.h"
+#include "operator/core/reconciler.h"
+#include "operator/metrics/metrics_service.h"
+#include "operator/metrics/metrics_test_server.h"
 #include "tests/deploy/child_process.h"
 #include "tests/deploy/fake_cluster.h"
 #include "tests/deploy/manifest_checks.h"
@@ -35,6 +46,9 @@
 
 #ifndef KUBETRAIN_VERSION
 #error "KUBETRAIN_VERSION must be project(VERSION)"
+#endif
+#ifndef KUBETRAIN_SOURCE_DIR
+#error "KUBETRAIN_SOURCE_DIR must be the source tree (examples/python-package)"
 #endif
 
 namespace kubetrain::images_testing {
@@ -59,6 +73,31 @@ std::string Unique(const std::string& what) {
 }
 
 CommandResult Podman(const std::string& args) { return RunCommand("podman " + args); }
+
+// `s` as one word of a shell command line.
+std::string ShellQuote(const std::string& s) {
+  return "'" + absl::StrReplaceAll(s, {{"'", "'\\''"}}) + "'";
+}
+
+constexpr char kMetricTag[] = "training/hptuning/metric";
+
+// The reports a Metrics service accepted, in order.
+class RecordingSink : public metrics::ReportSink {
+ public:
+  absl::Status Accept(const metrics::MetricsReport& report) override {
+    absl::MutexLock lock(&mu_);
+    reports_.push_back(report);
+    return absl::OkStatus();
+  }
+  std::vector<metrics::MetricsReport> reports() {
+    absl::MutexLock lock(&mu_);
+    return reports_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<metrics::MetricsReport> reports_ ABSL_GUARDED_BY(mu_);
+};
 
 // Removes the containers and the network a test made, whatever happened.
 class Cleanup {
@@ -242,6 +281,129 @@ TEST_F(ImageTest, PythonImageRunsAModuleUnderExec) {
                              " python3 -m pip --version 2>&1");
   EXPECT_EQ(pip.exit_code, 0) << pip.output;
   EXPECT_TRUE(absl::StartsWith(pip.output, "pip ")) << pip.output;
+}
+
+// Cloud ML's package workflow in the image, as a cluster runs it: the replica
+// the operator renders for a pythonModule job whose package the CLI stored
+// (configmap://), run with podman as the kubelet would: the package file at
+// its volume's mount path, read-only, and the container's command, args and
+// env as rendered. exec installs the sdist of examples/python-package into a
+// virtual environment and runs its module, whose cloudml-hypertune reports
+// reach a real Metrics service on this machine.
+TEST_F(ImageTest, PythonImageInstallsAPackagedModuleWhoseReportsArrive) {
+  const std::string python_version =
+      absl::StrCat("Python ", api::PythonRuntimes().front().python_version, ".");
+  CommandResult version = Podman("run --rm --network none " + Image("kubetrain-python-runtime") +
+                                 " python3 --version 2>&1");
+  EXPECT_EQ(version.exit_code, 0) << version.output;
+  EXPECT_TRUE(absl::StartsWith(version.output, python_version))
+      << "the table of api/python_runtimes.cc says " << python_version << "x, the image has "
+      << version.output;
+
+  absl::StatusOr<cli::BuiltPackage> sdist =
+      cli::BuildSdist(std::string(KUBETRAIN_SOURCE_DIR) + "/examples/python-package/trainer");
+  ASSERT_TRUE(sdist.ok()) << sdist.status();
+  std::string dir = ::testing::TempDir() + "/image_package_XXXXXX";
+  ASSERT_NE(mkdtemp(dir.data()), nullptr);
+  ASSERT_EQ(chmod(dir.c_str(), 0755), 0);
+  // The job's folder, written by the trainer (uid 65532).
+  const std::string outputs = dir + "/outputs";
+  ASSERT_EQ(mkdir(outputs.c_str(), 0777), 0);
+  ASSERT_EQ(chmod(outputs.c_str(), 0777), 0);
+
+  v1::TrainingJob job;
+  job.mutable_metadata()->set_name("lr-study");
+  job.mutable_metadata()->set_namespace_("team-a");
+  job.mutable_metadata()->set_uid("uid-1");
+  v1::TrainingInput* input = job.mutable_spec()->mutable_training_input();
+  input->set_python_module("trainer.task");
+  input->add_package_uris("configmap://lr-study-package/" + sdist->file_name);
+  input->add_args("--num_epochs=2");
+  input->set_job_dir("/outputs");
+  v1::ParameterSpec* lr = input->mutable_hyperparameters()->add_params();
+  lr->set_parameter_name("learning_rate");
+  lr->set_type(v1::ParameterSpec::DOUBLE);
+  lr->set_min_value(0.001);
+  lr->set_max_value(3.0);
+
+  metrics::TokenRegistry tokens;
+  RecordingSink sink;
+  metrics::MetricsServiceImpl service(&tokens, &sink);
+  std::unique_ptr<metrics::LoopbackServer> metrics_server =
+      metrics::LoopbackServer::Start(&service);
+  ASSERT_NE(metrics_server, nullptr);
+  const std::string token = metrics::NewTrialToken();
+  tokens.Register("team-a/lr-study", "1", token);
+  core::ReconcileOptions options;
+  options.address = core::KubernetesAddresses("team-a");
+  options.metrics_address = metrics_server->address();
+  options.trial_token = [&](const std::string&, const std::string&) { return token; };
+  const std::vector<core::DesiredReplica> replicas =
+      core::DesiredReplicas(job, "1", {{"learning_rate", "0.1"}}, options);
+  ASSERT_EQ(replicas.size(), 1u);
+  const json pod = core::RenderPod(job, "team-a", replicas[0]);
+  const json& container = pod["spec"]["containers"][0];
+  // The image the table picks is the one this build made.
+  EXPECT_EQ(container["image"], "kubetrain/kubetrain-python-runtime:" KUBETRAIN_VERSION);
+
+  // The kubelet's part: each ConfigMap volume's items as files, mounted
+  // read-only where the container mounts the volume.
+  std::string run_args = "run --rm --network host";
+  int volumes = 0;
+  for (const json& mount : container["volumeMounts"]) {
+    for (const json& volume : pod["spec"]["volumes"]) {
+      if (volume["name"] != mount["name"]) continue;
+      ASSERT_EQ(volume["configMap"]["name"], "lr-study-package");  // what the CLI stores
+      const std::string files = absl::StrCat(dir, "/volume-", volumes++);
+      ASSERT_EQ(mkdir(files.c_str(), 0755), 0);
+      for (const json& item : volume["configMap"]["items"]) {
+        std::ofstream(files + "/" + item["path"].get<std::string>(), std::ios::binary)
+            << sdist->bytes;
+      }
+      absl::StrAppend(&run_args, " -v ", files, ":", mount["mountPath"].get<std::string>(), ":ro");
+    }
+  }
+  ASSERT_EQ(volumes, 1) << container.dump();
+  absl::StrAppend(&run_args, " -v ", outputs, ":/outputs");
+  for (const json& e : container["env"]) {
+    ASSERT_TRUE(e.contains("value")) << e.dump();
+    absl::StrAppend(
+        &run_args, " -e ",
+        ShellQuote(absl::StrCat(e["name"].get<std::string>(), "=", e["value"].get<std::string>())));
+  }
+  // The image's entry replaced by the container's command, as Kubernetes does.
+  absl::StrAppend(&run_args, " --entrypoint ", ShellQuote(container["command"].dump()), " ",
+                  Image("kubetrain-python-runtime"));
+  for (const json& arg : container["args"]) {
+    absl::StrAppend(&run_args, " ", ShellQuote(arg.get<std::string>()));
+  }
+  CommandResult run = Podman(run_args + " 2>&1");
+  ASSERT_EQ(run.exit_code, 0) << run_args << "\n" << run.output;
+  EXPECT_TRUE(absl::StrContains(run.output, "Successfully installed trainer-0.1")) << run.output;
+
+  // One report per epoch, from the trial's master, at its global step.
+  const std::vector<metrics::MetricsReport> reports = sink.reports();
+  ASSERT_EQ(reports.size(), 2u) << run.output;
+  for (size_t i = 0; i < reports.size(); ++i) {
+    EXPECT_EQ(reports[i].job, "team-a/lr-study");
+    EXPECT_EQ(reports[i].trial, "1");
+    EXPECT_EQ(reports[i].task, "master-0");
+    EXPECT_EQ(reports[i].step, 400 * static_cast<int64_t>(i + 1));
+    ASSERT_EQ(reports[i].values.count(kMetricTag), 1u);
+    EXPECT_GT(reports[i].values.at(kMetricTag), 0.8);
+    EXPECT_LE(reports[i].values.at(kMetricTag), 1.0);
+  }
+  // The installed module ran (not a copy on the search path) with the trial's
+  // hyperparameter, in the trial's folder of the job.
+  std::ifstream model_file(outputs + "/1/model.json");
+  ASSERT_TRUE(model_file.good()) << run.output;
+  const json model = json::parse(model_file, nullptr, /*allow_exceptions=*/false);
+  ASSERT_TRUE(model.is_object()) << run.output;
+  EXPECT_EQ(model["learning_rate"], 0.1);
+  EXPECT_TRUE(
+      absl::StrContains(model["module"].get<std::string>(), "/site-packages/trainer/task.py"))
+      << model.dump();
+  EXPECT_EQ(model["accuracy"], reports.back().values.at(kMetricTag));
 }
 
 // Each archive loads as the name the manifests use.
