@@ -3,13 +3,16 @@
 #include <fcntl.h>
 #include <spawn.h>
 #include <stdlib.h>
+#include <sys/file.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <optional>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -99,6 +102,29 @@ absl::Status CopyPythonTree(const fs::path& from, const fs::path& to) {
   return absl::OkStatus();
 }
 
+// An exclusive flock(2) on a folder while it lives: `setup.py sdist` makes its
+// release tree (NAME-VERSION/) in the folder it runs in and removes it, so two
+// builds of one folder at once (two submits, tests in parallel) would delete
+// each other's; they take turns instead.
+class FolderLock {
+ public:
+  explicit FolderLock(const fs::path& folder)
+      : fd_(open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)) {
+    if (fd_ >= 0) {
+      while (flock(fd_, LOCK_EX) != 0 && errno == EINTR) {
+      }
+    }
+  }
+  ~FolderLock() {
+    if (fd_ >= 0) close(fd_);
+  }
+  FolderLock(const FolderLock&) = delete;
+  FolderLock& operator=(const FolderLock&) = delete;
+
+ private:
+  int fd_;
+};
+
 }  // namespace
 
 absl::StatusOr<BuiltPackage> BuildSdist(const std::string& package_dir, const std::string& python) {
@@ -134,7 +160,11 @@ absl::StatusOr<BuiltPackage> BuildSdist(const std::string& package_dir, const st
         << "      packages=find_packages(include=[\"" << name << "\", \"" << name << ".*\"]))\n";
     argv = {python, "setup.py", "-q", "sdist", "--dist-dir", dist.string()};
   }
+  // Only a build in the user's folder can meet another; a copy is its own.
+  std::optional<FolderLock> lock;
+  if (context != work.path / "src") lock.emplace(context);
   absl::StatusOr<int> code = Run(argv, context, log);
+  lock.reset();
   if (!code.ok()) {
     return absl::Status(code.status().code(),
                         absl::StrCat("--package-path ", package_dir,

@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/escaping.h"
@@ -222,6 +223,23 @@ TEST_F(PackageWorkflowTest, TheRenderedReplicaInstallsItsStoredPackageAndReports
   const json model = json::parse(Slurp(dir_ / "outputs" / "1" / "model.json"));
   EXPECT_EQ(model["learning_rate"], 0.1);
   EXPECT_EQ(model["accuracy"], reports.back().values.at(kMetricTag));
+}
+
+// setup.py sdist works in the package's folder: builds of one folder at once
+// (two submits, or these tests run in parallel) take turns rather than
+// deleting each other's release tree.
+TEST_F(PackageWorkflowTest, BuildsOfOneFolderAtOnceAllSucceed) {
+  constexpr int kBuilds = 4;
+  std::vector<absl::StatusOr<cli::BuiltPackage>> built(kBuilds, absl::UnknownError("not run"));
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kBuilds; ++i) {
+    threads.emplace_back([&built, i] { built[i] = cli::BuildSdist(kExample + "/trainer"); });
+  }
+  for (std::thread& t : threads) t.join();
+  for (const absl::StatusOr<cli::BuiltPackage>& sdist : built) {
+    ASSERT_TRUE(sdist.ok()) << sdist.status();
+    EXPECT_EQ(sdist->file_name, "trainer-0.1.tar.gz");
+  }
 }
 
 TEST_F(PackageWorkflowTest, ThePackageOfAFolderWithoutSetupPyIsItsPythonCode) {
