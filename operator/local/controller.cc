@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <variant>
 
@@ -18,6 +19,8 @@
 #include "absl/strings/strip.h"
 #include "absl/strings/str_join.h"
 #include "api/storage_uri.h"
+#include "operator/core/carry_out.h"
+#include "operator/core/previous_study.h"
 #include "operator/core/tf_config.h"
 
 namespace kubetrain::local {
@@ -179,6 +182,84 @@ std::string Controller::TaskFileStem(const core::ReplicaKey& key) const {
                       LogTaskName(key));
 }
 
+// Carries out a reconcile result on processes and the store: deletes are
+// process terminations spread over syncs (Termination); creates skip a
+// replica that has a record (AlreadyExists); Services and claims do not
+// exist here. Each step stops at its first failure.
+class Controller::JobSink : public core::ResultSink {
+ public:
+  JobSink(Controller* controller, v1::TrainingJob* job, const std::vector<ReplicaRecord>* records,
+          absl::Time now)
+      : c_(controller), job_(job), name_(job->metadata().name()), records_(records), now_(now) {}
+
+  absl::Status Archive(const std::vector<v1::HyperparameterOutput>& trials) override {
+    for (const v1::HyperparameterOutput& trial : trials) {
+      if (absl::Status s = c_->store_->ArchiveTrial(name_, trial); !s.ok()) return s;
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status WriteStatus(const v1::TrainingJobStatus& status) override {
+    if (absl::Status s = c_->store_->UpdateStatus(name_, status); !s.ok()) return s;
+    *job_->mutable_status() = status;
+    return absl::OkStatus();
+  }
+
+  absl::Status Delete(const std::vector<core::Deletion>& deletions) override {
+    for (const core::Deletion& deletion : deletions) {
+      const auto* del = std::get_if<core::DeleteReplica>(&deletion);
+      if (del == nullptr) continue;
+      for (const ReplicaRecord& record : *records_) {
+        if (record.name != del->name) continue;
+        auto [it, first] = c_->terminations_.try_emplace(
+            record.name,
+            Termination{name_, {record.pid, record.start_ticks}, now_ + kKillGracePeriod});
+        if (!first && (!del->force || it->second.killed)) continue;  // already under way
+        absl::Status s = del->force ? c_->launcher_->ForceKill(it->second.id)
+                                    : c_->launcher_->Terminate(it->second.id);
+        if (!s.ok()) {
+          return absl::Status(s.code(),
+                              absl::StrCat("deleting replica ", record.name, ": ", s.message()));
+        }
+        it->second.killed = del->force;
+        c_->followers_.erase(record.metric_path);
+      }
+    }
+    // Replicas that stopped at once lose their record in this sync already.
+    return c_->AdvanceTerminations(name_).status();
+  }
+
+  absl::Status Create(const std::vector<core::Creation>& creations) override {
+    for (const core::Creation& creation : creations) {
+      const auto* create = std::get_if<core::CreateReplica>(&creation);
+      if (create == nullptr) continue;
+      bool exists = false;
+      for (const ReplicaRecord& record : *records_) {
+        exists = exists || record.name == create->replica.name;
+      }
+      if (exists) continue;  // AlreadyExists is success
+      if (absl::Status s = c_->CreateReplica(*job_, create->replica); !s.ok()) return s;
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Emit(const std::vector<core::EmitEvent>& events) override {
+    for (const core::EmitEvent& event : events) {
+      StoredEvent stored{now_, event.type == core::EmitEvent::Type::kWarning ? "Warning" : "Normal",
+                         event.reason, event.message};
+      if (absl::Status s = c_->store_->AddEvent(name_, stored); !s.ok()) return s;
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  Controller* const c_;
+  v1::TrainingJob* const job_;
+  const std::string name_;
+  const std::vector<ReplicaRecord>* const records_;
+  const absl::Time now_;
+};
+
 absl::StatusOr<bool> Controller::SyncJob(const std::string& name) {
   absl::StatusOr<v1::TrainingJob> job = store_->GetJob(name);
   if (!job.ok()) return job.status();
@@ -255,22 +336,21 @@ absl::StatusOr<bool> Controller::SyncJob(const std::string& name) {
   auto archived = store_->ArchivedTrials(name);
   if (!archived.ok()) return archived.status();
   observed.archived_trials = *std::move(archived);
-  // The study this one continues: the earlier job in the same store, with
-  // the trials it archived. A missing job is for the reconciler to judge.
-  const std::string& previous_name =
-      job->spec().training_input().hyperparameters().resume_previous_job_id();
-  if (!previous_name.empty() && !core::IsTerminal(job->status().state())) {
-    absl::StatusOr<v1::TrainingJob> previous = store_->GetJob(previous_name);
-    if (previous.ok()) {
-      auto previous_archived = store_->ArchivedTrials(previous_name);
-      if (!previous_archived.ok()) return previous_archived.status();
-      observed.previous_study.found = true;
-      observed.previous_study.job = *std::move(previous);
-      observed.previous_study.archived_trials = *std::move(previous_archived);
-    } else if (!absl::IsNotFound(previous.status())) {
-      return previous.status();
-    }
-  }
+  // The study this one continues: the earlier job in the same store.
+  absl::StatusOr<core::PreviousStudy> previous = core::FindPreviousStudy(
+      *job, {.find_job = [this](const std::string& previous_name)
+                 -> absl::StatusOr<std::optional<v1::TrainingJob>> {
+               absl::StatusOr<v1::TrainingJob> found = store_->GetJob(previous_name);
+               if (absl::IsNotFound(found.status())) return std::nullopt;
+               if (!found.ok()) return found.status();
+               return *std::move(found);
+             },
+             .archived_trials =
+                 [this](const v1::TrainingJob& previous_job) {
+                   return store_->ArchivedTrials(previous_job.metadata().name());
+                 }});
+  if (!previous.ok()) return previous.status();
+  observed.previous_study = *std::move(previous);
 
   // 2. Reconcile.
   auto ports = store_->Ports(name);
@@ -308,50 +388,9 @@ absl::StatusOr<bool> Controller::SyncJob(const std::string& name) {
   core::ReconcileResult result = core::Reconcile(*job, observed, now, options);
   if (!port_error.ok()) return port_error;
 
-  // 3. Carry it out: trials leaving status are stored before the status
-  // without them; the status (with any new trial) before its replicas.
-  for (const core::Action& action : result.actions) {
-    if (const auto* archive = std::get_if<core::ArchiveTrial>(&action)) {
-      if (absl::Status s = store_->ArchiveTrial(name, archive->trial); !s.ok()) return s;
-    }
-  }
-  if (result.status_changed) {
-    if (absl::Status s = store_->UpdateStatus(name, result.status); !s.ok()) return s;
-    *job->mutable_status() = result.status;
-  }
-  for (const core::Action& action : result.actions) {
-    const auto* del = std::get_if<core::DeleteReplica>(&action);
-    if (del == nullptr) continue;
-    for (const ReplicaRecord& record : *records) {
-      if (record.name != del->name) continue;
-      auto [it, first] = terminations_.try_emplace(
-          record.name, Termination{name, {record.pid, record.start_ticks}, now + kKillGracePeriod});
-      if (!first && (!del->force || it->second.killed)) continue;  // already under way
-      absl::Status s = del->force ? launcher_->ForceKill(it->second.id) : launcher_->Terminate(it->second.id);
-      if (!s.ok()) {
-        return absl::Status(s.code(), absl::StrCat("deleting replica ", record.name, ": ", s.message()));
-      }
-      it->second.killed = del->force;
-      followers_.erase(record.metric_path);
-    }
-  }
-  // Replicas that stopped at once lose their record in this sync already.
-  if (absl::StatusOr<bool> t = AdvanceTerminations(name); !t.ok()) return t.status();
-  for (const core::Action& action : result.actions) {
-    const auto* create = std::get_if<core::CreateReplica>(&action);
-    if (create == nullptr) continue;
-    bool exists = false;
-    for (const ReplicaRecord& record : *records) exists = exists || record.name == create->replica.name;
-    if (exists) continue;  // AlreadyExists is success
-    if (absl::Status s = CreateReplica(*job, create->replica); !s.ok()) return s;
-  }
-  for (const core::Action& action : result.actions) {
-    if (const auto* event = std::get_if<core::EmitEvent>(&action)) {
-      StoredEvent stored{now, event->type == core::EmitEvent::Type::kWarning ? "Warning" : "Normal",
-                         event->reason, event->message};
-      if (absl::Status s = store_->AddEvent(name, stored); !s.ok()) return s;
-    }
-  }
+  // 3. Carry it out (core::CarryOut fixes the order).
+  JobSink sink(this, &*job, &*records, now);
+  if (absl::Status s = core::CarryOut(result, sink); !s.ok()) return s;
   // Finished: one more sync sees whether the clean-up has ended everything.
   return true;
 }

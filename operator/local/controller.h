@@ -15,9 +15,10 @@
 //      nothing twice; Observed::trial_metrics comes from the store;
 //   3. core::Reconcile with addresses 127.0.0.1:<port>, a free port picked
 //      once per replica and kept in the store;
-//   4. carry out the result in the documented order: archived trials, then
-//      status, then deletes, then creates (skipped when the record exists:
-//      AlreadyExists), then events.
+//   4. carry out the result in the core's order (core::CarryOut; JobSink is
+//      this backend's side): archived trials, then status, then deletes,
+//      then creates (skipped when the record exists: AlreadyExists), then
+//      events.
 // A delete is a pod deletion with a grace period, spread over syncs so that
 // no sync waits for a replica to stop: SIGTERM, then the record stays
 // (observed as terminating: deletion_requested) until the process group is
@@ -83,6 +84,9 @@ class Controller {
   absl::StatusOr<bool> SyncJob(const std::string& name);
 
  private:
+  // Carries out a reconcile result here (core::ResultSink).
+  class JobSink;
+
   absl::Status CreateReplica(const v1::TrainingJob& job, const core::DesiredReplica& replica);
   std::string TaskFileStem(const core::ReplicaKey& key) const;
   // Drops the records of the job's terminating replicas whose process group
