@@ -130,7 +130,13 @@ if [[ -n $binaries_dir ]]; then
     exit 1
   fi
   mkdir -p "$work/prebuilt"
-  for binary in operator/cmd/kubetrain-operator trainer-runtime/cmd/kubetrain-runtime; do
+  # A build with CUDA also links kubetrain-runtime-cpu, the runtime without
+  # the CUDA device: that one goes into the images, as kubetrain-runtime.
+  runtime_binary=trainer-runtime/cmd/kubetrain-runtime
+  if grep -q '^kubetrain-runtime-cpu:' <(ninja -C "$binaries_dir" -t targets all 2>/dev/null); then
+    runtime_binary=trainer-runtime/cmd/kubetrain-runtime-cpu
+  fi
+  for binary in operator/cmd/kubetrain-operator $runtime_binary; do
     path=$binaries_dir/$binary
     [[ -x $path ]] || { echo "build-images: --binaries: $path is not built (cmake --build $binaries_dir --target $(basename "$binary"))" >&2; exit 1; }
     # The images hold Debian's libraries only: a binary that loads one from
@@ -142,7 +148,8 @@ if [[ -n $binaries_dir ]]; then
       echo "  (a build with -DKUBETRAIN_CUDA=OFF, or without --binaries)" >&2
       exit 1
     fi
-    strip -o "$work/prebuilt/$(basename "$binary")" "$path"
+    name=$(basename "$binary"); name=${name%-cpu}
+    strip -o "$work/prebuilt/$name" "$path"
   done
   # The same Dockerfile with the prebuilt stage in place of the compile.
   dockerfile=$work/Dockerfile

@@ -39,7 +39,12 @@ if [[ $mode == images ]]; then
   cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DKUBETRAIN_CUDA=AUTO \
     -DKUBETRAIN_IMAGE_TESTS=ON
   if $images_from_build; then
-    cmake --build build -j "$jobs" --target kubetrain-operator kubetrain-runtime image_smoke_test
+    # With CUDA the images take kubetrain-runtime-cpu (see build-images.sh).
+    runtime_targets=kubetrain-runtime
+    if grep -q '^kubetrain-runtime-cpu:' <(ninja -C build -t targets all); then
+      runtime_targets="kubetrain-runtime kubetrain-runtime-cpu"
+    fi
+    cmake --build build -j "$jobs" --target kubetrain-operator $runtime_targets image_smoke_test
     scripts/build-images.sh --out out/images --binaries build
   else
     scripts/build-images.sh --out out/images --jobs "$jobs"
