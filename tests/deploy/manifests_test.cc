@@ -231,7 +231,9 @@ TEST(DockerfileTest, EveryImageRunsItsBinaryAsNonRoot) {
   }
 }
 
-// One build stage compiles both binaries; every image copies from it.
+// One build stage compiles both binaries; the images take them from the
+// `binaries` stage, which is that build stage unless scripts/build-images.sh
+// --binaries puts the prebuilt stage in its place.
 TEST(DockerfileTest, OneBuildStageCompilesBothBinaries) {
   std::vector<Stage> stages = KubetrainDockerfile();
   int compiling = 0;
@@ -245,14 +247,19 @@ TEST(DockerfileTest, OneBuildStageCompilesBothBinaries) {
     }
   }
   EXPECT_EQ(compiling, 1);
-  for (const char* target : {"operator", "runtime"}) {
+  const Stage* binaries = StageNamed(stages, "binaries");
+  ASSERT_NE(binaries, nullptr);
+  EXPECT_EQ(binaries->base, "build");
+  // The operator image is the root filesystem operator-root assembles.
+  for (const char* target : {"operator-root", "runtime"}) {
     const Stage* stage = StageNamed(stages, target);
     ASSERT_NE(stage, nullptr) << target;
-    bool copies_from_build = false;
+    bool copies_from_binaries = false;
     for (const Instruction& i : stage->instructions) {
-      copies_from_build |= i.keyword == "COPY" && absl::StartsWith(i.arguments, "--from=build ");
+      copies_from_binaries |=
+          i.keyword == "COPY" && absl::StartsWith(i.arguments, "--from=binaries ");
     }
-    EXPECT_TRUE(copies_from_build) << target;
+    EXPECT_TRUE(copies_from_binaries) << target;
   }
 }
 
@@ -269,12 +276,17 @@ TEST(DockerfileTest, OperatorImageIsScratchWithoutShell) {
 }
 
 // Packages come from the shared lists only (scripts/packages/): the build
-// stage installs build.txt, the runtime stages their own lists, and no apt-get
-// install names a package of its own.
+// stage installs build.txt, the runtime libraries runtime.txt (shared by the
+// runtime images and the operator's root filesystem, which adds
+// operator.txt), the Python runtime its own list, and no apt-get install
+// names a package of its own.
 TEST(DockerfileTest, PackagesComeFromTheSharedLists) {
   std::vector<Stage> stages = KubetrainDockerfile();
   const std::map<std::string, std::string> list_of = {
-      {"build", "build.txt"}, {"runtime", "runtime.txt"}, {"python-runtime", "python-runtime.txt"}};
+      {"build", "build.txt"},
+      {"runtime-libs", "runtime.txt"},
+      {"operator-root", "operator.txt"},
+      {"python-runtime", "python-runtime.txt"}};
   for (const Stage& stage : stages) {
     std::string copied;
     for (const Instruction& i : stage.instructions) {
@@ -292,7 +304,7 @@ TEST(DockerfileTest, PackagesComeFromTheSharedLists) {
       EXPECT_TRUE(absl::StartsWith(install, "apt-get install -y " + want)) << install;
     }
   }
-  for (const char* stage : {"build", "runtime", "python-runtime"}) {
+  for (const char* stage : {"build", "runtime-libs", "operator-root", "python-runtime"}) {
     EXPECT_NE(StageNamed(stages, stage), nullptr) << stage;
   }
 }
@@ -305,8 +317,14 @@ TEST(DockerfileTest, BasesAreDebian12ByDefault) {
   std::vector<Stage> stages = ParseDockerfile(*text);
   ASSERT_NE(StageNamed(stages, "build"), nullptr);
   EXPECT_EQ(StageNamed(stages, "build")->base, "${BASE}");
+  // The runtime images and the operator's root filesystem start from
+  // runtime-libs, which is the slim base with the runtime libraries.
+  ASSERT_NE(StageNamed(stages, "runtime-libs"), nullptr);
+  EXPECT_EQ(StageNamed(stages, "runtime-libs")->base, "${RUNTIME_BASE}");
   ASSERT_NE(StageNamed(stages, "runtime"), nullptr);
-  EXPECT_EQ(StageNamed(stages, "runtime")->base, "${RUNTIME_BASE}");
+  EXPECT_EQ(StageNamed(stages, "runtime")->base, "runtime-libs");
+  ASSERT_NE(StageNamed(stages, "prebuilt"), nullptr);
+  EXPECT_EQ(StageNamed(stages, "prebuilt")->base, "${RUNTIME_BASE}");
 }
 
 TEST(DockerfileTest, ParserSeesRootAndShellForm) {
