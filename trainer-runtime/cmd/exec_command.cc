@@ -198,9 +198,10 @@ std::vector<std::string> ChildEnvironment(const std::string& metric_file, bool r
 void SetVariables(std::vector<std::string>& env,
                   const std::vector<std::pair<std::string, std::string>>& vars) {
   for (const auto& [name, value] : vars) {
-    std::erase_if(env,
-                  [&](const std::string& entry) { return absl::StartsWith(entry, name + "="); });
-    env.push_back(absl::StrCat(name, "=", value));
+    // A named prefix, not the binding: clang 14 cannot capture structured bindings.
+    const std::string prefix = name + "=";
+    std::erase_if(env, [&](const std::string& entry) { return absl::StartsWith(entry, prefix); });
+    env.push_back(absl::StrCat(prefix, value));
   }
 }
 
