@@ -1,12 +1,18 @@
 #pragma once
 
 // A Metrics service on 127.0.0.1 for tests, on a port the kernel picks (or
-// a given one, for an operator that comes back where it was).
+// a given one, for an operator that comes back where it was), and a sink that
+// keeps what the service accepted.
 
 #include <memory>
 #include <string>
+#include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 #include "grpcpp/grpcpp.h"
+#include "operator/metrics/metrics_service.h"
 
 namespace kubetrain::metrics {
 
@@ -35,6 +41,24 @@ class LoopbackServer {
       : server_(std::move(server)), port_(port) {}
   std::unique_ptr<grpc::Server> server_;
   int port_;
+};
+
+// The reports a Metrics service accepted, in order.
+class RecordingReportSink : public ReportSink {
+ public:
+  absl::Status Accept(const MetricsReport& report) override {
+    absl::MutexLock lock(&mu_);
+    reports_.push_back(report);
+    return absl::OkStatus();
+  }
+  std::vector<MetricsReport> reports() {
+    absl::MutexLock lock(&mu_);
+    return reports_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<MetricsReport> reports_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace kubetrain::metrics

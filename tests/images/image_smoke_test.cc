@@ -81,24 +81,6 @@ std::string ShellQuote(const std::string& s) {
 
 constexpr char kMetricTag[] = "training/hptuning/metric";
 
-// The reports a Metrics service accepted, in order.
-class RecordingSink : public metrics::ReportSink {
- public:
-  absl::Status Accept(const metrics::MetricsReport& report) override {
-    absl::MutexLock lock(&mu_);
-    reports_.push_back(report);
-    return absl::OkStatus();
-  }
-  std::vector<metrics::MetricsReport> reports() {
-    absl::MutexLock lock(&mu_);
-    return reports_;
-  }
-
- private:
-  absl::Mutex mu_;
-  std::vector<metrics::MetricsReport> reports_ ABSL_GUARDED_BY(mu_);
-};
-
 // Removes the containers and the network a test made, whatever happened.
 class Cleanup {
  public:
@@ -327,7 +309,7 @@ TEST_F(ImageTest, PythonImageInstallsAPackagedModuleWhoseReportsArrive) {
   lr->set_max_value(3.0);
 
   metrics::TokenRegistry tokens;
-  RecordingSink sink;
+  metrics::RecordingReportSink sink;
   metrics::MetricsServiceImpl service(&tokens, &sink);
   std::unique_ptr<metrics::LoopbackServer> metrics_server =
       metrics::LoopbackServer::Start(&service);

@@ -40,23 +40,6 @@ using ::testing::Not;
 constexpr char kMetricTag[] = "training/hptuning/metric";
 const std::string kExample = std::string(KUBETRAIN_SOURCE_DIR) + "/examples/python-package";
 
-class RecordingSink : public metrics::ReportSink {
- public:
-  absl::Status Accept(const metrics::MetricsReport& report) override {
-    absl::MutexLock lock(&mu_);
-    reports_.push_back(report);
-    return absl::OkStatus();
-  }
-  std::vector<metrics::MetricsReport> reports() {
-    absl::MutexLock lock(&mu_);
-    return reports_;
-  }
-
- private:
-  absl::Mutex mu_;
-  std::vector<metrics::MetricsReport> reports_ ABSL_GUARDED_BY(mu_);
-};
-
 std::string Slurp(const fs::path& path) {
   std::ifstream in(path);
   return std::string(std::istreambuf_iterator<char>(in), {});
@@ -99,7 +82,7 @@ class PackageWorkflowTest : public ::testing::Test {
   fs::path log_ =
       fs::path(::testing::TempDir()) / absl::StrCat("package-workflow-", getpid(), ".log");
   metrics::TokenRegistry tokens_;
-  RecordingSink sink_;
+  metrics::RecordingReportSink sink_;
   std::unique_ptr<metrics::MetricsServiceImpl> service_;
   std::unique_ptr<metrics::LoopbackServer> server_;
 };
