@@ -251,7 +251,8 @@ class Decoder {
       }
       Message* map_entry = reflection->AddMessage(message, field);
       map_entry->GetReflection()->SetString(map_entry, key_field, key);
-      if (IsNullScalar(entry.second) && value_field->cpp_type() == FieldDescriptor::CPPTYPE_STRING) {
+      if (IsNullScalar(entry.second) &&
+          value_field->cpp_type() == FieldDescriptor::CPPTYPE_STRING) {
         continue;  // `key:` with no value is the empty string
       }
       DecodeValue(entry.second, map_entry, value_field, entry_path);
@@ -304,7 +305,8 @@ class Decoder {
       case FieldDescriptor::CPPTYPE_UINT32:
       case FieldDescriptor::CPPTYPE_UINT64: {
         std::optional<uint64_t> value = ParseInteger<uint64_t>(text);
-        if (!value) return Fail(node, path, "expected a non-negative integer, got " + KindName(node));
+        if (!value)
+          return Fail(node, path, "expected a non-negative integer, got " + KindName(node));
         if (field->cpp_type() == FieldDescriptor::CPPTYPE_UINT32) {
           if (*value > std::numeric_limits<uint32_t>::max()) {
             return Fail(node, path, "out of range for a 32-bit integer");
@@ -339,8 +341,9 @@ class Decoder {
           for (int i = 0; i < type->value_count(); ++i) {
             if (type->value(i)->number() != 0) names.push_back(type->value(i)->name());
           }
-          return Fail(node, path,
-                      "unknown value \"" + text + "\"; expected one of " + absl::StrJoin(names, ", "));
+          return Fail(
+              node, path,
+              "unknown value \"" + text + "\"; expected one of " + absl::StrJoin(names, ", "));
         }
         repeated ? reflection->AddEnumValue(message, field, value->number())
                  : reflection->SetEnumValue(message, field, value->number());
@@ -376,8 +379,8 @@ class Decoder {
     const std::string& text = node.Scalar();
     if (auto* timestamp = dynamic_cast<google::protobuf::Timestamp*>(message)) {
       if (!TimeUtil::FromString(text, timestamp)) {
-        Fail(node, path, "expected an RFC 3339 time such as \"2026-01-02T15:04:05Z\", got " +
-                             KindName(node));
+        Fail(node, path,
+             "expected an RFC 3339 time such as \"2026-01-02T15:04:05Z\", got " + KindName(node));
       }
     } else if (auto* duration = dynamic_cast<google::protobuf::Duration*>(message)) {
       if (!TimeUtil::FromString(text, duration)) {
@@ -387,7 +390,8 @@ class Decoder {
   }
 
   // Free-form objects (pod-template overrides): YAML types as YAML reads them.
-  void DecodeStruct(const YAML::Node& node, google::protobuf::Struct* out, const std::string& path) {
+  void DecodeStruct(const YAML::Node& node, google::protobuf::Struct* out,
+                    const std::string& path) {
     if (!node.IsMap()) {
       Fail(node, path, "expected a mapping, got " + KindName(node));
       return;
@@ -574,20 +578,18 @@ size_t FindStrayFlowEntry(std::string_view text) {
       if ((c == ']' || c == '}') && flow > 0) --flow;
       if (c == ',' && flow == 0) {
         const bool token_start = i == 0 || line[i - 1] == ' ' || line[i - 1] == '\t';
-        const bool after_terminator = previous == 0 || previous == ']' || previous == '}' ||
-                                      previous == '"' || previous == '\'' ||
-                                      previous_word == ":" || previous_word == "-" ||
-                                      previous_word == "?" || previous_word == "---" ||
-                                      previous_word == "..." ||
-                                      (!previous_word.empty() && (previous_word[0] == '&' ||
-                                                                  previous_word[0] == '!' ||
-                                                                  previous_word[0] == '*'));
+        const bool after_terminator =
+            previous == 0 || previous == ']' || previous == '}' || previous == '"' ||
+            previous == '\'' || previous_word == ":" || previous_word == "-" ||
+            previous_word == "?" || previous_word == "---" || previous_word == "..." ||
+            (!previous_word.empty() &&
+             (previous_word[0] == '&' || previous_word[0] == '!' || previous_word[0] == '*'));
         if (token_start && after_terminator) return line_start + i;
       }
       // Track the whitespace-delimited word that ends here.
       size_t word_end = i;
-      while (word_end + 1 < line.size() && line[word_end + 1] != ' ' && line[word_end + 1] != '\t' &&
-             flow == 0 && line[word_end + 1] != ',') {
+      while (word_end + 1 < line.size() && line[word_end + 1] != ' ' &&
+             line[word_end + 1] != '\t' && flow == 0 && line[word_end + 1] != ',') {
         ++word_end;
       }
       if (flow == 0 && (word_end == i || line[i - (i > 0 ? 1 : 0)] == ' ' || i == 0)) {
@@ -684,12 +686,13 @@ std::optional<YAML::Node> ParseSingleDocument(std::string_view text,
   }
   if (size_t comma = FindStrayFlowEntry(text); comma != std::string_view::npos) {
     errors->push_back(PositionedError(
-        text, comma, "unexpected ',' outside a [...] or {...} list (quote the value if it is text)"));
+        text, comma,
+        "unexpected ',' outside a [...] or {...} list (quote the value if it is text)"));
     return std::nullopt;
   }
   if (size_t bad = FindInvalidUtf8(text); bad != std::string_view::npos) {
-    errors->push_back(PositionedError(text, bad, "input is not valid UTF-8 (byte offset " +
-                                                     std::to_string(bad) + ")"));
+    errors->push_back(PositionedError(
+        text, bad, "input is not valid UTF-8 (byte offset " + std::to_string(bad) + ")"));
     return std::nullopt;
   }
   if (text.find('\0') != std::string_view::npos) {
@@ -717,9 +720,9 @@ std::optional<YAML::Node> ParseSingleDocument(std::string_view text,
     const std::string found = counter.documents() > kMaxDocumentsCounted
                                   ? "more than " + std::to_string(kMaxDocumentsCounted)
                                   : std::to_string(counter.documents());
-    errors->push_back(ErrorAtMark(counter.second_document(), "",
-                                  "expected one YAML document, found " + found +
-                                      " (split them into files)"));
+    errors->push_back(
+        ErrorAtMark(counter.second_document(), "",
+                    "expected one YAML document, found " + found + " (split them into files)"));
     return std::nullopt;
   }
   YAML::Node document;
@@ -732,7 +735,8 @@ std::optional<YAML::Node> ParseSingleDocument(std::string_view text,
     }
   }
   if (counter.documents() == 0 || IsNullScalar(document)) {
-    errors->push_back({"", "the file is empty: expected a TrainingJob or a config with trainingInput"});
+    errors->push_back(
+        {"", "the file is empty: expected a TrainingJob or a config with trainingInput"});
     return std::nullopt;
   }
   return document;
@@ -767,8 +771,10 @@ std::string QuoteScalar(const std::string& s) {
   if (control) return nlohmann::json(s).dump();  // double-quoted with escapes
   std::string out = "'";
   for (char c : s) {
-    if (c == '\'') out += "''";
-    else out += c;
+    if (c == '\'')
+      out += "''";
+    else
+      out += c;
   }
   return out + "'";
 }
@@ -861,8 +867,10 @@ DecodeResult DecodeTrainingJob(std::string_view text) {
   std::optional<YAML::Node> root = ParseSingleDocument(text, &result.errors);
   if (!root) return result;
   if (!root->IsMap()) {
-    result.errors.push_back(ErrorAt(*root, "", "expected a TrainingJob or a config with "
-                                               "trainingInput, got " + KindName(*root)));
+    result.errors.push_back(ErrorAt(*root, "",
+                                    "expected a TrainingJob or a config with "
+                                    "trainingInput, got " +
+                                        KindName(*root)));
     return result;
   }
   Decoder decoder(&result.errors, &result.positions);
@@ -878,8 +886,8 @@ DecodeResult DecodeTrainingJob(std::string_view text) {
   for (const auto& entry : *root) {
     const std::string key = entry.first.Scalar();
     if (entry.first.Mark().line >= 0) {
-      result.positions.emplace(key, std::make_pair(entry.first.Mark().line + 1,
-                                                   entry.first.Mark().column + 1));
+      result.positions.emplace(
+          key, std::make_pair(entry.first.Mark().line + 1, entry.first.Mark().column + 1));
     }
     if (key == "trainingInput") {
       decoder.DecodeMessage(entry.second, result.job.mutable_spec()->mutable_training_input(),
@@ -898,9 +906,10 @@ DecodeResult DecodeTrainingJob(std::string_view text) {
         result.job.mutable_metadata()->set_name(entry.second.Scalar());
       }
     } else {
-      result.errors.push_back(ErrorAt(
-          entry.first, key,
-          "unknown field \"" + key + "\"; a Cloud ML config holds trainingInput, labels and jobId"));
+      result.errors.push_back(
+          ErrorAt(entry.first, key,
+                  "unknown field \"" + key +
+                      "\"; a Cloud ML config holds trainingInput, labels and jobId"));
     }
   }
   return result;

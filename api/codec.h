@@ -2,15 +2,15 @@
 
 #include <map>
 #include <string>
-#include <utility>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "api/field_error.h"
 #include "google/protobuf/message.h"
-#include "nlohmann/json.hpp"
 #include "kubetrain/v1/training_job.pb.h"
+#include "nlohmann/json.hpp"
 
 namespace kubetrain::api {
 

@@ -45,7 +45,9 @@ TEST(CodecTest, RoundTripThroughJsonIsLossless) {
     DecodeResult second = DecodeTrainingJob(json);
     ASSERT_TRUE(second.ok()) << file << ": " << FormatErrors(second.errors) << json;
     EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(first.job, second.job))
-        << file << "\n" << json << "\n" << EncodeJson(second.job);
+        << file << "\n"
+        << json << "\n"
+        << EncodeJson(second.job);
     // And the YAML we print reads back to the same message.
     DecodeResult third = DecodeTrainingJob(EncodeYaml(first.job));
     ASSERT_TRUE(third.ok()) << FormatErrors(third.errors) << EncodeYaml(first.job);
@@ -54,8 +56,8 @@ TEST(CodecTest, RoundTripThroughJsonIsLossless) {
 }
 
 TEST(CodecTest, CloudMlConfigIsABareTrainingInput) {
-  DecodeResult result = DecodeTrainingJob(*ReadTextFile(std::string(KUBETRAIN_SOURCE_DIR) +
-                                                         "/examples/cloudml-config.yaml"));
+  DecodeResult result = DecodeTrainingJob(
+      *ReadTextFile(std::string(KUBETRAIN_SOURCE_DIR) + "/examples/cloudml-config.yaml"));
   ASSERT_TRUE(result.ok()) << FormatErrors(result.errors);
   EXPECT_TRUE(result.bare_config);
   const auto& input = result.job.spec().training_input();
@@ -225,9 +227,11 @@ TEST(ScaleTiersTest, TiersMapToClusters) {
       {v1::TrainingInput::BASIC, {{Role::kMaster, 1}}, 0},
       {v1::TrainingInput::BASIC_GPU, {{Role::kMaster, 1}}, 1},
       {v1::TrainingInput::STANDARD_1,
-       {{Role::kMaster, 1}, {Role::kWorker, 4}, {Role::kParameterServer, 3}}, 0},
+       {{Role::kMaster, 1}, {Role::kWorker, 4}, {Role::kParameterServer, 3}},
+       0},
       {v1::TrainingInput::PREMIUM_1,
-       {{Role::kMaster, 1}, {Role::kWorker, 19}, {Role::kParameterServer, 11}}, 0},
+       {{Role::kMaster, 1}, {Role::kWorker, 19}, {Role::kParameterServer, 11}},
+       0},
   };
   for (const TierCase& c : cases) {
     v1::TrainingJob job;
@@ -242,8 +246,8 @@ TEST(ScaleTiersTest, TiersMapToClusters) {
 }
 
 TEST(ScaleTiersTest, CustomUsesTypesCountsAndAccelerators) {
-  CheckedJob checked = CheckTrainingJob(*ReadTextFile(std::string(KUBETRAIN_SOURCE_DIR) +
-                                                      "/examples/custom-gpu.yaml"));
+  CheckedJob checked = CheckTrainingJob(
+      *ReadTextFile(std::string(KUBETRAIN_SOURCE_DIR) + "/examples/custom-gpu.yaml"));
   ASSERT_TRUE(checked.ok());
   const auto groups = ReplicaGroups(checked.job.spec().training_input());
   ASSERT_EQ(groups.size(), 2u);

@@ -17,7 +17,8 @@ namespace {
 using ::testing::HasSubstr;
 
 TEST(CrdTest, CheckedInCrdMatchesTheSchema) {
-  const std::string path = std::string(KUBETRAIN_SOURCE_DIR) + "/deploy/crds/kubetrain.io_trainingjobs.yaml";
+  const std::string path =
+      std::string(KUBETRAIN_SOURCE_DIR) + "/deploy/crds/kubetrain.io_trainingjobs.yaml";
   absl::StatusOr<std::string> checked_in = ReadTextFile(path);
   ASSERT_TRUE(checked_in.ok()) << checked_in.status();
   EXPECT_EQ(*checked_in, TrainingJobCrdYaml())

@@ -14,9 +14,9 @@ namespace kubetrain::api {
 // What every entry point (CLI, local backend, operator) does with a job
 // someone wrote: decode, then validate, errors pointing into the text.
 struct CheckedJob {
-  v1::TrainingJob job;              // decoded, not defaulted
-  std::vector<FieldError> errors;   // decode errors, or else validation errors
-  bool bare_config = false;         // a Cloud ML config.yaml, not a manifest
+  v1::TrainingJob job;             // decoded, not defaulted
+  std::vector<FieldError> errors;  // decode errors, or else validation errors
+  bool bare_config = false;        // a Cloud ML config.yaml, not a manifest
   // A Kubeflow manifest (kubeflow.h): its kind ("PyTorchJob") and what each
   // of its fields became. `job` is then the TrainingJob it converts to, and
   // `errors` name the manifest's fields, or (validation of the converted

@@ -112,8 +112,8 @@ std::vector<ReplicaGroup> ReplicaGroups(const v1::TrainingInput& input) {
     }
   }
   if (input.evaluator_count() > 0) {
-    const std::string type = input.evaluator_type().empty() ? groups[0].resources.machine_type
-                                                            : input.evaluator_type();
+    const std::string type =
+        input.evaluator_type().empty() ? groups[0].resources.machine_type : input.evaluator_type();
     groups.push_back(
         MakeGroup(Role::kEvaluator, input.evaluator_count(), type, input.evaluator_config()));
   }

@@ -15,9 +15,9 @@ namespace kubetrain::api {
 // in scale_tiers.cc (and documented in docs/scale-tiers.md).
 struct MachineResources {
   std::string machine_type;
-  double cpu = 0;           // cores
+  double cpu = 0;  // cores
   int64_t memory_mib = 0;
-  int64_t gpus = 0;         // nvidia.com/gpu
+  int64_t gpus = 0;  // nvidia.com/gpu
 };
 
 std::optional<MachineResources> LookupMachineType(std::string_view machine_type);

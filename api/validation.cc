@@ -64,8 +64,8 @@ class Validator {
                                                scheduling.max_running_time().nanos() <= 0))) {
       Error(path + ".scheduling.maxRunningTime", "must be positive");
     }
-    if (scheduling.has_max_wait_time() && (scheduling.max_wait_time().seconds() < 0 ||
-                                           scheduling.max_wait_time().nanos() < 0)) {
+    if (scheduling.has_max_wait_time() &&
+        (scheduling.max_wait_time().seconds() < 0 || scheduling.max_wait_time().nanos() < 0)) {
       Error(path + ".scheduling.maxWaitTime", "must not be negative");
     }
     if (input.has_hyperparameters()) {
@@ -243,9 +243,11 @@ class Validator {
     }
     ValidateMachineType(input.master_type(), path + ".masterType");
     if (tier == TrainingInput::CUSTOM) {
-      if (input.master_type().empty()) Error(path + ".masterType", "required when scaleTier is CUSTOM");
+      if (input.master_type().empty())
+        Error(path + ".masterType", "required when scaleTier is CUSTOM");
       for (const Role& role : roles) {
-        if (role.count > 0 && role.type.empty() && std::string(role.count_field) != "evaluatorCount") {
+        if (role.count > 0 && role.type.empty() &&
+            std::string(role.count_field) != "evaluatorCount") {
           Error(path + "." + role.type_field,
                 absl::StrCat("required when ", role.count_field, " is > 0"));
         }
@@ -256,7 +258,8 @@ class Validator {
     const std::string tier_name = TrainingInput::ScaleTier_Name(
         tier == TrainingInput::SCALE_TIER_UNSPECIFIED ? TrainingInput::BASIC : tier);
     if (!input.master_type().empty()) {
-      Error(path + ".masterType", absl::StrCat("only valid with scaleTier CUSTOM (got ", tier_name, ")"));
+      Error(path + ".masterType",
+            absl::StrCat("only valid with scaleTier CUSTOM (got ", tier_name, ")"));
     }
     for (const Role& role : roles) {
       if (std::string(role.count_field) == "evaluatorCount") continue;
@@ -301,7 +304,8 @@ class Validator {
     if (type.empty() || LookupMachineType(type)) return;
     std::vector<std::string> names;
     for (const auto& machine : MachineTypes()) names.push_back(machine.machine_type);
-    Error(path, "unknown machine type \"" + type + "\"; known types: " + absl::StrJoin(names, ", "));
+    Error(path,
+          "unknown machine type \"" + type + "\"; known types: " + absl::StrJoin(names, ", "));
   }
 
   void ValidateReplicaConfig(const v1::ReplicaConfig& config, const std::string& path) {
@@ -332,8 +336,8 @@ class Validator {
       Error(path + ".params", "at least one parameter is required for hyperparameter tuning");
     }
     if (spec.has_max_trials() && (spec.max_trials() < 1 || spec.max_trials() > kMaxTrialsLimit)) {
-      Error(path + ".maxTrials", absl::StrCat("must be between 1 and ", kMaxTrialsLimit, ", got ",
-                                              spec.max_trials()));
+      Error(path + ".maxTrials",
+            absl::StrCat("must be between 1 and ", kMaxTrialsLimit, ", got ", spec.max_trials()));
     }
     const int max_trials = spec.has_max_trials() ? spec.max_trials() : 1;
     if (spec.has_max_parallel_trials()) {
@@ -346,7 +350,8 @@ class Validator {
       }
     }
     if (spec.has_max_failed_trials() && spec.max_failed_trials() < 0) {
-      Error(path + ".maxFailedTrials", absl::StrCat("must be >= 0, got ", spec.max_failed_trials()));
+      Error(path + ".maxFailedTrials",
+            absl::StrCat("must be >= 0, got ", spec.max_failed_trials()));
     }
     if (!spec.resume_previous_job_id().empty()) {
       if (std::string reason = ValidateJobName(spec.resume_previous_job_id()); !reason.empty()) {
@@ -401,8 +406,10 @@ class Validator {
       return;
     }
     if (!numeric_range) {
-      if (param.has_min_value()) Error(path + ".minValue", "only valid for DOUBLE and INTEGER parameters");
-      if (param.has_max_value()) Error(path + ".maxValue", "only valid for DOUBLE and INTEGER parameters");
+      if (param.has_min_value())
+        Error(path + ".minValue", "only valid for DOUBLE and INTEGER parameters");
+      if (param.has_max_value())
+        Error(path + ".maxValue", "only valid for DOUBLE and INTEGER parameters");
     }
     if (type != ParameterSpec::CATEGORICAL && !param.categorical_values().empty()) {
       Error(path + ".categoricalValues", "only valid for CATEGORICAL parameters, not " + type_name);
@@ -418,14 +425,18 @@ class Validator {
     const std::string scale_name = ParameterSpec::ScaleType_Name(param.scale_type());
 
     if (numeric_range) {
-      if (!param.has_min_value()) Error(path + ".minValue", "required for " + type_name + " parameters");
-      if (!param.has_max_value()) Error(path + ".maxValue", "required for " + type_name + " parameters");
+      if (!param.has_min_value())
+        Error(path + ".minValue", "required for " + type_name + " parameters");
+      if (!param.has_max_value())
+        Error(path + ".maxValue", "required for " + type_name + " parameters");
       if (!param.has_min_value() || !param.has_max_value()) return;
       const double lo = param.min_value();
       const double hi = param.max_value();
       if (type == ParameterSpec::INTEGER) {
-        if (lo != std::floor(lo)) Error(path + ".minValue", "must be an integer for INTEGER parameters");
-        if (hi != std::floor(hi)) Error(path + ".maxValue", "must be an integer for INTEGER parameters");
+        if (lo != std::floor(lo))
+          Error(path + ".minValue", "must be an integer for INTEGER parameters");
+        if (hi != std::floor(hi))
+          Error(path + ".maxValue", "must be an integer for INTEGER parameters");
       }
       if (lo >= hi) {
         Error(path + ".minValue", absl::StrCat("must be less than maxValue (", hi, "), got ", lo));
@@ -437,7 +448,8 @@ class Validator {
     }
     if (type == ParameterSpec::CATEGORICAL) {
       if (param.categorical_values().empty()) {
-        Error(path + ".categoricalValues", "required: at least one value for CATEGORICAL parameters");
+        Error(path + ".categoricalValues",
+              "required: at least one value for CATEGORICAL parameters");
       }
       std::set<std::string> seen;
       for (int i = 0; i < param.categorical_values_size(); ++i) {
@@ -453,15 +465,15 @@ class Validator {
       Error(path + ".discreteValues", "required: at least one value for DISCRETE parameters");
     }
     if (param.discrete_values_size() > static_cast<int>(kMaxDiscreteValues)) {
-      Error(path + ".discreteValues", absl::StrCat("at most ", kMaxDiscreteValues,
-                                                   " values, got ", param.discrete_values_size()));
+      Error(path + ".discreteValues", absl::StrCat("at most ", kMaxDiscreteValues, " values, got ",
+                                                   param.discrete_values_size()));
     }
     for (int i = 0; i < param.discrete_values_size(); ++i) {
       const std::string value_path = absl::StrCat(path, ".discreteValues[", i, "]");
       const double value = param.discrete_values(i);
       if (i > 0 && value <= param.discrete_values(i - 1)) {
-        Error(value_path, absl::StrCat("values must be strictly increasing: ", value,
-                                       " follows ", param.discrete_values(i - 1)));
+        Error(value_path, absl::StrCat("values must be strictly increasing: ", value, " follows ",
+                                       param.discrete_values(i - 1)));
       }
       if (log_scale && value <= 0) {
         Error(value_path, absl::StrCat("must be > 0 for ", scale_name, ", got ", value));
@@ -491,8 +503,8 @@ std::string ValidateJobName(std::string_view name) {
   if (!absl::ascii_isalpha(name[0])) return "must start with a letter";
   for (char c : name) {
     if (!absl::ascii_isalnum(c) && c != '_' && c != '-') {
-      return absl::StrCat("may hold only letters, digits, '_' and '-', found '",
-                          std::string(1, c), "'");
+      return absl::StrCat("may hold only letters, digits, '_' and '-', found '", std::string(1, c),
+                          "'");
     }
   }
   if (name.back() == '_' || name.back() == '-') return "must end with a letter or digit";
@@ -511,8 +523,8 @@ std::vector<FieldError> Validate(const v1::TrainingJob& job, const ValidateOptio
   std::vector<FieldError> errors;
   Validator validator(&errors);
   if (!job.api_version().empty() && job.api_version() != kApiVersion) {
-    validator.Error("apiVersion", absl::StrCat("must be ", kApiVersion, ", got \"",
-                                               job.api_version(), "\""));
+    validator.Error("apiVersion",
+                    absl::StrCat("must be ", kApiVersion, ", got \"", job.api_version(), "\""));
   }
   if (!job.kind().empty() && job.kind() != kKind) {
     validator.Error("kind", absl::StrCat("must be ", kKind, ", got \"", job.kind(), "\""));

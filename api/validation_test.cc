@@ -71,22 +71,25 @@ TEST_P(InvalidInputTest, ReportsExactPathAndReason) {
 std::vector<InvalidCase> Cases() {
   return {
       // Syntax and document shape.
-      {"empty_file", "", "", "the file is empty: expected a TrainingJob or a config with trainingInput"},
+      {"empty_file", "", "",
+       "the file is empty: expected a TrainingJob or a config with trainingInput"},
       {"only_comment", "# nothing here\n", "",
        "the file is empty: expected a TrainingJob or a config with trainingInput"},
       {"malformed_yaml", "trainingInput:\n  scaleTier: [BASIC\n", "",
        "end of sequence flow not found", 3},
-      {"multi_document", Job("    scaleTier: BASIC\n") + "---\n" + Job("    scaleTier: BASIC\n"), "",
-       "expected one YAML document, found 2 (split them into files)", 9},
+      {"multi_document", Job("    scaleTier: BASIC\n") + "---\n" + Job("    scaleTier: BASIC\n"),
+       "", "expected one YAML document, found 2 (split them into files)", 9},
       // yaml-cpp's LoadAll turns this stream into endless empty documents; it
       // must be an error, not a hang (found by the fuzzer).
-      {"endless_documents", "#\n      -pe?: NVIDIA_TESLA_T4}\n&2, ty0eIA_TESLA_T4}\ntrain.ioic\n", "",
-       "expected one YAML document, found more than 64 (split them into files)"},
-      {"many_documents", [] {
+      {"endless_documents", "#\n      -pe?: NVIDIA_TESLA_T4}\n&2, ty0eIA_TESLA_T4}\ntrain.ioic\n",
+       "", "expected one YAML document, found more than 64 (split them into files)"},
+      {"many_documents",
+       [] {
          std::string yaml;
          for (int i = 0; i < 100; ++i) yaml += "---\na: 1\n";
          return yaml;
-       }(), "", "expected one YAML document, found more than 64 (split them into files)", 4},
+       }(),
+       "", "expected one YAML document, found more than 64 (split them into files)", 4},
       {"not_utf8", "trainingInput:\n  region: \"caf\xe9\"\n", "",
        "input is not valid UTF-8 (byte offset 29)", 2},
       {"stray_comma", "- a\n,\n", "",
@@ -105,9 +108,11 @@ std::vector<InvalidCase> Cases() {
       {"unknown_enum", Job("    scaleTier: STANDARD_2\n"), "spec.trainingInput.scaleTier",
        "unknown value \"STANDARD_2\"; expected one of BASIC, STANDARD_1, PREMIUM_1, BASIC_GPU, "
        "BASIC_TPU, CUSTOM"},
-      {"wrong_type_count", Job("    scaleTier: CUSTOM\n    masterType: standard\n    workerCount: many\n"),
+      {"wrong_type_count",
+       Job("    scaleTier: CUSTOM\n    masterType: standard\n    workerCount: many\n"),
        "spec.trainingInput.workerCount", "expected an integer, got \"many\""},
-      {"fractional_count", Job("    scaleTier: CUSTOM\n    masterType: standard\n    workerCount: 1.5\n"),
+      {"fractional_count",
+       Job("    scaleTier: CUSTOM\n    masterType: standard\n    workerCount: 1.5\n"),
        "spec.trainingInput.workerCount", "expected an integer, got \"1.5\""},
       {"args_not_list", Job("    args: --lr=0.1\n"), "spec.trainingInput.args",
        "expected a list, got \"--lr=0.1\""},
@@ -120,24 +125,27 @@ std::vector<InvalidCase> Cases() {
       {"bad_duration", Job("    scheduling:\n      maxRunningTime: 2 hours\n"),
        "spec.trainingInput.scheduling.maxRunningTime",
        "expected a duration in seconds such as \"3600s\", got \"2 hours\""},
-      {"infinite_number", Tuning("        - parameterName: lr\n          type: DOUBLE\n"
-                                 "          minValue: .inf\n          maxValue: 1\n"),
+      {"infinite_number",
+       Tuning("        - parameterName: lr\n          type: DOUBLE\n"
+              "          minValue: .inf\n          maxValue: 1\n"),
        "spec.trainingInput.hyperparameters.params[0].minValue", "expected a number, got \".inf\""},
       // Resource identity.
-      {"wrong_api_version", "apiVersion: kubeflow.org/v1\nkind: TrainingJob\nmetadata: {name: a}\n"
-                            "spec: {}\n",
+      {"wrong_api_version",
+       "apiVersion: kubeflow.org/v1\nkind: TrainingJob\nmetadata: {name: a}\n"
+       "spec: {}\n",
        "apiVersion", "must be kubetrain.io/v1, got \"kubeflow.org/v1\""},
       {"wrong_kind", "apiVersion: kubetrain.io/v1\nkind: TFJob\nmetadata: {name: a}\nspec: {}\n",
        "kind", "must be TrainingJob, got \"TFJob\""},
-      {"missing_name", "apiVersion: kubetrain.io/v1\nkind: TrainingJob\nspec: {}\n", "metadata.name",
-       "required"},
+      {"missing_name", "apiVersion: kubetrain.io/v1\nkind: TrainingJob\nspec: {}\n",
+       "metadata.name", "required"},
       {"name_digit_first", "kind: TrainingJob\nmetadata: {name: 1job}\nspec: {}\n", "metadata.name",
        "must start with a letter"},
       {"name_bad_char", "kind: TrainingJob\nmetadata: {name: my.job}\nspec: {}\n", "metadata.name",
        "may hold only letters, digits, '_' and '-', found '.'"},
       {"name_trailing_underscore", "kind: TrainingJob\nmetadata: {name: job_}\nspec: {}\n",
        "metadata.name", "must end with a letter or digit"},
-      {"name_too_long", "kind: TrainingJob\nmetadata: {name: " + std::string(41, 'a') + "}\nspec: {}\n",
+      {"name_too_long",
+       "kind: TrainingJob\nmetadata: {name: " + std::string(41, 'a') + "}\nspec: {}\n",
        "metadata.name", "at most 40 characters (pod names derived from it must fit 63), got 41"},
       // Scale tiers and replicas.
       {"custom_without_master", Job("    scaleTier: CUSTOM\n"), "spec.trainingInput.masterType",
@@ -145,7 +153,8 @@ std::vector<InvalidCase> Cases() {
       {"custom_workers_without_type",
        Job("    scaleTier: CUSTOM\n    masterType: standard\n    workerCount: 2\n"),
        "spec.trainingInput.workerType", "required when workerCount is > 0"},
-      {"negative_count", Job("    scaleTier: CUSTOM\n    masterType: standard\n    workerCount: -1\n"),
+      {"negative_count",
+       Job("    scaleTier: CUSTOM\n    masterType: standard\n    workerCount: -1\n"),
        "spec.trainingInput.workerCount", "must be >= 0, got -1"},
       {"absurd_count",
        Job("    scaleTier: CUSTOM\n    masterType: standard\n    parameterServerType: standard\n"
@@ -156,7 +165,8 @@ std::vector<InvalidCase> Cases() {
       {"master_type_on_basic", Job("    masterType: standard\n"), "spec.trainingInput.masterType",
        "only valid with scaleTier CUSTOM (got BASIC)"},
       {"unknown_machine_type", Job("    scaleTier: CUSTOM\n    masterType: huge\n"),
-       "spec.trainingInput.masterType", "unknown machine type \"huge\"; known types: standard, "
+       "spec.trainingInput.masterType",
+       "unknown machine type \"huge\"; known types: standard, "
        "large_model, complex_model_s, complex_model_m, complex_model_l, standard_gpu, "
        "complex_model_m_gpu, complex_model_l_gpu, standard_p100, complex_model_m_p100, "
        "standard_v100, large_model_v100, complex_model_m_v100, complex_model_l_v100, "
@@ -169,7 +179,8 @@ std::vector<InvalidCase> Cases() {
        "spec.trainingInput.masterConfig.acceleratorConfig.type", "required when count is > 0"},
       {"accelerator_too_many",
        Job("    masterConfig:\n      acceleratorConfig: {count: 64, type: NVIDIA_TESLA_T4}\n"),
-       "spec.trainingInput.masterConfig.acceleratorConfig.count", "must be between 0 and 16, got 64"},
+       "spec.trainingInput.masterConfig.acceleratorConfig.count",
+       "must be between 0 and 16, got 64"},
       {"package_without_module", Job("    packageUris: [trainer-0.1.tar.gz]\n"),
        "spec.trainingInput.pythonModule", "required when packageUris is set"},
       {"bad_python_module", Job("    pythonModule: trainer/task.py\n"),
@@ -208,8 +219,7 @@ std::vector<InvalidCase> Cases() {
        "\"configmap://Trainer\" is not configmap://NAME/FILE: NAME a ConfigMap of the job's "
        "namespace (lowercase letters, digits, '-' and '.'), FILE its key holding the package "
        "(letters, digits, '-', '_' and '.', such as trainer-0.1.tar.gz)"},
-      {"empty_package_uri",
-       Job("    pythonModule: trainer.task\n    packageUris: [\"\"]\n"),
+      {"empty_package_uri", Job("    pythonModule: trainer.task\n    packageUris: [\"\"]\n"),
        "spec.trainingInput.packageUris[0]", "must not be empty"},
       {"unknown_runtime_version",
        Job("    pythonModule: trainer.task\n    packageUris: [/pkg]\n"
@@ -244,17 +254,20 @@ std::vector<InvalidCase> Cases() {
               "          maxValue: 0.9\n          scaleType: UNIT_REVERSE_LOG_SCALE\n"),
        "spec.trainingInput.hyperparameters.params[0].minValue",
        "must be > 0 for UNIT_REVERSE_LOG_SCALE, got -1"},
-      {"missing_min", Tuning("        - parameterName: lr\n          type: DOUBLE\n          maxValue: 1\n"),
+      {"missing_min",
+       Tuning("        - parameterName: lr\n          type: DOUBLE\n          maxValue: 1\n"),
        "spec.trainingInput.hyperparameters.params[0].minValue", "required for DOUBLE parameters"},
       {"integer_fraction",
        Tuning("        - parameterName: units\n          type: INTEGER\n          minValue: 1.5\n"
               "          maxValue: 10\n"),
        "spec.trainingInput.hyperparameters.params[0].minValue",
        "must be an integer for INTEGER parameters"},
-      {"missing_type", Tuning("        - parameterName: lr\n          minValue: 0\n          maxValue: 1\n"),
+      {"missing_type",
+       Tuning("        - parameterName: lr\n          minValue: 0\n          maxValue: 1\n"),
        "spec.trainingInput.hyperparameters.params[0].type",
        "required: one of DOUBLE, INTEGER, CATEGORICAL, DISCRETE"},
-      {"categorical_without_values", Tuning("        - parameterName: opt\n          type: CATEGORICAL\n"),
+      {"categorical_without_values",
+       Tuning("        - parameterName: opt\n          type: CATEGORICAL\n"),
        "spec.trainingInput.hyperparameters.params[0].categoricalValues",
        "required: at least one value for CATEGORICAL parameters"},
       {"categorical_duplicate",
@@ -273,7 +286,8 @@ std::vector<InvalidCase> Cases() {
        "spec.trainingInput.hyperparameters.params[0].discreteValues[2]",
        "values must be strictly increasing: 64 follows 128"},
       {"discrete_empty",
-       Tuning("        - parameterName: batch\n          type: DISCRETE\n          discreteValues: []\n"),
+       Tuning("        - parameterName: batch\n          type: DISCRETE\n          discreteValues: "
+              "[]\n"),
        "spec.trainingInput.hyperparameters.params[0].discreteValues",
        "required: at least one value for DISCRETE parameters"},
       {"discrete_values_on_double",
@@ -288,14 +302,16 @@ std::vector<InvalidCase> Cases() {
        Tuning("        - parameterName: 'learning rate'\n          type: DOUBLE\n"
               "          minValue: 0.1\n          maxValue: 1\n"),
        "spec.trainingInput.hyperparameters.params[0].parameterName",
-       "must start with a letter and hold only letters, digits, '_' and '-', got \"learning rate\""},
+       "must start with a letter and hold only letters, digits, '_' and '-', got \"learning "
+       "rate\""},
       {"param_also_in_args",
-       Job("    args: [--epochs=3, --lr=0.5]\n    hyperparameters:\n      params:\n" + std::string(kLr)),
+       Job("    args: [--epochs=3, --lr=0.5]\n    hyperparameters:\n      params:\n" +
+           std::string(kLr)),
        "spec.trainingInput.args[1]", "sets \"lr\", which params[0] tunes; remove it from args"},
-      {"parallel_above_max",
-       Tuning(kLr, "      maxParallelTrials: 8\n"),
+      {"parallel_above_max", Tuning(kLr, "      maxParallelTrials: 8\n"),
        "spec.trainingInput.hyperparameters.maxParallelTrials", "must be <= maxTrials (4), got 8"},
-      {"zero_max_trials", Job("    hyperparameters:\n      maxTrials: 0\n      params:\n" + std::string(kLr)),
+      {"zero_max_trials",
+       Job("    hyperparameters:\n      maxTrials: 0\n      params:\n" + std::string(kLr)),
        "spec.trainingInput.hyperparameters.maxTrials", "must be between 1 and 10000, got 0"},
       {"negative_failed_trials", Tuning(kLr, "      maxFailedTrials: -2\n"),
        "spec.trainingInput.hyperparameters.maxFailedTrials", "must be >= 0, got -2"},
@@ -308,9 +324,11 @@ std::vector<InvalidCase> Cases() {
       {"bad_resume_id", Tuning(kLr, "      resumePreviousJobId: 9lives\n"),
        "spec.trainingInput.hyperparameters.resumePreviousJobId", "must start with a letter"},
       // Run policy and kubetrain extensions.
-      {"negative_backoff", std::string(kJobHead) + "    scaleTier: BASIC\n  runPolicy: {backoffLimit: -1}\n",
+      {"negative_backoff",
+       std::string(kJobHead) + "    scaleTier: BASIC\n  runPolicy: {backoffLimit: -1}\n",
        "spec.runPolicy.backoffLimit", "must be >= 0"},
-      {"zero_deadline", std::string(kJobHead) + "    scaleTier: BASIC\n  runPolicy: {activeDeadlineSeconds: 0}\n",
+      {"zero_deadline",
+       std::string(kJobHead) + "    scaleTier: BASIC\n  runPolicy: {activeDeadlineSeconds: 0}\n",
        "spec.runPolicy.activeDeadlineSeconds", "must be > 0"},
       {"unknown_restart_policy",
        std::string(kJobHead) + "    scaleTier: BASIC\n  runPolicy: {restartPolicy: Sometimes}\n",
@@ -407,7 +425,8 @@ std::vector<InvalidCase> Cases() {
        "spec.outputStorage.volumeName",
        "volume \"scratch\" is an emptyDir, which goes with its pod: name a claim, NFS or other "
        "volume every replica shares"},
-      {"output_claim_size_missing", Stored("  outputStorage: {newClaim: {storageClassName: nfs}}\n"),
+      {"output_claim_size_missing",
+       Stored("  outputStorage: {newClaim: {storageClassName: nfs}}\n"),
        "spec.outputStorage.newClaim.size", "required: the claim's size, e.g. \"10Gi\""},
       {"output_claim_size_bad", Stored("  outputStorage: {newClaim: {size: 10GB}}\n"),
        "spec.outputStorage.newClaim.size",
@@ -419,7 +438,8 @@ std::vector<InvalidCase> Cases() {
        Stored("  outputStorage: {newClaim: {size: 1Gi, accessMode: ReadOnlyMany}}\n"),
        "spec.outputStorage.newClaim.accessMode",
        "unknown value \"ReadOnlyMany\"; expected one of ReadWriteOnce, ReadWriteMany"},
-      {"output_sub_path_escapes", Stored("  outputStorage: {claimName: outputs, subPath: a/../..}\n"),
+      {"output_sub_path_escapes",
+       Stored("  outputStorage: {claimName: outputs, subPath: a/../..}\n"),
        "spec.outputStorage.subPath",
        "must be a relative path inside the volume, without \"..\", got \"a/../..\""},
       {"output_storage_and_template_mount",
@@ -434,7 +454,8 @@ std::vector<InvalidCase> Cases() {
        "trainingInput:\n  hyperparameters:\n    params:\n      - parameterName: lr\n"
        "        type: DOUBLE\n        minValue: 0\n        maxValue: 1\n"
        "        scaleType: UNIT_LOG_SCALE\n",
-       "trainingInput.hyperparameters.params[0].minValue", "must be > 0 for UNIT_LOG_SCALE, got 0", 6},
+       "trainingInput.hyperparameters.params[0].minValue", "must be > 0 for UNIT_LOG_SCALE, got 0",
+       6},
   };
 }
 

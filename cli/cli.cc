@@ -41,7 +41,8 @@ std::optional<std::string> LongFormOfShortFlag(const std::string& arg,
 
 }  // namespace
 
-ParsedArgs ParseArgs(const std::vector<std::string>& args, const std::vector<std::string>& value_flags,
+ParsedArgs ParseArgs(const std::vector<std::string>& args,
+                     const std::vector<std::string>& value_flags,
                      const std::vector<std::string>& bool_flags) {
   ParsedArgs parsed;
   auto known = [](const std::vector<std::string>& list, const std::string& name) {
@@ -110,8 +111,8 @@ std::vector<Command> AllCommands() {
   return commands;
 }
 
-void PrintUsage(const std::vector<Command>& commands, const std::string& program,
-                std::ostream& out, const std::string& group = "") {
+void PrintUsage(const std::vector<Command>& commands, const std::string& program, std::ostream& out,
+                const std::string& group = "") {
   out << "Usage: " << program << " " << (group.empty() ? "" : group + " ")
       << "COMMAND [FLAGS] [ARGS]\n\nCommands:\n";
   for (const Command& command : commands) {
@@ -168,10 +169,8 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
       PrintUsage(group, program, err, name);
       return kExitUsage;
     }
-    err << "kubetrain: unknown command \"" << absl::StrJoin(args.begin(),
-                                                            args.begin() + std::min<size_t>(
-                                                                               args.size(), 3),
-                                                            " ")
+    err << "kubetrain: unknown command \""
+        << absl::StrJoin(args.begin(), args.begin() + std::min<size_t>(args.size(), 3), " ")
         << "\"\n";
     PrintUsage(commands, program, err);
     return kExitUsage;

@@ -1,13 +1,13 @@
 #include "cli/cli.h"
 
-#include "cli/commands.h"
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+
+#include "cli/commands.h"
 
 namespace kubetrain::cli {
 namespace {
@@ -75,10 +75,12 @@ TEST(ValidateCommandTest, ADirectoryIsNamedAsOne) {
 }
 
 TEST(ParseArgsTest, AValueFlagDoesNotSwallowTheNextFlag) {
-  ParsedArgs parsed = ParseArgs({"job", "--job-dir", "--stream-logs"}, {"job-dir"}, {"stream-logs"});
-  EXPECT_EQ(parsed.error,
-            "flag --job-dir needs a value, got flag --stream-logs (write --job-dir=VALUE for a value "
-            "that starts with --)");
+  ParsedArgs parsed =
+      ParseArgs({"job", "--job-dir", "--stream-logs"}, {"job-dir"}, {"stream-logs"});
+  EXPECT_EQ(
+      parsed.error,
+      "flag --job-dir needs a value, got flag --stream-logs (write --job-dir=VALUE for a value "
+      "that starts with --)");
   parsed = ParseArgs({"--job-dir", "--", "--lr=0.1"}, {"job-dir"}, {});
   EXPECT_THAT(parsed.error, ::testing::HasSubstr("flag --job-dir needs a value, got \"--\""));
   parsed = ParseArgs({"--job-dir=--odd", "--job-dir", "/out", "--", "--lr=0.1"}, {"job-dir"}, {});
@@ -133,10 +135,12 @@ TEST(SubmitCommandTest, PackagePathIsCheckedBeforeAnythingIsSubmitted) {
 TEST(LocalTrainCommandTest, StartPortIsATcpPort) {
   Result r = RunKubetrain({"local", "train", "--start-port", "70000"});
   EXPECT_EQ(r.code, 2);
-  EXPECT_EQ(r.err, "kubetrain local train: --start-port: a TCP port from 1 to 65535, got \"70000\"\n");
+  EXPECT_EQ(r.err,
+            "kubetrain local train: --start-port: a TCP port from 1 to 65535, got \"70000\"\n");
   r = RunKubetrain({"local", "train", "--distributed", "--start-port", "65534"});
   EXPECT_EQ(r.code, 2);
-  EXPECT_THAT(r.err, ::testing::HasSubstr("--start-port 65534: the 5 replicas need ports up to 65538"));
+  EXPECT_THAT(r.err,
+              ::testing::HasSubstr("--start-port 65534: the 5 replicas need ports up to 65538"));
 }
 
 const std::string kKubeflow = std::string(KUBETRAIN_SOURCE_DIR) + "/api/testdata/kubeflow/";
@@ -202,8 +206,9 @@ TEST(KubeflowManifestTest, RenderShowsThePodsWithTheirPyTorchEnvironment) {
                                                        "PyTorchJob, rendered as the TrainingJob it "
                                                        "converts to:\n"));
   // Worker 0 is rank 1; rank 0 is the master's Service, on the manifest's port.
-  EXPECT_THAT(r.out, ::testing::HasSubstr(
-                         "    - name: MASTER_ADDR\n      value: pytorch-simple-master-0.kubeflow.svc\n"));
+  EXPECT_THAT(r.out,
+              ::testing::HasSubstr(
+                  "    - name: MASTER_ADDR\n      value: pytorch-simple-master-0.kubeflow.svc\n"));
   EXPECT_THAT(r.out, ::testing::HasSubstr("    - name: MASTER_PORT\n      value: '29500'\n"));
   EXPECT_THAT(r.out, ::testing::HasSubstr("    - name: RANK\n      value: '1'\n"));
   EXPECT_THAT(r.out, ::testing::Not(::testing::HasSubstr("TF_CONFIG")));
@@ -266,7 +271,8 @@ TEST(CliTest, EveryCommandTakesHelp) {
   EXPECT_EQ(r.out, "");
   r = RunKubetrain({"jobs", "submit", "training", "-h"});
   EXPECT_EQ(r.code, 0) << r.err;
-  EXPECT_THAT(r.out, ::testing::StartsWith("Usage: kubetrain jobs submit training JOB [--config FILE]"));
+  EXPECT_THAT(r.out,
+              ::testing::StartsWith("Usage: kubetrain jobs submit training JOB [--config FILE]"));
 }
 
 TEST(RenderCommandTest, UsesTheManifestsNamespaceAsKubectlApplyDoes) {

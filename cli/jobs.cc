@@ -72,7 +72,8 @@ std::unique_ptr<ClusterJobs> ConnectOrReport(const std::string& command, const P
 }
 
 // Polls a job on the cluster until it ends, printing progress changes.
-absl::StatusOr<v1::TrainingJob> FollowClusterJob(ClusterJobs& cluster, const std::string& name, std::ostream& out) {
+absl::StatusOr<v1::TrainingJob> FollowClusterJob(ClusterJobs& cluster, const std::string& name,
+                                                 std::ostream& out) {
   std::string last;
   for (;;) {
     absl::StatusOr<v1::TrainingJob> job = cluster.Get(name);
@@ -117,8 +118,8 @@ std::optional<int> RefuseNamespaceOnLocal(const std::string& command, const Pars
 struct LogFollower {
   std::string home;
   std::string job;
-  std::string task_filter;   // "" all
-  std::string trial_filter;  // "" all
+  std::string task_filter;                        // "" all
+  std::string trial_filter;                       // "" all
   std::map<std::string, std::streamoff> offsets;  // per log file
   size_t events_shown = 0;
 
@@ -138,8 +139,8 @@ struct LogFollower {
           const std::string trial = EventTrial(e.message);
           if (!trial_filter.empty() && !trial.empty() && trial != trial_filter) continue;
           const double t = absl::ToDoubleSeconds(e.time - absl::UnixEpoch());
-          entries.push_back({t, FormatLogEntry(e.type == "Warning" ? "WARNING" : "INFO", t, "service", trial,
-                                               e.reason + ": " + e.message)});
+          entries.push_back({t, FormatLogEntry(e.type == "Warning" ? "WARNING" : "INFO", t,
+                                               "service", trial, e.reason + ": " + e.message)});
         }
         events_shown = events->size();
       }
@@ -163,12 +164,14 @@ struct LogFollower {
           if (in.eof()) break;  // a line still being written: next time
           offset = in.tellg();
           local::LogLine parsed = local::ParseLogLine(line);
-          entries.push_back({parsed.time, FormatLogEntry(LogSeverity(parsed.stderr, parsed.message),
-                                                         parsed.time, task, trial, parsed.message)});
+          entries.push_back(
+              {parsed.time, FormatLogEntry(LogSeverity(parsed.stderr, parsed.message), parsed.time,
+                                           task, trial, parsed.message)});
         }
       }
     }
-    std::stable_sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) { return a.time < b.time; });
+    std::stable_sort(entries.begin(), entries.end(),
+                     [](const Entry& a, const Entry& b) { return a.time < b.time; });
     for (const Entry& e : entries) out << e.line << "\n";
     out.flush();
   }
@@ -176,10 +179,10 @@ struct LogFollower {
 
 // Follows logs (when `logs`) and progress until the job is finished and its
 // replicas are gone. Returns the final job.
-absl::StatusOr<v1::TrainingJob> FollowJob(local::JobStore& store, const std::string& name, bool logs,
-                                          const std::string& task, const std::string& trial,
-                                          std::ostream& out, bool progress = true,
-                                          absl::Duration poll_interval = absl::FromChrono(kPollInterval)) {
+absl::StatusOr<v1::TrainingJob> FollowJob(
+    local::JobStore& store, const std::string& name, bool logs, const std::string& task,
+    const std::string& trial, std::ostream& out, bool progress = true,
+    absl::Duration poll_interval = absl::FromChrono(kPollInterval)) {
   LogFollower follower{KubetrainHome(), name, task, trial, {}, 0};
   std::string last_progress;
   const bool tty = isatty(STDOUT_FILENO) && &out == &std::cout;
@@ -191,10 +194,10 @@ absl::StatusOr<v1::TrainingJob> FollowJob(local::JobStore& store, const std::str
       // Without a controller the job would never move on, and this loop
       // never end.
       if (absl::Status s = EnsureLocalController(KubetrainHome()); !s.ok()) {
-        return absl::UnavailableError(absl::StrCat(
-            "job [", name, "] is ", v1::State_Name(job->status().state()),
-            " but no local controller is running and none could be started (", s.message(),
-            "); run `kubetrain local serve`"));
+        return absl::UnavailableError(
+            absl::StrCat("job [", name, "] is ", v1::State_Name(job->status().state()),
+                         " but no local controller is running and none could be started (",
+                         s.message(), "); run `kubetrain local serve`"));
       }
     }
     bool replicas_left = false;
@@ -229,13 +232,15 @@ int StreamLogs(const std::vector<std::string>& args, std::ostream& out, std::ost
       {"local", "allow-multiline-logs"});
   if (!parsed.error.empty()) return UsageError(command, parsed.error, err);
   if (std::optional<int> code = RefuseNamespaceOnLocal(command, parsed, err)) return *code;
-  if (parsed.positional.size() != 1) return UsageError(command, "name one job: kubetrain jobs stream-logs JOB", err);
+  if (parsed.positional.size() != 1)
+    return UsageError(command, "name one job: kubetrain jobs stream-logs JOB", err);
   const bool local = UseLocalBackend(parsed.Has("local"));
   absl::Duration poll_interval = local ? absl::FromChrono(kPollInterval) : absl::Seconds(1);
   if (const std::string* text = parsed.Flag("polling-interval")) {
     int seconds = 0;
     if (!absl::SimpleAtoi(*text, &seconds) || seconds < 1) {
-      return UsageError(command, "--polling-interval: whole seconds >= 1, got \"" + *text + "\"", err);
+      return UsageError(command, "--polling-interval: whole seconds >= 1, got \"" + *text + "\"",
+                        err);
     }
     poll_interval = absl::Seconds(seconds);
   }
@@ -256,10 +261,9 @@ int StreamLogs(const std::vector<std::string>& args, std::ostream& out, std::ost
   std::unique_ptr<local::JobStore> store = OpenStoreOrReport(command, err);
   if (store == nullptr) return kExitFailed;
   const std::string& name = parsed.positional[0];
-  absl::StatusOr<v1::TrainingJob> job =
-      FollowJob(*store, name, true, parsed.Flag("task-name") ? *parsed.Flag("task-name") : "",
-                parsed.Flag("trial") ? *parsed.Flag("trial") : "", out, /*progress=*/false,
-                poll_interval);
+  absl::StatusOr<v1::TrainingJob> job = FollowJob(
+      *store, name, true, parsed.Flag("task-name") ? *parsed.Flag("task-name") : "",
+      parsed.Flag("trial") ? *parsed.Flag("trial") : "", out, /*progress=*/false, poll_interval);
   if (!job.ok()) {
     err << "kubetrain " << command << ": " << job.status().message() << "\n";
     return kExitFailed;
@@ -275,15 +279,18 @@ absl::Status ApplyScaleTier(const std::string& tier, v1::TrainingInput* input) {
   std::string name = absl::AsciiStrToUpper(tier);
   std::replace(name.begin(), name.end(), '-', '_');
   v1::TrainingInput::ScaleTier value;
-  if (!v1::TrainingInput::ScaleTier_Parse(name, &value) || value == v1::TrainingInput::SCALE_TIER_UNSPECIFIED) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--scale-tier: unknown tier \"", tier, "\" (BASIC, STANDARD_1, PREMIUM_1, BASIC_GPU, CUSTOM)"));
+  if (!v1::TrainingInput::ScaleTier_Parse(name, &value) ||
+      value == v1::TrainingInput::SCALE_TIER_UNSPECIFIED) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--scale-tier: unknown tier \"", tier,
+                     "\" (BASIC, STANDARD_1, PREMIUM_1, BASIC_GPU, CUSTOM)"));
   }
   input->set_scale_tier(value);
   return absl::OkStatus();
 }
 
-int PrintFinal(const v1::TrainingJob& job, const std::string& command, std::ostream& out, std::ostream& err) {
+int PrintFinal(const v1::TrainingJob& job, const std::string& command, std::ostream& out,
+               std::ostream& err) {
   const v1::State state = job.status().state();
   out << "Job [" << job.metadata().name() << "] ended " << v1::State_Name(state)
       << (job.status().error_message().empty() ? "" : ": " + job.status().error_message()) << "\n";
@@ -313,7 +320,9 @@ int SubmitTraining(const std::vector<std::string>& args, std::ostream& out, std:
   if (!parsed.error.empty()) return UsageError(command, parsed.error, err);
   if (std::optional<int> code = RefuseNamespaceOnLocal(command, parsed, err)) return *code;
   if (parsed.positional.size() != 1) {
-    return UsageError(command, "name one job: kubetrain jobs submit training JOB --config FILE [-- USER_ARGS]", err);
+    return UsageError(
+        command, "name one job: kubetrain jobs submit training JOB --config FILE [-- USER_ARGS]",
+        err);
   }
   const std::string name = parsed.positional[0];
   if (std::string reason = api::ValidateJobName(name); !reason.empty()) {
@@ -330,7 +339,8 @@ int SubmitTraining(const std::vector<std::string>& args, std::ostream& out, std:
     api::CheckedJob checked = api::CheckTrainingJob(*text, /*require_name=*/false);
     if (!checked.ok()) {
       err << api::FormatErrors(checked.errors, *config);
-      err << "kubetrain " << command << ": " << *config << " is not a valid job; nothing was submitted\n";
+      err << "kubetrain " << command << ": " << *config
+          << " is not a valid job; nothing was submitted\n";
       return kExitUsage;
     }
     if (!checked.kubeflow_kind.empty()) {
@@ -347,16 +357,18 @@ int SubmitTraining(const std::vector<std::string>& args, std::ostream& out, std:
   v1::TrainingInput* input = job.mutable_spec()->mutable_training_input();
   // Flags override the config file, as gcloud does.
   if (const std::string* tier = parsed.Flag("scale-tier")) {
-    if (absl::Status s = ApplyScaleTier(*tier, input); !s.ok()) return UsageError(command, std::string(s.message()), err);
+    if (absl::Status s = ApplyScaleTier(*tier, input); !s.ok())
+      return UsageError(command, std::string(s.message()), err);
   }
   if (const std::string* module = parsed.Flag("module-name")) input->set_python_module(*module);
   std::optional<BuiltPackage> cluster_package;
   if (const std::string* package = parsed.Flag("package-path")) {
     // Locally the package's parent folder goes on PYTHONPATH, so `-m pkg.module`
     // resolves; a cluster gets an sdist of it, stored in a ConfigMap.
-    absl::StatusOr<std::string> search_path =
-        PackageSearchPath(*package, input->python_module().empty() ? nullptr : &input->python_module());
-    if (!search_path.ok()) return UsageError(command, std::string(search_path.status().message()), err);
+    absl::StatusOr<std::string> search_path = PackageSearchPath(
+        *package, input->python_module().empty() ? nullptr : &input->python_module());
+    if (!search_path.ok())
+      return UsageError(command, std::string(search_path.status().message()), err);
     input->clear_package_uris();
     if (UseLocalBackend(parsed.Has("local"))) {
       input->add_package_uris(*search_path);
@@ -375,7 +387,8 @@ int SubmitTraining(const std::vector<std::string>& args, std::ostream& out, std:
   if (const std::string* region = parsed.Flag("region")) input->set_region(*region);
   if (const std::string* v = parsed.Flag("runtime-version")) input->set_runtime_version(*v);
   if (const std::string* v = parsed.Flag("python-version")) input->set_python_version(*v);
-  if (const std::string* image = parsed.Flag("master-image-uri")) input->mutable_master_config()->set_image_uri(*image);
+  if (const std::string* image = parsed.Flag("master-image-uri"))
+    input->mutable_master_config()->set_image_uri(*image);
   for (const auto& [flag, value] : parsed.flags) {
     if (flag != "labels") continue;
     for (absl::string_view pair : absl::StrSplit(value, ',', absl::SkipEmpty())) {
@@ -390,7 +403,8 @@ int SubmitTraining(const std::vector<std::string>& args, std::ostream& out, std:
     input->clear_args();
     for (const std::string& arg : parsed.after_double_dash) input->add_args(arg);
   }
-  std::vector<api::FieldError> errors = api::Validate(job, {.require_name = true, .bare_config = false});
+  std::vector<api::FieldError> errors =
+      api::Validate(job, {.require_name = true, .bare_config = false});
   if (!errors.empty()) {
     err << api::FormatErrors(errors, source);
     err << "kubetrain " << command << ": the job is not valid; nothing was submitted\n";
@@ -433,7 +447,8 @@ int SubmitTraining(const std::vector<std::string>& args, std::ostream& out, std:
 
   const absl::Time now = absl::Now();
   job.mutable_metadata()->set_uid(RandomUid());
-  job.mutable_metadata()->set_creation_timestamp(absl::FormatTime(absl::RFC3339_sec, now, absl::UTCTimeZone()));
+  job.mutable_metadata()->set_creation_timestamp(
+      absl::FormatTime(absl::RFC3339_sec, now, absl::UTCTimeZone()));
   job.mutable_status()->set_state(v1::QUEUED);
   *job.mutable_status()->mutable_create_time() =
       google::protobuf::util::TimeUtil::SecondsToTimestamp(absl::ToUnixSeconds(now));
@@ -446,7 +461,8 @@ int SubmitTraining(const std::vector<std::string>& args, std::ostream& out, std:
     return kExitFailed;
   }
   if (absl::Status s = EnsureLocalController(home); !s.ok()) {
-    err << "kubetrain " << command << ": job [" << name << "] is recorded but no local controller could be "
+    err << "kubetrain " << command << ": job [" << name
+        << "] is recorded but no local controller could be "
         << "started (" << s.message() << "); run `kubetrain local serve`\n";
     return kExitFailed;
   }
@@ -477,7 +493,8 @@ int Describe(const std::vector<std::string>& args, std::ostream& out, std::ostre
       ParseArgs(args, {"format", "namespace", "context", "kubeconfig"}, {"summarize", "local"});
   if (!parsed.error.empty()) return UsageError(command, parsed.error, err);
   if (std::optional<int> code = RefuseNamespaceOnLocal(command, parsed, err)) return *code;
-  if (parsed.positional.size() != 1) return UsageError(command, "name one job: kubetrain jobs describe JOB", err);
+  if (parsed.positional.size() != 1)
+    return UsageError(command, "name one job: kubetrain jobs describe JOB", err);
   const std::string format = parsed.Flag("format") ? *parsed.Flag("format") : "yaml";
   if (format != "yaml" && format != "json") {
     return UsageError(command, "--format: yaml or json, got \"" + format + "\"", err);
@@ -508,8 +525,10 @@ int Describe(const std::vector<std::string>& args, std::ostream& out, std::ostre
       return kExitFailed;
     }
     if (!core::IsTerminal(job->status().state())) ResumeLocalController(command, err);
-    absl::StatusOr<std::vector<v1::HyperparameterOutput>> archived = store->ArchivedTrials(parsed.positional[0]);
-    resource = JobResource(*job, archived.ok() ? *archived : std::vector<v1::HyperparameterOutput>{});
+    absl::StatusOr<std::vector<v1::HyperparameterOutput>> archived =
+        store->ArchivedTrials(parsed.positional[0]);
+    resource =
+        JobResource(*job, archived.ok() ? *archived : std::vector<v1::HyperparameterOutput>{});
   }
   const bool summarize = parsed.Has("summarize") && *parsed.Flag("summarize") == "true";
   if (events && format == "json" && !summarize) {
@@ -607,7 +626,8 @@ int Cancel(const std::vector<std::string>& args, std::ostream& out, std::ostream
   ParsedArgs parsed = ParseArgs(args, {"namespace", "context", "kubeconfig"}, {"local", "wait"});
   if (!parsed.error.empty()) return UsageError(command, parsed.error, err);
   if (std::optional<int> code = RefuseNamespaceOnLocal(command, parsed, err)) return *code;
-  if (parsed.positional.size() != 1) return UsageError(command, "name one job: kubetrain jobs cancel JOB", err);
+  if (parsed.positional.size() != 1)
+    return UsageError(command, "name one job: kubetrain jobs cancel JOB", err);
   const std::string& name = parsed.positional[0];
   if (!UseLocalBackend(parsed.Has("local"))) {
     std::unique_ptr<ClusterJobs> cluster = ConnectOrReport(command, parsed, err);
@@ -643,8 +663,9 @@ int Cancel(const std::vector<std::string>& args, std::ostream& out, std::ostream
     return kExitFailed;
   }
   if (absl::Status s = EnsureLocalController(KubetrainHome()); !s.ok()) {
-    err << "kubetrain " << command << ": cancel recorded, but no controller could be started to carry it out ("
-        << s.message() << "); run `kubetrain local serve`\n";
+    err << "kubetrain " << command
+        << ": cancel recorded, but no controller could be started to carry it out (" << s.message()
+        << "); run `kubetrain local serve`\n";
     return kExitFailed;
   }
   out << "Cancelled job [" << name << "].\n";
@@ -660,18 +681,25 @@ int Cancel(const std::vector<std::string>& args, std::ostream& out, std::ostream
 
 std::vector<Command> JobsCommands() {
   return {
-      {{"jobs", "submit", "training"}, "submit a training job (--config FILE, --local, --stream-logs)",
+      {{"jobs", "submit", "training"},
+       "submit a training job (--config FILE, --local, --stream-logs)",
        SubmitTraining,
        "JOB [--config FILE] [--scale-tier TIER] [--module-name MODULE --package-path DIR] "
        "[--job-dir DIR] [--region REGION] [--labels KEY=VALUE,...] [--runtime-version V] "
        "[--python-version V] [--master-image-uri IMAGE] [--stream-logs | --wait | --async] "
        "[--local | -n, --namespace NS] [-- TRAINER_ARGS...]"},
-      {{"jobs", "describe"}, "show a job as YAML (--format json, --summarize)", Describe,
+      {{"jobs", "describe"},
+       "show a job as YAML (--format json, --summarize)",
+       Describe,
        "JOB [--format yaml|json] [--summarize] [--local | -n, --namespace NS]"},
-      {{"jobs", "list"}, "list jobs: JOB_ID STATUS CREATED (--filter, --limit)", List,
+      {{"jobs", "list"},
+       "list jobs: JOB_ID STATUS CREATED (--filter, --limit)",
+       List,
        "[--filter EXPRESSION] [--limit N] [--local | -n, --namespace NS]"},
       {{"jobs", "cancel"}, "cancel a job", Cancel, "JOB [--wait] [--local | -n, --namespace NS]"},
-      {{"jobs", "stream-logs"}, "follow a job's logs (--task-name, --trial)", StreamLogs,
+      {{"jobs", "stream-logs"},
+       "follow a job's logs (--task-name, --trial)",
+       StreamLogs,
        "JOB [--task-name TASK] [--trial N] [--polling-interval SECONDS] "
        "[--local | -n, --namespace NS]"},
   };

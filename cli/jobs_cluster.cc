@@ -31,11 +31,13 @@ absl::StatusOr<v1::TrainingJob> FromObject(const nlohmann::json& object) {
   options.ignore_unknown_fields = true;  // managedFields, finalizers' friends...
   auto status = google::protobuf::util::JsonStringToMessage(object.dump(), &job, options);
   if (!status.ok()) {
-    return absl::DataLossError(absl::StrCat("TrainingJob ", object.value("/metadata/name"_json_pointer, std::string()),
-                                            " from the API server is unreadable: ", status.ToString()));
+    return absl::DataLossError(
+        absl::StrCat("TrainingJob ", object.value("/metadata/name"_json_pointer, std::string()),
+                     " from the API server is unreadable: ", status.ToString()));
   }
   auto it = job.metadata().annotations().find(kJobIdAnnotation);
-  if (it != job.metadata().annotations().end() && !it->second.empty()) job.mutable_metadata()->set_name(it->second);
+  if (it != job.metadata().annotations().end() && !it->second.empty())
+    job.mutable_metadata()->set_name(it->second);
   return job;
 }
 
@@ -70,7 +72,8 @@ absl::StatusOr<std::unique_ptr<ClusterJobs>> ClusterJobs::Connect(const ClusterT
   }
   kube::RestClientOptions options;
   options.user_agent = "kubetrain-cli";
-  absl::StatusOr<std::unique_ptr<kube::RestClusterClient>> client = kube::RestClusterClient::Create(*config, options);
+  absl::StatusOr<std::unique_ptr<kube::RestClusterClient>> client =
+      kube::RestClusterClient::Create(*config, options);
   if (!client.ok()) return client.status();
   return std::make_unique<ClusterJobs>(*std::move(client), target.namespace_name.empty()
                                                                ? config->namespace_name
@@ -94,8 +97,8 @@ absl::Status ClusterJobs::Create(const v1::TrainingJob& job) {
   nlohmann::json body = api::EncodeKubernetesJson(object);  // int64 as numbers, as the CRD says
   absl::StatusOr<nlohmann::json> created = client_->Create(kube::kTrainingJobs, namespace_, body);
   if (created.status().code() == absl::StatusCode::kAlreadyExists) {
-    return absl::AlreadyExistsError(absl::StrCat("job [", id, "] already exists in namespace ", namespace_,
-                                                 ": pick another name"));
+    return absl::AlreadyExistsError(absl::StrCat("job [", id, "] already exists in namespace ",
+                                                 namespace_, ": pick another name"));
   }
   return created.status();
 }
@@ -160,9 +163,11 @@ absl::Status ClusterJobs::CreateWithPackage(const v1::TrainingJob& job,
 }
 
 absl::StatusOr<v1::TrainingJob> ClusterJobs::Get(const std::string& job_id) {
-  absl::StatusOr<nlohmann::json> object = client_->Get(kube::kTrainingJobs, namespace_, api::KubernetesName(job_id));
+  absl::StatusOr<nlohmann::json> object =
+      client_->Get(kube::kTrainingJobs, namespace_, api::KubernetesName(job_id));
   if (object.status().code() == absl::StatusCode::kNotFound) {
-    return absl::NotFoundError(absl::StrCat("job [", job_id, "] not found in namespace ", namespace_));
+    return absl::NotFoundError(
+        absl::StrCat("job [", job_id, "] not found in namespace ", namespace_));
   }
   if (!object.ok()) return object.status();
   return FromObject(*object);
@@ -191,9 +196,10 @@ absl::StatusOr<std::vector<v1::TrainingJob>> ClusterJobs::List() {
     jobs.push_back(*std::move(job));
   }
   // Oldest first, as the local store lists them.
-  std::stable_sort(jobs.begin(), jobs.end(), [](const v1::TrainingJob& a, const v1::TrainingJob& b) {
-    return a.metadata().creation_timestamp() < b.metadata().creation_timestamp();
-  });
+  std::stable_sort(jobs.begin(), jobs.end(),
+                   [](const v1::TrainingJob& a, const v1::TrainingJob& b) {
+                     return a.metadata().creation_timestamp() < b.metadata().creation_timestamp();
+                   });
   return jobs;
 }
 
@@ -205,10 +211,12 @@ absl::StatusOr<v1::TrainingJob> ClusterJobs::FollowLogs(const std::string& job_i
 }
 
 absl::Status ClusterJobs::Cancel(const std::string& job_id) {
-  absl::StatusOr<nlohmann::json> patched = client_->MergePatch(
-      kube::kTrainingJobs, namespace_, api::KubernetesName(job_id), {{"spec", {{"cancel", true}}}}, false);
+  absl::StatusOr<nlohmann::json> patched =
+      client_->MergePatch(kube::kTrainingJobs, namespace_, api::KubernetesName(job_id),
+                          {{"spec", {{"cancel", true}}}}, false);
   if (patched.status().code() == absl::StatusCode::kNotFound) {
-    return absl::NotFoundError(absl::StrCat("job [", job_id, "] not found in namespace ", namespace_));
+    return absl::NotFoundError(
+        absl::StrCat("job [", job_id, "] not found in namespace ", namespace_));
   }
   return patched.status();
 }

@@ -7,10 +7,10 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "api/codec.h"
@@ -68,7 +68,8 @@ std::string OutputsLine(const nlohmann::json& location) {
 
 }  // namespace
 
-void SortTrials(std::vector<v1::HyperparameterOutput>& trials, v1::HyperparameterSpec::GoalType goal) {
+void SortTrials(std::vector<v1::HyperparameterOutput>& trials,
+                v1::HyperparameterSpec::GoalType goal) {
   const bool minimize = goal == v1::HyperparameterSpec::MINIMIZE;
   auto id_of = [](const v1::HyperparameterOutput& t) {
     int64_t id = 0;
@@ -95,7 +96,8 @@ nlohmann::json JobResource(const v1::TrainingJob& job,
   for (const char* key : {"createTime", "startTime", "endTime", "errorMessage"}) {
     if (status_json.contains(key)) resource[key] = status_json[key];
   }
-  resource["state"] = v1::State_Name(status.state() == v1::STATE_UNSPECIFIED ? v1::QUEUED : status.state());
+  resource["state"] =
+      v1::State_Name(status.state() == v1::STATE_UNSPECIFIED ? v1::QUEUED : status.state());
   // Why replicas do not run (yet, or again), while the operator says so.
   for (const v1::Condition& c : status.conditions()) {
     if (c.type() != core::kReplicasWaitingCondition || c.status() != "True") continue;
@@ -116,8 +118,9 @@ nlohmann::json JobResource(const v1::TrainingJob& job,
   v1::TrainingOutput output = status.training_output();
   std::vector<v1::HyperparameterOutput> trials(output.trials().begin(), output.trials().end());
   for (const v1::HyperparameterOutput& t : archived) {
-    bool present = std::any_of(trials.begin(), trials.end(),
-                               [&](const v1::HyperparameterOutput& s) { return s.trial_id() == t.trial_id(); });
+    bool present = std::any_of(
+        trials.begin(), trials.end(),
+        [&](const v1::HyperparameterOutput& s) { return s.trial_id() == t.trial_id(); });
     if (!present) trials.push_back(t);
   }
   SortTrials(trials, job.spec().training_input().hyperparameters().goal());
@@ -131,8 +134,10 @@ nlohmann::json JobResource(const v1::TrainingJob& job,
 std::string SummarizeJob(const nlohmann::json& resource) {
   std::string out;
   out += "Overview\n";
-  std::vector<std::vector<std::string>> overview = {{"JOB_ID", "STATE", "CREATED", "STARTED", "ENDED"}};
-  overview.push_back({Str(resource.value("jobId", nlohmann::json())), Str(resource.value("state", nlohmann::json())),
+  std::vector<std::vector<std::string>> overview = {
+      {"JOB_ID", "STATE", "CREATED", "STARTED", "ENDED"}};
+  overview.push_back({Str(resource.value("jobId", nlohmann::json())),
+                      Str(resource.value("state", nlohmann::json())),
                       Str(resource.value("createTime", nlohmann::json())),
                       Str(resource.value("startTime", nlohmann::json())),
                       Str(resource.value("endTime", nlohmann::json()))});
@@ -161,17 +166,21 @@ std::string SummarizeJob(const nlohmann::json& resource) {
   out += Table(input_rows);
   if (input.contains("hyperparameters")) {
     const nlohmann::json& hp = input["hyperparameters"];
-    out += "\nHyperparameters (goal " + Str(hp.value("goal", nlohmann::json("MAXIMIZE"))) + ", maxTrials " +
-           Str(hp.value("maxTrials", nlohmann::json(1))) + ", maxParallelTrials " +
+    out += "\nHyperparameters (goal " + Str(hp.value("goal", nlohmann::json("MAXIMIZE"))) +
+           ", maxTrials " + Str(hp.value("maxTrials", nlohmann::json(1))) + ", maxParallelTrials " +
            Str(hp.value("maxParallelTrials", nlohmann::json(1))) + ")\n";
-    std::vector<std::vector<std::string>> params = {{"PARAMETER", "TYPE", "MIN", "MAX", "SCALE", "VALUES"}};
+    std::vector<std::vector<std::string>> params = {
+        {"PARAMETER", "TYPE", "MIN", "MAX", "SCALE", "VALUES"}};
     for (const auto& p : hp.value("params", nlohmann::json::array())) {
       std::vector<std::string> values;
-      for (const auto& v : p.value("categoricalValues", nlohmann::json::array())) values.push_back(Str(v));
-      for (const auto& v : p.value("discreteValues", nlohmann::json::array())) values.push_back(Str(v));
-      params.push_back({Str(p.value("parameterName", nlohmann::json())), Str(p.value("type", nlohmann::json())),
-                        Str(p.value("minValue", nlohmann::json())), Str(p.value("maxValue", nlohmann::json())),
-                        Str(p.value("scaleType", nlohmann::json())), absl::StrJoin(values, ",")});
+      for (const auto& v : p.value("categoricalValues", nlohmann::json::array()))
+        values.push_back(Str(v));
+      for (const auto& v : p.value("discreteValues", nlohmann::json::array()))
+        values.push_back(Str(v));
+      params.push_back(
+          {Str(p.value("parameterName", nlohmann::json())), Str(p.value("type", nlohmann::json())),
+           Str(p.value("minValue", nlohmann::json())), Str(p.value("maxValue", nlohmann::json())),
+           Str(p.value("scaleType", nlohmann::json())), absl::StrJoin(values, ",")});
     }
     out += Table(params);
   }
@@ -215,7 +224,8 @@ namespace {
 // "ModuleNotFoundError: No module named 'trainer'", "sh: error: ...".
 bool IsErrorReport(absl::string_view message) {
   const size_t colon = message.find(": ");
-  if (colon != absl::string_view::npos && message.substr(0, colon).find(' ') == absl::string_view::npos) {
+  if (colon != absl::string_view::npos &&
+      message.substr(0, colon).find(' ') == absl::string_view::npos) {
     const absl::string_view head = message.substr(0, colon);
     if (absl::EndsWith(head, "Error") || absl::EndsWith(head, "Exception")) return true;
     message.remove_prefix(colon + 2);  // a program's name
@@ -246,11 +256,13 @@ std::string EventTrial(const std::string& message) {
   return std::all_of(id.begin(), id.end(), [](char c) { return absl::ascii_isdigit(c); }) ? id : "";
 }
 
-std::string FormatLogEntry(const std::string& severity, double unix_seconds, const std::string& task,
-                           const std::string& trial, const std::string& message) {
+std::string FormatLogEntry(const std::string& severity, double unix_seconds,
+                           const std::string& task, const std::string& trial,
+                           const std::string& message) {
   const absl::Time t = absl::FromUnixMicros(static_cast<int64_t>(std::llround(unix_seconds * 1e6)));
-  return absl::StrCat(severity, "\t", absl::FormatTime("%Y-%m-%d %H:%M:%S +0000", t, absl::UTCTimeZone()),
-                      "\t", task, "\t", trial, "\t", message);
+  return absl::StrCat(severity, "\t",
+                      absl::FormatTime("%Y-%m-%d %H:%M:%S +0000", t, absl::UTCTimeZone()), "\t",
+                      task, "\t", trial, "\t", message);
 }
 
 absl::StatusOr<JobPredicate> ParseJobFilter(const std::string& filter) {
@@ -259,8 +271,9 @@ absl::StatusOr<JobPredicate> ParseJobFilter(const std::string& filter) {
     if (term == "AND") continue;
     size_t op = term.find_first_of("=:");
     if (op == absl::string_view::npos || op == 0) {
-      return absl::InvalidArgumentError(absl::StrCat("--filter: cannot read term \"", term,
-                                                     "\": use KEY=VALUE or KEY:TEXT (keys: state, jobId, labels.KEY)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--filter: cannot read term \"", term,
+                       "\": use KEY=VALUE or KEY:TEXT (keys: state, jobId, labels.KEY)"));
     }
     const std::string key(term.substr(0, op));
     const bool exact = term[op] == '=';
@@ -272,11 +285,13 @@ absl::StatusOr<JobPredicate> ParseJobFilter(const std::string& filter) {
     };
     if (key == "state" || key == "status") {
       terms.push_back([compare](const v1::TrainingJob& job) {
-        v1::State s = job.status().state() == v1::STATE_UNSPECIFIED ? v1::QUEUED : job.status().state();
+        v1::State s =
+            job.status().state() == v1::STATE_UNSPECIFIED ? v1::QUEUED : job.status().state();
         return compare(v1::State_Name(s), true);
       });
     } else if (key == "jobId" || key == "name") {
-      terms.push_back([compare](const v1::TrainingJob& job) { return compare(job.metadata().name(), false); });
+      terms.push_back(
+          [compare](const v1::TrainingJob& job) { return compare(job.metadata().name(), false); });
     } else if (absl::StartsWith(key, "labels.")) {
       const std::string label = key.substr(7);
       terms.push_back([compare, label](const v1::TrainingJob& job) {
@@ -374,7 +389,8 @@ std::string ProgressLine(const v1::TrainingJob& job) {
   const v1::HyperparameterOutput* best = nullptr;
   const bool minimize = hp.goal() == v1::HyperparameterSpec::MINIMIZE;
   for (const v1::HyperparameterOutput& t : output.trials()) {
-    if (t.state() == v1::RUNNING || t.state() == v1::PREPARING || t.state() == v1::QUEUED) ++running;
+    if (t.state() == v1::RUNNING || t.state() == v1::PREPARING || t.state() == v1::QUEUED)
+      ++running;
     if (t.state() == v1::FAILED) ++failed;
     if (!t.has_final_metric()) continue;
     double v = t.final_metric().objective_value();
@@ -384,11 +400,12 @@ std::string ProgressLine(const v1::TrainingJob& job) {
     }
   }
   std::string line = absl::StrCat("trials: ", output.completed_trial_count(), "/",
-                                  hp.has_max_trials() ? hp.max_trials() : 1, " completed, ", running,
-                                  " running, ", failed, " failed");
+                                  hp.has_max_trials() ? hp.max_trials() : 1, " completed, ",
+                                  running, " running, ", failed, " failed");
   if (best != nullptr) {
-    absl::StrAppend(&line, "; best objective ", absl::StrFormat("%.4f", best->final_metric().objective_value()),
-                    " (trial ", best->trial_id(), ")");
+    absl::StrAppend(&line, "; best objective ",
+                    absl::StrFormat("%.4f", best->final_metric().objective_value()), " (trial ",
+                    best->trial_id(), ")");
   }
   return line;
 }

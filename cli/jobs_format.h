@@ -32,7 +32,8 @@ nlohmann::json JobResource(const v1::TrainingJob& job,
 std::string SummarizeJob(const nlohmann::json& resource);
 
 // Trials best first for `goal` (trials without a final metric last, by id).
-void SortTrials(std::vector<v1::HyperparameterOutput>& trials, v1::HyperparameterSpec::GoalType goal);
+void SortTrials(std::vector<v1::HyperparameterOutput>& trials,
+                v1::HyperparameterSpec::GoalType goal);
 
 // Log severity of a replica's output line: ERROR/WARNING when the message
 // says so, or, on stderr, when it is a tool's or Python's error report
@@ -46,8 +47,9 @@ std::string EventTrial(const std::string& message);
 
 // One `stream-logs` line: severity, time (UTC), task, trial, message,
 // tab-separated as gcloud prints them.
-std::string FormatLogEntry(const std::string& severity, double unix_seconds, const std::string& task,
-                           const std::string& trial, const std::string& message);
+std::string FormatLogEntry(const std::string& severity, double unix_seconds,
+                           const std::string& task, const std::string& trial,
+                           const std::string& message);
 
 // `jobs list --filter`: space-separated terms, all of which must hold:
 // `state=S` (or status), `jobId=NAME`, `jobId:TEXT` (contains),

@@ -90,7 +90,8 @@ TEST(JobResourceTest, SaysWhyReplicasWaitWhileTheyDo) {
 }
 
 TEST(JobResourceTest, SummaryHasTheTrialsTable) {
-  const std::string summary = SummarizeJob(JobResource(StudyWithTrials(v1::HyperparameterSpec::MAXIMIZE)));
+  const std::string summary =
+      SummarizeJob(JobResource(StudyWithTrials(v1::HyperparameterSpec::MAXIMIZE)));
   EXPECT_THAT(summary, HasSubstr("TRIAL_ID"));
   EXPECT_THAT(summary, HasSubstr("lr=0.02"));
   EXPECT_LT(summary.find("lr=0.02"), summary.find("lr=0.01"));
@@ -155,8 +156,9 @@ TEST(LogFormatTest, EntryAndSeverity) {
   EXPECT_EQ(LogSeverity(true, "ERROR: data file missing"), "ERROR");
   EXPECT_EQ(LogSeverity(true, "Warning: slow"), "WARNING");
   EXPECT_EQ(LogSeverity(true, "Train [master/0], step 1: loss: 2.3"), "INFO");
-  EXPECT_EQ(LogSeverity(true, "/usr/bin/python3: Error while finding module specification for "
-                              "'trainer.task'"),
+  EXPECT_EQ(LogSeverity(true,
+                        "/usr/bin/python3: Error while finding module specification for "
+                        "'trainer.task'"),
             "ERROR");
   EXPECT_EQ(LogSeverity(true, "ModuleNotFoundError: No module named 'trainer'"), "ERROR");
   EXPECT_EQ(LogSeverity(true, "sh: error: bad substitution"), "ERROR");

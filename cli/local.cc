@@ -37,7 +37,8 @@ int Serve(const std::vector<std::string>& args, std::ostream& out, std::ostream&
   }
   ServeOptions options;
   options.exit_when_idle = parsed.Has("exit-when-idle") && *parsed.Flag("exit-when-idle") == "true";
-  options.quiet_if_running = parsed.Has("quiet-if-running") && *parsed.Flag("quiet-if-running") == "true";
+  options.quiet_if_running =
+      parsed.Has("quiet-if-running") && *parsed.Flag("quiet-if-running") == "true";
   return ServeLocalController(KubetrainHome(), options, out, err);
 }
 
@@ -94,7 +95,8 @@ int Train(const std::vector<std::string>& args, std::ostream& out, std::ostream&
   }
   if (!distributed && (parsed.Has("worker-count") || parsed.Has("parameter-server-count") ||
                        parsed.Has("evaluator-count"))) {
-    err << "kubetrain local train: --worker-count, --parameter-server-count and --evaluator-count need "
+    err << "kubetrain local train: --worker-count, --parameter-server-count and --evaluator-count "
+           "need "
            "--distributed\n";
     return kExitUsage;
   }
@@ -122,11 +124,12 @@ int Train(const std::vector<std::string>& args, std::ostream& out, std::ostream&
     }
   }
   input->set_use_chief_in_tf_config(parsed.Has("use-chief-in-tf-config") &&
-                                     *parsed.Flag("use-chief-in-tf-config") == "true");
+                                    *parsed.Flag("use-chief-in-tf-config") == "true");
   if (const std::string* module = parsed.Flag("module-name")) input->set_python_module(*module);
   std::string package_parent;
   if (const std::string* package = parsed.Flag("package-path")) {
-    absl::StatusOr<std::string> search_path = PackageSearchPath(*package, parsed.Flag("module-name"));
+    absl::StatusOr<std::string> search_path =
+        PackageSearchPath(*package, parsed.Flag("module-name"));
     if (!search_path.ok()) {
       err << "kubetrain local train: " << search_path.status().message() << "\n";
       return kExitUsage;
@@ -153,7 +156,8 @@ int Train(const std::vector<std::string>& args, std::ostream& out, std::ostream&
   core::ReconcileOptions options;
   options.services = false;
   options.address = core::LoopbackAddresses([&](std::string_view name) {
-    auto [it, added] = ports.emplace(std::string(name), static_cast<int>(start_port + ports.size()));
+    auto [it, added] =
+        ports.emplace(std::string(name), static_cast<int>(start_port + ports.size()));
     return it->second;
   });
   std::vector<core::DesiredReplica> replicas = core::DesiredReplicas(job, "", {}, options);
@@ -184,7 +188,8 @@ int Train(const std::vector<std::string>& args, std::ostream& out, std::ostream&
     if (!input->python_module().empty()) {
       argv = {"python3", "-m", input->python_module()};
       const char* existing = std::getenv("PYTHONPATH");
-      env.emplace_back("PYTHONPATH", package_parent + (existing && *existing ? std::string(":") + existing : ""));
+      env.emplace_back("PYTHONPATH",
+                       package_parent + (existing && *existing ? std::string(":") + existing : ""));
     } else {
       argv = {runtime, "train"};
     }
@@ -262,11 +267,15 @@ int Train(const std::vector<std::string>& args, std::ostream& out, std::ostream&
 
 std::vector<Command> LocalCommands() {
   return {
-      {{"local", "serve"}, "run the local controller in the foreground (--exit-when-idle)", Serve,
+      {{"local", "serve"},
+       "run the local controller in the foreground (--exit-when-idle)",
+       Serve,
        "[--exit-when-idle] [--quiet-if-running]"},
-      {{"local", "train"}, "train on this machine (--distributed --worker-count --parameter-server-count ...)",
+      {{"local", "train"},
+       "train on this machine (--distributed --worker-count --parameter-server-count ...)",
        Train,
-       "[--module-name MODULE --package-path DIR] [--job-dir DIR] [--distributed [--worker-count N] "
+       "[--module-name MODULE --package-path DIR] [--job-dir DIR] [--distributed [--worker-count "
+       "N] "
        "[--parameter-server-count N] [--evaluator-count N] [--start-port PORT] "
        "[--use-chief-in-tf-config]] [-- TRAINER_ARGS...]"},
   };

@@ -47,7 +47,8 @@ bool HasUnfinishedJob(local::JobStore* store) {
 }  // namespace
 
 std::string KubetrainHome() {
-  if (const char* home = std::getenv("KUBETRAIN_HOME"); home != nullptr && *home != '\0') return home;
+  if (const char* home = std::getenv("KUBETRAIN_HOME"); home != nullptr && *home != '\0')
+    return home;
   const char* user_home = std::getenv("HOME");
   return absl::StrCat(user_home != nullptr ? user_home : "/tmp", "/.kubetrain");
 }
@@ -69,7 +70,8 @@ bool UseLocalBackend(bool local_flag) {
 }
 
 std::string RuntimeBinary() {
-  if (const char* runtime = std::getenv("KUBETRAIN_RUNTIME"); runtime != nullptr && *runtime != '\0') {
+  if (const char* runtime = std::getenv("KUBETRAIN_RUNTIME");
+      runtime != nullptr && *runtime != '\0') {
     return runtime;
   }
   const std::filesystem::path self = SelfExecutable();
@@ -85,15 +87,16 @@ std::string RuntimeBinary() {
 
 int ServeLocalController(const std::string& home, const ServeOptions& options, std::ostream& out,
                          std::ostream& err) {
-  absl::StatusOr<std::unique_ptr<local::ControllerLock>> lock = local::ControllerLock::TryAcquire(home);
+  absl::StatusOr<std::unique_ptr<local::ControllerLock>> lock =
+      local::ControllerLock::TryAcquire(home);
   if (!lock.ok()) {
     err << "kubetrain local serve: " << lock.status().message() << "\n";
     return 1;
   }
   if (*lock == nullptr) {
     if (!options.quiet_if_running) {
-      err << "kubetrain local serve: a local controller already runs for " << home
-          << " (pid in " << home << "/controller.lock)\n";
+      err << "kubetrain local serve: a local controller already runs for " << home << " (pid in "
+          << home << "/controller.lock)\n";
     }
     return options.quiet_if_running ? 0 : 1;
   }
@@ -163,9 +166,9 @@ absl::StatusOr<std::string> PackageSearchPath(const std::string& package_path,
   // "/x/trainer/" normalises to "/x/trainer/" with an empty file name.
   const std::filesystem::path dir = package.has_filename() ? package : package.parent_path();
   if (module_name == nullptr || module_name->empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--package-path needs --module-name, the module to run (e.g. ", dir.filename().string(),
-        ".task)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--package-path needs --module-name, the module to run (e.g. ",
+                     dir.filename().string(), ".task)"));
   }
   const std::string top = module_name->substr(0, module_name->find('.'));
   if (top != dir.filename().string()) {
@@ -179,7 +182,8 @@ absl::StatusOr<std::string> PackageSearchPath(const std::string& package_path,
 absl::Status EnsureLocalController(const std::string& home) {
   if (local::ControllerLock::Held(home)) return absl::OkStatus();
   const std::string self = SelfExecutable();
-  if (self.empty()) return absl::InternalError("cannot find the kubetrain executable (/proc/self/exe)");
+  if (self.empty())
+    return absl::InternalError("cannot find the kubetrain executable (/proc/self/exe)");
   const std::string log = home + "/controller.log";
   pid_t helper = fork();
   if (helper < 0) return absl::UnavailableError(absl::StrCat("fork: ", std::strerror(errno)));

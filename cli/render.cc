@@ -29,7 +29,8 @@ int Render(const std::vector<std::string>& args, std::ostream& out, std::ostream
   }
   const std::string& path = parsed.positional[0];
   int trial = 1;
-  if (const std::string* text = parsed.Flag("trial"); text != nullptr && (!absl::SimpleAtoi(*text, &trial) || trial < 1)) {
+  if (const std::string* text = parsed.Flag("trial");
+      text != nullptr && (!absl::SimpleAtoi(*text, &trial) || trial < 1)) {
     err << "kubetrain render: --trial: a trial number >= 1, got \"" << *text << "\"\n";
     return kExitUsage;
   }
@@ -64,7 +65,8 @@ int Render(const std::vector<std::string>& args, std::ostream& out, std::ostream
   const std::string ns = !manifest_ns.empty() ? manifest_ns
                          : flag_ns != nullptr ? *flag_ns
                                               : "default";
-  absl::StatusOr<std::vector<nlohmann::json>> objects = core::RenderJob(checked.job, ns, trial, options);
+  absl::StatusOr<std::vector<nlohmann::json>> objects =
+      core::RenderJob(checked.job, ns, trial, options);
   if (!objects.ok()) {
     err << "kubetrain render: " << path << ": " << objects.status().message() << "\n";
     return kExitFailed;
@@ -82,7 +84,9 @@ int Render(const std::vector<std::string>& args, std::ostream& out, std::ostream
 }  // namespace
 
 std::vector<Command> RenderCommands() {
-  return {{{"render"}, "print the Kubernetes objects of a job (--namespace, --trial)", Render,
+  return {{{"render"},
+           "print the Kubernetes objects of a job (--namespace, --trial)",
+           Render,
            "FILE [--namespace NS] [--trial N]"}};
 }
 

@@ -45,16 +45,24 @@ int main(int argc, char** argv) {
       if (arg.rfind(flag + "=", 0) == 0) return arg.substr(flag.size() + 1);
       return std::nullopt;
     };
-    if (auto v = value("--transport")) transport_name = *v;
-    else if (auto v = value("--group")) group = *v;
-    else if (auto v = value("--rank")) rank = std::stoi(*v);
-    else if (auto v = value("--size")) size = std::stoi(*v);
-    else if (auto v = value("--addresses")) addresses_flag = *v;
-    else if (auto v = value("--ring_bytes")) shm_options.ring_bytes = std::stoul(*v);
-    else if (auto v = value("--spin_iterations")) shm_options.spin_iterations = std::stoi(*v);
+    if (auto v = value("--transport"))
+      transport_name = *v;
+    else if (auto v = value("--group"))
+      group = *v;
+    else if (auto v = value("--rank"))
+      rank = std::stoi(*v);
+    else if (auto v = value("--size"))
+      size = std::stoi(*v);
+    else if (auto v = value("--addresses"))
+      addresses_flag = *v;
+    else if (auto v = value("--ring_bytes"))
+      shm_options.ring_bytes = std::stoul(*v);
+    else if (auto v = value("--spin_iterations"))
+      shm_options.spin_iterations = std::stoi(*v);
     else if (auto v = value("--bytes")) {
       sizes.clear();
-      for (absl::string_view s : absl::StrSplit(*v, ',')) sizes.push_back(std::stoul(std::string(s)));
+      for (absl::string_view s : absl::StrSplit(*v, ','))
+        sizes.push_back(std::stoul(std::string(s)));
     } else {
       std::cerr << "unknown flag " << arg << std::endl;
       return 2;

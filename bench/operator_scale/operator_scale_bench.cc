@@ -83,8 +83,7 @@ int main(int argc, char** argv) {
     dup2(fd, STDERR_FILENO);
     execl(KUBETRAIN_OPERATOR_BINARY, KUBETRAIN_OPERATOR_BINARY, "--kubeconfig", kubeconfig.c_str(),
           "--namespace", "bench", "--leader-elect=false", "--http-address=127.0.0.1:0", "--workers",
-          workers.c_str(),
-          "--kube-api-qps", qps.c_str(), "--kube-api-burst", burst.c_str(),
+          workers.c_str(), "--kube-api-qps", qps.c_str(), "--kube-api-burst", burst.c_str(),
           static_cast<char*>(nullptr));
     _exit(127);
   }

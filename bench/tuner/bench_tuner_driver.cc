@@ -15,13 +15,13 @@
 #include <algorithm>
 #include <chrono>
 #include <ctime>
-#include <memory>
 #include <fstream>
 #include <iostream>
+#include <memory>
 #include <sstream>
 
-#include "nlohmann/json.hpp"
 #include "bench/tuner/test_functions.h"
+#include "nlohmann/json.hpp"
 #include "operator/tuner/bayesian_optimizer.h"
 #include "operator/tuner/rng.h"
 #include "operator/tuner/search_space.h"
@@ -59,7 +59,8 @@ std::vector<double> Point(const TestFunction& fn, const Assignment& a) {
 // config's "options" overrides (for tuning the defaults).
 std::unique_ptr<Tuner> MakeTuner(const HyperparameterSpec& spec, uint64_t seed,
                                  const nlohmann::json& config) {
-  if (!config.contains("options") || spec.algorithm() != HyperparameterSpec::ALGORITHM_UNSPECIFIED) {
+  if (!config.contains("options") ||
+      spec.algorithm() != HyperparameterSpec::ALGORITHM_UNSPECIFIED) {
     return *Tuner::Create(spec, seed);
   }
   const nlohmann::json& o = config["options"];
@@ -137,12 +138,12 @@ int Run(const nlohmann::json& config) {
       }
       std::sort(per_suggestion_ms.begin(), per_suggestion_ms.end());
       std::sort(cpu_ms.begin(), cpu_ms.end());
-      out["latency"].push_back({{"completed", completed},
-                                {"batch", batch},
-                                {"median_ms_per_suggestion",
-                                 per_suggestion_ms[per_suggestion_ms.size() / 2]},
-                                {"median_cpu_ms_per_suggestion", cpu_ms[cpu_ms.size() / 2]},
-                                {"max_ms", per_suggestion_ms.back()}});
+      out["latency"].push_back(
+          {{"completed", completed},
+           {"batch", batch},
+           {"median_ms_per_suggestion", per_suggestion_ms[per_suggestion_ms.size() / 2]},
+           {"median_cpu_ms_per_suggestion", cpu_ms[cpu_ms.size() / 2]},
+           {"max_ms", per_suggestion_ms.back()}});
     }
   } else {
     const int trials = config.at("trials");

@@ -45,8 +45,7 @@ inline double Hartmann6(const std::vector<double>& x) {
 inline const TestFunction* FindTestFunction(const std::string& name) {
   static const TestFunction kBranin{"branin", {-5, 0}, {10, 15}, 0.397887357729738, &Branin};
   static const TestFunction kHartmann6{"hartmann6", std::vector<double>(6, 0.0),
-                                       std::vector<double>(6, 1.0), -3.32236801141551,
-                                       &Hartmann6};
+                                       std::vector<double>(6, 1.0), -3.32236801141551, &Hartmann6};
   if (name == "branin") return &kBranin;
   if (name == "hartmann6") return &kHartmann6;
   return nullptr;

@@ -1,9 +1,9 @@
 #include "common/hypertune/hypertune.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
 #include <chrono>
-#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -34,13 +34,27 @@ std::string PythonJsonString(std::string_view s) {
     const auto c = static_cast<unsigned char>(s[i]);
     if (c < 0x80) {
       switch (c) {
-        case '"': out += "\\\""; break;
-        case '\\': out += "\\\\"; break;
-        case '\n': out += "\\n"; break;
-        case '\r': out += "\\r"; break;
-        case '\t': out += "\\t"; break;
-        case '\b': out += "\\b"; break;
-        case '\f': out += "\\f"; break;
+        case '"':
+          out += "\\\"";
+          break;
+        case '\\':
+          out += "\\\\";
+          break;
+        case '\n':
+          out += "\\n";
+          break;
+        case '\r':
+          out += "\\r";
+          break;
+        case '\t':
+          out += "\\t";
+          break;
+        case '\b':
+          out += "\\b";
+          break;
+        case '\f':
+          out += "\\f";
+          break;
         default:
           if (c < 0x20 || c == 0x7f) {
             escape(c);
@@ -60,9 +74,9 @@ std::string PythonJsonString(std::string_view s) {
       cp = cp << 6 | (cc & 0x3f);
     }
     // Overlong forms and UTF-16 surrogates are not valid UTF-8.
-    if (valid && ((length == 2 && cp < 0x80) || (length == 3 && cp < 0x800) ||
-                  (length == 4 && (cp < 0x10000 || cp > 0x10ffff)) ||
-                  (cp >= 0xd800 && cp <= 0xdfff))) {
+    if (valid &&
+        ((length == 2 && cp < 0x80) || (length == 3 && cp < 0x800) ||
+         (length == 4 && (cp < 0x10000 || cp > 0x10ffff)) || (cp >= 0xd800 && cp <= 0xdfff))) {
       valid = false;
     }
     if (!valid) {
@@ -293,8 +307,8 @@ absl::StatusOr<std::unique_ptr<HypertuneWriter>> HypertuneWriter::Create(Options
     std::error_code ec;
     std::filesystem::create_directories(parent, ec);
     if (ec) {
-      return absl::InternalError(absl::StrCat(options.metric_path,
-                                              ": cannot create its directory: ", ec.message()));
+      return absl::InternalError(
+          absl::StrCat(options.metric_path, ": cannot create its directory: ", ec.message()));
     }
   }
   return std::unique_ptr<HypertuneWriter>(new HypertuneWriter(std::move(options)));

@@ -57,9 +57,9 @@ std::string FormatHypertuneLine(std::string_view tag, double value,
 
 // A parsed report line.
 struct HypertuneReport {
-  double timestamp = 0;      // 0 when absent
-  std::string trial;         // "" when absent
-  int64_t global_step = 0;   // 0 when absent or not an integer
+  double timestamp = 0;     // 0 when absent
+  std::string trial;        // "" when absent
+  int64_t global_step = 0;  // 0 when absent or not an integer
   // Every other key whose value is a number or a string holding one
   // (Python's "nan"/"inf" included): normally just the metric tag.
   std::map<std::string, double> metrics;

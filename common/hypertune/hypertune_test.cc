@@ -66,8 +66,9 @@ TEST(FormatHypertuneLineTest, MatchesTheLibrary) {
                                 std::numeric_limits<double>::quiet_NaN(), 3, "t\"1", 1700000001.25),
             "{\"caf\\u00e9/\\u20ac/\\ud834\\udd1e\": \"nan\", \"global_step\": \"3\", "
             "\"timestamp\": 1700000001.25, \"trial\": \"t\\\"1\"}\n");
-  EXPECT_EQ(FormatHypertuneLine("loss\n", -std::numeric_limits<double>::infinity(), 12, "", 1.0),
-            "{\"global_step\": \"12\", \"loss\\n\": \"-inf\", \"timestamp\": 1.0, \"trial\": \"\"}\n");
+  EXPECT_EQ(
+      FormatHypertuneLine("loss\n", -std::numeric_limits<double>::infinity(), 12, "", 1.0),
+      "{\"global_step\": \"12\", \"loss\\n\": \"-inf\", \"timestamp\": 1.0, \"trial\": \"\"}\n");
   // A tag named like a fixed key replaces that key's value, as in the library's dict.
   EXPECT_EQ(FormatHypertuneLine("timestamp", 2.0, 5, "1", 1700000002.0),
             "{\"global_step\": \"5\", \"timestamp\": \"2.0\", \"trial\": \"1\"}\n");

@@ -367,8 +367,8 @@ int main(int argc, char** argv) {
   std::unique_ptr<kubetrain::kube::LeaderPodLabel> leader_label;
   if (!flags.metrics_listen.empty()) {
     trial_metrics = std::make_unique<kubetrain::kube::ClusterTrialMetrics>(&controller, &studies);
-    metrics_service = std::make_unique<kubetrain::metrics::MetricsServiceImpl>(
-        trial_metrics.get(), trial_metrics.get());
+    metrics_service = std::make_unique<kubetrain::metrics::MetricsServiceImpl>(trial_metrics.get(),
+                                                                               trial_metrics.get());
     // ":9090" is every interface, as for --http-address.
     std::string listen = flags.metrics_listen;
     if (absl::StartsWith(listen, ":")) listen = "0.0.0.0" + listen;
@@ -382,8 +382,8 @@ int main(int argc, char** argv) {
                                          ": cannot listen there (address in use or malformed)"));
       return 1;
     }
-    Log(LogLevel::kInfo, absl::StrCat("serving trial metrics on ",
-                                      listen.substr(0, listen.rfind(':')), ":", port));
+    Log(LogLevel::kInfo,
+        absl::StrCat("serving trial metrics on ", listen.substr(0, listen.rfind(':')), ":", port));
     if (!flags.pod_name.empty()) {
       leader_label = std::make_unique<kubetrain::kube::LeaderPodLabel>(
           client->get(), flags.pod_ns.empty() ? config->namespace_name : flags.pod_ns,
@@ -475,7 +475,8 @@ int main(int argc, char** argv) {
     if (claim.joinable()) claim.join();
   }
   Log(LogLevel::kInfo, "stopping");
-  if (metrics_grpc) metrics_grpc->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  if (metrics_grpc)
+    metrics_grpc->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   // A standby that takes over relabels; dropping the label now keeps the
   // Service from sending reports here meanwhile.
   if (leader_label) {

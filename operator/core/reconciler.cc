@@ -378,7 +378,8 @@ SetOutcome ReconcileSet(Context& c, const std::string& trial_id,
   for (const Slot& want : slots) {
     auto it = observed.find(want.key);
     if (it == observed.end() || it->second->container_restarts == 0) continue;
-    if (it->second->phase != ReplicaPhase::kRunning && it->second->phase != ReplicaPhase::kPending) {
+    if (it->second->phase != ReplicaPhase::kRunning &&
+        it->second->phase != ReplicaPhase::kPending) {
       continue;
     }
     if (most_restarted_in_place == nullptr ||
@@ -506,8 +507,8 @@ SetOutcome ReconcileSet(Context& c, const std::string& trial_id,
   if (!to_create.empty()) {
     std::optional<absl::Time> due;
     if (set_created && c.status().restart_count() > 0 && c.status().has_last_restart_time()) {
-      due = FromProto(c.status().last_restart_time()) + RecreateBackoff(c.status().restart_count(),
-                                                                   c.options.recreate_backoff_base);
+      due = FromProto(c.status().last_restart_time()) +
+            RecreateBackoff(c.status().restart_count(), c.options.recreate_backoff_base);
     }
     if (due && c.now < *due) {
       c.RequeueAt(*due);
@@ -895,8 +896,7 @@ void UpdateTrialMetrics(const Context& c, v1::HyperparameterOutput* trial) {
     if (!held) merged.push_back(m);
   }
   merged.insert(merged.end(), reports.begin(), reports.end());
-  const size_t skip =
-      merged.size() > kMaxMetricsPerTrial ? merged.size() - kMaxMetricsPerTrial : 0;
+  const size_t skip = merged.size() > kMaxMetricsPerTrial ? merged.size() - kMaxMetricsPerTrial : 0;
   trial->clear_all_metrics();
   for (size_t i = skip; i < merged.size(); ++i) *trial->add_all_metrics() = merged[i];
 }

@@ -590,7 +590,8 @@ TEST(ReconcileTest, InPlaceRestartsCountEvenWhenAnotherPodOfTheRoleGoesAway) {
   ASSERT_EQ(h.job.status().restart_count(), 2);
   // Seen together: worker-1's pod is gone (its two restarts leave the
   // worker sum) and worker-0 restarted once.
-  std::erase_if(h.observed.replicas, [](const ObservedReplica& r) { return r.name == "mnist-worker-1"; });
+  std::erase_if(h.observed.replicas,
+                [](const ObservedReplica& r) { return r.name == "mnist-worker-1"; });
   h.Pod("mnist-worker-0").container_restarts = 1;
   h.Pod("mnist-worker-0").exit_code = 1;
   ReconcileResult r = h.Step();

@@ -66,8 +66,7 @@ void StripForCache(json& object) {
     if (auto containers = spec->find("containers");
         containers != spec->end() && containers->is_array()) {
       for (const json& container : *containers) {
-        if (!container.is_object() || !container.contains("env") ||
-            !container["env"].is_array()) {
+        if (!container.is_object() || !container.contains("env") || !container["env"].is_array()) {
           continue;
         }
         for (const json& var : container["env"]) {
@@ -249,7 +248,8 @@ bool Controller::TrialPodHasToken(const std::string& job_key, const std::string&
   for (const ObjectPtr& pod : Owned(pods_->cache(), *job)) {
     const json* metadata = member(*pod, "metadata", json::value_t::object);
     const json* labels = metadata ? member(*metadata, "labels", json::value_t::object) : nullptr;
-    const json* trial = labels ? member(*labels, core::kLabelTrialId, json::value_t::string) : nullptr;
+    const json* trial =
+        labels ? member(*labels, core::kLabelTrialId, json::value_t::string) : nullptr;
     if (trial == nullptr || trial->get<std::string>() != trial_id) continue;
     const json* spec = member(*pod, "spec", json::value_t::object);
     const json* containers = spec ? member(*spec, "containers", json::value_t::array) : nullptr;

@@ -113,7 +113,9 @@ TEST_F(ControllerTest, PodPhasesDriveTheJobToSuccessAndCleanUp) {
   }
   ASSERT_TRUE(WaitForState("j", "RUNNING"));
   ASSERT_TRUE(
-      server_->MergePatch("pods", "ns1", "j-master-0", TerminatedPodStatus("Succeeded", 0), "status").ok());
+      server_
+          ->MergePatch("pods", "ns1", "j-master-0", TerminatedPodStatus("Succeeded", 0), "status")
+          .ok());
   ASSERT_TRUE(WaitForState("j", "SUCCEEDED"));
   // cleanPodPolicy Running: the running workers and ps go, the master stays.
   ASSERT_TRUE(server_->WaitUntil([&] { return server_->Count("pods") == 1; }));
@@ -130,7 +132,8 @@ TEST_F(ControllerTest, FailedWorkerUnderNeverFailsTheJob) {
   ASSERT_TRUE(server_->Create("trainingjobs", "ns1", StandardJob("f")).ok());
   ASSERT_TRUE(server_->WaitUntil([&] { return server_->Count("pods") == 8; }));
   ASSERT_TRUE(
-      server_->MergePatch("pods", "ns1", "f-worker-2", TerminatedPodStatus("Failed", 1), "status").ok());
+      server_->MergePatch("pods", "ns1", "f-worker-2", TerminatedPodStatus("Failed", 1), "status")
+          .ok());
   ASSERT_TRUE(WaitForState("f", "FAILED"));
   auto job = server_->Get("trainingjobs", "ns1", "f");
   EXPECT_NE((*job)["status"].value("errorMessage", "").find("worker-2"), std::string::npos)
@@ -343,7 +346,6 @@ json FinishedTrialJson(const std::string& id, const std::string& x, double value
           {"finalMetric", {{"trainingStep", 10}, {"objectiveValue", value}}}};
 }
 
-
 TEST_F(ControllerTest, ResumedStudyReadsTheEarlierJobAndItsArchivedTrials) {
   controller_->Stop();  // this test drives its own controller
   auto first = server_->Create("trainingjobs", "ns1", TuningJobObject("first", 2, 2));
@@ -365,8 +367,10 @@ TEST_F(ControllerTest, ResumedStudyReadsTheEarlierJobAndItsArchivedTrials) {
   json archive = NewArchive(*first_job, "ns1", ArchiveName("first", "3"));
   AddToArchive(archive, archived);
   ASSERT_TRUE(server_->Create("configmaps", "ns1", archive).ok());
-  ASSERT_TRUE(server_->Create("trainingjobs", "ns1", TuningJobObject("second", 2, 2, "first")).ok());
-  ASSERT_TRUE(server_->Create("trainingjobs", "ns1", TuningJobObject("orphan", 2, 2, "nowhere")).ok());
+  ASSERT_TRUE(
+      server_->Create("trainingjobs", "ns1", TuningJobObject("second", 2, 2, "first")).ok());
+  ASSERT_TRUE(
+      server_->Create("trainingjobs", "ns1", TuningJobObject("orphan", 2, 2, "nowhere")).ok());
 
   std::vector<tuner::TrialRecord> history;
   ControllerOptions options;

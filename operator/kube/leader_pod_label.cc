@@ -11,19 +11,18 @@ absl::Status LeaderPodLabel::Set(const std::string& pod, bool leader) {
   absl::StatusOr<nlohmann::json> patched =
       client_->MergePatch(kPods, ns_, pod, patch, /*status=*/false);
   if (patched.ok()) return absl::OkStatus();
-  return absl::Status(patched.status().code(),
-                      absl::StrCat(leader ? "labelling" : "unlabelling", " operator pod ", ns_,
-                                   "/", pod, " (", kLabelMetricsLeader,
-                                   "): ", patched.status().message()));
+  return absl::Status(
+      patched.status().code(),
+      absl::StrCat(leader ? "labelling" : "unlabelling", " operator pod ", ns_, "/", pod, " (",
+                   kLabelMetricsLeader, "): ", patched.status().message()));
 }
 
 absl::Status LeaderPodLabel::Release() { return Set(pod_name_, false); }
 
 absl::Status LeaderPodLabel::Claim() {
   if (absl::Status s = Set(pod_name_, true); !s.ok()) return s;
-  absl::StatusOr<nlohmann::json> labelled =
-      client_->List(kPods, ns_, ListOptions{.label_selector = absl::StrCat(kLabelMetricsLeader,
-                                                                           "=true")});
+  absl::StatusOr<nlohmann::json> labelled = client_->List(
+      kPods, ns_, ListOptions{.label_selector = absl::StrCat(kLabelMetricsLeader, "=true")});
   if (!labelled.ok()) {
     return absl::Status(labelled.status().code(),
                         absl::StrCat("listing pods labelled ", kLabelMetricsLeader, " in ", ns_,

@@ -19,11 +19,12 @@ class LeaderPodLabelTest : public ::testing::Test {
     server_ = *FakeApiServer::Start({});
     client_ = testing::FakeServerClient(server_->url());
     for (const char* name : {"op-a", "op-b"}) {
-      json pod = {{"apiVersion", "v1"},
-                  {"kind", "Pod"},
-                  {"metadata",
-                   {{"name", name}, {"labels", {{"app.kubernetes.io/name", "kubetrain-operator"}}}}},
-                  {"spec", {{"containers", {{{"name", "operator"}, {"image", "op"}}}}}}};
+      json pod = {
+          {"apiVersion", "v1"},
+          {"kind", "Pod"},
+          {"metadata",
+           {{"name", name}, {"labels", {{"app.kubernetes.io/name", "kubetrain-operator"}}}}},
+          {"spec", {{"containers", {{{"name", "operator"}, {"image", "op"}}}}}}};
       ASSERT_TRUE(server_->Create("pods", "sys", pod).ok());
     }
   }

@@ -16,8 +16,8 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/strip.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "api/storage_uri.h"
 #include "operator/core/carry_out.h"
 #include "operator/core/previous_study.h"
@@ -56,8 +56,8 @@ core::ObservedReplica Observe(const ReplicaRecord& record, const ProcessStatus& 
       observed.exit_code = status.last_exit_code;
       break;
     case ProcessStatus::State::kExited:
-      observed.phase = *status.exit_code == 0 ? core::ReplicaPhase::kSucceeded
-                                              : core::ReplicaPhase::kFailed;
+      observed.phase =
+          *status.exit_code == 0 ? core::ReplicaPhase::kSucceeded : core::ReplicaPhase::kFailed;
       observed.exit_code = status.exit_code;
       if (*status.exit_code != 0) observed.termination_message = LastErrorLine(record.log_path);
       break;
@@ -114,13 +114,15 @@ std::string JobDir(const std::string& home, const std::string& job_name) {
   return absl::StrCat(home, "/jobs/", job_name);
 }
 
-std::string LogPath(const std::string& home, const std::string& job_name, const std::string& trial_id,
-                    const std::string& task_name) {
+std::string LogPath(const std::string& home, const std::string& job_name,
+                    const std::string& trial_id, const std::string& task_name) {
   return absl::StrCat(JobDir(home, job_name), "/logs/",
-                      trial_id.empty() ? "" : absl::StrCat("trial-", trial_id, "/"), task_name, ".log");
+                      trial_id.empty() ? "" : absl::StrCat("trial-", trial_id, "/"), task_name,
+                      ".log");
 }
 
-absl::StatusOr<bool> AnyReplicaRunning(JobStore& store, ProcessLauncher& launcher, const std::string& job) {
+absl::StatusOr<bool> AnyReplicaRunning(JobStore& store, ProcessLauncher& launcher,
+                                       const std::string& job) {
   absl::StatusOr<std::vector<ReplicaRecord>> records = store.ListReplicas(job);
   if (!records.ok()) return records.status();
   for (const ReplicaRecord& r : *records) {
@@ -283,12 +285,14 @@ absl::StatusOr<bool> Controller::SyncJob(const std::string& name) {
       // goes and the replica is created again, never started twice behind
       // our back nor lost with its trial.
       int pid = 0;
-      if (absl::SimpleAtoi(absl::StripAsciiWhitespace(ReadSmallFile(record.pid_path)), &pid) && pid > 0) {
+      if (absl::SimpleAtoi(absl::StripAsciiWhitespace(ReadSmallFile(record.pid_path)), &pid) &&
+          pid > 0) {
         ReplicaRecord adopted = record;
         adopted.pid = pid;
         adopted.start_ticks = ProcessStartTicks(pid).value_or(0);
         if (absl::Status s = store_->PutReplica(adopted); !s.ok()) return s;
-        status = launcher_->Probe({adopted.pid, adopted.start_ticks}, record.exit_path, record.state_path);
+        status = launcher_->Probe({adopted.pid, adopted.start_ticks}, record.exit_path,
+                                  record.state_path);
       } else if (options_.clock() - record.created < kStartGracePeriod) {
         core::ObservedReplica pending;
         pending.name = record.name;
@@ -307,7 +311,8 @@ absl::StatusOr<bool> Controller::SyncJob(const std::string& name) {
       status.state = ProcessStatus::State::kExited;
       status.exit_code = 127;
     } else {
-      status = launcher_->Probe({record.pid, record.start_ticks}, record.exit_path, record.state_path);
+      status =
+          launcher_->Probe({record.pid, record.start_ticks}, record.exit_path, record.state_path);
     }
     any_running = any_running || status.state == ProcessStatus::State::kRunning;
     observed.replicas.push_back(Observe(record, status));
@@ -326,7 +331,8 @@ absl::StatusOr<bool> Controller::SyncJob(const std::string& name) {
     if (!reports.ok()) continue;  // unreadable for now: read again next sync
     for (const hypertune::HypertuneReport& report : *reports) {
       core::MetricReport metric{report.global_step, report.metrics, report.final};
-      absl::StatusOr<bool> added = store_->AddMetricReport(name, record.key.trial_id, report.key, metric);
+      absl::StatusOr<bool> added =
+          store_->AddMetricReport(name, record.key.trial_id, report.key, metric);
       if (!added.ok()) return added.status();
     }
   }
@@ -373,14 +379,16 @@ absl::StatusOr<bool> Controller::SyncJob(const std::string& name) {
       absl::StatusOr<bool> recorded = store_->PortRecorded(*port);
       if (!recorded.ok()) port = recorded.status();
       if (!port.ok() || !*recorded) break;
-      port = absl::ResourceExhaustedError(absl::StrCat(
-          "no port for replica ", std::string(replica), ": ", kPortDraws, " draws gave ports already on record"));
+      port = absl::ResourceExhaustedError(absl::StrCat("no port for replica ", std::string(replica),
+                                                       ": ", kPortDraws,
+                                                       " draws gave ports already on record"));
     }
     if (!port.ok()) {
       port_error = port.status();
       return 0;
     }
-    if (absl::Status s = store_->PutPort(name, std::string(replica), *port); !s.ok()) port_error = s;
+    if (absl::Status s = store_->PutPort(name, std::string(replica), *port); !s.ok())
+      port_error = s;
     (*ports)[std::string(replica)] = *port;
     return *port;
   });
@@ -411,7 +419,8 @@ absl::StatusOr<bool> Controller::AdvanceTerminations(const std::string& job) {
     }
     if (!t.killed && now >= t.kill_at) {
       if (absl::Status s = launcher_->ForceKill(t.id); !s.ok()) {
-        return absl::Status(s.code(), absl::StrCat("killing replica ", it->first, ": ", s.message()));
+        return absl::Status(s.code(),
+                            absl::StrCat("killing replica ", it->first, ": ", s.message()));
       }
       t.killed = true;
     }
@@ -421,7 +430,8 @@ absl::StatusOr<bool> Controller::AdvanceTerminations(const std::string& job) {
   return pending;
 }
 
-absl::Status Controller::CreateReplica(const v1::TrainingJob& job, const core::DesiredReplica& replica) {
+absl::Status Controller::CreateReplica(const v1::TrainingJob& job,
+                                       const core::DesiredReplica& replica) {
   const std::string& name = job.metadata().name();
   const std::string job_dir = JobDir(options_.home, name);
   const std::string stem = TaskFileStem(replica.key);
@@ -450,7 +460,8 @@ absl::Status Controller::CreateReplica(const v1::TrainingJob& job, const core::D
   } else if (!replica.python_module.empty()) {
     request.argv = {options_.python, "-m", input.python_module()};
     std::vector<std::string> paths(input.package_uris().begin(), input.package_uris().end());
-    if (const char* existing = std::getenv("PYTHONPATH"); existing != nullptr && *existing != '\0') {
+    if (const char* existing = std::getenv("PYTHONPATH");
+        existing != nullptr && *existing != '\0') {
       paths.push_back(existing);
     }
     request.env.emplace_back("PYTHONPATH", absl::StrJoin(paths, ":"));
@@ -484,7 +495,8 @@ absl::Status Controller::CreateReplica(const v1::TrainingJob& job, const core::D
     std::filesystem::create_directories(std::filesystem::path(request.exit_path).parent_path(), ec);
     record.pid = 0;
     std::ofstream(request.log_path, std::ios::app)
-        << absl::ToDoubleSeconds(options_.clock() - absl::UnixEpoch()) << " E " << id.status().message() << "\n";
+        << absl::ToDoubleSeconds(options_.clock() - absl::UnixEpoch()) << " E "
+        << id.status().message() << "\n";
   } else {
     record.pid = id->pid;
     record.start_ticks = id->start_ticks;
@@ -493,12 +505,14 @@ absl::Status Controller::CreateReplica(const v1::TrainingJob& job, const core::D
   return store_->PutReplica(record);
 }
 
-absl::StatusOr<std::unique_ptr<ControllerLock>> ControllerLock::TryAcquire(const std::string& home) {
+absl::StatusOr<std::unique_ptr<ControllerLock>> ControllerLock::TryAcquire(
+    const std::string& home) {
   std::error_code ec;
   std::filesystem::create_directories(home, ec);
   const std::string path = home + "/controller.lock";
   int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd < 0) return absl::UnavailableError(absl::StrCat("cannot open ", path, ": ", std::strerror(errno)));
+  if (fd < 0)
+    return absl::UnavailableError(absl::StrCat("cannot open ", path, ": ", std::strerror(errno)));
   if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
     close(fd);
     if (errno == EWOULDBLOCK) return nullptr;

@@ -118,12 +118,13 @@ std::string LogTaskName(const core::ReplicaKey& key);
 // Where a job's files live under `home`.
 std::string JobDir(const std::string& home, const std::string& job_name);
 // The log of one task ("" trial outside studies).
-std::string LogPath(const std::string& home, const std::string& job_name, const std::string& trial_id,
-                    const std::string& task_name);
+std::string LogPath(const std::string& home, const std::string& job_name,
+                    const std::string& trial_id, const std::string& task_name);
 
 // True while some replica process of the job runs (from the records, the
 // exit files and the process table; no controller needed).
-absl::StatusOr<bool> AnyReplicaRunning(JobStore& store, ProcessLauncher& launcher, const std::string& job);
+absl::StatusOr<bool> AnyReplicaRunning(JobStore& store, ProcessLauncher& launcher,
+                                       const std::string& job);
 
 // A free port on 127.0.0.1 (bind to port 0, read it, close).
 absl::StatusOr<int> PickFreePort();

@@ -100,7 +100,8 @@ class ControllerTest : public ::testing::Test {
 
   static v1::TrainingJob StudyJob(const std::string& name, int max_trials, int parallel) {
     v1::TrainingJob job = BasicJob(name);
-    v1::HyperparameterSpec* hp = job.mutable_spec()->mutable_training_input()->mutable_hyperparameters();
+    v1::HyperparameterSpec* hp =
+        job.mutable_spec()->mutable_training_input()->mutable_hyperparameters();
     hp->set_goal(v1::HyperparameterSpec::MAXIMIZE);
     hp->set_max_trials(max_trials);
     hp->set_max_parallel_trials(parallel);
@@ -179,11 +180,12 @@ TEST_F(ControllerTest, DistributedClusterGetsOnePortPerReplicaInEveryTfConfig) {
   for (const LaunchRequest& r : launcher_.launched) {
     logs.insert(std::filesystem::path(r.log_path).filename().string());
     // Every task sees the same cluster.
-    const std::string cluster = EnvOf(r, "TF_CONFIG").substr(0, EnvOf(r, "TF_CONFIG").find("\"task\""));
+    const std::string cluster =
+        EnvOf(r, "TF_CONFIG").substr(0, EnvOf(r, "TF_CONFIG").find("\"task\""));
     EXPECT_EQ(cluster, tf_config.substr(0, tf_config.find("\"task\"")));
   }
   EXPECT_EQ(logs, (std::set<std::string>{"master-replica-0.log", "worker-replica-0.log",
-                                          "worker-replica-1.log", "ps-replica-0.log"}));
+                                         "worker-replica-1.log", "ps-replica-0.log"}));
   for (int port = 30000; port < 30004; ++port) {
     EXPECT_THAT(tf_config, HasSubstr(absl::StrCat("127.0.0.1:", port)));
   }
@@ -252,7 +254,8 @@ TEST_F(ControllerTest, StudyRunsMaxTrialsWithMetricsAcrossAControllerRestart) {
     EXPECT_EQ(t.final_metric().training_step(), 10);
     EXPECT_EQ(t.all_metrics_size(), 2);  // nothing counted twice after the restart
     if (i > 0) {
-      EXPECT_GE(out.trials(i - 1).final_metric().objective_value(), t.final_metric().objective_value());
+      EXPECT_GE(out.trials(i - 1).final_metric().objective_value(),
+                t.final_metric().objective_value());
     }
   }
   EXPECT_EQ(ids, (std::set<std::string>{"1", "2", "3", "4"}));
@@ -356,7 +359,8 @@ TEST_F(ControllerTest, CancelKillsEveryReplica) {
   Sync("to_cancel");
   ASSERT_FALSE(launcher_.Running().empty());
   ASSERT_TRUE(store_->RequestCancel("to_cancel").ok());
-  for (int i = 0; i < 5 && Get("to_cancel").status().state() != v1::CANCELLED; ++i) Sync("to_cancel");
+  for (int i = 0; i < 5 && Get("to_cancel").status().state() != v1::CANCELLED; ++i)
+    Sync("to_cancel");
   EXPECT_EQ(Get("to_cancel").status().state(), v1::CANCELLED);
   EXPECT_THAT(launcher_.Running(), IsEmpty());
   EXPECT_THAT(*store_->ListReplicas("to_cancel"), IsEmpty());
@@ -378,7 +382,9 @@ TEST(ControllerProcessTest, CancelDoesNotWaitForAReplicaThatIgnoresTerm) {
   v1::TrainingJob job;
   job.mutable_metadata()->set_name("stubborn");
   job.mutable_metadata()->set_uid("uid-stubborn");
-  auto* command = job.mutable_spec()->mutable_training_input()->mutable_master_config()
+  auto* command = job.mutable_spec()
+                      ->mutable_training_input()
+                      ->mutable_master_config()
                       ->mutable_container_command();
   for (const char* arg : {"/bin/sh", "-c", "trap '' TERM; echo ready; while :; do sleep 1; done"}) {
     command->Add(arg);
@@ -399,7 +405,7 @@ TEST(ControllerProcessTest, CancelDoesNotWaitForAReplicaThatIgnoresTerm) {
   ASSERT_TRUE((*store)->RequestCancel("stubborn").ok());
   now += absl::Seconds(1);
   ASSERT_TRUE(controller.SyncJob("stubborn").ok());
-  EXPECT_TRUE(ProcessAlive(id.pid, id.start_ticks));  // asked to stop, not waited for
+  EXPECT_TRUE(ProcessAlive(id.pid, id.start_ticks));            // asked to stop, not waited for
   EXPECT_EQ((*(*store)->ListReplicas("stubborn")).size(), 1u);  // terminating
 
   now += kKillGracePeriod;
@@ -448,7 +454,8 @@ TEST_F(ControllerTest, ReplicaThatCannotStartFailsWithTheReason) {
 
 TEST_F(ControllerTest, ContainerCommandAndPythonModuleAreRunAsGiven) {
   v1::TrainingJob custom = BasicJob("custom");
-  custom.mutable_spec()->mutable_training_input()->mutable_master_config()->add_container_command("/bin/true");
+  custom.mutable_spec()->mutable_training_input()->mutable_master_config()->add_container_command(
+      "/bin/true");
   Submit(custom);
   v1::TrainingJob python = BasicJob("python");
   python.mutable_spec()->mutable_training_input()->set_python_module("trainer.task");

@@ -50,7 +50,8 @@ class FakeProcessLauncher : public ProcessLauncher {
   absl::Status Terminate(const ProcessId& id) override {
     auto it = processes_.find(id.pid);
     terminated_names.push_back(it == processes_.end() ? "" : it->second.request.name);
-    if (it != processes_.end() && !ignore_term.contains(it->second.request.name)) End(it->second, 143);
+    if (it != processes_.end() && !ignore_term.contains(it->second.request.name))
+      End(it->second, 143);
     return absl::OkStatus();
   }
   absl::Status ForceKill(const ProcessId& id) override {
@@ -82,7 +83,8 @@ class FakeProcessLauncher : public ProcessLauncher {
   std::vector<std::string> Running() const {
     std::vector<std::string> names;
     for (const auto& [pid, process] : processes_) {
-      if (process.status.state == ProcessStatus::State::kRunning) names.push_back(process.request.name);
+      if (process.status.state == ProcessStatus::State::kRunning)
+        names.push_back(process.request.name);
     }
     return names;
   }

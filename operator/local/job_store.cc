@@ -42,8 +42,9 @@ class Statement {
   int Step() { return rc_ = sqlite3_step(stmt_); }
   std::string Text(int col) const {
     const unsigned char* text = sqlite3_column_text(stmt_, col);
-    return text == nullptr ? "" : std::string(reinterpret_cast<const char*>(text),
-                                              sqlite3_column_bytes(stmt_, col));
+    return text == nullptr
+               ? ""
+               : std::string(reinterpret_cast<const char*>(text), sqlite3_column_bytes(stmt_, col));
   }
   int64_t Int(int col) const { return sqlite3_column_int64(stmt_, col); }
   double Double(int col) const { return sqlite3_column_double(stmt_, col); }
@@ -77,7 +78,8 @@ absl::StatusOr<M> ParseJson(const std::string& json, const std::string& what) {
   options.ignore_unknown_fields = true;
   auto status = google::protobuf::util::JsonStringToMessage(json, &message, options);
   if (!status.ok()) {
-    return absl::DataLossError(absl::StrCat(what, ": stored JSON is unreadable: ", status.ToString()));
+    return absl::DataLossError(
+        absl::StrCat(what, ": stored JSON is unreadable: ", status.ToString()));
   }
   return message;
 }
@@ -132,9 +134,9 @@ absl::StatusOr<int64_t> ReadSchemaVersion(sqlite3* db, const std::string& path) 
 // FailedPrecondition naming the file when `found` is newer than this code.
 absl::Status CheckSchemaVersion(const std::string& path, int64_t found) {
   if (found <= kSchemaVersion) return absl::OkStatus();
-  return absl::FailedPreconditionError(
-      absl::StrCat("job store ", path, " has schema version ", found, "; this kubetrain reads up to ",
-                   kSchemaVersion, ": upgrade kubetrain or use another KUBETRAIN_HOME"));
+  return absl::FailedPreconditionError(absl::StrCat(
+      "job store ", path, " has schema version ", found, "; this kubetrain reads up to ",
+      kSchemaVersion, ": upgrade kubetrain or use another KUBETRAIN_HOME"));
 }
 
 }  // namespace
@@ -233,12 +235,14 @@ absl::Status JobStore::CreateJob(const v1::TrainingJob& job) {
     while ((rc = select.Step()) == SQLITE_ROW) {
       const std::string existing = select.Text(0);
       if (existing == name) {
-        return absl::AlreadyExistsError(absl::StrCat("job [", name, "] already exists: pick another name"));
+        return absl::AlreadyExistsError(
+            absl::StrCat("job [", name, "] already exists: pick another name"));
       }
       if (api::KubernetesName(existing) == object_name) {
-        return absl::AlreadyExistsError(absl::StrCat(
-            "job [", name, "] already exists as [", existing,
-            "] (job names that differ only in case, '-' and '_' are the same job): pick another name"));
+        return absl::AlreadyExistsError(
+            absl::StrCat("job [", name, "] already exists as [", existing,
+                         "] (job names that differ only in case, '-' and '_' are the same job): "
+                         "pick another name"));
       }
     }
     if (rc != SQLITE_DONE) return SqlError(db_, path_, "creating job " + name);
@@ -269,18 +273,21 @@ absl::StatusOr<v1::TrainingJob> JobFromRow(const Statement& row) {
 }  // namespace
 
 absl::StatusOr<v1::TrainingJob> JobStore::GetJob(const std::string& name) {
-  Statement select(db_, "SELECT name, job_json, status_json, cancel_requested FROM jobs WHERE name = ?");
+  Statement select(db_,
+                   "SELECT name, job_json, status_json, cancel_requested FROM jobs WHERE name = ?");
   select.Bind(1, name);
   const int rc = select.Step();
   if (rc == SQLITE_DONE) {
-    return absl::NotFoundError(absl::StrCat("job [", name, "] not found (jobs are listed by `kubetrain jobs list`)"));
+    return absl::NotFoundError(
+        absl::StrCat("job [", name, "] not found (jobs are listed by `kubetrain jobs list`)"));
   }
   if (rc != SQLITE_ROW) return SqlError(db_, path_, "reading job " + name);
   return JobFromRow(select);
 }
 
 absl::StatusOr<std::vector<v1::TrainingJob>> JobStore::ListJobs() {
-  Statement select(db_, "SELECT name, job_json, status_json, cancel_requested FROM jobs ORDER BY seq");
+  Statement select(db_,
+                   "SELECT name, job_json, status_json, cancel_requested FROM jobs ORDER BY seq");
   std::vector<v1::TrainingJob> jobs;
   int rc;
   while ((rc = select.Step()) == SQLITE_ROW) {
@@ -296,7 +303,8 @@ absl::Status JobStore::UpdateStatus(const std::string& name, const v1::TrainingJ
   Statement update(db_, "UPDATE jobs SET status_json = ? WHERE name = ?");
   update.Bind(1, api::EncodeJson(status)).Bind(2, name);
   if (update.Step() != SQLITE_DONE) return SqlError(db_, path_, "writing status of job " + name);
-  if (sqlite3_changes(db_) == 0) return absl::NotFoundError(absl::StrCat("job [", name, "] not found"));
+  if (sqlite3_changes(db_) == 0)
+    return absl::NotFoundError(absl::StrCat("job [", name, "] not found"));
   return absl::OkStatus();
 }
 
@@ -304,7 +312,8 @@ absl::Status JobStore::RequestCancel(const std::string& name) {
   Statement update(db_, "UPDATE jobs SET cancel_requested = 1 WHERE name = ?");
   update.Bind(1, name);
   if (update.Step() != SQLITE_DONE) return SqlError(db_, path_, "cancelling job " + name);
-  if (sqlite3_changes(db_) == 0) return absl::NotFoundError(absl::StrCat("job [", name, "] not found"));
+  if (sqlite3_changes(db_) == 0)
+    return absl::NotFoundError(absl::StrCat("job [", name, "] not found"));
   return absl::OkStatus();
 }
 
@@ -346,9 +355,10 @@ absl::Status JobStore::PutReplica(const ReplicaRecord& r) {
 }
 
 absl::StatusOr<std::vector<ReplicaRecord>> JobStore::ListReplicas(const std::string& job) {
-  Statement select(db_,
-                   "SELECT name, job, trial, role, idx, pid, start_ticks, log_path, exit_path, "
-                   "state_path, pid_path, metric_path, created FROM replicas WHERE job = ? ORDER BY name");
+  Statement select(
+      db_,
+      "SELECT name, job, trial, role, idx, pid, start_ticks, log_path, exit_path, "
+      "state_path, pid_path, metric_path, created FROM replicas WHERE job = ? ORDER BY name");
   select.Bind(1, job);
   std::vector<ReplicaRecord> records;
   int rc;
@@ -390,7 +400,8 @@ absl::StatusOr<std::map<std::string, int>> JobStore::Ports(const std::string& jo
   select.Bind(1, job);
   std::map<std::string, int> ports;
   int rc;
-  while ((rc = select.Step()) == SQLITE_ROW) ports[select.Text(0)] = static_cast<int>(select.Int(1));
+  while ((rc = select.Step()) == SQLITE_ROW)
+    ports[select.Text(0)] = static_cast<int>(select.Int(1));
   if (rc != SQLITE_DONE) return SqlError(db_, path_, "reading ports of job " + job);
   return ports;
 }
@@ -428,7 +439,8 @@ absl::StatusOr<bool> JobStore::AddMetricReport(const std::string& job, const std
       .Bind(5, values.dump())
       .Bind(6, static_cast<int64_t>(report.final ? 1 : 0));
   if (insert.Step() != SQLITE_DONE) {
-    return SqlError(db_, path_, absl::StrCat("recording a metric of job ", job, " trial ", trial_id));
+    return SqlError(db_, path_,
+                    absl::StrCat("recording a metric of job ", job, " trial ", trial_id));
   }
   return sqlite3_changes(db_) > 0;
 }
@@ -457,21 +469,25 @@ absl::StatusOr<std::map<std::string, std::vector<core::MetricReport>>> JobStore:
 }
 
 absl::Status JobStore::ArchiveTrial(const std::string& job, const v1::HyperparameterOutput& trial) {
-  Statement insert(db_,
-                   "INSERT OR REPLACE INTO archived_trials (job, trial_id, trial_json) VALUES (?, ?, ?)");
+  Statement insert(
+      db_, "INSERT OR REPLACE INTO archived_trials (job, trial_id, trial_json) VALUES (?, ?, ?)");
   insert.Bind(1, job).Bind(2, trial.trial_id()).Bind(3, api::EncodeJson(trial));
-  if (insert.Step() != SQLITE_DONE) return SqlError(db_, path_, "archiving trial " + trial.trial_id());
+  if (insert.Step() != SQLITE_DONE)
+    return SqlError(db_, path_, "archiving trial " + trial.trial_id());
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<v1::HyperparameterOutput>> JobStore::ArchivedTrials(const std::string& job) {
-  Statement select(db_,
-                   "SELECT trial_json FROM archived_trials WHERE job = ? ORDER BY CAST(trial_id AS INTEGER)");
+absl::StatusOr<std::vector<v1::HyperparameterOutput>> JobStore::ArchivedTrials(
+    const std::string& job) {
+  Statement select(
+      db_,
+      "SELECT trial_json FROM archived_trials WHERE job = ? ORDER BY CAST(trial_id AS INTEGER)");
   select.Bind(1, job);
   std::vector<v1::HyperparameterOutput> trials;
   int rc;
   while ((rc = select.Step()) == SQLITE_ROW) {
-    auto trial = ParseJson<v1::HyperparameterOutput>(select.Text(0), "archived trial of job " + job);
+    auto trial =
+        ParseJson<v1::HyperparameterOutput>(select.Text(0), "archived trial of job " + job);
     if (!trial.ok()) return trial.status();
     trials.push_back(*std::move(trial));
   }
@@ -480,7 +496,8 @@ absl::StatusOr<std::vector<v1::HyperparameterOutput>> JobStore::ArchivedTrials(c
 }
 
 absl::Status JobStore::AddEvent(const std::string& job, const StoredEvent& event) {
-  Statement insert(db_, "INSERT INTO events (job, time, type, reason, message) VALUES (?, ?, ?, ?, ?)");
+  Statement insert(db_,
+                   "INSERT INTO events (job, time, type, reason, message) VALUES (?, ?, ?, ?, ?)");
   insert.Bind(1, job)
       .BindDouble(2, UnixSecondsOf(event.time))
       .Bind(3, event.type)
@@ -491,7 +508,8 @@ absl::Status JobStore::AddEvent(const std::string& job, const StoredEvent& event
 }
 
 absl::StatusOr<std::vector<StoredEvent>> JobStore::Events(const std::string& job) {
-  Statement select(db_, "SELECT time, type, reason, message FROM events WHERE job = ? ORDER BY seq");
+  Statement select(db_,
+                   "SELECT time, type, reason, message FROM events WHERE job = ? ORDER BY seq");
   select.Bind(1, job);
   std::vector<StoredEvent> events;
   int rc;

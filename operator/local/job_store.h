@@ -48,11 +48,11 @@ struct ReplicaRecord {
   // kPidStarting while it is being started (recorded before the launch, so a
   // controller that dies mid-launch finds the pid in `pid_path` afterwards).
   int pid = 0;
-  uint64_t start_ticks = 0;    // /proc/<pid>/stat field 22; 0 when unknown
+  uint64_t start_ticks = 0;  // /proc/<pid>/stat field 22; 0 when unknown
   std::string log_path;
-  std::string exit_path;   // written (atomically) by the supervisor when the replica ends
-  std::string state_path;  // restart count and last exit code, by the supervisor
-  std::string pid_path;    // the supervisor's pid, written by itself
+  std::string exit_path;    // written (atomically) by the supervisor when the replica ends
+  std::string state_path;   // restart count and last exit code, by the supervisor
+  std::string pid_path;     // the supervisor's pid, written by itself
   std::string metric_path;  // the replica's CLOUD_ML_HP_METRIC_FILE ("" outside trials)
   absl::Time created = absl::InfinitePast();
 };
@@ -94,7 +94,7 @@ class JobStore {
   // that record is kept, so its process is never lost from view.
   absl::Status PutReplica(const ReplicaRecord& record);
   absl::StatusOr<std::vector<ReplicaRecord>> ListReplicas(const std::string& job);
-  absl::Status DeleteReplica(const std::string& name);   // absent: ok
+  absl::Status DeleteReplica(const std::string& name);  // absent: ok
 
   // ---- Ports given to replicas, so TF_CONFIG stays the same across
   // reconciles and controller restarts.

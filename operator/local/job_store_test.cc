@@ -113,7 +113,8 @@ TEST(JobStoreTest, RacingSubmitsOfTheSameJobCreateOne) {
   TempDir dir;
   const std::string path = dir.path() + "/jobs.db";
   ASSERT_TRUE(JobStore::Open(path).ok());
-  const std::vector<std::string> names = {"Race_j", "race-j", "RACE_J", "race_j", "Race-J", "rAce_j"};
+  const std::vector<std::string> names = {"Race_j", "race-j", "RACE_J",
+                                          "race_j", "Race-J", "rAce_j"};
   std::vector<int> codes = RunInProcessesAtOnce(static_cast<int>(names.size()), [&](int i) {
     auto store = JobStore::Open(path);
     if (!store.ok()) return 1;
@@ -205,7 +206,8 @@ TEST(JobStoreTest, ReplicasPortsMetricsArchiveEventsSurviveReopen) {
     trial.set_trial_id("2");
     trial.mutable_final_metric()->set_objective_value(0.25);
     ASSERT_TRUE((*store)->ArchiveTrial("j", trial).ok());
-    ASSERT_TRUE((*store)->AddEvent("j", {absl::FromUnixSeconds(5), "Warning", "ReplicaFailed", "m"}).ok());
+    ASSERT_TRUE(
+        (*store)->AddEvent("j", {absl::FromUnixSeconds(5), "Warning", "ReplicaFailed", "m"}).ok());
   }
   auto store = JobStore::Open(path);
   ASSERT_TRUE(store.ok());

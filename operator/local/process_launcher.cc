@@ -143,7 +143,8 @@ void EmitLine(int log_fd, char stream, const char* line, size_t size) {
   size_t n = FormatInt(prefix, now.tv_sec);
   prefix[n++] = '.';
   long micros = now.tv_nsec / 1000;
-  for (long div = 100000; div > 0; div /= 10) prefix[n++] = static_cast<char>('0' + (micros / div) % 10);
+  for (long div = 100000; div > 0; div /= 10)
+    prefix[n++] = static_cast<char>('0' + (micros / div) % 10);
   prefix[n++] = ' ';
   prefix[n++] = stream;
   prefix[n++] = ' ';
@@ -425,7 +426,8 @@ std::optional<std::string> FindExecutable(const std::string& name) {
     if (dir.empty()) continue;
     std::string candidate = absl::StrCat(dir, "/", name);
     struct stat st;
-    if (stat(candidate.c_str(), &st) == 0 && S_ISREG(st.st_mode) && access(candidate.c_str(), X_OK) == 0) {
+    if (stat(candidate.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
+        access(candidate.c_str(), X_OK) == 0) {
       return candidate;
     }
   }
@@ -454,15 +456,16 @@ absl::StatusOr<ProcessId> RealProcessLauncher::Launch(const LaunchRequest& reque
   }
   std::optional<std::string> executable = FindExecutable(request.argv[0]);
   if (!executable.has_value()) {
-    return absl::NotFoundError(absl::StrCat("replica ", request.name, ": executable \"", request.argv[0],
-                                            "\" not found (not a path to an executable, nor on PATH)"));
+    return absl::NotFoundError(
+        absl::StrCat("replica ", request.name, ": executable \"", request.argv[0],
+                     "\" not found (not a path to an executable, nor on PATH)"));
   }
   std::error_code ec;
   for (const std::string& file : {request.log_path, request.exit_path, request.state_path}) {
     std::filesystem::create_directories(std::filesystem::path(file).parent_path(), ec);
     if (ec) {
-      return absl::UnavailableError(
-          absl::StrCat("replica ", request.name, ": cannot create the folder of ", file, ": ", ec.message()));
+      return absl::UnavailableError(absl::StrCat(
+          "replica ", request.name, ": cannot create the folder of ", file, ": ", ec.message()));
     }
   }
   // A replica started again under the same name begins with no exit.
@@ -486,29 +489,26 @@ absl::StatusOr<ProcessId> RealProcessLauncher::Launch(const LaunchRequest& reque
   const std::string state_tmp = request.state_path + ".tmp";
   const std::string pid_tmp = request.pid_path + ".tmp";
   if (!request.pid_path.empty()) std::filesystem::remove(request.pid_path, ec);
-  SupervisorPlan plan{executable->c_str(),
-                      argv_ptrs.data(),
-                      env_ptrs.data(),
-                      request.working_dir.empty() ? nullptr : request.working_dir.c_str(),
-                      request.log_path.c_str(),
-                      request.exit_path.c_str(),
-                      exit_tmp.c_str(),
-                      request.state_path.c_str(),
-                      state_tmp.c_str(),
-                      request.pid_path.empty() ? nullptr : request.pid_path.c_str(),
-                      pid_tmp.c_str(),
-                      request.restart_on_failure};
+  SupervisorPlan plan{
+      executable->c_str(),      argv_ptrs.data(),
+      env_ptrs.data(),          request.working_dir.empty() ? nullptr : request.working_dir.c_str(),
+      request.log_path.c_str(), request.exit_path.c_str(),
+      exit_tmp.c_str(),         request.state_path.c_str(),
+      state_tmp.c_str(),        request.pid_path.empty() ? nullptr : request.pid_path.c_str(),
+      pid_tmp.c_str(),          request.restart_on_failure};
 
   int pid_pipe[2];
   if (pipe2(pid_pipe, O_CLOEXEC) != 0) {
-    return absl::UnavailableError(absl::StrCat("replica ", request.name, ": pipe: ", std::strerror(errno)));
+    return absl::UnavailableError(
+        absl::StrCat("replica ", request.name, ": pipe: ", std::strerror(errno)));
   }
   if (before_fork_for_test) before_fork_for_test(pid_pipe[0]);
   pid_t helper = fork();
   if (helper < 0) {
     close(pid_pipe[0]);
     close(pid_pipe[1]);
-    return absl::UnavailableError(absl::StrCat("replica ", request.name, ": fork: ", std::strerror(errno)));
+    return absl::UnavailableError(
+        absl::StrCat("replica ", request.name, ": fork: ", std::strerror(errno)));
   }
   if (helper == 0) {
     close(pid_pipe[0]);
@@ -528,7 +528,8 @@ absl::StatusOr<ProcessId> RealProcessLauncher::Launch(const LaunchRequest& reque
   while (waitpid(helper, &helper_status, 0) < 0 && errno == EINTR) {
   }
   if (n != sizeof(supervisor) || supervisor <= 0) {
-    return absl::UnavailableError(absl::StrCat("replica ", request.name, ": could not start its supervisor"));
+    return absl::UnavailableError(
+        absl::StrCat("replica ", request.name, ": could not start its supervisor"));
   }
   return ProcessId{supervisor, ProcessStartTicks(supervisor).value_or(0)};
 }

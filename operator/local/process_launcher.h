@@ -135,8 +135,8 @@ std::optional<std::string> FindExecutable(const std::string& name);
 
 // One line of a replica log as the supervisor writes it.
 struct LogLine {
-  double time = 0;       // unix seconds
-  bool stderr = false;   // 'E' stream
+  double time = 0;      // unix seconds
+  bool stderr = false;  // 'E' stream
   std::string message;
 };
 // Parses "<seconds> O|E <message>"; a line without the prefix (a program that

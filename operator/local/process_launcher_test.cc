@@ -44,7 +44,8 @@ LaunchRequest ShellRequest(const TempDir& dir, const std::string& script) {
 TEST(ProcessLauncherTest, LogsLinesWithStreamAndRecordsExitCode) {
   TempDir dir;
   RealProcessLauncher launcher;
-  auto id = launcher.Launch(ShellRequest(dir, "echo out-line; echo err-line >&2; echo $KT_DIR; exit 3"));
+  auto id =
+      launcher.Launch(ShellRequest(dir, "echo out-line; echo err-line >&2; echo $KT_DIR; exit 3"));
   ASSERT_TRUE(id.ok()) << id.status();
   ProcessStatus status;
   ASSERT_TRUE(WaitFor([&] {
@@ -71,7 +72,8 @@ TEST(ProcessLauncherTest, RestartsInPlaceOnFailureWhenAsked) {
   TempDir dir;
   RealProcessLauncher launcher;
   LaunchRequest request = ShellRequest(
-      dir, "if [ -f \"$KT_DIR/once\" ]; then exit 0; fi; touch \"$KT_DIR/once\"; echo boom >&2; exit 1");
+      dir,
+      "if [ -f \"$KT_DIR/once\" ]; then exit 0; fi; touch \"$KT_DIR/once\"; echo boom >&2; exit 1");
   request.restart_on_failure = true;
   auto id = launcher.Launch(request);
   ASSERT_TRUE(id.ok()) << id.status();
@@ -89,8 +91,9 @@ TEST(ProcessLauncherTest, KillLeavesNoProcessOfTheGroup) {
   TempDir dir;
   RealProcessLauncher launcher;
   // The replica starts a background child and reports its pid.
-  LaunchRequest request =
-      ShellRequest(dir, "sleep 300 & echo $! > \"$KT_DIR/child.tmp\"; mv \"$KT_DIR/child.tmp\" \"$KT_DIR/child\"; wait");
+  LaunchRequest request = ShellRequest(dir,
+                                       "sleep 300 & echo $! > \"$KT_DIR/child.tmp\"; mv "
+                                       "\"$KT_DIR/child.tmp\" \"$KT_DIR/child\"; wait");
   auto id = launcher.Launch(request);
   ASSERT_TRUE(id.ok()) << id.status();
   int child = 0;
@@ -111,10 +114,10 @@ TEST(ProcessLauncherTest, KillLeavesNoProcessOfTheGroup) {
 TEST(ProcessLauncherTest, KillLetsTheReplicaShutDownWithItsOutputAndExitOnRecord) {
   TempDir dir;
   RealProcessLauncher launcher;
-  LaunchRequest request = ShellRequest(
-      dir,
-      "trap 'echo got TERM; echo bye >&2; exit 0' TERM; touch \"$KT_DIR/ready\"; "
-      "sleep 300 & wait $!; echo woke without a signal; exit 5");
+  LaunchRequest request =
+      ShellRequest(dir,
+                   "trap 'echo got TERM; echo bye >&2; exit 0' TERM; touch \"$KT_DIR/ready\"; "
+                   "sleep 300 & wait $!; echo woke without a signal; exit 5");
   auto id = launcher.Launch(request);
   ASSERT_TRUE(id.ok()) << id.status();
   ASSERT_TRUE(WaitFor([&] { return std::filesystem::exists(dir.path() + "/ready"); }));
@@ -135,9 +138,10 @@ TEST(ProcessLauncherTest, KillLetsTheReplicaShutDownWithItsOutputAndExitOnRecord
 TEST(ProcessLauncherTest, KillEndsAReplicaThatIgnoresTerm) {
   TempDir dir;
   RealProcessLauncher launcher;
-  LaunchRequest request = ShellRequest(
-      dir, "trap '' TERM; sleep 300 & echo $! > \"$KT_DIR/child.tmp\"; "
-           "mv \"$KT_DIR/child.tmp\" \"$KT_DIR/child\"; while :; do wait; done");
+  LaunchRequest request =
+      ShellRequest(dir,
+                   "trap '' TERM; sleep 300 & echo $! > \"$KT_DIR/child.tmp\"; "
+                   "mv \"$KT_DIR/child.tmp\" \"$KT_DIR/child\"; while :; do wait; done");
   auto id = launcher.Launch(request);
   ASSERT_TRUE(id.ok()) << id.status();
   int child = 0;
@@ -157,7 +161,8 @@ TEST(ProcessLauncherTest, SupervisorKilledFromOutsideIsGone) {
   ASSERT_TRUE(id.ok()) << id.status();
   ASSERT_EQ(kill(-id->pid, SIGKILL), 0);
   ASSERT_TRUE(WaitFor([&] {
-    return launcher.Probe(*id, request.exit_path, request.state_path).state == ProcessStatus::State::kGone;
+    return launcher.Probe(*id, request.exit_path, request.state_path).state ==
+           ProcessStatus::State::kGone;
   }));
 }
 

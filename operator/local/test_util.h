@@ -17,7 +17,8 @@ namespace kubetrain::local {
 class TempDir {
  public:
   TempDir() {
-    std::string pattern = (std::filesystem::temp_directory_path() / "kubetrain-local-XXXXXX").string();
+    std::string pattern =
+        (std::filesystem::temp_directory_path() / "kubetrain-local-XXXXXX").string();
     path_ = mkdtemp(pattern.data());
   }
   ~TempDir() {

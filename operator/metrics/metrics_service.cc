@@ -70,24 +70,24 @@ grpc::Status MetricsServiceImpl::Report(grpc::ServerContext* context,
       absl::StrCat("job \"", request->job(), "\" trial \"", request->trial(), "\"");
   // The token is checked first: an unauthenticated caller learns nothing
   // about which trials exist or what a valid report looks like.
-  if (absl::Status authorized = tokens_->Authorize(request->job(), request->trial(),
-                                                    request->token());
+  if (absl::Status authorized =
+          tokens_->Authorize(request->job(), request->trial(), request->token());
       absl::IsPermissionDenied(authorized)) {
     return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
                         absl::StrCat("metrics report for ", who,
                                      ": unknown trial or wrong token (KUBETRAIN_METRICS_TOKEN)"));
   } else if (!authorized.ok()) {
-    return ToGrpc(absl::Status(authorized.code(), absl::StrCat("metrics report for ", who, ": ",
-                                                               authorized.message())));
+    return ToGrpc(absl::Status(
+        authorized.code(), absl::StrCat("metrics report for ", who, ": ", authorized.message())));
   }
   if (request->values().empty()) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                         absl::StrCat("metrics report for ", who, ": no values"));
   }
   if (request->step() < 0) {
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                        absl::StrCat("metrics report for ", who, ": negative step ",
-                                     request->step()));
+    return grpc::Status(
+        grpc::StatusCode::INVALID_ARGUMENT,
+        absl::StrCat("metrics report for ", who, ": negative step ", request->step()));
   }
   MetricsReport report;
   report.job = request->job();

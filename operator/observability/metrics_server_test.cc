@@ -31,10 +31,12 @@ std::string RawExchange(int port, const std::string& request) {
   inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
   std::string reply;
   if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
-      send(fd, request.data(), request.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(request.size())) {
+      send(fd, request.data(), request.size(), MSG_NOSIGNAL) ==
+          static_cast<ssize_t>(request.size())) {
     char buffer[4096];
     ssize_t n;
-    while ((n = recv(fd, buffer, sizeof(buffer), 0)) > 0) reply.append(buffer, static_cast<size_t>(n));
+    while ((n = recv(fd, buffer, sizeof(buffer), 0)) > 0)
+      reply.append(buffer, static_cast<size_t>(n));
   }
   close(fd);
   return reply;

@@ -147,8 +147,7 @@ class Model {
                                     const ParsedHistory& history, Rng& rng, bool explore) {
     const int dims = space.num_features();
     Model m(space, options);
-    std::vector<int> train =
-        SelectPoints(history.observed_loss, options.max_training_points, rng);
+    std::vector<int> train = SelectPoints(history.observed_loss, options.max_training_points, rng);
     Eigen::VectorXd loss(train.size());
     for (size_t i = 0; i < train.size(); ++i) loss[i] = history.observed_loss[train[i]];
     Eigen::MatrixXd x = Rows(history.observed_x, train, dims);
@@ -240,9 +239,8 @@ class Model {
       return BestOf(unused);
     }
 
-    const int num_random = options_->random_candidates > 0
-                               ? options_->random_candidates
-                               : std::min(4000, 1000 + 250 * dims);
+    const int num_random = options_->random_candidates > 0 ? options_->random_candidates
+                                                           : std::min(4000, 1000 + 250 * dims);
     const int per_anchor =
         anchors_.empty() ? 0 : options_->local_candidates / static_cast<int>(anchors_.size());
     Eigen::MatrixXd cands(num_random + per_anchor * anchors_.size(), dims);
@@ -354,8 +352,8 @@ class Model {
     mo.max_evaluations = 80;
     mo.relative_tolerance = 1e-10;
     mo.gradient_tolerance = 1e-9;
-    return MinimizeInBox(objective, start, Eigen::VectorXd::Zero(dims),
-                         Eigen::VectorXd::Ones(dims), mo)
+    return MinimizeInBox(objective, start, Eigen::VectorXd::Zero(dims), Eigen::VectorXd::Ones(dims),
+                         mo)
         .x;
   }
 
@@ -437,8 +435,8 @@ std::vector<double> HaltonPoint(uint64_t index, int dims, const std::vector<doub
   return u;
 }
 
-BayesianOptimizer::BayesianOptimizer(SearchSpace space, v1::HyperparameterSpec spec,
-                                     uint64_t seed, BayesianOptions options)
+BayesianOptimizer::BayesianOptimizer(SearchSpace space, v1::HyperparameterSpec spec, uint64_t seed,
+                                     BayesianOptions options)
     : space_(std::move(space)), spec_(std::move(spec)), seed_(seed), options_(options) {
   Rng rng(seed_ ^ 0x5851f42d4c957f2dULL);
   halton_shift_.resize(space_.num_features());
@@ -469,8 +467,8 @@ std::vector<Assignment> BayesianOptimizer::Suggest(const std::vector<TrialRecord
     // Decided per batch member, so a batch explores as often as the same
     // number of sequential steps would.
     const int64_t step = h.num_records + j;
-    const bool explore = stalled && step % options_.explore_every >=
-                                        options_.explore_every - options_.explore_steps;
+    const bool explore =
+        stalled && step % options_.explore_every >= options_.explore_every - options_.explore_steps;
     const bool use_design = design_index < design_size || h.observed_x.size() < 2 || failed[0];
     if (use_design) {
       for (int tries = 0; tries < 64 && !next; ++tries, ++design_index) {

@@ -79,8 +79,7 @@ MinimizeResult MinimizeInBox(const ObjectiveWithGradient& f, Eigen::VectorXd x0,
       x_new = Project(x + step * direction, lower, upper);
       f_new = f(x_new, &g_new);
       ++result.evaluations;
-      if (std::isfinite(f_new) && g_new.allFinite() &&
-          f_new <= fx + 1e-4 * g.dot(x_new - x)) {
+      if (std::isfinite(f_new) && g_new.allFinite() && f_new <= fx + 1e-4 * g.dot(x_new - x)) {
         accepted = true;
         break;
       }

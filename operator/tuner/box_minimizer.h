@@ -1,13 +1,13 @@
 #pragma once
 
-#include <functional>
-
 #include <Eigen/Dense>
+#include <functional>
 
 namespace kubetrain::tuner {
 
 // f(x) and, into *grad, its gradient at x. Must be finite inside the box.
-using ObjectiveWithGradient = std::function<double(const Eigen::VectorXd& x, Eigen::VectorXd* grad)>;
+using ObjectiveWithGradient =
+    std::function<double(const Eigen::VectorXd& x, Eigen::VectorXd* grad)>;
 
 struct MinimizeOptions {
   int max_iterations = 100;

@@ -122,8 +122,7 @@ double NegLogPosteriorPrecomputed(const std::vector<Eigen::ArrayXXd>& sq, const 
 }  // namespace
 
 double NegLogPosterior(const Eigen::MatrixXd& x, const Eigen::VectorXd& y,
-                       const Eigen::VectorXd& theta, const GpPrior& prior,
-                       Eigen::VectorXd* grad) {
+                       const Eigen::VectorXd& theta, const GpPrior& prior, Eigen::VectorXd* grad) {
   return NegLogPosteriorPrecomputed(SquaredDifferences(x), y, theta, prior, grad);
 }
 
@@ -255,7 +254,8 @@ void GaussianProcess::PredictWithGradient(const Eigen::VectorXd& x, double* mean
   const Eigen::MatrixXd diff = (-x_scaled_).rowwise() + xs.transpose();
   const Eigen::ArrayXd r = diff.rowwise().norm().array();
   const Eigen::ArrayXd e = (-kSqrt5 * r).exp();
-  const Eigen::VectorXd k = (h_.signal_variance * (1.0 + kSqrt5 * r + 5.0 / 3.0 * r.square()) * e).matrix();
+  const Eigen::VectorXd k =
+      (h_.signal_variance * (1.0 + kSqrt5 * r + 5.0 / 3.0 * r.square()) * e).matrix();
   // dk_i/dx = -g_i (x - x_i) / l^2 with g = sf2 * 5/3 (1 + sqrt5 r) exp(-sqrt5 r).
   const Eigen::ArrayXd g = h_.signal_variance * 5.0 / 3.0 * (1.0 + kSqrt5 * r) * e;
   const Eigen::VectorXd w = llt_.solve(k);

@@ -29,19 +29,18 @@ GpHyperparameters FromLogParams(const Eigen::VectorXd& theta);
 // everything); with many points the likelihood dominates.
 struct GpPrior {
   double log_signal_mean = 0.0, log_signal_sd = 1.0;
-  double log_length_mean = -1.0, log_length_sd = 1.0;   // mode near 0.37
-  double log_noise_mean = -9.0, log_noise_sd = 3.0;     // mode near 1e-4
+  double log_length_mean = -1.0, log_length_sd = 1.0;  // mode near 0.37
+  double log_noise_mean = -9.0, log_noise_sd = 3.0;    // mode near 1e-4
   double min_log_signal = -7.0, max_log_signal = 5.0;
-  double min_log_length = -5.0, max_log_length = 3.0;   // 0.0067 .. 20
-  double min_log_noise = -16.0, max_log_noise = 0.0;    // 1e-7 .. 1
+  double min_log_length = -5.0, max_log_length = 3.0;  // 0.0067 .. 20
+  double min_log_noise = -16.0, max_log_noise = 0.0;   // 1e-7 .. 1
 };
 
 // Negative log posterior of the hyperparameters: -log p(y | X, theta) -
 // log prior(theta), and its gradient with respect to theta (analytic). x: one
 // point per row. Returns +infinity when the kernel matrix cannot be factored.
 double NegLogPosterior(const Eigen::MatrixXd& x, const Eigen::VectorXd& y,
-                       const Eigen::VectorXd& theta, const GpPrior& prior,
-                       Eigen::VectorXd* grad);
+                       const Eigen::VectorXd& theta, const GpPrior& prior, Eigen::VectorXd* grad);
 
 struct GpFitOptions {
   GpPrior prior;
@@ -54,8 +53,8 @@ struct GpFitOptions {
 };
 
 // Maximum a posteriori hyperparameters, with restarts.
-GpHyperparameters FitHyperparameters(const Eigen::MatrixXd& x, const Eigen::VectorXd& y,
-                                     Rng& rng, const GpFitOptions& options = {});
+GpHyperparameters FitHyperparameters(const Eigen::MatrixXd& x, const Eigen::VectorXd& y, Rng& rng,
+                                     const GpFitOptions& options = {});
 
 // A GP conditioned on data. Immutable after Fit; safe to share for reading.
 class GaussianProcess {
@@ -67,8 +66,7 @@ class GaussianProcess {
                                              GpHyperparameters h);
 
   // Posterior mean and variance of the latent function at each row of xs.
-  void Predict(const Eigen::MatrixXd& xs, Eigen::VectorXd* mean,
-               Eigen::VectorXd* variance) const;
+  void Predict(const Eigen::MatrixXd& xs, Eigen::VectorXd* mean, Eigen::VectorXd* variance) const;
 
   // Same at one point, with gradients with respect to the point.
   void PredictWithGradient(const Eigen::VectorXd& x, double* mean, double* variance,
@@ -92,7 +90,7 @@ class GaussianProcess {
   Eigen::VectorXd y_;
   GpHyperparameters h_;
   Eigen::LLT<Eigen::MatrixXd> llt_;
-  Eigen::VectorXd alpha_;  // (K + noise I)^-1 y
+  Eigen::VectorXd alpha_;     // (K + noise I)^-1 y
   Eigen::MatrixXd x_scaled_;  // x_ with each column divided by its length scale
 };
 

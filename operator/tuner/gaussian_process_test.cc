@@ -187,8 +187,8 @@ TEST(BoxMinimizerTest, FindsTheConstrainedMinimumOfAQuadratic) {
     (*g)[1] = 20 * (x[1] - 0.3) + x[0];
     return (x[0] - 2) * (x[0] - 2) + 10 * (x[1] - 0.3) * (x[1] - 0.3) + x[0] * x[1];
   };
-  MinimizeResult r = MinimizeInBox(f, Eigen::Vector2d(0.1, 0.9), Eigen::Vector2d(0, 0),
-                                   Eigen::Vector2d(1, 1));
+  MinimizeResult r =
+      MinimizeInBox(f, Eigen::Vector2d(0.1, 0.9), Eigen::Vector2d(0, 0), Eigen::Vector2d(1, 1));
   // x0 pinned at 1; then x1 = 0.3 - 1/20.
   EXPECT_NEAR(r.x[0], 1.0, 1e-9);
   EXPECT_NEAR(r.x[1], 0.25, 1e-6);

@@ -79,7 +79,8 @@ absl::StatusOr<SearchSpace> SearchSpace::Create(const v1::HyperparameterSpec& sp
         }
         double mn = ps.min_value(), mx = ps.max_value();
         if (!std::isfinite(mn) || !std::isfinite(mx) || mn > mx) {
-          return absl::InvalidArgumentError(ParamError(p.name, "needs finite minValue <= maxValue"));
+          return absl::InvalidArgumentError(
+              ParamError(p.name, "needs finite minValue <= maxValue"));
         }
         if (p.type == ParameterSpec::INTEGER) {
           if (mn != std::floor(mn) || mx != std::floor(mx) || std::abs(mn) > 0x1p53 ||
@@ -259,7 +260,8 @@ absl::StatusOr<std::vector<double>> SearchSpace::Encode(const Assignment& assign
     if (p.type == ParameterSpec::INTEGER) {
       if (x != std::floor(x) || x < p.int_min || x > p.int_max) {
         return absl::InvalidArgumentError(ParamError(
-            p.name, absl::StrCat(text, " is not an integer in [", p.int_min, ", ", p.int_max, "]")));
+            p.name,
+            absl::StrCat(text, " is not an integer in [", p.int_min, ", ", p.int_max, "]")));
       }
     } else if (p.type == ParameterSpec::DISCRETE) {
       auto near = std::min_element(p.discrete.begin(), p.discrete.end(), [x](double a, double b) {
@@ -273,8 +275,8 @@ absl::StatusOr<std::vector<double>> SearchSpace::Encode(const Assignment& assign
       continue;
     } else if (x < p.lo || x > p.hi) {
       return absl::InvalidArgumentError(ParamError(
-          p.name, absl::StrCat(text, " is outside [", FormatDouble(p.lo), ", ",
-                               FormatDouble(p.hi), "]")));
+          p.name,
+          absl::StrCat(text, " is outside [", FormatDouble(p.lo), ", ", FormatDouble(p.hi), "]")));
     }
     unit[p.offset] = ToUnit(p, x);
   }

@@ -83,7 +83,7 @@ class SearchSpace {
     std::vector<double> discrete;       // sorted, unique
     std::vector<double> discrete_unit;  // their cube coordinates
     std::vector<std::string> categories;
-    int offset = 0;  // first cube coordinate
+    int offset = 0;            // first cube coordinate
     uint64_t cardinality = 0;  // 0: continuous
   };
 

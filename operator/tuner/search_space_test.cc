@@ -88,7 +88,7 @@ TEST(SearchSpaceTest, WarpsPutTheMidpointWhereTheScaleSays) {
   ASSERT_TRUE(space.ok());
   const Assignment mid = space->Decode(std::vector<double>{0.5, 0.5, 0.5});
   EXPECT_NEAR(Parse(mid.at("lin")), 50.5, 1e-12);
-  EXPECT_NEAR(Parse(mid.at("log")), 10.0, 1e-12);       // geometric mean
+  EXPECT_NEAR(Parse(mid.at("log")), 10.0, 1e-12);          // geometric mean
   EXPECT_NEAR(Parse(mid.at("rev")), 101.0 - 10.0, 1e-12);  // resolution near the top
   const Assignment quarter = space->Decode(std::vector<double>{0.25, 0.25, 0.75});
   EXPECT_LT(Parse(quarter.at("log")), Parse(quarter.at("lin")));
@@ -223,8 +223,8 @@ TEST(SearchSpaceTest, GridOrderIsSpecOrderWithTheLastParameterFastest) {
     const Assignment a = space->GridPoint(i);
     order.push_back(a.at("layers") + "/" + a.at("act"));
   }
-  EXPECT_THAT(order, ::testing::ElementsAre("1/relu", "1/tanh", "1/gelu", "2/relu", "2/tanh",
-                                            "2/gelu"));
+  EXPECT_THAT(order,
+              ::testing::ElementsAre("1/relu", "1/tanh", "1/gelu", "2/relu", "2/tanh", "2/gelu"));
 }
 
 TEST(SearchSpaceTest, RejectsSpecsTheCubeCannotExpress) {

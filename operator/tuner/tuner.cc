@@ -93,7 +93,7 @@ std::optional<double> RunningAverageAt(const std::vector<std::pair<int64_t, doub
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Tuner>> Tuner::Create(const HyperparameterSpec& spec,
-                                                      uint64_t seed) {
+                                                     uint64_t seed) {
   absl::StatusOr<SearchSpace> space = SearchSpace::Create(spec);
   if (!space.ok()) return space.status();
   switch (spec.algorithm()) {
@@ -137,7 +137,8 @@ bool ShouldStopEarly(const HyperparameterSpec& spec, const TrialRecord& running,
   // A true median: the middle value, or the mean of the two middle values.
   std::sort(averages.begin(), averages.end());
   const size_t n = averages.size();
-  const double median = n % 2 == 1 ? averages[n / 2] : 0.5 * (averages[n / 2 - 1] + averages[n / 2]);
+  const double median =
+      n % 2 == 1 ? averages[n / 2] : 0.5 * (averages[n / 2 - 1] + averages[n / 2]);
   return maximize ? *best < median : *best > median;
 }
 

@@ -99,12 +99,12 @@ TEST_P(AllAlgorithmsTest, NeverDuplicatesUntilExhaustedThenReturnsNothing) {
       ASSERT_TRUE(space->Encode(a).ok()) << AssignmentKey(a);
       ASSERT_TRUE(seen.insert(a).second) << "duplicate " << AssignmentKey(a);
       const int id = static_cast<int>(history.size());
-      const Status status = id % 5 == 3 ? Status::kFailed
+      const Status status = id % 5 == 3   ? Status::kFailed
                             : id % 7 == 2 ? Status::kRunning
                                           : Status::kCompleted;
-      history.push_back(Record(id, a, status,
-                               status == Status::kCompleted ? std::optional(SmallObjective(a))
-                                                            : std::nullopt));
+      history.push_back(
+          Record(id, a, status,
+                 status == Status::kCompleted ? std::optional(SmallObjective(a)) : std::nullopt));
     }
   }
   EXPECT_EQ(seen.size(), 60u);
@@ -185,8 +185,8 @@ TEST(TunerTest, EveryAlgorithmsOutputIsValidForAMixedSpace) {
   AddCategorical(spec, "opt", {"sgd", "adam"});
   absl::StatusOr<SearchSpace> space = SearchSpace::Create(spec);
   ASSERT_TRUE(space.ok());
-  for (auto algorithm : {HyperparameterSpec::ALGORITHM_UNSPECIFIED,
-                         HyperparameterSpec::RANDOM_SEARCH}) {
+  for (auto algorithm :
+       {HyperparameterSpec::ALGORITHM_UNSPECIFIED, HyperparameterSpec::RANDOM_SEARCH}) {
     spec.set_algorithm(algorithm);
     auto tuner = Tuner::Create(spec, 3);
     ASSERT_TRUE(tuner.ok());
@@ -250,7 +250,9 @@ double OptimiseOneDimension(HyperparameterSpec::GoalType goal, double (*f)(doubl
 TEST(BayesianOptimizerTest, FollowsTheGoal) {
   // The same function, maximised and minimised: the optimiser must find the
   // peak at 0.2 in one case and the trough at 0.8 in the other.
-  auto f = [](double x) { return std::exp(-50 * (x - 0.2) * (x - 0.2)) - std::exp(-50 * (x - 0.8) * (x - 0.8)); };
+  auto f = [](double x) {
+    return std::exp(-50 * (x - 0.2) * (x - 0.2)) - std::exp(-50 * (x - 0.8) * (x - 0.8));
+  };
   EXPECT_NEAR(OptimiseOneDimension(HyperparameterSpec::MAXIMIZE, f, 15, 1), 0.2, 1e-3);
   EXPECT_NEAR(OptimiseOneDimension(HyperparameterSpec::MINIMIZE, f, 15, 1), 0.8, 1e-3);
   EXPECT_NEAR(OptimiseOneDimension(HyperparameterSpec::MINIMIZE, f, 24, 4), 0.8, 1e-3);
@@ -267,15 +269,17 @@ TEST(BayesianOptimizerTest, ParallelSuggestionsSpreadOutAndAvoidPendingPoints) {
   for (int i = 0; i < 12; ++i) {
     Assignment a = {{"x", FormatDouble(rng.Uniform())}, {"y", FormatDouble(rng.Uniform())}};
     const double x = Number(a["x"]), y = Number(a["y"]);
-    history.push_back(Record(i, a, Status::kCompleted, -(x - 0.5) * (x - 0.5) - (y - 0.5) * (y - 0.5)));
+    history.push_back(
+        Record(i, a, Status::kCompleted, -(x - 0.5) * (x - 0.5) - (y - 0.5) * (y - 0.5)));
   }
   std::vector<Assignment> batch = (*tuner)->Suggest(history, 4);
   ASSERT_EQ(batch.size(), 4u);
   double min_distance = 1e9;
   for (size_t i = 0; i < batch.size(); ++i) {
     for (size_t j = i + 1; j < batch.size(); ++j) {
-      min_distance = std::min(min_distance, std::hypot(Number(batch[i].at("x")) - Number(batch[j].at("x")),
-                                                       Number(batch[i].at("y")) - Number(batch[j].at("y"))));
+      min_distance =
+          std::min(min_distance, std::hypot(Number(batch[i].at("x")) - Number(batch[j].at("x")),
+                                            Number(batch[i].at("y")) - Number(batch[j].at("y"))));
     }
   }
   EXPECT_GT(min_distance, 1e-3);

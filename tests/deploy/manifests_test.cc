@@ -282,11 +282,10 @@ TEST(DockerfileTest, OperatorImageIsScratchWithoutShell) {
 // names a package of its own.
 TEST(DockerfileTest, PackagesComeFromTheSharedLists) {
   std::vector<Stage> stages = KubetrainDockerfile();
-  const std::map<std::string, std::string> list_of = {
-      {"build", "build.txt"},
-      {"runtime-libs", "runtime.txt"},
-      {"operator-root", "operator.txt"},
-      {"python-runtime", "python-runtime.txt"}};
+  const std::map<std::string, std::string> list_of = {{"build", "build.txt"},
+                                                      {"runtime-libs", "runtime.txt"},
+                                                      {"operator-root", "operator.txt"},
+                                                      {"python-runtime", "python-runtime.txt"}};
   for (const Stage& stage : stages) {
     std::string copied;
     for (const Instruction& i : stage.instructions) {

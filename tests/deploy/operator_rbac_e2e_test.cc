@@ -71,9 +71,9 @@ TEST(OperatorRbacE2eTest, EveryRequestOfAJobsLifeIsGranted) {
   ASSERT_TRUE(server->WaitUntil(
       [&] {
         auto pod = server->Get("pods", "ns1", "kubetrain-operator-0");
-        return pod.ok() &&
-               (*pod)["metadata"].value("labels", json::object()).value(
-                   "kubetrain.io/metrics-leader", "") == "true";
+        return pod.ok() && (*pod)["metadata"]
+                                   .value("labels", json::object())
+                                   .value("kubetrain.io/metrics-leader", "") == "true";
       },
       absl::Seconds(60)))
       << op.Log();
@@ -91,8 +91,7 @@ TEST(OperatorRbacE2eTest, EveryRequestOfAJobsLifeIsGranted) {
                   {"cleanPodPolicy", "Running"},
                   {"ttlSecondsAfterFinished", 0}}}}}};
   ASSERT_TRUE(server->Create("trainingjobs", "ns1", job).ok());
-  ASSERT_TRUE(
-      server->WaitUntil([&] { return server->Count("pods") == 9; }, absl::Seconds(60)))
+  ASSERT_TRUE(server->WaitUntil([&] { return server->Count("pods") == 9; }, absl::Seconds(60)))
       << op.Log();
   for (const json& pod : server->List("pods", "ns1")) {
     if (pod["metadata"]["name"] == "kubetrain-operator-0") continue;
@@ -106,8 +105,8 @@ TEST(OperatorRbacE2eTest, EveryRequestOfAJobsLifeIsGranted) {
                                kube::testing::TerminatedPodStatus("Succeeded", 0), "status")
                   .ok());
   // Gone: succeeded, cleaned up, deleted by the TTL.
-  EXPECT_TRUE(server->WaitUntil([&] { return server->Count("trainingjobs") == 0; },
-                                   absl::Seconds(60)))
+  EXPECT_TRUE(
+      server->WaitUntil([&] { return server->Count("trainingjobs") == 0; }, absl::Seconds(60)))
       << op.Log();
   op.Stop();
 

@@ -156,10 +156,10 @@ TEST_F(HelmTest, DefaultValuesRenderAClusterWideOperator) {
   std::vector<YAML::Node> docs =
       Render("helm template kt " + Chart() + " --namespace kubetrain-system --include-crds");
   ExpectEveryObjectWellFormed(docs);
-  EXPECT_EQ(Kinds(docs), (std::multiset<std::string>{"CustomResourceDefinition", "ServiceAccount",
-                                                     "ClusterRole", "ClusterRoleBinding", "Role",
-                                                     "RoleBinding", "Service", "Service",
-                                                     "Deployment"}));
+  EXPECT_EQ(Kinds(docs),
+            (std::multiset<std::string>{"CustomResourceDefinition", "ServiceAccount", "ClusterRole",
+                                        "ClusterRoleBinding", "Role", "RoleBinding", "Service",
+                                        "Service", "Deployment"}));
   const YAML::Node* deployment = Find(docs, "Deployment");
   ASSERT_NE(deployment, nullptr);
   std::vector<std::string> problems = OperatorDeploymentProblems(*deployment, 2);
@@ -177,7 +177,8 @@ TEST_F(HelmTest, DefaultValuesRenderAClusterWideOperator) {
   // Trials report to the Service that follows the leader's label.
   const YAML::Node* trials = nullptr;
   for (const YAML::Node& doc : docs) {
-    if (Str(doc["kind"]) == "Service" && Str(doc["metadata"]["name"]) == "kt-kubetrain-operator-trials") {
+    if (Str(doc["kind"]) == "Service" &&
+        Str(doc["metadata"]["name"]) == "kt-kubetrain-operator-trials") {
       trials = &doc;
     }
   }

@@ -146,7 +146,7 @@ TEST(TrialMetricsE2eTest, TheRuntimesReportsBecomeTheTrialsObjective) {
     return trials.empty() ? json::object() : trials[0];
   };
   ASSERT_TRUE(server->WaitUntil([&] { return trial_status().value("state", "") == "SUCCEEDED"; },
-                                   absl::Seconds(60)))
+                                absl::Seconds(60)))
       << trial_status() << op.Log();
   const json metric = trial_status()["finalMetric"];
   EXPECT_EQ(metric["trainingStep"], std::stoll(final_line[1].str())) << metric;  // a number

@@ -92,7 +92,8 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(std::atoi(FlagValue(argc, argv, "sleep_ms", "0").c_str())));
+  std::this_thread::sleep_for(
+      std::chrono::milliseconds(std::atoi(FlagValue(argc, argv, "sleep_ms", "0").c_str())));
   if (task == "master" || task == "chief") {
     const double x = std::atof(FlagValue(argc, argv, "x", "0.3").c_str());
     const double y = std::atof(FlagValue(argc, argv, "y", "0.7").c_str());

@@ -74,7 +74,8 @@ class LocalBackendTest : public ::testing::Test {
   }
 
   RunResult Kubetrain(const std::vector<std::string>& args, const std::string& env = "") {
-    std::string command = absl::StrCat("KUBETRAIN_HOME=", Quote(home_.path()), " ", env, " ", Quote(KUBETRAIN_CLI));
+    std::string command =
+        absl::StrCat("KUBETRAIN_HOME=", Quote(home_.path()), " ", env, " ", Quote(KUBETRAIN_CLI));
     for (const std::string& a : args) absl::StrAppend(&command, " ", Quote(a));
     const std::string out = home_.path() + "/cmd.out";
     const std::string err = home_.path() + "/cmd.err";
@@ -96,11 +97,11 @@ class LocalBackendTest : public ::testing::Test {
   // A config running the fake trainer as every replica.
   std::string FakeTrainerConfig(const std::string& extra_input, const std::string& args,
                                 const std::string& run_policy = "") {
-    return absl::StrCat("trainingInput:\n", extra_input,
-                        "  masterConfig: {containerCommand: [", FAKE_TRAINER, "]}\n",
-                        "  workerConfig: {containerCommand: [", FAKE_TRAINER, "]}\n",
-                        "  parameterServerConfig: {containerCommand: [", FAKE_TRAINER, "]}\n",
-                        "  args: [", args, ", --record_dir=", work_.path(), "]\n", run_policy);
+    return absl::StrCat("trainingInput:\n", extra_input, "  masterConfig: {containerCommand: [",
+                        FAKE_TRAINER, "]}\n", "  workerConfig: {containerCommand: [", FAKE_TRAINER,
+                        "]}\n", "  parameterServerConfig: {containerCommand: [", FAKE_TRAINER,
+                        "]}\n", "  args: [", args, ", --record_dir=", work_.path(), "]\n",
+                        run_policy);
   }
 
   v1::TrainingJob Job(const std::string& name) {
@@ -118,14 +119,17 @@ class LocalBackendTest : public ::testing::Test {
 
   int ControllerPid() {
     int pid = 0;
-    if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(ReadFile(home_.path() + "/controller.lock")), &pid)) return 0;
+    if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(ReadFile(home_.path() + "/controller.lock")),
+                          &pid))
+      return 0;
     return pid;
   }
 
   // Lines of the fake trainer's run record: trial, task, pid[, child pid].
   std::vector<std::vector<std::string>> Runs() {
     std::vector<std::vector<std::string>> runs;
-    for (absl::string_view line : absl::StrSplit(ReadFile(work_.path() + "/runs"), '\n', absl::SkipEmpty())) {
+    for (absl::string_view line :
+         absl::StrSplit(ReadFile(work_.path() + "/runs"), '\n', absl::SkipEmpty())) {
       runs.push_back(absl::StrSplit(line, ' '));
     }
     return runs;
@@ -153,7 +157,8 @@ TEST_F(LocalBackendTest, CorruptConfigIsRejectedWithPositionsAndCreatesNothing) 
   EXPECT_THAT(r.err, HasSubstr("minValue"));
   EXPECT_THAT(r.err, HasSubstr("nothing was submitted"));
   const std::string broken = WriteConfig("broken.yaml", "trainingInput: {scaleTier: [unclosed\n");
-  RunResult syntax = Kubetrain({"jobs", "submit", "training", "bad_job", "--local", "--config", broken});
+  RunResult syntax =
+      Kubetrain({"jobs", "submit", "training", "bad_job", "--local", "--config", broken});
   EXPECT_EQ(syntax.code, 2);
   EXPECT_THAT(syntax.err, HasSubstr("broken.yaml"));
   RunResult list = Kubetrain({"jobs", "list", "--local"});
@@ -169,16 +174,18 @@ TEST_F(LocalBackendTest, CorruptConfigIsRejectedWithPositionsAndCreatesNothing) 
 }
 
 TEST_F(LocalBackendTest, ReplicaFailingOnceUnderOnFailureIsRestartedAndTheJobSucceeds) {
-  const std::string config = WriteConfig(
-      "onfailure.yaml", FakeTrainerConfig("", absl::StrCat("--fail_once=", work_.path(), "/failed-once"),
-                                          "runPolicy: {restartPolicy: OnFailure, backoffLimit: 2}\n"));
+  const std::string config =
+      WriteConfig("onfailure.yaml",
+                  FakeTrainerConfig("", absl::StrCat("--fail_once=", work_.path(), "/failed-once"),
+                                    "runPolicy: {restartPolicy: OnFailure, backoffLimit: 2}\n"));
   // A manifest's runPolicy is outside trainingInput: use the manifest form.
-  const std::string manifest = WriteConfig(
-      "onfailure-job.yaml",
-      absl::StrCat("apiVersion: kubetrain.io/v1\nkind: TrainingJob\nmetadata: {name: restart_job}\nspec:\n  ",
-                   absl::StrJoin(absl::StrSplit(ReadFile(config), '\n'), "\n  ")));
-  RunResult r = Kubetrain({"jobs", "submit", "training", "restart_job", "--local", "--config", manifest,
-                           "--stream-logs"});
+  const std::string manifest =
+      WriteConfig("onfailure-job.yaml",
+                  absl::StrCat("apiVersion: kubetrain.io/v1\nkind: TrainingJob\nmetadata: {name: "
+                               "restart_job}\nspec:\n  ",
+                               absl::StrJoin(absl::StrSplit(ReadFile(config), '\n'), "\n  ")));
+  RunResult r = Kubetrain({"jobs", "submit", "training", "restart_job", "--local", "--config",
+                           manifest, "--stream-logs"});
   EXPECT_EQ(r.code, 0) << r.out << r.err;
   EXPECT_THAT(r.out, HasSubstr("Job [restart_job] submitted successfully."));
   EXPECT_THAT(r.out, HasSubstr("failing on purpose"));
@@ -190,12 +197,15 @@ TEST_F(LocalBackendTest, ReplicaFailingOnceUnderOnFailureIsRestartedAndTheJobSuc
 
 TEST_F(LocalBackendTest, CancelEndsCancelledWithNoChildProcessLeft) {
   const std::string config = WriteConfig(
-      "long.yaml", FakeTrainerConfig("  scaleTier: CUSTOM\n  masterType: standard\n  workerType: standard\n"
-                                     "  workerCount: 2\n",
-                                     "--sleep_ms=600000, --spawn_child"));
-  RunResult r = Kubetrain({"jobs", "submit", "training", "long_job", "--local", "--config", config});
+      "long.yaml",
+      FakeTrainerConfig("  scaleTier: CUSTOM\n  masterType: standard\n  workerType: standard\n"
+                        "  workerCount: 2\n",
+                        "--sleep_ms=600000, --spawn_child"));
+  RunResult r =
+      Kubetrain({"jobs", "submit", "training", "long_job", "--local", "--config", config});
   ASSERT_EQ(r.code, 0) << r.err;
-  ASSERT_TRUE(WaitFor([&] { return Runs().size() == 3; })) << ReadFile(home_.path() + "/controller.log");
+  ASSERT_TRUE(WaitFor([&] { return Runs().size() == 3; }))
+      << ReadFile(home_.path() + "/controller.log");
   std::vector<int> pids;
   for (const auto& run : Runs()) {
     ASSERT_EQ(run.size(), 4u);
@@ -212,7 +222,8 @@ TEST_F(LocalBackendTest, CancelEndsCancelledWithNoChildProcessLeft) {
   ASSERT_TRUE(WaitFor([&] { return Finished("long_job"); }));
   EXPECT_EQ(Job("long_job").status().state(), v1::CANCELLED);
   // CANCELLED comes only once no replica is left: every process is gone now.
-  for (int pid : pids) EXPECT_FALSE(ProcessAlive(pid, 0)) << "pid " << pid << " outlived the cancelled job";
+  for (int pid : pids)
+    EXPECT_FALSE(ProcessAlive(pid, 0)) << "pid " << pid << " outlived the cancelled job";
   RunResult again = Kubetrain({"jobs", "cancel", "long_job", "--local"});
   EXPECT_EQ(again.code, 1);
   EXPECT_THAT(again.err, HasSubstr("already ended CANCELLED"));
@@ -221,14 +232,17 @@ TEST_F(LocalBackendTest, CancelEndsCancelledWithNoChildProcessLeft) {
 TEST_F(LocalBackendTest, KilledControllerRestartsAndTheSweepRunsEachTrialOnce) {
   const std::string config = WriteConfig(
       "sweep.yaml",
-      FakeTrainerConfig("  hyperparameters:\n    goal: MAXIMIZE\n    maxTrials: 6\n    maxParallelTrials: 2\n"
-                        "    algorithm: RANDOM_SEARCH\n"
-                        "    params:\n      - {parameterName: x, type: DOUBLE, minValue: 0, maxValue: 1,"
-                        " scaleType: UNIT_LINEAR_SCALE}\n",
-                        "--sleep_ms=700"));
-  RunResult r = Kubetrain({"jobs", "submit", "training", "sweep_job", "--local", "--config", config});
+      FakeTrainerConfig(
+          "  hyperparameters:\n    goal: MAXIMIZE\n    maxTrials: 6\n    maxParallelTrials: 2\n"
+          "    algorithm: RANDOM_SEARCH\n"
+          "    params:\n      - {parameterName: x, type: DOUBLE, minValue: 0, maxValue: 1,"
+          " scaleType: UNIT_LINEAR_SCALE}\n",
+          "--sleep_ms=700"));
+  RunResult r =
+      Kubetrain({"jobs", "submit", "training", "sweep_job", "--local", "--config", config});
   ASSERT_EQ(r.code, 0) << r.err;
-  ASSERT_TRUE(WaitFor([&] { return Job("sweep_job").status().training_output().trials_size() >= 3; }));
+  ASSERT_TRUE(
+      WaitFor([&] { return Job("sweep_job").status().training_output().trials_size() >= 3; }));
   const int first = ControllerPid();
   ASSERT_GT(first, 0);
   ASSERT_EQ(kill(first, SIGKILL), 0);
@@ -247,7 +261,8 @@ TEST_F(LocalBackendTest, KilledControllerRestartsAndTheSweepRunsEachTrialOnce) {
   std::map<std::string, int> starts;
   for (const auto& run : Runs()) ++starts[run[0]];
   EXPECT_EQ(starts.size(), 6u);
-  for (const auto& [trial, count] : starts) EXPECT_EQ(count, 1) << "trial " << trial << " ran " << count << " times";
+  for (const auto& [trial, count] : starts)
+    EXPECT_EQ(count, 1) << "trial " << trial << " ran " << count << " times";
 }
 
 TEST_F(LocalBackendTest, CommandsThatShowAnUnfinishedJobRestartADeadController) {
@@ -276,18 +291,21 @@ TEST_F(LocalBackendTest, CommandsThatShowAnUnfinishedJobRestartADeadController) 
   RunResult describe = Kubetrain({"jobs", "describe", "orphan_2", "--local"});
   EXPECT_EQ(describe.code, 0) << describe.err;
   EXPECT_THAT(describe.out, HasSubstr("state: RUNNING"));
-  ASSERT_TRUE(WaitFor([&] { return Finished("orphan_2"); })) << ReadFile(home_.path() + "/controller.log");
+  ASSERT_TRUE(WaitFor([&] { return Finished("orphan_2"); }))
+      << ReadFile(home_.path() + "/controller.log");
   EXPECT_EQ(Job("orphan_2").status().state(), v1::SUCCEEDED);
 }
 
 TEST_F(LocalBackendTest, TuningFindsTheOptimumOfAKnownFunction) {
   const std::string config = WriteConfig(
       "study.yaml",
-      FakeTrainerConfig("  hyperparameters:\n    goal: MAXIMIZE\n    maxTrials: 12\n    maxParallelTrials: 2\n"
-                        "    params:\n      - {parameterName: x, type: DOUBLE, minValue: 0, maxValue: 1,"
-                        " scaleType: UNIT_LINEAR_SCALE}\n",
-                        "--sleep_ms=0"));
-  RunResult r = Kubetrain({"jobs", "submit", "training", "study_job", "--local", "--config", config, "--wait"});
+      FakeTrainerConfig(
+          "  hyperparameters:\n    goal: MAXIMIZE\n    maxTrials: 12\n    maxParallelTrials: 2\n"
+          "    params:\n      - {parameterName: x, type: DOUBLE, minValue: 0, maxValue: 1,"
+          " scaleType: UNIT_LINEAR_SCALE}\n",
+          "--sleep_ms=0"));
+  RunResult r = Kubetrain(
+      {"jobs", "submit", "training", "study_job", "--local", "--config", config, "--wait"});
   EXPECT_EQ(r.code, 0) << r.out << r.err;
   EXPECT_THAT(r.out, HasSubstr("trials: 12/12 completed"));
   RunResult describe = Kubetrain({"jobs", "describe", "study_job", "--local"});
@@ -298,7 +316,8 @@ TEST_F(LocalBackendTest, TuningFindsTheOptimumOfAKnownFunction) {
   const v1::TrainingOutput& out = job.status().training_output();
   ASSERT_EQ(out.trials_size(), 12);
   for (int i = 1; i < out.trials_size(); ++i) {
-    EXPECT_GE(out.trials(i - 1).final_metric().objective_value(), out.trials(i).final_metric().objective_value());
+    EXPECT_GE(out.trials(i - 1).final_metric().objective_value(),
+              out.trials(i).final_metric().objective_value());
   }
   // The optimum is x = 0.3 (objective 0); the best trial is near it.
   EXPECT_GT(out.trials(0).final_metric().objective_value(), -0.01);
@@ -481,28 +500,30 @@ TEST_F(LocalBackendTest, SubmitNamesTheLocalFollowUpCommands) {
 
 TEST_F(LocalBackendTest, CloudMlConfigOfTheReferenceIsAccepted) {
   // REFERENCE.md §4, unchanged.
-  const std::string config = WriteConfig("config.yaml",
-                                         "trainingInput:\n"
-                                         "  scaleTier: STANDARD_1        # many workers and a few parameter servers\n"
-                                         "  hyperparameters:\n"
-                                         "    goal: MAXIMIZE\n"
-                                         "    maxTrials: 10\n"
-                                         "    maxParallelTrials: 2\n"
-                                         "    params:\n"
-                                         "      - parameterName: hidden1\n"
-                                         "        type: INTEGER\n"
-                                         "        minValue: 40\n"
-                                         "        maxValue: 400\n"
-                                         "        scaleType: UNIT_LINEAR_SCALE\n"
-                                         "      - parameterName: learning_rate\n"
-                                         "        type: DOUBLE\n"
-                                         "        minValue: 0.0001\n"
-                                         "        maxValue: 0.5\n"
-                                         "        scaleType: UNIT_LOG_SCALE\n");
+  const std::string config =
+      WriteConfig("config.yaml",
+                  "trainingInput:\n"
+                  "  scaleTier: STANDARD_1        # many workers and a few parameter servers\n"
+                  "  hyperparameters:\n"
+                  "    goal: MAXIMIZE\n"
+                  "    maxTrials: 10\n"
+                  "    maxParallelTrials: 2\n"
+                  "    params:\n"
+                  "      - parameterName: hidden1\n"
+                  "        type: INTEGER\n"
+                  "        minValue: 40\n"
+                  "        maxValue: 400\n"
+                  "        scaleType: UNIT_LINEAR_SCALE\n"
+                  "      - parameterName: learning_rate\n"
+                  "        type: DOUBLE\n"
+                  "        minValue: 0.0001\n"
+                  "        maxValue: 0.5\n"
+                  "        scaleType: UNIT_LOG_SCALE\n");
   // Every replica runs the fake trainer in place of kubetrain-runtime.
-  RunResult r = Kubetrain({"jobs", "submit", "training", "cloudml_job", "--local", "--config", config,
-                           "--stream-logs", "--", absl::StrCat("--record_dir=", work_.path())},
-                          absl::StrCat("KUBETRAIN_RUNTIME=", Quote(FAKE_TRAINER)));
+  RunResult r =
+      Kubetrain({"jobs", "submit", "training", "cloudml_job", "--local", "--config", config,
+                 "--stream-logs", "--", absl::StrCat("--record_dir=", work_.path())},
+                absl::StrCat("KUBETRAIN_RUNTIME=", Quote(FAKE_TRAINER)));
   EXPECT_EQ(r.code, 0) << r.out << r.err;
   v1::TrainingJob job = Job("cloudml_job");
   EXPECT_EQ(job.status().state(), v1::SUCCEEDED) << job.status().error_message();

@@ -87,8 +87,15 @@ class OperatorIntegrationTest : public ::testing::Test {
 
   // Leader election on a short lease, so that a takeover takes seconds.
   static std::vector<std::string> LeaderElectionFlags() {
-    return {"--leader-elect=true", "--lease-duration", "2", "--renew-deadline", "1.5",
-            "--retry-period", "0.2", "--leader-election-namespace", "ns1"};
+    return {"--leader-elect=true",
+            "--lease-duration",
+            "2",
+            "--renew-deadline",
+            "1.5",
+            "--retry-period",
+            "0.2",
+            "--leader-election-namespace",
+            "ns1"};
   }
 
   std::unique_ptr<OperatorProcess> StartOperator(const std::string& name,
@@ -628,9 +635,9 @@ TEST_F(OperatorIntegrationTest, TrialReportsReachTheLeaderAcrossAFailover) {
   ASSERT_TRUE(server_->Create("pods", "ns1", OperatorPod("op-b")).ok());
   auto election = [](const std::string& pod) {
     std::vector<std::string> flags = LeaderElectionFlags();
-    flags.insert(flags.end(), {"--metrics-listen=127.0.0.1:0",
-                               "--metrics-address=kubetrain-operator-trials:9090", "--pod-name",
-                               pod});
+    flags.insert(flags.end(),
+                 {"--metrics-listen=127.0.0.1:0",
+                  "--metrics-address=kubetrain-operator-trials:9090", "--pod-name", pod});
     return flags;
   };
   // The bound gRPC address, from the operator's log.

@@ -73,5 +73,4 @@ std::string OperatorProcess::Log() const {
   return out.str();
 }
 
-
 }  // namespace kubetrain::testing

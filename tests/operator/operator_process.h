@@ -34,5 +34,4 @@ class OperatorProcess {
   pid_t pid_ = -1;
 };
 
-
 }  // namespace kubetrain::testing

@@ -62,8 +62,9 @@ class ClusterRun {
                       absl::StrJoin(addrs, "\",\""), "\"]");
     }
     for (const TaskSpec& t : tasks_) {
-      std::string tf_config = absl::StrCat("{\"cluster\":{", cluster_json, "},\"task\":{\"type\":\"",
-                                           t.type, "\",\"index\":", t.index, "}}");
+      std::string tf_config =
+          absl::StrCat("{\"cluster\":{", cluster_json, "},\"task\":{\"type\":\"", t.type,
+                       "\",\"index\":", t.index, "}}");
       setenv("TF_CONFIG", tf_config.c_str(), 1);
       std::vector<std::string> argv = {TRAINER_PATH};
       argv.insert(argv.end(), flags.begin(), flags.end());
@@ -99,7 +100,8 @@ std::vector<std::string> Lines(ChildProcess& c) {
 }
 
 std::optional<double> FinalAccuracy(const std::vector<std::string>& lines) {
-  static const std::regex re(R"(Final metrics after \d+ steps, loss: [0-9.]+, accuracy: ([0-9.]+))");
+  static const std::regex re(
+      R"(Final metrics after \d+ steps, loss: [0-9.]+, accuracy: ([0-9.]+))");
   for (const auto& l : lines) {
     std::smatch m;
     if (std::regex_search(l, m, re)) return std::stod(m[1]);
@@ -135,8 +137,12 @@ class DistributedTrainingTest : public ::testing::Test {
     std::vector<std::string> flags = {
         absl::StrCat("--train_data_paths=", kData, "/train-images-idx3-ubyte.gz"),
         absl::StrCat("--eval_data_paths=", kData, "/t10k-images-idx3-ubyte.gz"),
-        absl::StrCat("--batch_size=", batch), absl::StrCat("--max_steps=", max_steps),
-        "--threads=1", "--eval_every_secs=0", "--seed=7", "--connect_timeout_secs=60"};
+        absl::StrCat("--batch_size=", batch),
+        absl::StrCat("--max_steps=", max_steps),
+        "--threads=1",
+        "--eval_every_secs=0",
+        "--seed=7",
+        "--connect_timeout_secs=60"};
     // CMake runs this suite once per CPU kernel path (the build's default,
     // then blas).
     if (const char* kernels = std::getenv("KUBETRAIN_TEST_CPU_KERNELS")) {
@@ -159,7 +165,8 @@ class DistributedTrainingTest : public ::testing::Test {
       if (t.type == master) continue;
       ChildProcess& c = run.task(t.type, t.index);
       auto other = c.Wait(limit);
-      EXPECT_TRUE(other.ok()) << t.type << " " << t.index << " did not exit within 10 s of the master";
+      EXPECT_TRUE(other.ok()) << t.type << " " << t.index
+                              << " did not exit within 10 s of the master";
       EXPECT_EQ(other.value_or(-1), 0) << t.type << " " << t.index << ": " << c.Stderr();
     }
     return lines;
@@ -231,12 +238,13 @@ TEST_F(DistributedTrainingTest, OverlappedAllReduceWritesTheSameCheckpointAsSequ
   for (bool overlap : {true, false}) {
     const std::string tag = overlap ? "overlap" : "sequential";
     const std::string out = (dir_ / tag).string();
-    ClusterRun run(dir_, {{"worker", 3}},
-                   Flags(64, 60, {"--output_path=" + out, "--log_every_steps=30",
-                                  "--save_checkpoints_secs=100000", "--transport=grpc",
-                                  "--allreduce_bucket_kib=64",
-                                  absl::StrCat("--allreduce_overlap=", overlap)}),
-                   tag);
+    ClusterRun run(
+        dir_, {{"worker", 3}},
+        Flags(64, 60,
+              {"--output_path=" + out, "--log_every_steps=30", "--save_checkpoints_secs=100000",
+               "--transport=grpc", "--allreduce_bucket_kib=64",
+               absl::StrCat("--allreduce_overlap=", overlap)}),
+        tag);
     std::vector<std::string> lines = Lines(run.task("worker", 0));
     for (int i = 0; i < 3; ++i) {
       auto code = run.task("worker", i).Wait(absl::Now() + absl::Seconds(300));
@@ -253,8 +261,8 @@ TEST_F(DistributedTrainingTest, OverlappedAllReduceWritesTheSameCheckpointAsSequ
 
 TEST_F(DistributedTrainingTest, KilledWorkerGivesRetryableExitAndTheRestartResumes) {
   const std::string out = (dir_ / "out").string();
-  const std::vector<std::string> flags =
-      Flags(64, 400, {"--output_path=" + out, "--log_every_steps=50", "--save_checkpoints_steps=50"});
+  const std::vector<std::string> flags = Flags(
+      64, 400, {"--output_path=" + out, "--log_every_steps=50", "--save_checkpoints_steps=50"});
   {
     ClusterRun run(dir_, {{"worker", 3}}, flags, "first");
     ChildProcess& chief = run.task("worker", 0);
@@ -288,10 +296,11 @@ TEST_F(DistributedTrainingTest, KilledWorkerGivesRetryableExitAndTheRestartResum
 
 TEST_F(DistributedTrainingTest, EvaluatorEvaluatesCheckpointsAndExitsWithTheMaster) {
   const std::string out = (dir_ / "out").string();
-  ClusterRun run(dir_, {{"master", 1}, {"worker", 1}, {"evaluator", 1}},
-                 Flags(64, 200, {"--output_path=" + out, "--log_every_steps=100",
-                                 "--save_checkpoints_steps=50"}),
-                 "eval");
+  ClusterRun run(
+      dir_, {{"master", 1}, {"worker", 1}, {"evaluator", 1}},
+      Flags(64, 200,
+            {"--output_path=" + out, "--log_every_steps=100", "--save_checkpoints_steps=50"}),
+      "eval");
   ExpectAllExitZero(run, "master");
   std::vector<std::string> lines = Lines(run.task("evaluator", 0));
   const std::string log = absl::StrJoin(lines, "\n");

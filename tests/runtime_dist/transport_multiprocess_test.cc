@@ -33,7 +33,8 @@ class Cluster {
                                        "--group=" + group_, absl::StrCat("--rank=", r),
                                        absl::StrCat("--size=", size)};
       argv.insert(argv.end(), extra_args.begin(), extra_args.end());
-      if (std::find(stalling.begin(), stalling.end(), r) != stalling.end()) argv.push_back("--stall");
+      if (std::find(stalling.begin(), stalling.end(), r) != stalling.end())
+        argv.push_back("--stall");
       auto child = ChildProcess::Spawn(argv, (dir_ / absl::StrCat("rank", r, ".stderr")).string());
       EXPECT_TRUE(child.ok()) << child.status();
       children_.push_back(std::move(*child));
@@ -45,7 +46,8 @@ class Cluster {
         EXPECT_TRUE(line.ok() && line->rfind("PORT ", 0) == 0) << line.status() << c->Stderr();
         addresses.push_back(absl::StrCat("127.0.0.1:", line.ok() ? line->substr(5) : "0"));
       }
-      for (auto& c : children_) EXPECT_TRUE(c->WriteLine("ADDRS " + absl::StrJoin(addresses, ",")).ok());
+      for (auto& c : children_)
+        EXPECT_TRUE(c->WriteLine("ADDRS " + absl::StrJoin(addresses, ",")).ok());
       addresses_ = addresses;
     }
   }
@@ -80,14 +82,14 @@ TEST_P(MultiProcessAllReduceTest, EveryRankGetsTheSum) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Transports, MultiProcessAllReduceTest,
-    ::testing::Values(Case{"grpc", 2, 1}, Case{"grpc", 3, 100003}, Case{"grpc", 4, 3},
-                      Case{"shm", 2, 1}, Case{"shm", 3, 1000003}, Case{"shm", 4, 3}),
-    [](const auto& info) {
-      return absl::StrCat(info.param.transport, "_", info.param.ranks, "ranks_",
-                          info.param.count);
-    });
+INSTANTIATE_TEST_SUITE_P(Transports, MultiProcessAllReduceTest,
+                         ::testing::Values(Case{"grpc", 2, 1}, Case{"grpc", 3, 100003},
+                                           Case{"grpc", 4, 3}, Case{"shm", 2, 1},
+                                           Case{"shm", 3, 1000003}, Case{"shm", 4, 3}),
+                         [](const auto& info) {
+                           return absl::StrCat(info.param.transport, "_", info.param.ranks,
+                                               "ranks_", info.param.count);
+                         });
 
 class KilledPeerTest : public ::testing::TestWithParam<std::string> {};
 

@@ -50,14 +50,22 @@ int main(int argc, char** argv) {
       if (arg.substr(0, prefix.size()) == prefix) return std::string(arg.substr(prefix.size()));
       return std::nullopt;
     };
-    if (auto v = value("--transport")) transport_name = *v;
-    else if (auto v = value("--group")) group = *v;
-    else if (auto v = value("--rank")) rank = std::stoi(*v);
-    else if (auto v = value("--size")) size = std::stoi(*v);
-    else if (auto v = value("--iters")) iters = std::stoi(*v);
-    else if (auto v = value("--count")) count = std::stoul(*v);
-    else if (auto v = value("--timeout_s")) timeout_s = std::stod(*v);
-    else if (arg == "--stall") stall = true;
+    if (auto v = value("--transport"))
+      transport_name = *v;
+    else if (auto v = value("--group"))
+      group = *v;
+    else if (auto v = value("--rank"))
+      rank = std::stoi(*v);
+    else if (auto v = value("--size"))
+      size = std::stoi(*v);
+    else if (auto v = value("--iters"))
+      iters = std::stoi(*v);
+    else if (auto v = value("--count"))
+      count = std::stoul(*v);
+    else if (auto v = value("--timeout_s"))
+      timeout_s = std::stod(*v);
+    else if (arg == "--stall")
+      stall = true;
     else {
       std::cerr << "unknown flag " << arg << std::endl;
       return 1;

@@ -250,10 +250,9 @@ class ExecProcess {
     posix_spawn_file_actions_init(&actions);
     posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
     posix_spawn_file_actions_addclose(&actions, out[0]);
-    std::vector<std::string> args = {
-        "sh", "-c",
-        absl::StrCat("exec ", env, " ", KUBETRAIN_RUNTIME_BINARY, " exec -- sh ", script, " 2>",
-                     log)};
+    std::vector<std::string> args = {"sh", "-c",
+                                     absl::StrCat("exec ", env, " ", KUBETRAIN_RUNTIME_BINARY,
+                                                  " exec -- sh ", script, " 2>", log)};
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -311,8 +310,8 @@ class UnreachableOperatorTest : public RuntimeReportTest {
 };
 
 TEST_F(UnreachableOperatorTest, ASigtermedTrialDoesNotWaitOutTheReportDeadline) {
-  ExecProcess exec(UnreachableEnv(),
-                   Script("stop.sh", report_ + "echo ready\nexec sleep 1000\n"), log_);
+  ExecProcess exec(UnreachableEnv(), Script("stop.sh", report_ + "echo ready\nexec sleep 1000\n"),
+                   log_);
   ASSERT_TRUE(exec.started());
   ASSERT_EQ(exec.ReadOutput(), "ready\n");
   EXPECT_EQ(exec.Terminate(), 128 + SIGTERM) << Slurp(log_);

@@ -1,6 +1,5 @@
-#include "trainer-runtime/cmd/device_factory.h"
-
 #include "absl/strings/str_cat.h"
+#include "trainer-runtime/cmd/device_factory.h"
 #include "trainer-runtime/cuda/cuda_device.h"
 #include "trainer-runtime/exit_codes.h"
 

@@ -48,8 +48,9 @@ TEST_F(RuntimeCliTest, ExitCodes) {
 
 TEST_F(RuntimeCliTest, TrainingWithoutAnOutputFolderSaysNothingIsKept) {
   std::string log = (dir_ / "log").string();
-  const std::string no_output = "train --train_data_paths=" + (dir_ / "train.csv").string() +
-                                " --max_steps=3 --batch_size=20 --hidden1=8 --hidden2=4 --threads=1";
+  const std::string no_output =
+      "train --train_data_paths=" + (dir_ / "train.csv").string() +
+      " --max_steps=3 --batch_size=20 --hidden1=8 --hidden2=4 --threads=1";
   ASSERT_EQ(RunBinary(no_output, log), kExitOk) << Slurp(log);
   EXPECT_NE(Slurp(log).find("Warning: no --job-dir or --output_path"), std::string::npos)
       << Slurp(log);

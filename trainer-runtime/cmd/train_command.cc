@@ -89,7 +89,6 @@ class PrometheusSink : public engine::MetricsSink {
   std::string objective_tag_;
 };
 
-
 // Takes --metrics_address ADDR / --metrics_address=ADDR out of `args` (the
 // trainer flags do not know it); falls back to $KUBETRAIN_RUNTIME_METRICS_ADDR.
 std::string ExtractMetricsAddress(std::vector<std::string>& args) {

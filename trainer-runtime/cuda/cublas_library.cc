@@ -37,9 +37,9 @@ absl::StatusOr<CublasApi> Load() {
 #endif
   }
   if (library == nullptr) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot load cuBLAS: tried ", tried,
-                     "; install the CUDA toolkit's libcublas or add its folder to LD_LIBRARY_PATH"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot load cuBLAS: tried ", tried,
+        "; install the CUDA toolkit's libcublas or add its folder to LD_LIBRARY_PATH"));
   }
   CublasApi api;
   std::string missing;

@@ -35,9 +35,8 @@ absl::Status CudaStatus(cudaError_t error, const char* expr, const char* file, i
 }
 
 absl::Status CublasStatus(cublasStatus_t status, const char* expr, const char* file, int line) {
-  std::string message =
-      absl::StrCat("cuBLAS error ", static_cast<int>(status), " (", CublasStatusName(status),
-                   ") in ", expr, Where(file, line));
+  std::string message = absl::StrCat("cuBLAS error ", static_cast<int>(status), " (",
+                                     CublasStatusName(status), ") in ", expr, Where(file, line));
   if (status == CUBLAS_STATUS_ALLOC_FAILED) return absl::ResourceExhaustedError(message);
   if (status == CUBLAS_STATUS_NOT_INITIALIZED) return absl::FailedPreconditionError(message);
   return absl::InternalError(message);

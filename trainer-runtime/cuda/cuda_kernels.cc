@@ -51,9 +51,9 @@ absl::Status Gemm(const KernelContext& c, bool ta, bool tb, int64_t m, int64_t n
   int lda = static_cast<int>(ta ? m : k);
   int ldb = static_cast<int>(tb ? k : n);
   CUBLAS_CHECK(Dev(c).cublas_api().sgemm(Dev(c).cublas(), tb ? CUBLAS_OP_T : CUBLAS_OP_N,
-                           ta ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(n), static_cast<int>(m),
-                           static_cast<int>(k), &alpha, b, ldb, a, lda, &beta, out,
-                           static_cast<int>(n)));
+                                         ta ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(n),
+                                         static_cast<int>(m), static_cast<int>(k), &alpha, b, ldb,
+                                         a, lda, &beta, out, static_cast<int>(n)));
   return absl::OkStatus();
 }
 

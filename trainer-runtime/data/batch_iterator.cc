@@ -51,12 +51,12 @@ absl::Status ValidateBatchOptions(const BatchOptions& options, int64_t num_examp
                                                    " is outside [0, ", options.shard_count, ")"));
   }
   if (num_examples <= options.shard_index) {
-    return absl::InvalidArgumentError(absl::StrCat("shard ", options.shard_index, " of ",
-                                                   options.shard_count, " is empty: the dataset has ",
-                                                   num_examples, " examples"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("shard ", options.shard_index, " of ", options.shard_count,
+                     " is empty: the dataset has ", num_examples, " examples"));
   }
-  const int64_t shard_size = (num_examples - options.shard_index + options.shard_count - 1) /
-                             options.shard_count;
+  const int64_t shard_size =
+      (num_examples - options.shard_index + options.shard_count - 1) / options.shard_count;
   if (options.drop_remainder && shard_size < options.batch_size) {
     return absl::InvalidArgumentError(absl::StrCat(
         "shard ", options.shard_index, " of ", options.shard_count, " has ", shard_size,
@@ -65,10 +65,10 @@ absl::Status ValidateBatchOptions(const BatchOptions& options, int64_t num_examp
   return absl::OkStatus();
 }
 
-BatchPlan::BatchPlan(int64_t num_examples, const BatchOptions& options)
-    : options_(options) {
+BatchPlan::BatchPlan(int64_t num_examples, const BatchOptions& options) : options_(options) {
   if (!ValidateBatchOptions(options, num_examples).ok()) return;
-  shard_size_ = (num_examples - options.shard_index + options.shard_count - 1) / options.shard_count;
+  shard_size_ =
+      (num_examples - options.shard_index + options.shard_count - 1) / options.shard_count;
   batches_per_epoch_ = options.drop_remainder
                            ? shard_size_ / options.batch_size
                            : (shard_size_ + options.batch_size - 1) / options.batch_size;

@@ -19,8 +19,8 @@ struct BatchOptions {
   int64_t batch_size = 128;
   bool shuffle = true;
   uint64_t seed = 0;
-  int shard_index = 0;  // this worker's task index
-  int shard_count = 1;  // number of workers reading the same data
+  int shard_index = 0;          // this worker's task index
+  int shard_count = 1;          // number of workers reading the same data
   bool drop_remainder = false;  // drop each epoch's last, short batch
   int prefetch = 2;             // batches built ahead by a background thread; 0 = none
 };
@@ -28,9 +28,9 @@ struct BatchOptions {
 struct Batch {
   int64_t size = 0;
   int64_t epoch = 0;
-  int64_t index = 0;  // global batch number since start
-  std::vector<float> features;  // size * example_size(), row-major
-  std::vector<int32_t> labels;  // size
+  int64_t index = 0;                     // global batch number since start
+  std::vector<float> features;           // size * example_size(), row-major
+  std::vector<int32_t> labels;           // size
   std::vector<int64_t> example_indices;  // positions in the dataset of the examples, in order
 };
 

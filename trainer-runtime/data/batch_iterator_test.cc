@@ -93,7 +93,8 @@ TEST(BatchIteratorTest, ShardsAreDisjointAndCoverTheDataset) {
         }
       }
     }
-    for (int64_t e = 0; e < n; ++e) EXPECT_EQ(seen[e], 1) << "example " << e << ", shards " << shards;
+    for (int64_t e = 0; e < n; ++e)
+      EXPECT_EQ(seen[e], 1) << "example " << e << ", shards " << shards;
   }
 }
 
@@ -118,7 +119,8 @@ TEST(BatchIteratorTest, SeedChangesTheOrderAndNoShuffleKeepsIt) {
   BatchIterator a(data, {.batch_size = 30, .seed = 1});
   BatchIterator b(data, {.batch_size = 30, .seed = 2});
   EXPECT_NE(a.Next().example_indices, b.Next().example_indices);
-  BatchIterator plain(data, {.batch_size = 30, .shuffle = false, .shard_index = 2, .shard_count = 3});
+  BatchIterator plain(data,
+                      {.batch_size = 30, .shuffle = false, .shard_index = 2, .shard_count = 3});
   const Batch p = plain.Next();
   std::vector<int64_t> expected;
   for (int64_t i = 2; i < 30; i += 3) expected.push_back(i);
@@ -155,7 +157,8 @@ TEST(BatchIteratorTest, CreateRejectsBadOptions) {
       {{.batch_size = 0}, "batch_size must be positive, got 0"},
       {{.shard_index = 3, .shard_count = 3}, "shard_index 3 is outside [0, 3)"},
       {{.shard_count = 0}, "shard_count must be positive"},
-      {{.shard_index = 11, .shard_count = 12}, "shard 11 of 12 is empty: the dataset has 10 examples"},
+      {{.shard_index = 11, .shard_count = 12},
+       "shard 11 of 12 is empty: the dataset has 10 examples"},
       {{.batch_size = 6, .shard_index = 0, .shard_count = 2, .drop_remainder = true},
        "shard 0 of 2 has 5 examples, fewer than batch_size 6 with drop_remainder"},
   };

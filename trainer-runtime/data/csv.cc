@@ -96,9 +96,9 @@ absl::StatusOr<Dataset> ParseCsv(std::string_view content, std::string_view name
     }
     const float label = row.back();
     if (label < 0 || label > kMaxLabel || label != std::floor(label)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(name, ":", line_number, ": label (column ", columns, ") must be an integer in [0, ",
-                       kMaxLabel, "], got ", ToAbsl(Trim(fields.back()).substr(0, 40))));
+      return absl::InvalidArgumentError(absl::StrCat(
+          name, ":", line_number, ": label (column ", columns, ") must be an integer in [0, ",
+          kMaxLabel, "], got ", ToAbsl(Trim(fields.back()).substr(0, 40))));
     }
     dataset.features.insert(dataset.features.end(), row.begin(), row.end() - 1);
     dataset.labels.push_back(static_cast<int32_t>(label));

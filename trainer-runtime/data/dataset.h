@@ -16,9 +16,9 @@ namespace kubetrain::runtime::data {
 struct Dataset {
   std::vector<int64_t> example_shape;  // {28, 28, 1} for IDX images (HWC); {n} for CSV features
   int64_t num_examples = 0;
-  std::vector<float> features;  // num_examples * example_size(), row-major; IDX pixels in [0,1]
-  std::vector<int32_t> labels;  // num_examples
-  int32_t num_classes = 0;      // max label + 1 (10 for Fashion-MNIST)
+  std::vector<float> features;   // num_examples * example_size(), row-major; IDX pixels in [0,1]
+  std::vector<int32_t> labels;   // num_examples
+  int32_t num_classes = 0;       // max label + 1 (10 for Fashion-MNIST)
   int64_t example_size() const;  // product of example_shape
 };
 

@@ -165,9 +165,10 @@ TEST_F(IdxFilesTest, TruncatedImageDataNamesTheFileAndSizes) {
   WriteFile(Path("t-labels-idx1-ubyte"), GoodLabels());
   auto d = LoadIdx(Path("t-images-idx3-ubyte"));
   EXPECT_EQ(d.status().code(), absl::StatusCode::kDataLoss);
-  EXPECT_THAT(d.status().message(),
-              HasSubstr(Path("t-images-idx3-ubyte") +
-                        ": truncated: header declares 3x2x2 = 12 bytes of data but only 11 follow"));
+  EXPECT_THAT(
+      d.status().message(),
+      HasSubstr(Path("t-images-idx3-ubyte") +
+                ": truncated: header declares 3x2x2 = 12 bytes of data but only 11 follow"));
 }
 
 TEST_F(IdxFilesTest, TruncatedHeaderIsDataLoss) {
@@ -175,7 +176,8 @@ TEST_F(IdxFilesTest, TruncatedHeaderIsDataLoss) {
   WriteFile(Path("h-labels-idx1-ubyte"), GoodLabels());
   auto d = LoadIdx(Path("h-images-idx3-ubyte"));
   EXPECT_EQ(d.status().code(), absl::StatusCode::kDataLoss);
-  EXPECT_THAT(d.status().message(), HasSubstr("truncated: 9 bytes, the IDX header of rank 3 needs 16"));
+  EXPECT_THAT(d.status().message(),
+              HasSubstr("truncated: 9 bytes, the IDX header of rank 3 needs 16"));
 }
 
 TEST_F(IdxFilesTest, TrailingBytesAreDataLoss) {
@@ -194,9 +196,10 @@ TEST_F(IdxFilesTest, BadMagicNamesFoundAndExpected) {
   WriteFile(Path("m-labels-idx1-ubyte"), labels);
   auto d = LoadIdx(Path("m-images-idx3-ubyte"));
   EXPECT_EQ(d.status().code(), absl::StatusCode::kDataLoss);
-  EXPECT_THAT(d.status().message(),
-              HasSubstr(Path("m-labels-idx1-ubyte") +
-                        ": bad magic number 0x00000802, expected 0x00000801 for an IDX labels file"));
+  EXPECT_THAT(
+      d.status().message(),
+      HasSubstr(Path("m-labels-idx1-ubyte") +
+                ": bad magic number 0x00000802, expected 0x00000801 for an IDX labels file"));
 }
 
 TEST_F(IdxFilesTest, CountMismatchNamesBothFiles) {

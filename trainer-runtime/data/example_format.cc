@@ -79,7 +79,8 @@ void AppendMessage(int field, const std::string& message, std::string* out) {
   coded.WriteString(message);
 }
 
-void AppendMapEntry(std::string_view key, int kind, const std::string& list, std::string* features) {
+void AppendMapEntry(std::string_view key, int kind, const std::string& list,
+                    std::string* features) {
   std::string feature;
   AppendMessage(kind, list, &feature);
   std::string entry;
@@ -246,7 +247,8 @@ std::string EncodeExample(const float* features, size_t count, int64_t label,
 }
 
 absl::StatusOr<DecodedExample> DecodeExample(std::string_view bytes) {
-  CodedInputStream in(reinterpret_cast<const uint8_t*>(bytes.data()), static_cast<int>(bytes.size()));
+  CodedInputStream in(reinterpret_cast<const uint8_t*>(bytes.data()),
+                      static_cast<int>(bytes.size()));
   in.SetRecursionLimit(16);
   DecodedExample example;
   std::string error;
@@ -300,15 +302,14 @@ absl::Status WriteExampleTFRecord(const Dataset& dataset, const std::string& pat
   const int64_t size = dataset.example_size();
   if (dataset.features.size() != static_cast<size_t>(dataset.num_examples * size) ||
       dataset.labels.size() != static_cast<size_t>(dataset.num_examples)) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": inconsistent dataset: ",
-                                                   dataset.num_examples, " examples of size ", size,
-                                                   " but ", dataset.features.size(), " values and ",
-                                                   dataset.labels.size(), " labels"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": inconsistent dataset: ", dataset.num_examples, " examples of size ", size, " but ",
+        dataset.features.size(), " values and ", dataset.labels.size(), " labels"));
   }
   for (int64_t i = 0; i < dataset.num_examples; ++i) {
-    RETURN_IF_ERROR(writer->Write(EncodeExample(dataset.features.data() + i * size,
-                                                static_cast<size_t>(size), dataset.labels[i],
-                                                dataset.example_shape)));
+    RETURN_IF_ERROR(
+        writer->Write(EncodeExample(dataset.features.data() + i * size, static_cast<size_t>(size),
+                                    dataset.labels[i], dataset.example_shape)));
   }
   return writer->Close();
 }
@@ -341,8 +342,8 @@ absl::StatusOr<Dataset> ParseExampleTFRecord(std::string_view bytes, std::string
       }
     }
     if (product != static_cast<int64_t>(example->features.size())) {
-      return absl::InvalidArgumentError(absl::StrCat(where(), "shape does not match its ",
-                                                     example->features.size(), " values"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(where(), "shape does not match its ", example->features.size(), " values"));
     }
     if (index == 0) {
       dataset.example_shape = shape;

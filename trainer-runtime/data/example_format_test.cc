@@ -36,32 +36,83 @@ constexpr char kExampleSchema[] = R"pb(
   }
   message_type {
     name: "FloatList"
-    field { name: "value" number: 1 label: LABEL_REPEATED type: TYPE_FLOAT options { packed: true } }
+    field {
+      name: "value"
+      number: 1
+      label: LABEL_REPEATED
+      type: TYPE_FLOAT
+      options { packed: true }
+    }
   }
   message_type {
     name: "Int64List"
-    field { name: "value" number: 1 label: LABEL_REPEATED type: TYPE_INT64 options { packed: true } }
+    field {
+      name: "value"
+      number: 1
+      label: LABEL_REPEATED
+      type: TYPE_INT64
+      options { packed: true }
+    }
   }
   message_type {
     name: "Feature"
-    field { name: "bytes_list" number: 1 label: LABEL_OPTIONAL type: TYPE_MESSAGE type_name: ".tensorflow.BytesList" oneof_index: 0 }
-    field { name: "float_list" number: 2 label: LABEL_OPTIONAL type: TYPE_MESSAGE type_name: ".tensorflow.FloatList" oneof_index: 0 }
-    field { name: "int64_list" number: 3 label: LABEL_OPTIONAL type: TYPE_MESSAGE type_name: ".tensorflow.Int64List" oneof_index: 0 }
+    field {
+      name: "bytes_list"
+      number: 1
+      label: LABEL_OPTIONAL
+      type: TYPE_MESSAGE
+      type_name: ".tensorflow.BytesList"
+      oneof_index: 0
+    }
+    field {
+      name: "float_list"
+      number: 2
+      label: LABEL_OPTIONAL
+      type: TYPE_MESSAGE
+      type_name: ".tensorflow.FloatList"
+      oneof_index: 0
+    }
+    field {
+      name: "int64_list"
+      number: 3
+      label: LABEL_OPTIONAL
+      type: TYPE_MESSAGE
+      type_name: ".tensorflow.Int64List"
+      oneof_index: 0
+    }
     oneof_decl { name: "kind" }
   }
   message_type {
     name: "Features"
-    field { name: "feature" number: 1 label: LABEL_REPEATED type: TYPE_MESSAGE type_name: ".tensorflow.Features.FeatureEntry" }
+    field {
+      name: "feature"
+      number: 1
+      label: LABEL_REPEATED
+      type: TYPE_MESSAGE
+      type_name: ".tensorflow.Features.FeatureEntry"
+    }
     nested_type {
       name: "FeatureEntry"
       field { name: "key" number: 1 label: LABEL_OPTIONAL type: TYPE_STRING }
-      field { name: "value" number: 2 label: LABEL_OPTIONAL type: TYPE_MESSAGE type_name: ".tensorflow.Feature" }
+      field {
+        name: "value"
+        number: 2
+        label: LABEL_OPTIONAL
+        type: TYPE_MESSAGE
+        type_name: ".tensorflow.Feature"
+      }
       options { map_entry: true }
     }
   }
   message_type {
     name: "Example"
-    field { name: "features" number: 1 label: LABEL_OPTIONAL type: TYPE_MESSAGE type_name: ".tensorflow.Features" }
+    field {
+      name: "features"
+      number: 1
+      label: LABEL_OPTIONAL
+      type: TYPE_MESSAGE
+      type_name: ".tensorflow.Features"
+    }
   }
 )pb";
 
@@ -97,9 +148,18 @@ TEST(ExampleFormatTest, OurEncodingParsesAsTfExample) {
   const auto parsed = tf.FromBytes(bytes);
   const auto expected = tf.FromText(R"pb(
     features {
-      feature { key: "features" value { float_list { value: [0.5, -1, 3.25, 0, 7, 0.001] } } }
-      feature { key: "label" value { int64_list { value: 4 } } }
-      feature { key: "shape" value { int64_list { value: [2, 3, 1] } } }
+      feature {
+        key: "features"
+        value { float_list { value: [ 0.5, -1, 3.25, 0, 7, 0.001 ] } }
+      }
+      feature {
+        key: "label"
+        value { int64_list { value: 4 } }
+      }
+      feature {
+        key: "shape"
+        value { int64_list { value: [ 2, 3, 1 ] } }
+      }
     })pb");
   // Map order is not canonical in text form; compare by re-serialising deterministically.
   std::string a, b;
@@ -118,10 +178,22 @@ TEST(ExampleFormatTest, DecodesTfExamplesPackedOrNotWithExtraFeatures) {
   TfExample tf;
   const auto message = tf.FromText(R"pb(
     features {
-      feature { key: "id" value { bytes_list { value: "abc" } } }
-      feature { key: "features" value { float_list { value: [1, 2, 3, 4] } } }
-      feature { key: "label" value { int64_list { value: 9 } } }
-      feature { key: "weight" value { float_list { value: 0.5 } } }
+      feature {
+        key: "id"
+        value { bytes_list { value: "abc" } }
+      }
+      feature {
+        key: "features"
+        value { float_list { value: [ 1, 2, 3, 4 ] } }
+      }
+      feature {
+        key: "label"
+        value { int64_list { value: 9 } }
+      }
+      feature {
+        key: "weight"
+        value { float_list { value: 0.5 } }
+      }
     })pb");
   auto decoded = DecodeExample(message->SerializeAsString());
   ASSERT_TRUE(decoded.ok()) << decoded.status();
@@ -134,13 +206,14 @@ TEST(ExampleFormatTest, DecodesTfExamplesPackedOrNotWithExtraFeatures) {
   const std::string unpacked_features("\x0d\x00\x00\xc0\x3f", 5);
   const std::string unpacked_label("\x08\x02", 2);
   auto entry = [](const std::string& key, int kind, const std::string& list) {
-    std::string feature = std::string(1, static_cast<char>(kind << 3 | 2)) +
-                          static_cast<char>(list.size()) + list;
+    std::string feature =
+        std::string(1, static_cast<char>(kind << 3 | 2)) + static_cast<char>(list.size()) + list;
     std::string e = "\x0a" + std::string(1, static_cast<char>(key.size())) + key + "\x12" +
                     static_cast<char>(feature.size()) + feature;
     return "\x0a" + std::string(1, static_cast<char>(e.size())) + e;
   };
-  const std::string map = entry("features", 2, unpacked_features) + entry("label", 3, unpacked_label);
+  const std::string map =
+      entry("features", 2, unpacked_features) + entry("label", 3, unpacked_label);
   const std::string example = "\x0a" + std::string(1, static_cast<char>(map.size())) + map;
   auto from_unpacked = DecodeExample(example);
   ASSERT_TRUE(from_unpacked.ok()) << from_unpacked.status();
@@ -156,18 +229,40 @@ TEST(ExampleFormatTest, RejectsWrongKindsAndMissingFeatures) {
     const char* text;
     const char* message;
   } cases[] = {
-      {R"pb(features { feature { key: "label" value { int64_list { value: 1 } } } })pb",
+      {R"pb(features {
+              feature {
+                key: "label"
+                value { int64_list { value: 1 } }
+              }
+            })pb",
        "feature 'features' (float_list) is missing or empty"},
-      {R"pb(features { feature { key: "features" value { float_list { value: 1 } } } })pb",
+      {R"pb(features {
+              feature {
+                key: "features"
+                value { float_list { value: 1 } }
+              }
+            })pb",
        "feature 'label' must hold exactly one int64, has 0"},
       {R"pb(features {
-              feature { key: "features" value { float_list { value: 1 } } }
-              feature { key: "label" value { float_list { value: 1 } } }
+              feature {
+                key: "features"
+                value { float_list { value: 1 } }
+              }
+              feature {
+                key: "label"
+                value { float_list { value: 1 } }
+              }
             })pb",
        "feature 'label' must be a int64_list"},
       {R"pb(features {
-              feature { key: "features" value { bytes_list { value: "x" } } }
-              feature { key: "label" value { int64_list { value: 1 } } }
+              feature {
+                key: "features"
+                value { bytes_list { value: "x" } }
+              }
+              feature {
+                key: "label"
+                value { int64_list { value: 1 } }
+              }
             })pb",
        "feature 'features' must be a float_list"},
   };

@@ -12,8 +12,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto example = kubetrain::runtime::data::DecodeExample(bytes);
   if (example.ok() && (example->features.empty() || example->label.size() != 1)) __builtin_trap();
   auto dataset = kubetrain::runtime::data::ParseExampleTFRecord(bytes, "fuzz");
-  if (dataset.ok() &&
-      dataset->features.size() != static_cast<size_t>(dataset->num_examples * dataset->example_size())) {
+  if (dataset.ok() && dataset->features.size() !=
+                          static_cast<size_t>(dataset->num_examples * dataset->example_size())) {
     __builtin_trap();
   }
   return 0;

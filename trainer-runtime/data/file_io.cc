@@ -1,14 +1,13 @@
 #include "trainer-runtime/data/file_io.h"
 
+#include <sys/stat.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
-#include <algorithm>
 #include <cstring>
 #include <memory>
-
-#include <sys/stat.h>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -120,8 +119,8 @@ absl::StatusOr<std::string> Gunzip(std::string_view compressed, std::string_view
       std::string_view rest = compressed.substr(consumed);
       if (rest.empty() || rest.find_first_not_of('\0') == std::string_view::npos) break;
       if (!LooksGzipped(rest)) {
-        return absl::DataLossError(absl::StrCat(name, ": trailing garbage after gzip data at byte ",
-                                                consumed));
+        return absl::DataLossError(
+            absl::StrCat(name, ": trailing garbage after gzip data at byte ", consumed));
       }
       if (inflateReset(&stream) != Z_OK) {
         return absl::InternalError(absl::StrCat(name, ": cannot reset zlib"));
@@ -136,8 +135,8 @@ absl::StatusOr<std::string> Gunzip(std::string_view compressed, std::string_view
                                               produced, " bytes decompressed)"));
     }
     const char* msg = stream.msg != nullptr ? stream.msg : "unknown error";
-    return absl::DataLossError(absl::StrCat(name, ": corrupt gzip data near compressed byte ",
-                                            consumed, ": ", msg));
+    return absl::DataLossError(
+        absl::StrCat(name, ": corrupt gzip data near compressed byte ", consumed, ": ", msg));
   }
   out.resize(produced);
   return out;

@@ -11,7 +11,9 @@ namespace kubetrain::runtime::data {
 
 // absl::string_view is not std::string_view in the Debian build of absl;
 // absl::StrCat and friends need this conversion.
-inline absl::string_view ToAbsl(std::string_view s) { return absl::string_view(s.data(), s.size()); }
+inline absl::string_view ToAbsl(std::string_view s) {
+  return absl::string_view(s.data(), s.size());
+}
 
 // Reads the whole file at `path`. Errors: NOT_FOUND when it does not exist,
 // FAILED_PRECONDITION when it is a directory, INTERNAL/DATA_LOSS for read

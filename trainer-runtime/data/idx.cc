@@ -43,15 +43,15 @@ absl::StatusOr<IdxHeader> ParseHeader(std::string_view bytes, absl::string_view 
                                       int expected_rank, absl::string_view what) {
   const auto* p = reinterpret_cast<const unsigned char*>(bytes.data());
   if (bytes.size() < 4) {
-    return absl::DataLossError(absl::StrCat(name, ": truncated: ", bytes.size(),
-                                            " bytes, too short for an IDX header"));
+    return absl::DataLossError(
+        absl::StrCat(name, ": truncated: ", bytes.size(), " bytes, too short for an IDX header"));
   }
   const uint32_t magic = ReadBigEndian32(p);
   const int rank = p[3];
   const bool rank_ok = expected_rank > 0 ? rank == expected_rank : rank >= 2;
   if (p[0] != 0 || p[1] != 0 || p[2] != kUnsignedByteType || !rank_ok) {
-    const uint32_t expected = expected_rank > 0 ? 0x800u | static_cast<uint32_t>(expected_rank)
-                                                : 0x803u;
+    const uint32_t expected =
+        expected_rank > 0 ? 0x800u | static_cast<uint32_t>(expected_rank) : 0x803u;
     return absl::DataLossError(absl::StrCat(
         name, ": bad magic number 0x", absl::Hex(magic, absl::kZeroPad8), ", expected 0x",
         absl::Hex(expected, absl::kZeroPad8), " for an IDX ", what, " file of unsigned bytes",
@@ -74,17 +74,15 @@ absl::StatusOr<IdxHeader> ParseHeader(std::string_view bytes, absl::string_view 
   if (overflow) count = UINT64_MAX;
   const size_t data_bytes = bytes.size() - header.header_bytes;
   if (count > data_bytes) {
-    return absl::DataLossError(absl::StrCat(name, ": truncated: header declares ",
-                                            DimsString(header.dims), " = ",
-                                            overflow ? "too many" : absl::StrCat(count),
-                                            " bytes of data but only ",
-                                            data_bytes, " follow the ", header.header_bytes,
-                                            "-byte header"));
+    return absl::DataLossError(
+        absl::StrCat(name, ": truncated: header declares ", DimsString(header.dims), " = ",
+                     overflow ? "too many" : absl::StrCat(count), " bytes of data but only ",
+                     data_bytes, " follow the ", header.header_bytes, "-byte header"));
   }
   if (count < data_bytes) {
-    return absl::DataLossError(absl::StrCat(name, ": ", data_bytes - count,
-                                            " bytes of trailing data after the ",
-                                            DimsString(header.dims), " elements its header declares"));
+    return absl::DataLossError(
+        absl::StrCat(name, ": ", data_bytes - count, " bytes of trailing data after the ",
+                     DimsString(header.dims), " elements its header declares"));
   }
   for (size_t i = 1; i < header.dims.size(); ++i) {
     if (header.dims[i] == 0) {
@@ -117,7 +115,8 @@ std::string ReplaceInBaseName(std::string_view path, std::string_view from, std:
   const size_t base = slash == std::string_view::npos ? 0 : slash + 1;
   const size_t at = path.rfind(from);
   if (at == std::string_view::npos || at < base) return "";
-  return absl::StrCat(ToAbsl(path.substr(0, at)), ToAbsl(to), ToAbsl(path.substr(at + from.size())));
+  return absl::StrCat(ToAbsl(path.substr(0, at)), ToAbsl(to),
+                      ToAbsl(path.substr(at + from.size())));
 }
 
 bool IsImagesName(std::string_view file_name) {
@@ -204,14 +203,14 @@ absl::StatusOr<Dataset> ParseIdx(std::string_view images_bytes, std::string_view
 
   std::array<float, 256> scale;
   for (int i = 0; i < 256; ++i) scale[i] = static_cast<float>(i) / 255.0f;
-  const auto* pixels = reinterpret_cast<const unsigned char*>(images.data()) +
-                       image_header.header_bytes;
+  const auto* pixels =
+      reinterpret_cast<const unsigned char*>(images.data()) + image_header.header_bytes;
   dataset.features.resize(image_header.element_count);
   float* out = dataset.features.data();
   for (uint64_t i = 0; i < image_header.element_count; ++i) out[i] = scale[pixels[i]];
 
-  const auto* label_bytes = reinterpret_cast<const unsigned char*>(labels.data()) +
-                            label_header.header_bytes;
+  const auto* label_bytes =
+      reinterpret_cast<const unsigned char*>(labels.data()) + label_header.header_bytes;
   dataset.labels.assign(label_bytes, label_bytes + n);
   int32_t max_label = -1;
   for (int32_t label : dataset.labels) max_label = std::max(max_label, label);
@@ -252,24 +251,25 @@ absl::StatusOr<Dataset> LoadIdx(const std::string& path, std::string_view prefer
     }
     // The same pair stored both raw and gzipped counts once (the raw one, first in order).
     if (pairs.size() > 1) {
-      const std::string stem = EndsWith(pairs[0], ".gz") ? pairs[0].substr(0, pairs[0].size() - 3)
-                                                         : pairs[0];
+      const std::string stem =
+          EndsWith(pairs[0], ".gz") ? pairs[0].substr(0, pairs[0].size() - 3) : pairs[0];
       if (std::all_of(pairs.begin(), pairs.end(),
                       [&](const std::string& p) { return p == stem || p == stem + ".gz"; })) {
         pairs.resize(1);
       }
     }
     if (pairs.empty()) {
-      return absl::NotFoundError(absl::StrCat(
-          path, ": no IDX pair in this directory (an *-images-idx3-ubyte[.gz] file with its "
-                "*-labels-idx1-ubyte[.gz] beside it)"));
+      return absl::NotFoundError(
+          absl::StrCat(path,
+                       ": no IDX pair in this directory (an *-images-idx3-ubyte[.gz] file with its "
+                       "*-labels-idx1-ubyte[.gz] beside it)"));
     }
     if (pairs.size() > 1) {
       return absl::InvalidArgumentError(absl::StrCat(
           path, ": holds several IDX pairs (", absl::StrJoin(pairs, ", "),
           prefer_prefix.empty() ? "); name the images file"
-                                : absl::StrCat(") and none or several start with '", ToAbsl(prefer_prefix),
-                                               "'; name the images file")));
+                                : absl::StrCat(") and none or several start with '",
+                                               ToAbsl(prefer_prefix), "'; name the images file")));
     }
     return LoadIdx((std::filesystem::path(path) / pairs[0]).string(), "");
   }
@@ -277,9 +277,10 @@ absl::StatusOr<Dataset> LoadIdx(const std::string& path, std::string_view prefer
   const std::string file_name = std::filesystem::path(path).filename().string();
   const std::vector<std::string> candidates = CompanionCandidates(path);
   if (candidates.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        path, ": cannot find the labels file: the name does not follow the IDX convention "
-              "(<prefix>-images-idx3-ubyte[.gz] beside <prefix>-labels-idx1-ubyte[.gz])"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(path,
+                     ": cannot find the labels file: the name does not follow the IDX convention "
+                     "(<prefix>-images-idx3-ubyte[.gz] beside <prefix>-labels-idx1-ubyte[.gz])"));
   }
   for (const std::string& companion : candidates) {
     if (!IsRegularFile(companion)) continue;

@@ -99,7 +99,8 @@ absl::StatusOr<std::unique_ptr<TFRecordWriter>> TFRecordWriter::Open(const std::
 }
 
 absl::Status TFRecordWriter::Write(std::string_view record) {
-  if (file_ == nullptr) return absl::FailedPreconditionError(absl::StrCat(path_, ": writer is closed"));
+  if (file_ == nullptr)
+    return absl::FailedPreconditionError(absl::StrCat(path_, ": writer is closed"));
   char header[kTFRecordHeaderBytes];
   EncodeHeader(record.size(), header);
   char footer[kTFRecordFooterBytes];
@@ -143,9 +144,9 @@ absl::StatusOr<bool> TFRecordParser::ReadRecord(std::string* out) {
   const uint64_t remaining = buffer_.size() - offset_;
   if (remaining == 0) return false;
   if (remaining < kTFRecordHeaderBytes) {
-    error_ = TruncatedError(name_, offset_,
-                            absl::StrCat("header has ", remaining, " of ", kTFRecordHeaderBytes,
-                                         " bytes"));
+    error_ = TruncatedError(
+        name_, offset_,
+        absl::StrCat("header has ", remaining, " of ", kTFRecordHeaderBytes, " bytes"));
     return error_;
   }
   uint64_t length = 0;
@@ -153,10 +154,11 @@ absl::StatusOr<bool> TFRecordParser::ReadRecord(std::string* out) {
   if (!error_.ok()) return error_;
   const uint64_t body = remaining - kTFRecordHeaderBytes;
   if (body < kTFRecordFooterBytes || length > body - kTFRecordFooterBytes) {
-    error_ = TruncatedError(name_, offset_,
-                            absl::StrCat("header declares ", length, " data bytes, ",
-                                         body < kTFRecordFooterBytes ? 0 : body - kTFRecordFooterBytes,
-                                         " remain before the CRC"));
+    error_ =
+        TruncatedError(name_, offset_,
+                       absl::StrCat("header declares ", length, " data bytes, ",
+                                    body < kTFRecordFooterBytes ? 0 : body - kTFRecordFooterBytes,
+                                    " remain before the CRC"));
     return error_;
   }
   const std::string_view data = buffer_.substr(offset_ + kTFRecordHeaderBytes, length);
@@ -210,8 +212,8 @@ absl::StatusOr<bool> TFRecordReader::ReadRecord(std::string* out) {
     if (std::ferror(file_)) {
       error_ = IoError(path_, absl::StrCat("read failed at byte offset ", offset_), errno);
     } else {
-      error_ = TruncatedError(path_, offset_,
-                              absl::StrCat("header has ", got, " of ", kTFRecordHeaderBytes, " bytes"));
+      error_ = TruncatedError(
+          path_, offset_, absl::StrCat("header has ", got, " of ", kTFRecordHeaderBytes, " bytes"));
     }
     return error_;
   }
@@ -225,10 +227,11 @@ absl::StatusOr<bool> TFRecordReader::ReadRecord(std::string* out) {
   const uint64_t remaining = RemainingBytes(needed);
   const uint64_t body = remaining - std::min<uint64_t>(remaining, kTFRecordHeaderBytes);
   if (body < kTFRecordFooterBytes || length > body - kTFRecordFooterBytes) {
-    error_ = TruncatedError(path_, offset_,
-                            absl::StrCat("header declares ", length, " data bytes, ",
-                                         body < kTFRecordFooterBytes ? 0 : body - kTFRecordFooterBytes,
-                                         " remain before the CRC"));
+    error_ =
+        TruncatedError(path_, offset_,
+                       absl::StrCat("header declares ", length, " data bytes, ",
+                                    body < kTFRecordFooterBytes ? 0 : body - kTFRecordFooterBytes,
+                                    " remain before the CRC"));
     return error_;
   }
   out->resize(length);

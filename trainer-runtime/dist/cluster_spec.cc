@@ -94,7 +94,8 @@ absl::StatusOr<ClusterSpec> ClusterSpec::FromTfConfig(std::string_view tf_config
     // E.g. out_of_range for a number too large for a double.
     return absl::InvalidArgumentError(absl::StrCat("TF_CONFIG: malformed JSON: ", e.what()));
   }
-  if (!root.is_object()) return Invalid("(root)", absl::StrCat("want an object, got ", TypeName(root)));
+  if (!root.is_object())
+    return Invalid("(root)", absl::StrCat("want an object, got ", TypeName(root)));
 
   ClusterSpec spec;
   bool saw_master = false;
@@ -143,13 +144,16 @@ absl::StatusOr<ClusterSpec> ClusterSpec::FromTfConfig(std::string_view tf_config
     if (spec.NumReplicas() > 1 || spec.NumTasks(api::Role::kParameterServer) > 0) {
       return Invalid("task", "missing; a multi-task cluster must say which task this is");
     }
-    if (spec.NumReplicas() == 0) spec.tasks_[static_cast<int>(api::Role::kMaster)] = {"localhost:0"};
+    if (spec.NumReplicas() == 0)
+      spec.tasks_[static_cast<int>(api::Role::kMaster)] = {"localhost:0"};
     spec.task_ = spec.Replicas().front();
   } else {
-    if (!task->is_object()) return Invalid("task", absl::StrCat("want an object, got ", TypeName(*task)));
+    if (!task->is_object())
+      return Invalid("task", absl::StrCat("want an object, got ", TypeName(*task)));
     auto type = task->find("type");
     if (type == task->end()) return Invalid("task.type", "missing");
-    if (!type->is_string()) return Invalid("task.type", absl::StrCat("want a string, got ", Quoted(*type)));
+    if (!type->is_string())
+      return Invalid("task.type", absl::StrCat("want a string, got ", Quoted(*type)));
     std::string type_name = type->get<std::string>();
     std::optional<api::Role> role = api::RoleFromName(type_name);
     if (!role) {
@@ -164,7 +168,8 @@ absl::StatusOr<ClusterSpec> ClusterSpec::FromTfConfig(std::string_view tf_config
     int index = 0;
     if (auto idx = task->find("index"); idx != task->end() && !idx->is_null()) {
       if (!idx->is_number_integer() || idx->get<int64_t>() < 0 || idx->get<int64_t>() > 1 << 20) {
-        return Invalid("task.index", absl::StrCat("want a non-negative integer, got ", Quoted(*idx)));
+        return Invalid("task.index",
+                       absl::StrCat("want a non-negative integer, got ", Quoted(*idx)));
       }
       index = static_cast<int>(idx->get<int64_t>());
     }
@@ -187,7 +192,8 @@ absl::StatusOr<ClusterSpec> ClusterSpec::FromTfConfig(std::string_view tf_config
   }
 
   if (auto env = root.find("environment"); env != root.end() && !env->is_null()) {
-    if (!env->is_string()) return Invalid("environment", absl::StrCat("want a string, got ", Quoted(*env)));
+    if (!env->is_string())
+      return Invalid("environment", absl::StrCat("want a string, got ", Quoted(*env)));
     spec.environment_ = env->get<std::string>();
   }
   return spec;
@@ -238,8 +244,8 @@ std::vector<std::string> ClusterSpec::ReplicaAddresses() const {
 }
 
 std::string ClusterSpec::TaskName(const TaskId& task) const {
-  std::string job = task.role == api::Role::kMaster ? master_name_
-                                                    : std::string(api::RoleName(task.role));
+  std::string job =
+      task.role == api::Role::kMaster ? master_name_ : std::string(api::RoleName(task.role));
   return absl::StrCat("/job:", job, "/task:", task.index);
 }
 

@@ -119,7 +119,8 @@ absl::Status Broadcast(Transport& transport, int root, absl::Span<std::byte> dat
   const int n = transport.size();
   const int r = transport.rank();
   if (root < 0 || root >= n) {
-    return absl::InvalidArgumentError(absl::StrCat("broadcast root ", root, " not in a group of ", n));
+    return absl::InvalidArgumentError(
+        absl::StrCat("broadcast root ", root, " not in a group of ", n));
   }
   if (n == 1) return absl::OkStatus();
   chunk_bytes = std::max<size_t>(kPieceAlign, chunk_bytes / kPieceAlign * kPieceAlign);
@@ -140,10 +141,10 @@ absl::Status Broadcast(Transport& transport, int root, absl::Span<std::byte> dat
 
 absl::Status Broadcast(Transport& transport, int root, absl::Span<float> data, uint64_t op,
                        absl::Time deadline) {
-  return Broadcast(transport, root,
-                   absl::Span<std::byte>(reinterpret_cast<std::byte*>(data.data()),
-                                         data.size() * sizeof(float)),
-                   op, deadline);
+  return Broadcast(
+      transport, root,
+      absl::Span<std::byte>(reinterpret_cast<std::byte*>(data.data()), data.size() * sizeof(float)),
+      op, deadline);
 }
 
 absl::Status Barrier(Transport& transport, uint64_t op, absl::Time deadline) {

@@ -66,10 +66,10 @@ void RingAllReduceTest::Check(AllReduceFn all_reduce) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    RanksAndSizes, RingAllReduceTest,
-    ::testing::Combine(::testing::Range(1, 9),
-                       ::testing::Values<size_t>(0, 1, 2, 3, 5, 7, 16, 17, 1000, 4099, 65537)));
+INSTANTIATE_TEST_SUITE_P(RanksAndSizes, RingAllReduceTest,
+                         ::testing::Combine(::testing::Range(1, 9),
+                                            ::testing::Values<size_t>(0, 1, 2, 3, 5, 7, 16, 17,
+                                                                      1000, 4099, 65537)));
 
 TEST(RingAllReduceTest, SuccessiveOpsDoNotMix) {
   constexpr int kRanks = 4;

@@ -15,7 +15,8 @@ class InProcessHub::RankTransport : public Transport {
                     absl::Time deadline) override {
     if (peer < 0 || peer >= size()) return BadPeer(peer);
     absl::MutexLock lock(&hub_->mu_);
-    if (hub_->dead_[rank_]) return absl::UnavailableError(absl::StrCat("rank ", rank_, " was killed"));
+    if (hub_->dead_[rank_])
+      return absl::UnavailableError(absl::StrCat("rank ", rank_, " was killed"));
     if (hub_->dead_[peer]) return Lost(peer);
     hub_->mailboxes_[Key(rank_, peer, tag)].emplace_back(data.begin(), data.end());
     return absl::OkStatus();
@@ -39,16 +40,17 @@ class InProcessHub::RankTransport : public Transport {
       }
       auto it = hub_->mailboxes_.find(key);
       if (it == hub_->mailboxes_.end() || it->second.empty()) {
-        return hub_->dead_[rank_] ? absl::UnavailableError(absl::StrCat("rank ", rank_, " was killed"))
-                                  : Lost(peer);
+        return hub_->dead_[rank_]
+                   ? absl::UnavailableError(absl::StrCat("rank ", rank_, " was killed"))
+                   : Lost(peer);
       }
       message = std::move(it->second.front());
       it->second.pop_front();
       if (it->second.empty()) hub_->mailboxes_.erase(it);
     }
     if (message.size() != size) {
-      return absl::InvalidArgumentError(absl::StrCat("rank ", rank_, ": message ", tag, " from rank ",
-                                                     peer, " has ", message.size(),
+      return absl::InvalidArgumentError(absl::StrCat("rank ", rank_, ": message ", tag,
+                                                     " from rank ", peer, " has ", message.size(),
                                                      " bytes, expected ", size));
     }
     consume(0, absl::MakeConstSpan(message));

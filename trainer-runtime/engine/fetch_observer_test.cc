@@ -34,8 +34,8 @@ TEST(FetchObserverTest, ReportsEachFetchOnceInExecutionOrderWithItsFinalValue) {
   Graph g;
   Output x = ops::Placeholder(g, "x", {-1, 3});
   Output w = ops::Variable(g, "w", {3, 2});
-  Output h = ops::Tanh(g, ops::MatMul(g, x, w));           // computed early
-  Output flat = ops::Reshape(g, h, {-1});                  // a view of h
+  Output h = ops::Tanh(g, ops::MatMul(g, x, w));              // computed early
+  Output flat = ops::Reshape(g, h, {-1});                     // a view of h
   Output y = ops::Mul(g, ops::Add(g, h, h), ops::Neg(g, h));  // computed late
   Output total = ops::Sum(g, y);
   ASSERT_TRUE(g.status().ok()) << g.status();

@@ -30,8 +30,8 @@ struct TrainerOptions {
   int64_t batch_size = 128;
   double learning_rate = 0.001;
   std::string optimizer = "adam";
-  int64_t max_steps = 0;  // 0: from num_epochs
-  double num_epochs = 0;  // 0 and no max_steps: one epoch
+  int64_t max_steps = 0;         // 0: from num_epochs
+  double num_epochs = 0;         // 0 and no max_steps: one epoch
   double eval_every_secs = 60;   // 0: only at the end; ignored with a step schedule
   int64_t eval_every_steps = 0;  // > 0: every this many global steps instead of by time
   double eval_every_epochs = 0;  // > 0: every this many epochs (of this task's shard) instead

@@ -36,8 +36,8 @@ absl::StatusOr<std::unique_ptr<EventWriter>> EventWriter::Create(const std::stri
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) {
-    return absl::InternalError(absl::StrCat(dir, ": cannot create the event directory: ",
-                                            ec.message()));
+    return absl::InternalError(
+        absl::StrCat(dir, ": cannot create the event directory: ", ec.message()));
   }
   const std::string base =
       (std::filesystem::path(dir) /
@@ -46,8 +46,7 @@ absl::StatusOr<std::unique_ptr<EventWriter>> EventWriter::Create(const std::stri
   std::string path = base;
   for (int n = 1; std::filesystem::exists(path, ec); ++n) path = absl::StrCat(base, ".", n);
 
-  ASSIGN_OR_RETURN(std::unique_ptr<data::TFRecordWriter> records,
-                   data::TFRecordWriter::Open(path));
+  ASSIGN_OR_RETURN(std::unique_ptr<data::TFRecordWriter> records, data::TFRecordWriter::Open(path));
   std::unique_ptr<EventWriter> writer(new EventWriter(path, std::move(records)));
   v1::tensorboard::Event version;
   version.set_wall_time(start_wall_time);

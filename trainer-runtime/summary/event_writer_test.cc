@@ -56,8 +56,8 @@ TEST(EventWriterTest, WritesVersionThenScalarsReadableThroughTFRecord) {
   EXPECT_EQ((*writer)->path(), dir + "/events.out.tfevents.1700000000.host-a");
   ASSERT_TRUE((*writer)->WriteScalar("loss", 10, 2.5f, 1700000001.0).ok());
   ASSERT_TRUE((*writer)->WriteScalar("accuracy", 10, 0.0f, 1700000001.5).ok());
-  ASSERT_TRUE((*writer)->WriteScalars({{"eval/loss", 1.25f}, {"eval/accuracy", 0.75f}}, 20,
-                                      1700000002.0)
+  ASSERT_TRUE((*writer)
+                  ->WriteScalars({{"eval/loss", 1.25f}, {"eval/accuracy", 0.75f}}, 20, 1700000002.0)
                   .ok());
   ASSERT_TRUE((*writer)->Close().ok());
 

@@ -67,13 +67,14 @@ class Mailbox {
       return state_ == State::kClosed || state_ == State::kLost;
     };
     if (!mu_.AwaitWithDeadline(absl::Condition(&found), deadline)) {
-      return absl::DeadlineExceededError(absl::StrCat("rank ", self, ": no message ", tag, " from ",
-                                                      peer, " in time"));
+      return absl::DeadlineExceededError(
+          absl::StrCat("rank ", self, ": no message ", tag, " from ", peer, " in time"));
     }
     if (it == messages_.end()) return Gone(peer, self);
     if (it->size != size) {
-      return absl::InvalidArgumentError(absl::StrCat("rank ", self, ": message ", tag, " from ", peer,
-                                                     " has ", it->size, " bytes, expected ", size));
+      return absl::InvalidArgumentError(absl::StrCat("rank ", self, ": message ", tag, " from ",
+                                                     peer, " has ", it->size, " bytes, expected ",
+                                                     size));
     }
     it->taken = true;
     size_t offset = 0;
@@ -108,9 +109,9 @@ class Mailbox {
   };
 
   absl::Status Gone(const std::string& peer, int self) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return absl::UnavailableError(absl::StrCat(
-        "rank ", self, ": ", state_ == State::kClosed ? "peer closed: " : "lost peer ", peer,
-        why_.empty() ? "" : ": ", why_));
+    return absl::UnavailableError(
+        absl::StrCat("rank ", self, ": ", state_ == State::kClosed ? "peer closed: " : "lost peer ",
+                     peer, why_.empty() ? "" : ": ", why_));
   }
 
   absl::Mutex mu_;
@@ -146,8 +147,8 @@ class Outgoing {
     if (!writer_->Write(hello)) {
       grpc::Status status = writer_->Finish();
       writer_.reset();
-      return absl::UnavailableError(
-          absl::StrCat("rank ", self_, ": cannot open a stream to ", name_, ": ", status.error_message()));
+      return absl::UnavailableError(absl::StrCat("rank ", self_, ": cannot open a stream to ",
+                                                 name_, ": ", status.error_message()));
     }
     thread_ = std::thread([this] { Run(); });
     return absl::OkStatus();
@@ -209,9 +210,8 @@ class Outgoing {
       Job* job;
       {
         absl::MutexLock lock(&mu_);
-        auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-          return stop_ || !queue_.empty();
-        };
+        auto ready = [this]()
+                         ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stop_ || !queue_.empty(); };
         mu_.Await(absl::Condition(&ready));
         if (queue_.empty()) return;
         job = queue_.front();
@@ -323,8 +323,8 @@ class GrpcTransportImpl final : public GrpcTransport, public v1::RuntimeTranspor
     std::vector<std::shared_ptr<grpc::Channel>> channels(size_);
     for (int peer = 0; peer < size_; ++peer) {
       if (peer == rank_) continue;
-      channels[peer] = grpc::CreateCustomChannel(addresses[peer], grpc::InsecureChannelCredentials(),
-                                                 KeepaliveArgs(options_));
+      channels[peer] = grpc::CreateCustomChannel(
+          addresses[peer], grpc::InsecureChannelCredentials(), KeepaliveArgs(options_));
     }
     // Wait for all peers at once: each channel retries with backoff.
     std::string missing;
@@ -340,7 +340,8 @@ class GrpcTransportImpl final : public GrpcTransport, public v1::RuntimeTranspor
     }
     for (int peer = 0; peer < size_; ++peer) {
       if (peer == rank_) continue;
-      outgoing_[peer] = std::make_unique<Outgoing>(Name(peer), options_.frame_bytes, rank_, options_.group);
+      outgoing_[peer] =
+          std::make_unique<Outgoing>(Name(peer), options_.frame_bytes, rank_, options_.group);
       RETURN_IF_ERROR(outgoing_[peer]->Open(channels[peer]));
     }
     return absl::OkStatus();
@@ -370,8 +371,7 @@ class GrpcTransportImpl final : public GrpcTransport, public v1::RuntimeTranspor
     absl::Status received = RecvInto(recv_peer, recv_tag, recv_size, consume, deadline);
     // The job points at the caller's data: it must finish (or be cancelled)
     // before returning, whatever happened to the receive.
-    absl::Status sent =
-        outgoing_[send_peer]->Wait(&job, received.ok() ? deadline : absl::Now());
+    absl::Status sent = outgoing_[send_peer]->Wait(&job, received.ok() ? deadline : absl::Now());
     return received.ok() ? sent : received;
   }
 
@@ -382,10 +382,10 @@ class GrpcTransportImpl final : public GrpcTransport, public v1::RuntimeTranspor
     if (!reader->Read(&frame)) return grpc::Status::OK;
     if (frame.kind() != TransportFrame::HELLO || frame.group() != options_.group ||
         frame.from_rank() < 0 || frame.from_rank() >= size_ || frame.from_rank() == rank_) {
-      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                          absl::StrCat("rank ", rank_, " of group ", options_.group,
-                                       " refuses a stream from rank ", frame.from_rank(),
-                                       " of group ", frame.group()));
+      return grpc::Status(
+          grpc::StatusCode::FAILED_PRECONDITION,
+          absl::StrCat("rank ", rank_, " of group ", options_.group, " refuses a stream from rank ",
+                       frame.from_rank(), " of group ", frame.group()));
     }
     const int peer = frame.from_rank();
     Mailbox& mailbox = *mailboxes_[peer];
@@ -403,9 +403,9 @@ class GrpcTransportImpl final : public GrpcTransport, public v1::RuntimeTranspor
         return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "bad frame");
       }
     }
-    mailbox.SetState(Mailbox::State::kLost, context->IsCancelled()
-                                                ? "its stream was cancelled (crashed or unreachable)"
-                                                : "its stream ended without a goodbye (crashed?)");
+    mailbox.SetState(Mailbox::State::kLost,
+                     context->IsCancelled() ? "its stream was cancelled (crashed or unreachable)"
+                                            : "its stream ended without a goodbye (crashed?)");
     return grpc::Status::OK;
   }
 
@@ -420,7 +420,8 @@ class GrpcTransportImpl final : public GrpcTransport, public v1::RuntimeTranspor
   absl::Status CheckOutgoing(int peer) const {
     if (peer < 0 || peer >= size_ || peer == rank_) return BadPeer(peer);
     if (peer >= static_cast<int>(outgoing_.size()) || outgoing_[peer] == nullptr) {
-      return absl::FailedPreconditionError(absl::StrCat("rank ", rank_, ": not connected to ", Name(peer)));
+      return absl::FailedPreconditionError(
+          absl::StrCat("rank ", rank_, ": not connected to ", Name(peer)));
     }
     return absl::OkStatus();
   }
@@ -437,9 +438,8 @@ class GrpcTransportImpl final : public GrpcTransport, public v1::RuntimeTranspor
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<GrpcTransport>> GrpcTransport::Listen(int rank, int size,
-                                                                     const std::string& bind_address,
-                                                                     const Options& options) {
+absl::StatusOr<std::unique_ptr<GrpcTransport>> GrpcTransport::Listen(
+    int rank, int size, const std::string& bind_address, const Options& options) {
   if (size < 1 || rank < 0 || rank >= size) {
     return absl::InvalidArgumentError(absl::StrCat("rank ", rank, " of ", size));
   }

@@ -68,15 +68,15 @@ struct ShmTransport::Layout {
     uint32_t size;
     uint64_t magic;
     uint64_t ring_bytes;
-    std::atomic<int32_t> pid[kMaxRanks];     // non-zero once the rank attached
-    std::atomic<uint32_t> closed[kMaxRanks]; // set by a clean shutdown
+    std::atomic<int32_t> pid[kMaxRanks];      // non-zero once the rank attached
+    std::atomic<uint32_t> closed[kMaxRanks];  // set by a clean shutdown
   };
   struct alignas(kLine) Bell {
     std::atomic<uint32_t> seq;
     std::atomic<uint32_t> waiting;
   };
   struct alignas(kLine) RingHeader {
-    std::atomic<uint64_t> head;  // bytes published by the producer
+    std::atomic<uint64_t> head;                 // bytes published by the producer
     alignas(kLine) std::atomic<uint64_t> tail;  // bytes released by the consumer
   };
   struct Record {
@@ -153,16 +153,18 @@ absl::StatusOr<std::unique_ptr<ShmTransport>> ShmTransport::Connect(const std::s
                                                                     const Options& options,
                                                                     absl::Time deadline) {
   if (size < 1 || size > kMaxRanks || rank < 0 || rank >= size) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("shm group ", name, ": rank ", rank, " of ", size, " (at most ", kMaxRanks, ")"));
+    return absl::InvalidArgumentError(absl::StrCat("shm group ", name, ": rank ", rank, " of ",
+                                                   size, " (at most ", kMaxRanks, ")"));
   }
   if (options.ring_bytes < 4096 || (options.ring_bytes & (options.ring_bytes - 1)) != 0 ||
       options.piece_bytes < kLine) {
     return absl::InvalidArgumentError(absl::StrCat("shm group ", name, ": ring_bytes ",
-                                                   options.ring_bytes, " must be a power of two >= 4096"));
+                                                   options.ring_bytes,
+                                                   " must be a power of two >= 4096"));
   }
   if (name.empty() || name.find('/') != std::string::npos) {
-    return absl::InvalidArgumentError(absl::StrCat("shm group name \"", name, "\" must be non-empty, without '/'"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("shm group name \"", name, "\" must be non-empty, without '/'"));
   }
   const std::string path = "/" + name;
   const size_t total = Layout::TotalBytes(size, options.ring_bytes);
@@ -216,8 +218,8 @@ absl::StatusOr<std::unique_ptr<ShmTransport>> ShmTransport::Connect(const std::s
   }
   int32_t none = 0;
   if (!header.pid[rank].compare_exchange_strong(none, static_cast<int32_t>(getpid()))) {
-    return absl::FailedPreconditionError(absl::StrCat("shm group ", path, ": rank ", rank,
-                                                      " already attached by pid ", none));
+    return absl::FailedPreconditionError(
+        absl::StrCat("shm group ", path, ": rank ", rank, " already attached by pid ", none));
   }
   // Wait for everybody, backing off up to 10 ms between looks.
   absl::Duration pause = absl::Microseconds(50);
@@ -262,8 +264,8 @@ absl::Status ShmTransport::PeerGone(int peer) const {
   const Layout::Header& header = HeaderOf(base_);
   const int32_t pid = header.pid[peer].load();
   if (header.closed[peer].load() != 0) {
-    return absl::UnavailableError(
-        absl::StrCat("shm rank ", rank_, ": peer rank ", peer, " (pid ", pid, ") closed its transport"));
+    return absl::UnavailableError(absl::StrCat("shm rank ", rank_, ": peer rank ", peer, " (pid ",
+                                               pid, ") closed its transport"));
   }
   if (pid > 0 && !ProcessAlive(pid)) {
     return absl::UnavailableError(
@@ -319,9 +321,9 @@ absl::StatusOr<bool> ShmTransport::TryRead(RecvOp& op) {
       it->second.pop_front();
       if (it->second.empty()) early.erase(it);
       if (message.size() != op.size) {
-        return absl::InvalidArgumentError(absl::StrCat("shm rank ", rank_, ": message ", op.tag, " from rank ",
-                                                       op.peer, " has ", message.size(),
-                                                       " bytes, expected ", op.size));
+        return absl::InvalidArgumentError(
+            absl::StrCat("shm rank ", rank_, ": message ", op.tag, " from rank ", op.peer, " has ",
+                         message.size(), " bytes, expected ", op.size));
       }
       (*op.consume)(0, absl::MakeConstSpan(message));
       op.done = true;
@@ -347,9 +349,9 @@ absl::StatusOr<bool> ShmTransport::TryRead(RecvOp& op) {
       if (record.tag == op.tag) {
         if (record.size != op.size) {
           ring.header->tail.store(pos, std::memory_order_release);
-          return absl::InvalidArgumentError(absl::StrCat("shm rank ", rank_, ": message ", op.tag,
-                                                         " from rank ", op.peer, " has ", record.size,
-                                                         " bytes, expected ", op.size));
+          return absl::InvalidArgumentError(
+              absl::StrCat("shm rank ", rank_, ": message ", op.tag, " from rank ", op.peer,
+                           " has ", record.size, " bytes, expected ", op.size));
         }
         op.stash = nullptr;
       } else {
@@ -445,8 +447,9 @@ absl::Status ShmTransport::Progress(SendOp* send, RecvOp* recv, absl::Time deadl
     const bool done = (send == nullptr || send->done) && (recv == nullptr || recv->done);
     if (done) return absl::OkStatus();
     if (progressed) continue;
-    absl::Status waited = WaitForProgress(seen, send != nullptr && !send->done ? send->peer : -1,
-                                          recv != nullptr && !recv->done ? recv->peer : -1, deadline);
+    absl::Status waited =
+        WaitForProgress(seen, send != nullptr && !send->done ? send->peer : -1,
+                        recv != nullptr && !recv->done ? recv->peer : -1, deadline);
     if (!waited.ok()) return waited;
   }
 }

@@ -25,12 +25,11 @@ namespace kubetrain::dist {
 // pieces straight out of the ring (a ring all-reduce adds them into its buffer
 // with no intermediate copy) while the sender is still writing.
 //
-// Waiting: a rank spins briefly, yields the CPU for a while, then sleeps on a futex in its own doorbell;
-// whoever publishes data for it or frees space it waits for rings that
-// doorbell. Sleeps are short slices so that the deadline and the peers'
-// liveness (their pid, and a "closed" flag set by a clean shutdown) are
-// checked: a crashed peer is reported as Unavailable naming its rank and pid,
-// never a hang.
+// Waiting: a rank spins briefly, yields the CPU for a while, then sleeps on a futex in its own
+// doorbell; whoever publishes data for it or frees space it waits for rings that doorbell. Sleeps
+// are short slices so that the deadline and the peers' liveness (their pid, and a "closed" flag set
+// by a clean shutdown) are checked: a crashed peer is reported as Unavailable naming its rank and
+// pid, never a hang.
 //
 // Thread safety: as Transport. Ownership: the transport owns its mapping; the
 // segment's name is unlinked as soon as all ranks have attached, so nothing is

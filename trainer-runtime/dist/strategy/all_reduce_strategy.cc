@@ -214,8 +214,8 @@ absl::StatusOr<int64_t> AllReduceStrategy::Initialize(TrainingContext& ctx,
     RETURN_IF_ERROR(ctx.RestoreLocal(*restored));
     step = restored->global_step();
   } else {
-    RETURN_IF_ERROR(runtime::engine::InitializeVariables(ctx.model.graph, ctx.options.seed,
-                                                         ctx.variables));
+    RETURN_IF_ERROR(
+        runtime::engine::InitializeVariables(ctx.model.graph, ctx.options.seed, ctx.variables));
   }
   // The chief's values win: one flat buffer of every variable in name order,
   // with the global step in front.
@@ -230,8 +230,8 @@ absl::StatusOr<int64_t> AllReduceStrategy::Initialize(TrainingContext& ctx,
     std::memcpy(flat.data() + at, tensor.data(), tensor.num_elements() * sizeof(float));
     at += tensor.num_elements();
   }
-  absl::Status s = Broadcast(*transport_, 0, absl::MakeSpan(flat), op_++,
-                             absl::Now() + options_.step_timeout);
+  absl::Status s =
+      Broadcast(*transport_, 0, absl::MakeSpan(flat), op_++, absl::Now() + options_.step_timeout);
   if (!s.ok()) return Fail(s, "broadcast of the initial variables", step);
   at = 2;
   for (auto& [name, tensor] : ctx.variables.values()) {
@@ -289,9 +289,8 @@ absl::StatusOr<AllReduceStrategy::StepResult> AllReduceStrategy::Step(
   for (size_t i = 0; i < num_gradients; ++i) {
     const NamedGradient& local = g->gradients[i];
     const auto [bucket, offset] = placement_[i];
-    averaged_.push_back(
-        {local.name, Tensor::WrapHost(local.gradient.shape(), buckets_[bucket].data() + offset,
-                                      nullptr)});
+    averaged_.push_back({local.name, Tensor::WrapHost(local.gradient.shape(),
+                                                      buckets_[bucket].data() + offset, nullptr)});
   }
   RETURN_IF_ERROR(ctx.optimizer.Apply(ctx.variables, averaged_));
   return StepResult{global_step + 1, loss, accuracy};

@@ -19,8 +19,9 @@ namespace fs = std::filesystem;
 using namespace runtime::engine;
 
 absl::Status BadInput(const absl::Status& s, absl::string_view what) {
-  return runtime::WithExitCode(absl::Status(s.code(), absl::StrCat("evaluator: ", what, ": ", s.message())),
-                               runtime::kExitBadInput);
+  return runtime::WithExitCode(
+      absl::Status(s.code(), absl::StrCat("evaluator: ", what, ": ", s.message())),
+      runtime::kExitBadInput);
 }
 
 }  // namespace
@@ -30,7 +31,8 @@ absl::Status RunEvaluator(const TrainerOptions& options, std::ostream& log, absl
     return runtime::WithExitCode(absl::InvalidArgumentError("the evaluator needs --output_path"),
                                  runtime::kExitUsage);
   }
-  const std::string path = options.eval_data_paths.empty() ? options.train_data_paths : options.eval_data_paths;
+  const std::string path =
+      options.eval_data_paths.empty() ? options.train_data_paths : options.eval_data_paths;
   absl::StatusOr<runtime::data::Dataset> ds = runtime::data::LoadDataset(path);
   if (!ds.ok()) return BadInput(ds.status(), "eval data");
   absl::StatusOr<ModelSpec> spec = ResolveModelSpec(options);
@@ -41,7 +43,8 @@ absl::Status RunEvaluator(const TrainerOptions& options, std::ostream& log, absl
   CpuDevice device(options.threads, options.cpu_kernels);
   OptimizerOptions oo;
   oo.learning_rate = options.learning_rate;
-  ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> optimizer, Optimizer::Create(options.optimizer, oo, device));
+  ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> optimizer,
+                   Optimizer::Create(options.optimizer, oo, device));
   VariableStore variables;
   TrainingContext ctx(options, model, device, variables, *optimizer);
   // The folder the chief writes to by the same rule (checkpoint.h); the
@@ -92,7 +95,8 @@ absl::Status RunEvaluator(const TrainerOptions& options, std::ostream& log, absl
         loss /= total;
         accuracy /= total;
         const int64_t step = checkpoint->global_step();
-        log << absl::StrFormat("Evaluator, step %d: loss: %.3f, accuracy: %.3f", step, loss, accuracy)
+        log << absl::StrFormat("Evaluator, step %d: loss: %.3f, accuracy: %.3f", step, loss,
+                               accuracy)
             << std::endl;
         RETURN_IF_ERROR(events->WriteScalars(
             {{"loss", static_cast<float>(loss)}, {"accuracy", static_cast<float>(accuracy)}}, step,

@@ -24,7 +24,14 @@ using runtime::engine::NamedGradient;
 using runtime::engine::Tensor;
 using runtime::engine::TrainingContext;
 
-enum RequestType : uint64_t { kInit = 1, kPull = 2, kPush = 3, kSnapshot = 4, kDone = 5, kLeave = 6 };
+enum RequestType : uint64_t {
+  kInit = 1,
+  kPull = 2,
+  kPush = 3,
+  kSnapshot = 4,
+  kDone = 5,
+  kLeave = 6
+};
 enum ReplyFlags : uint64_t { kOk = 0, kDropped = 1, kFinished = 2, kFailed = 4 };
 
 constexpr Tag kRequestTag = 1;
@@ -128,9 +135,8 @@ class ParameterShardServer {
       // Until the chief is done (or the ps failed), then until the workers
       // have left or the grace period is over.
       mu_.Await(absl::Condition(
-          +[](ParameterShardServer* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu_) {
-            return s->done_ || !s->failure_.ok();
-          },
+          +[](ParameterShardServer* s)
+               ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu_) { return s->done_ || !s->failure_.ok(); },
           this));
       result = failure_;
       auto all_left = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return left_ == replicas_; };
@@ -142,7 +148,9 @@ class ParameterShardServer {
   }
 
  private:
-  std::string TaskName(int replica) const { return cluster_.TaskName(cluster_.Replicas()[replica]); }
+  std::string TaskName(int replica) const {
+    return cluster_.TaskName(cluster_.Replicas()[replica]);
+  }
 
   // One thread per replica: its requests in order.
   void ServeReplica(int replica) {
@@ -171,10 +179,11 @@ class ParameterShardServer {
         reply.type = kFailed;
         reply_payload = std::string(handled.message());
       }
-      s = SendMessage(transport_, replica, kReplyTag, kReplyPayloadTag, reply,
-                      absl::Span<const std::byte>(reinterpret_cast<const std::byte*>(reply_payload.data()),
-                                                  reply_payload.size()),
-                      absl::Now() + ps_options_.request_timeout);
+      s = SendMessage(
+          transport_, replica, kReplyTag, kReplyPayloadTag, reply,
+          absl::Span<const std::byte>(reinterpret_cast<const std::byte*>(reply_payload.data()),
+                                      reply_payload.size()),
+          absl::Now() + ps_options_.request_timeout);
       if (!s.ok()) {
         Lost(replica, s);
         break;
@@ -191,8 +200,8 @@ class ParameterShardServer {
     if (done_ || departed_.count(replica) > 0) return;
     const bool fatal = replica == 0 || ps_options_.sync_replicas;
     if (fatal && failure_.ok()) {
-      failure_ = absl::UnavailableError(
-          absl::StrCat("ps ", cluster_.TaskName(), ": lost ", TaskName(replica), ": ", why.message()));
+      failure_ = absl::UnavailableError(absl::StrCat("ps ", cluster_.TaskName(), ": lost ",
+                                                     TaskName(replica), ": ", why.message()));
     }
   }
 
@@ -216,7 +225,8 @@ class ParameterShardServer {
         } else {
           runtime::engine::OptimizerOptions oo;
           oo.learning_rate = options_.learning_rate;
-          ASSIGN_OR_RETURN(optimizer_, runtime::engine::Optimizer::Create(options_.optimizer, oo, device_));
+          ASSIGN_OR_RETURN(optimizer_,
+                           runtime::engine::Optimizer::Create(options_.optimizer, oo, device_));
         }
         global_step_ = shard.global_step();
         accumulated_.clear();
@@ -233,7 +243,8 @@ class ParameterShardServer {
         RETURN_IF_ERROR(failure_);
         for (const std::string& name : order_) {
           const Tensor* t = variables_.Find(name);
-          reply_payload->append(reinterpret_cast<const char*>(t->data()), t->num_elements() * sizeof(float));
+          reply_payload->append(reinterpret_cast<const char*>(t->data()),
+                                t->num_elements() * sizeof(float));
         }
         break;
       }
@@ -275,8 +286,8 @@ class ParameterShardServer {
     size_t total = 0;
     for (const std::string& name : order_) total += variables_.Find(name)->num_elements();
     if (payload.size() != total * sizeof(float)) {
-      return absl::InvalidArgumentError(absl::StrCat("PUSH of ", payload.size(), " bytes, want ",
-                                                     total * sizeof(float)));
+      return absl::InvalidArgumentError(
+          absl::StrCat("PUSH of ", payload.size(), " bytes, want ", total * sizeof(float)));
     }
     const float* grads = reinterpret_cast<const float*>(payload.data());
     if (!ps_options_.sync_replicas) {
@@ -322,7 +333,8 @@ class ParameterShardServer {
     size_t at = 0;
     for (const std::string& name : order_) {
       const Tensor* v = variables_.Find(name);
-      gradients.push_back({name, Tensor::WrapHost(v->shape(), const_cast<float*>(grads + at), nullptr)});
+      gradients.push_back(
+          {name, Tensor::WrapHost(v->shape(), const_cast<float*>(grads + at), nullptr)});
       at += v->num_elements();
     }
     RETURN_IF_ERROR(optimizer_->Apply(variables_, gradients));
@@ -370,12 +382,14 @@ class ParameterServerStrategy final : public runtime::engine::TrainingStrategy {
   int shard_index() const override { return rank_; }
   int shard_count() const override { return replicas_; }
 
-  absl::StatusOr<int64_t> Initialize(TrainingContext& ctx, const v1::Checkpoint* restored) override {
+  absl::StatusOr<int64_t> Initialize(TrainingContext& ctx,
+                                     const v1::Checkpoint* restored) override {
     // Every replica needs the shapes; the chief's values are the ones used.
     if (restored != nullptr) {
       RETURN_IF_ERROR(ctx.RestoreLocal(*restored));
     } else {
-      RETURN_IF_ERROR(runtime::engine::InitializeVariables(ctx.model.graph, ctx.options.seed, ctx.variables));
+      RETURN_IF_ERROR(
+          runtime::engine::InitializeVariables(ctx.model.graph, ctx.options.seed, ctx.variables));
     }
     std::vector<std::pair<std::string, int64_t>> sizes;
     for (const auto& [name, t] : ctx.variables.values()) sizes.push_back({name, t.num_elements()});
@@ -443,7 +457,8 @@ class ParameterServerStrategy final : public runtime::engine::TrainingStrategy {
     return finished_ ? absl::OkStatus() : pulled;
   }
 
-  absl::Status Snapshot(TrainingContext& ctx, int64_t global_step, v1::Checkpoint* checkpoint) override {
+  absl::Status Snapshot(TrainingContext& ctx, int64_t global_step,
+                        v1::Checkpoint* checkpoint) override {
     checkpoint->Clear();
     checkpoint->set_global_step(global_step);
     for (int p = 0; p < num_ps_; ++p) {
@@ -484,10 +499,11 @@ class ParameterServerStrategy final : public runtime::engine::TrainingStrategy {
                        std::string* reply_payload) {
     const int peer = replicas_ + p;
     const absl::Time deadline = absl::Now() + options_.request_timeout;
-    absl::Status s = SendMessage(
-        *transport_, peer, kRequestTag, kRequestPayloadTag, request,
-        absl::Span<const std::byte>(reinterpret_cast<const std::byte*>(payload.data()), payload.size()),
-        deadline);
+    absl::Status s =
+        SendMessage(*transport_, peer, kRequestTag, kRequestPayloadTag, request,
+                    absl::Span<const std::byte>(reinterpret_cast<const std::byte*>(payload.data()),
+                                                payload.size()),
+                    deadline);
     if (s.ok()) {
       s = RecvMessage(*transport_, peer, kReplyTag, kReplyPayloadTag, reply, reply_payload,
                       deadline, deadline);
@@ -499,9 +515,9 @@ class ParameterServerStrategy final : public runtime::engine::TrainingStrategy {
           runtime::kExitRetryable);
     }
     if (reply->type & kFailed) {
-      return runtime::WithExitCode(
-          absl::UnavailableError(absl::StrCat("parameter server ", PsName(p), ": ", *reply_payload)),
-          runtime::kExitRetryable);
+      return runtime::WithExitCode(absl::UnavailableError(absl::StrCat(
+                                       "parameter server ", PsName(p), ": ", *reply_payload)),
+                                   runtime::kExitRetryable);
     }
     if (reply->type & kFinished) finished_ = true;
     return absl::OkStatus();
@@ -518,7 +534,8 @@ class ParameterServerStrategy final : public runtime::engine::TrainingStrategy {
       for (const std::string& name : shards_[p]) {
         Tensor* t = ctx.variables.Find(name);
         const size_t bytes = t->num_elements() * sizeof(float);
-        if (at + bytes > values.size()) return absl::DataLossError(absl::StrCat("short PULL from ", PsName(p)));
+        if (at + bytes > values.size())
+          return absl::DataLossError(absl::StrCat("short PULL from ", PsName(p)));
         std::memcpy(t->data(), values.data() + at, bytes);
         at += bytes;
       }
@@ -544,7 +561,8 @@ std::vector<int> PlaceVariables(const std::vector<std::pair<std::string, int64_t
   std::vector<size_t> order(variables.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    if (variables[a].second != variables[b].second) return variables[a].second > variables[b].second;
+    if (variables[a].second != variables[b].second)
+      return variables[a].second > variables[b].second;
     return variables[a].first < variables[b].first;
   });
   std::vector<int64_t> load(std::max(num_ps, 1), 0);
@@ -557,10 +575,12 @@ std::vector<int> PlaceVariables(const std::vector<std::pair<std::string, int64_t
   return placement;
 }
 
-absl::Status ServeParameters(const ClusterSpec& cluster, const runtime::engine::TrainerOptions& options,
+absl::Status ServeParameters(const ClusterSpec& cluster,
+                             const runtime::engine::TrainerOptions& options,
                              const ParameterServerOptions& ps_options) {
   const int rank = cluster.NumReplicas() + cluster.task().index;
-  ASSIGN_OR_RETURN(std::unique_ptr<GrpcTransport> transport, Join(cluster, rank, ps_options.connect_timeout));
+  ASSIGN_OR_RETURN(std::unique_ptr<GrpcTransport> transport,
+                   Join(cluster, rank, ps_options.connect_timeout));
   ParameterShardServer server(cluster, options, ps_options, *transport);
   return server.Run();
 }

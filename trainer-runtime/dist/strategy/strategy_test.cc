@@ -24,7 +24,8 @@ TEST(PlaceVariablesTest, GreedyBySizeLargestFirst) {
   // 1000 -> ps0, 600 -> ps1, 500 -> ps1 (600 < 1000), 10 -> ps0 (1000 < 1100),
   // 10 -> ps0 (1010 < 1100).
   std::vector<int> placement = PlaceVariables(
-      {{"a/bias", 10}, {"a/kernel", 1000}, {"b/kernel", 600}, {"c/kernel", 500}, {"b/bias", 10}}, 2);
+      {{"a/bias", 10}, {"a/kernel", 1000}, {"b/kernel", 600}, {"c/kernel", 500}, {"b/bias", 10}},
+      2);
   EXPECT_THAT(placement, ElementsAre(0, 0, 1, 1, 0));
 }
 
@@ -41,8 +42,9 @@ TEST(PlaceVariablesTest, OnePsTakesAll) {
 }
 
 TEST(DistributedFlagsTest, TakesItsFlagsAndLeavesTheRest) {
-  std::vector<std::string> args = {"--batch_size=64", "--strategy", "ps", "--sync-replicas",
-                                   "--transport=grpc", "--connect_timeout_secs=5", "--seed=1"};
+  std::vector<std::string> args = {
+      "--batch_size=64",          "--strategy", "ps", "--sync-replicas", "--transport=grpc",
+      "--connect_timeout_secs=5", "--seed=1"};
   auto flags = ExtractDistributedFlags(args);
   ASSERT_TRUE(flags.ok()) << flags.status();
   EXPECT_EQ(flags->strategy, "ps");
@@ -62,10 +64,15 @@ TEST(DistributedFlagsTest, TakesItsFlagsAndLeavesTheRest) {
 }
 
 TEST(DistributedFlagsTest, BadValuesNameTheFlag) {
-  for (std::vector<std::string> args : std::vector<std::vector<std::string>>{
-           {"--strategy=mirrored"}, {"--transport=tcp"}, {"--sync_replicas=maybe"},
-           {"--connect_timeout_secs=-1"}, {"--strategy"}, {"--allreduce_overlap=sometimes"},
-           {"--allreduce_bucket_kib=0"}, {"--allreduce_bucket_kib=lots"}}) {
+  for (std::vector<std::string> args :
+       std::vector<std::vector<std::string>>{{"--strategy=mirrored"},
+                                             {"--transport=tcp"},
+                                             {"--sync_replicas=maybe"},
+                                             {"--connect_timeout_secs=-1"},
+                                             {"--strategy"},
+                                             {"--allreduce_overlap=sometimes"},
+                                             {"--allreduce_bucket_kib=0"},
+                                             {"--allreduce_bucket_kib=lots"}}) {
     auto flags = ExtractDistributedFlags(args);
     ASSERT_FALSE(flags.ok()) << args[0];
     EXPECT_EQ(flags.status().code(), absl::StatusCode::kInvalidArgument);
@@ -85,7 +92,8 @@ TEST(ChooseStrategyTest, DefaultsFromTheClusterShape) {
   EXPECT_EQ(*ChooseStrategy(*ps, flags), "ps");
   EXPECT_EQ(*ChooseStrategy(*workers, flags), "allreduce");
   flags.strategy = "ps";
-  EXPECT_THAT(std::string(ChooseStrategy(*workers, flags).status().message()), HasSubstr("no ps tasks"));
+  EXPECT_THAT(std::string(ChooseStrategy(*workers, flags).status().message()),
+              HasSubstr("no ps tasks"));
   flags.strategy = "allreduce";
   EXPECT_EQ(*ChooseStrategy(*ps, flags), "allreduce");
 }
@@ -282,9 +290,10 @@ TEST(AllReduceStrategyTest, LostPeerDuringOverlappedBackwardFailsTheStepRetryabl
     ASSERT_FALSE(status[r].ok()) << "rank " << r;
     EXPECT_EQ(status[r].code(), absl::StatusCode::kUnavailable) << status[r];
     EXPECT_EQ(runtime::ExitCodeFor(status[r]), runtime::kExitRetryable) << status[r];
-    EXPECT_THAT(std::string(status[r].message()),
-                ::testing::AllOf(HasSubstr(absl::StrCat("replica ", r, ": gradient all-reduce at step 0")),
-                                 HasSubstr("lost peer rank 2"), HasSubstr("/job:worker/task:2")));
+    EXPECT_THAT(
+        std::string(status[r].message()),
+        ::testing::AllOf(HasSubstr(absl::StrCat("replica ", r, ": gradient all-reduce at step 0")),
+                         HasSubstr("lost peer rank 2"), HasSubstr("/job:worker/task:2")));
   }
 }
 

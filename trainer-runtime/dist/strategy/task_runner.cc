@@ -28,7 +28,8 @@ using runtime::engine::TrainResult;
 absl::Status Retryable(absl::Status status) {
   const bool transient = status.code() == absl::StatusCode::kUnavailable ||
                          status.code() == absl::StatusCode::kDeadlineExceeded;
-  return runtime::WithExitCode(status, transient ? runtime::kExitRetryable : runtime::kExitInternal);
+  return runtime::WithExitCode(status,
+                               transient ? runtime::kExitRetryable : runtime::kExitInternal);
 }
 
 std::string HostOf(const std::string& address) {
@@ -43,14 +44,13 @@ std::string BindAddress(const std::string& address) {
   return absl::StrCat("0.0.0.0:", address.substr(address.rfind(':') + 1));
 }
 
-absl::StatusOr<std::unique_ptr<GrpcTransport>> ConnectGrpc(const std::vector<std::string>& addresses,
-                                                           int rank, const std::string& group,
-                                                           absl::Time deadline) {
+absl::StatusOr<std::unique_ptr<GrpcTransport>> ConnectGrpc(
+    const std::vector<std::string>& addresses, int rank, const std::string& group,
+    absl::Time deadline) {
   GrpcTransport::Options options;
   options.group = group;
-  ASSIGN_OR_RETURN(auto transport,
-                   GrpcTransport::Listen(rank, static_cast<int>(addresses.size()),
-                                         BindAddress(addresses[rank]), options));
+  ASSIGN_OR_RETURN(auto transport, GrpcTransport::Listen(rank, static_cast<int>(addresses.size()),
+                                                         BindAddress(addresses[rank]), options));
   RETURN_IF_ERROR(transport->Connect(addresses, deadline));
   return transport;
 }
@@ -81,9 +81,9 @@ absl::StatusOr<std::unique_ptr<runtime::engine::TrainingStrategy>> MakeAllReduce
     nonce[0] = (uint64_t{rd()} << 32) | rd();
     nonce[1] = static_cast<uint64_t>(getpid());
   }
-  RETURN_IF_ERROR(Broadcast(*grpc, 0,
-                            absl::Span<std::byte>(reinterpret_cast<std::byte*>(nonce), sizeof(nonce)),
-                            /*op=*/0, deadline));
+  RETURN_IF_ERROR(
+      Broadcast(*grpc, 0, absl::Span<std::byte>(reinterpret_cast<std::byte*>(nonce), sizeof(nonce)),
+                /*op=*/0, deadline));
   const std::string name = absl::StrCat("kubetrain-", nonce[0], "-", nonce[1]);
   ASSIGN_OR_RETURN(std::unique_ptr<ShmTransport> shm,
                    ShmTransport::Connect(name, rank, static_cast<int>(addresses.size()), deadline));
@@ -112,7 +112,8 @@ absl::StatusOr<DistributedFlags> ExtractDistributedFlags(std::vector<std::string
     std::replace(name.begin(), name.end(), '-', '_');
     auto take_value = [&]() -> absl::StatusOr<std::string> {
       if (has_value) return value;
-      if (i + 1 >= args.size()) return absl::InvalidArgumentError(absl::StrCat("--", name, " needs a value"));
+      if (i + 1 >= args.size())
+        return absl::InvalidArgumentError(absl::StrCat("--", name, " needs a value"));
       return args[++i];
     };
     // A bare --name means true; a value must be a boolean.
@@ -129,8 +130,8 @@ absl::StatusOr<DistributedFlags> ExtractDistributedFlags(std::vector<std::string
       ASSIGN_OR_RETURN(flags.strategy, take_value());
       if (flags.strategy != "auto" && flags.strategy != "local" && flags.strategy != "allreduce" &&
           flags.strategy != "ps") {
-        return absl::InvalidArgumentError(
-            absl::StrCat("--strategy: want auto, local, allreduce or ps, got '", flags.strategy, "'"));
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--strategy: want auto, local, allreduce or ps, got '", flags.strategy, "'"));
       }
     } else if (name == "transport") {
       ASSIGN_OR_RETURN(flags.transport, take_value());
@@ -154,7 +155,8 @@ absl::StatusOr<DistributedFlags> ExtractDistributedFlags(std::vector<std::string
       ASSIGN_OR_RETURN(std::string v, take_value());
       double secs = 0;
       if (!absl::SimpleAtod(v, &secs) || !(secs > 0)) {
-        return absl::InvalidArgumentError(absl::StrCat("--connect_timeout_secs: want a positive number, got '", v, "'"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("--connect_timeout_secs: want a positive number, got '", v, "'"));
       }
       flags.connect_timeout = absl::Seconds(secs);
     } else {
@@ -165,10 +167,12 @@ absl::StatusOr<DistributedFlags> ExtractDistributedFlags(std::vector<std::string
   return flags;
 }
 
-absl::StatusOr<std::string> ChooseStrategy(const ClusterSpec& cluster, const DistributedFlags& flags) {
+absl::StatusOr<std::string> ChooseStrategy(const ClusterSpec& cluster,
+                                           const DistributedFlags& flags) {
   const bool has_ps = cluster.NumTasks(api::Role::kParameterServer) > 0;
   std::string strategy = flags.strategy;
-  if (strategy == "auto") strategy = has_ps ? "ps" : cluster.NumReplicas() > 1 ? "allreduce" : "local";
+  if (strategy == "auto")
+    strategy = has_ps ? "ps" : cluster.NumReplicas() > 1 ? "allreduce" : "local";
   if (strategy == "ps" && !has_ps) {
     return absl::InvalidArgumentError("--strategy=ps but TF_CONFIG lists no ps tasks");
   }

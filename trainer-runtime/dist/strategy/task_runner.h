@@ -42,7 +42,8 @@ absl::StatusOr<DistributedFlags> ExtractDistributedFlags(std::vector<std::string
 
 // The strategy this task's cluster shape and flags call for: "local",
 // "allreduce" or "ps".
-absl::StatusOr<std::string> ChooseStrategy(const ClusterSpec& cluster, const DistributedFlags& flags);
+absl::StatusOr<std::string> ChooseStrategy(const ClusterSpec& cluster,
+                                           const DistributedFlags& flags);
 
 // Runs this task's part of the job: the training loop with the chosen
 // strategy for the master and workers, the serving loop for a ps task (which
