@@ -21,136 +21,20 @@ namespace kubetrain::core {
 // The controller core: one pure, level-triggered, idempotent function from
 // (job, what the backend observes, now) to (actions, new status). No I/O, no
 // clock, no global state: the Kubernetes backend (operator/kube) and the local
-// backend both call it and carry out what it returns.
+// backend both call it and carry out what it returns (carry_out.h).
 //
-// Job states (status.state), Cloud ML's:
-//
-//   QUEUED ──► PREPARING ──► RUNNING ──► SUCCEEDED
-//     │  replicas   │  all replicas │
-//     │  requested  │  running      ├──► FAILED   (a replica failed for good,
-//     │             │               │             backoffLimit, deadlines,
-//     └─────────────┴───────────────┤             invalid spec, trial limit)
-//                                   └──► CANCELLING ──► CANCELLED
-//                       spec.cancel: true  (replicas deleted)  (none left)
-//
-// QUEUED: the first reconcile records the job and asks for its replicas.
-// PREPARING: some replicas exist, not all run. RUNNING: all run (a tuning
-// study: its first trial runs). The state never goes back; restarts show as
-// the Restarting condition. SUCCEEDED, FAILED, CANCELLED are terminal.
-//
-// Conditions (Kubernetes-shaped, in status.conditions): Created, Running,
-// Restarting, Succeeded, Failed, Cancelled, Suspended, with reasons and messages naming
-// the replica ("worker-2 exited with code 1: <termination message>"), and
-// ReplicasWaiting while current replicas wait on something their pods name
-// (Unschedulable, ErrImagePull, CrashLoopBackOff...; see waiting_reasons.h),
-// with one Warning event per distinct cause.
-//
-// Restart policies (runPolicy.restartPolicy):
-//   Never      any replica failure fails the job.
-//   OnFailure  failed replicas run again (in place on Kubernetes, counted by
-//              container restarts; recreated after pod-level failures).
-//   Always     as OnFailure. A replica that exits 0 is complete and is never
-//              run again (Kubeflow restarts it: their #1186).
-//   ExitCode   exit codes >= 128 (signals, OOM kills) and pod-level failures
-//              (eviction, node loss, Unknown phase) are retried; 1-127 fail the
-//              job.
-// backoffLimit (default 3) bounds status.restartCount = recreations +
-// container restarts (Kubeflow counts only one of them: their #2342): a
-// failure that would need restart number backoffLimit+1 fails the job, and so
-// does a replica restarted in place once the count is past the limit. A
-// recreation waits an exponential backoff after the previous one
-// (ReconcileOptions::recreate_backoff_base * 2^(n-1), at most kRecreateBackoffMax), enforced with
-// requeue_after. A replica whose pod vanished without the reconciler deleting
-// it is created again without being counted.
-//
-// Deadlines: activeDeadlineSeconds (from status.createTime, as Kubeflow
-// counts from the job's start), scheduling.maxRunningTime (from
-// status.startTime, set when the job enters RUNNING) and
-// scheduling.maxWaitTime (from status.createTime until RUNNING; its message
-// names the last waiting reason) fail the job when passed; requeue_after always names the next
-// deadline, so they fire with no other event (Kubeflow's #3358).
-//
-// Lost replicas: phase Unknown, node_lost, or deletion requested and past its
-// grace period count as pod-level failures: replaced (force-deleted, then
-// recreated) when the policy retries, else the job fails. Never left hanging.
-//
-// runPolicy.suspend: every replica (and Service) is deleted and none created
-// while it is true (condition Suspended); the state, trials and restartCount
-// stay; clearing it creates the replicas again. Deadlines keep counting.
-//
-// Outputs (output_storage.h): status.outputLocation says where jobDir is and
-// on what storage; each trial's outputPath is <path>/<trialId>. With
-// ReconcileOptions::replicas_have_own_filesystems (Kubernetes), a job whose
-// output folder is on no shared storage carries the condition
-// OutputsEphemeral (True, reason NoOutputStorage, a Warning event when it
-// appears), and a job with spec.outputStorage.newClaim gets its claim
-// (CreateClaim, before its replicas need it; DeleteClaim once finished when
-// deleteWhenFinished).
-//
-// Success: the master succeeds, or worker 0 when there is no master.
-// At the end cleanPodPolicy applies (default Running: replicas still pending
-// or running, e.g. ps, are deleted with their Services; All: every replica;
-// None: none), and ttlSecondsAfterFinished asks for the job's deletion.
-//
-// Tuning studies (trainingInput.hyperparameters has params): every trial is a
-// full replica set named "<job>-t<id>-<role>-<index>"; up to maxParallelTrials
-// run at once, maxTrials in all. A new trial is written to
-// status.trainingOutput.trials (state QUEUED, hyperparameters, startTime) in
-// the same result that first asks for its replicas. Trial ids are "1", "2", ...
-// (totalTrialCount + 1). A trial's objective is its LAST reported value of
-// hyperparameterMetricTag; finalMetric holds it with its step, allMetrics every
-// report of the tag (the last kMaxMetricsPerTrial). A trial that succeeds
-// without reporting the tag is SUCCEEDED with an errorMessage saying so, and is
-// not counted in completedTrialCount. status.trialProgress is
-// "<completedTrialCount>/<maxTrials>" from the study's first pass (0/10
-// before any trial completes): kubectl's Trials column. With
-// enableTrialEarlyStopping a running trial is judged by tuner::ShouldStopEarly
-// (the rule, exactly, is in tuner.h) against the trials that ran to their
-// end (this study's, archived ones, a resumed study's; not those stopped
-// early) each pass once it has a report, until its final report
-// (MetricReport::final) has arrived. Flagged, it is stopped: SUCCEEDED,
-// isTrialStoppedEarly, its replicas deleted (whatever the cleanPodPolicy),
-// its last report before the stop as finalMetric. A trial whose master
-// exits 0 first is SUCCEEDED and never marked: early stopping only ever
-// marks a trial whose replicas it deleted before they finished.
-// api::EffectiveMaxFailedTrials failed trials fail the job (message naming the
-// trials and their errors) and stop the running ones. The study ends
-// SUCCEEDED when maxTrials trials have ended (or the tuner has no new point
-// and none runs) and at least one completed, with trials sorted best first by
-// goal. backoffLimit is one budget for the whole study (status.restartCount);
-// a trial that exceeds it fails, not the job.
-//
-// Trials kept in status: at most kMaxTrialsInStatus (with at most
-// kMaxMetricsPerTrial metric points each, status stays well under etcd's
-// object size limit). Past that, the worst finished trials with an objective
-// leave status through ArchiveTrial actions (failed and metric-less trials
-// stay until the study is over, so failure counting never depends on the
-// store); the backend keeps them in its job store and passes them back in
-// Observed::archived_trials, so the tuner still sees the whole study. A
-// backend without a store loses only their hyperparameters for the tuner:
-// completedTrialCount never decreases.
-//
-// Resumed studies (hyperparameters.resumePreviousJobId, Cloud ML's): the
-// completed trials (those with an objective, stopped early included) of the
-// earlier job, in its status and archived (Observed::previous_study), join
-// the tuner's history as completed trials and the early-stopping rule's
-// completed set: they shape the suggestions and are never suggested again.
-// They are not this job's trials: not in trainingOutput.trials, not in
-// completedTrialCount or totalTrialCount, not counted against maxTrials or
-// maxFailedTrials; this job's trial ids start at "1". A resumed trial whose
-// hyperparameters do not fit this spec (a parameter missing or unknown, a
-// value out of range, not listed, an unknown category) is left out of the
-// history; the StudyResumed event says how many. Before the first trial
-// starts, the earlier study must be usable, else the job ends FAILED with a
-// message naming spec.trainingInput.hyperparameters.resumePreviousJobId: no
-// such job, this job itself, not a tuning job, not finished yet (as Cloud ML
-// required; SUCCEEDED, FAILED and CANCELLED studies all qualify, and a
-// running one would keep changing the history under the new study), a
-// different goal, or a different hyperparameterMetricTag. Once trials run,
-// the check is not repeated: an earlier job deleted meanwhile (e.g. by its
-// TTL) only takes its trials out of the history, it does not fail this job.
+// This header is the contract. The behaviour it implements (job states,
+// conditions, restart policies, deadlines, lost replicas, suspend, outputs,
+// tuning studies, archived and resumed trials) is described in
+// docs/reconciler.md and held by reconciler_test.cc.
+
+// Trials kept in status.trainingOutput.trials; the worst finished ones with an
+// objective leave through ArchiveTrial actions past this many.
 inline constexpr int kMaxTrialsInStatus = 100;
+// Metric points kept per trial (allMetrics holds the last this many).
 inline constexpr int kMaxMetricsPerTrial = 100;
+// The wait before the first recreation of a failed replica set (doubling with
+// each further one) and its cap.
 inline constexpr absl::Duration kRecreateBackoffBase = absl::Seconds(10);
 inline constexpr absl::Duration kRecreateBackoffMax = absl::Minutes(5);
 

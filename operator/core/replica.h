@@ -28,7 +28,7 @@ struct ReplicaResources {
 // from runPolicy.restartPolicy: Never and ExitCode leave restarts to the
 // reconciler ("Never"); OnFailure and Always restart failed containers in
 // place ("OnFailure"). A replica that exits 0 is complete and is never run
-// again under any policy: see reconciler.h.
+// again under any policy: see docs/reconciler.md.
 enum class ContainerRestartPolicy { kNever, kOnFailure };
 
 // A package stored in a ConfigMap (packageUris configmap://NAME/FILE), which
