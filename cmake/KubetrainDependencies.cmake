@@ -10,6 +10,8 @@ find_package(cpprestsdk CONFIG REQUIRED)
 find_package(prometheus-cpp CONFIG REQUIRED)
 find_package(SQLite3 REQUIRED)
 find_package(ZLIB REQUIRED)
+# Flags of the three binaries (header-only; common/flags).
+find_package(CLI11 CONFIG REQUIRED)
 find_package(GTest REQUIRED)
 if(KUBETRAIN_BENCH)
   find_package(benchmark REQUIRED)

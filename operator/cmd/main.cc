@@ -27,14 +27,15 @@
 #include <map>
 #include <string>
 #include <thread>
+#include <type_traits>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_replace.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/flags/flags.h"
 #include "common/observability/metrics_server.h"
 #include "grpcpp/grpcpp.h"
 #include "operator/core/reconciler.h"
@@ -53,41 +54,6 @@
 namespace {
 
 using kubetrain::kube::ClusterConfig;
-
-constexpr char kUsage[] = R"(usage: kubetrain-operator [flags]
-  --kubeconfig PATH            kubeconfig file (default: in-cluster, then $KUBECONFIG)
-  --context NAME               kubeconfig context (default: current-context)
-  --namespace NS               watch only NS (default: all namespaces)
-  --workers N                  concurrent reconciles (default 4)
-  --leader-elect=BOOL          elect a leader over a Lease (default true)
-  --leader-election-namespace NS  where the Lease lives (default: --namespace, else the
-                               credentials' namespace)
-  --lease-name NAME            (default kubetrain-operator)
-  --lease-duration SECONDS     (default 15)
-  --renew-deadline SECONDS     (default 10)
-  --retry-period SECONDS       (default 2)
-  --kube-api-qps QPS           client-side request rate limit (default 50)
-  --kube-api-burst N           (default 100)
-  --default-image IMAGE        image for replicas without imageUri, pulled IfNotPresent
-                               (default {default_image})
-  --metrics-listen HOST:PORT   serve the Metrics gRPC service, where trials report their
-                               metrics (port 0 picks a free port; the bound address is
-                               printed as "serving trial metrics on HOST:PORT")
-  --metrics-address HOST:PORT  where trials reach that service (the Service in front of
-                               the leader), exported to them as KUBETRAIN_METRICS_ADDR;
-                               needed with --metrics-listen, and only with it
-  --pod-name NAME              this replica's pod (downward API): the leader labels it
-                               kubetrain.io/metrics-leader=true
-  --pod-namespace NS           the pod's namespace (default: the credentials' namespace,
-                               in a pod its own)
-  --http-address HOST:PORT     serve /metrics, /healthz, /readyz (default :8080; port 0
-                               picks a free port; the bound address is printed as
-                               "serving http on HOST:PORT")
-  --log-level LEVEL            error, warning, info or debug (default info): which of
-                               the operator's own messages reach stderr
-  --restart-backoff DURATION   wait before recreating a failed replica, doubled with each
-                               further recreation up to 5m (default 10s; e.g. 500ms, 2s, 1m)
-)";
 
 // Severity of the operator's own messages; --log-level keeps those at or
 // above the level.
@@ -141,101 +107,131 @@ struct Flags {
   absl::Duration restart_backoff = kubetrain::core::kRecreateBackoffBase;
 };
 
-bool ParseFlags(int argc, char** argv, Flags* flags, std::string* error) {
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    if (arg == "--help" || arg == "-h") {
-      *error = "";
-      return false;
-    }
-    if (!absl::StartsWith(arg, "--")) {
-      *error = "unexpected argument " + arg;
-      return false;
-    }
-    std::string name = arg.substr(2), value;
-    bool has_value = false;
-    if (size_t eq = name.find('='); eq != std::string::npos) {
-      value = name.substr(eq + 1);
-      name = name.substr(0, eq);
-      has_value = true;
-    }
-    auto next = [&]() -> bool {
-      if (has_value) return true;
-      if (i + 1 >= argc) {
-        *error = "--" + name + " needs a value";
-        return false;
-      }
-      value = argv[++i];
-      return true;
-    };
-    auto number = [&](double* out) {
-      if (!next()) return false;
-      if (!absl::SimpleAtod(value, out) || *out < 0) {
-        *error = "--" + name + ": not a non-negative number: " + value;
-        return false;
-      }
-      return true;
-    };
-    auto integer = [&](int* out) {
-      if (!next()) return false;
-      if (!absl::SimpleAtoi(value, out) || *out < 0) {
-        *error = "--" + name + ": not a non-negative integer: " + value;
-        return false;
-      }
-      return true;
-    };
-    std::map<std::string, std::string*> strings = {{"kubeconfig", &flags->kubeconfig},
-                                                   {"context", &flags->context},
-                                                   {"namespace", &flags->ns},
-                                                   {"leader-election-namespace", &flags->lease_ns},
-                                                   {"lease-name", &flags->lease_name},
-                                                   {"default-image", &flags->default_image},
-                                                   {"metrics-address", &flags->metrics_address},
-                                                   {"metrics-listen", &flags->metrics_listen},
-                                                   {"pod-name", &flags->pod_name},
-                                                   {"pod-namespace", &flags->pod_ns},
-                                                   {"http-address", &flags->http_address}};
-    if (auto it = strings.find(name); it != strings.end()) {
-      if (!next()) return false;
-      *it->second = value;
-    } else if (name == "leader-elect") {
-      if (!has_value) value = "true";
-      if (value != "true" && value != "false") {
-        *error = "--leader-elect must be true or false";
-        return false;
-      }
-      flags->leader_elect = value == "true";
-    } else if (name == "log-level") {
-      if (!next()) return false;
-      if (!ParseLogLevel(value, &flags->log_level)) {
-        *error = "--log-level must be error, warning, info or debug, not " + value;
-        return false;
-      }
-    } else if (name == "restart-backoff") {
-      if (!next()) return false;
-      // A zero base would recreate a crash-looping replica with no pause at all.
-      if (!absl::ParseDuration(value, &flags->restart_backoff) ||
-          flags->restart_backoff <= absl::ZeroDuration() ||
-          flags->restart_backoff == absl::InfiniteDuration()) {
-        *error = "--restart-backoff: not a positive duration such as 500ms, 10s or 1m: " + value;
-        return false;
-      }
-    } else if (name == "workers") {
-      if (!integer(&flags->workers)) return false;
-    } else if (name == "kube-api-burst") {
-      if (!integer(&flags->burst)) return false;
-    } else if (name == "kube-api-qps") {
-      if (!number(&flags->qps)) return false;
-    } else if (name == "lease-duration") {
-      if (!number(&flags->lease_duration)) return false;
-    } else if (name == "renew-deadline") {
-      if (!number(&flags->renew_deadline)) return false;
-    } else if (name == "retry-period") {
-      if (!number(&flags->retry_period)) return false;
-    } else {
-      *error = "unknown flag --" + name;
-      return false;
-    }
+// A number flag's check: the value must parse and be at least 0. CLI11
+// puts the flag's name in front: "--workers: not a non-negative integer: x".
+template <typename T>
+CLI::Validator NonNegative(const char* what) {
+  return CLI::Validator(
+      [what](std::string& value) -> std::string {
+        T parsed;
+        bool ok;
+        if constexpr (std::is_integral_v<T>) {
+          ok = absl::SimpleAtoi(value, &parsed);
+        } else {
+          ok = absl::SimpleAtod(value, &parsed);
+        }
+        if (ok && parsed >= 0) return "";
+        return absl::StrCat("not a non-negative ", what, ": ", value);
+      },
+      "");
+}
+
+// The flags, their help (generated: usage line, "--name VALUE  what (default X)")
+// and their checks; the values land in `flags`.
+void DefineFlags(CLI::App& app, Flags* flags) {
+  kubetrain::flags::Configure(app);
+  auto text = [&](const char* name, std::string* value, const char* type, const char* what) {
+    return app.add_option(name, *value, what)->type_name(type);
+  };
+  auto integer = [&](const char* name, int* value, const char* type, const char* what) {
+    return app.add_option(name, *value, what)
+        ->type_name(type)
+        ->capture_default_str()
+        ->check(NonNegative<int>("integer"));
+  };
+  auto number = [&](const char* name, double* value, const char* type, const char* what) {
+    return app.add_option(name, *value, what)
+        ->type_name(type)
+        ->capture_default_str()
+        ->check(NonNegative<double>("number"));
+  };
+  text("--kubeconfig", &flags->kubeconfig, "PATH",
+       "kubeconfig file (default: in-cluster, then $KUBECONFIG)");
+  text("--context", &flags->context, "NAME", "kubeconfig context (default: current-context)");
+  text("--namespace", &flags->ns, "NS", "watch only NS (default: all namespaces)");
+  integer("--workers", &flags->workers, "N", "concurrent reconciles");
+  // --leader-elect alone is true; a value must be spelled true or false.
+  app.add_option_function<std::string>(
+         "--leader-elect",
+         [flags](const std::string& value) {
+           if (value != "true" && value != "false") {
+             kubetrain::flags::Reject("--leader-elect must be true or false");
+           }
+           flags->leader_elect = value == "true";
+         },
+         "elect a leader over a Lease")
+      ->type_name("=BOOL")
+      ->expected(0)
+      ->default_str("true");
+  text("--leader-election-namespace", &flags->lease_ns, "NS",
+       "where the Lease lives (default: --namespace, else the\ncredentials' namespace)");
+  text("--lease-name", &flags->lease_name, "NAME", "")->capture_default_str();
+  number("--lease-duration", &flags->lease_duration, "SECONDS", "");
+  number("--renew-deadline", &flags->renew_deadline, "SECONDS", "");
+  number("--retry-period", &flags->retry_period, "SECONDS", "");
+  number("--kube-api-qps", &flags->qps, "QPS", "client-side request rate limit");
+  integer("--kube-api-burst", &flags->burst, "N", "");
+  text("--default-image", &flags->default_image, "IMAGE",
+       "image for replicas without imageUri, pulled IfNotPresent")
+      ->default_str(kubetrain::core::kDefaultRuntimeImage);
+  text("--metrics-listen", &flags->metrics_listen, "HOST:PORT",
+       "serve the Metrics gRPC service, where trials report their\n"
+       "metrics (port 0 picks a free port; the bound address is\n"
+       "printed as \"serving trial metrics on HOST:PORT\")");
+  text("--metrics-address", &flags->metrics_address, "HOST:PORT",
+       "where trials reach that service (the Service in front of\n"
+       "the leader), exported to them as KUBETRAIN_METRICS_ADDR;\n"
+       "needed with --metrics-listen, and only with it");
+  text("--pod-name", &flags->pod_name, "NAME",
+       "this replica's pod (downward API): the leader labels it\n"
+       "kubetrain.io/metrics-leader=true");
+  text("--pod-namespace", &flags->pod_ns, "NS",
+       "the pod's namespace (default: the credentials' namespace,\nin a pod its own)");
+  text("--http-address", &flags->http_address, "HOST:PORT",
+       "serve /metrics, /healthz, /readyz (port 0 picks a free\n"
+       "port; the bound address is printed as \"serving http on\n"
+       "HOST:PORT\")")
+      ->capture_default_str();
+  app.add_option_function<std::string>(
+         "--log-level",
+         [flags](const std::string& value) {
+           if (!ParseLogLevel(value, &flags->log_level)) {
+             kubetrain::flags::Reject("--log-level must be error, warning, info or debug, not " +
+                                      value);
+           }
+         },
+         "error, warning, info or debug: which of the operator's own\n"
+         "messages reach stderr")
+      ->type_name("LEVEL")
+      ->default_str("info");
+  app.add_option_function<std::string>(
+         "--restart-backoff",
+         [flags](const std::string& value) {
+           // A zero base would recreate a crash-looping replica with no pause at all.
+           if (!absl::ParseDuration(value, &flags->restart_backoff) ||
+               flags->restart_backoff <= absl::ZeroDuration() ||
+               flags->restart_backoff == absl::InfiniteDuration()) {
+             kubetrain::flags::Reject(
+                 "--restart-backoff: not a positive duration such as 500ms, 10s or 1m: " + value);
+           }
+         },
+         "wait before recreating a failed replica, doubled with each\n"
+         "further recreation up to 5m (e.g. 500ms, 2s, 1m)")
+      ->type_name("DURATION")
+      ->default_str(absl::FormatDuration(flags->restart_backoff));
+}
+
+// Parses argv into `flags`. False with `error` empty for --help, with the
+// message otherwise.
+bool ParseFlags(CLI::App& app, int argc, char** argv, Flags* flags, std::string* error) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    *error = "";
+    return false;
+  } catch (const CLI::ParseError& e) {
+    *error = kubetrain::flags::Describe(app, e);
+    return false;
   }
   // Half of the pair would hand trials an address nobody serves, or serve
   // reports no trial is told about.
@@ -273,11 +269,12 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   Flags flags;
+  CLI::App app("usage: kubetrain-operator [flags]", "kubetrain-operator");
+  DefineFlags(app, &flags);
   std::string error;
-  if (!ParseFlags(argc, argv, &flags, &error)) {
+  if (!ParseFlags(app, argc, argv, &flags, &error)) {
     if (!error.empty()) std::cerr << "kubetrain-operator: " << error << "\n";
-    std::cerr << absl::StrReplaceAll(kUsage,
-                                     {{"{default_image}", kubetrain::core::kDefaultRuntimeImage}});
+    std::cerr << app.help();
     return error.empty() ? 0 : 2;
   }
   g_log_level = flags.log_level;
