@@ -1,338 +1,24 @@
 #include "operator/core/reconciler.h"
 
 #include <algorithm>
-#include <charconv>
-#include <climits>
-#include <cmath>
 #include <set>
 #include <utility>
 
-#include "api/defaults.h"
 #include "api/field_error.h"
 #include "api/scale_tiers.h"
 #include "api/validation.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "operator/core/output_storage.h"
-#include "operator/core/python_module.h"
-#include "operator/core/pytorch_env.h"
-#include "operator/tuner/search_space.h"
+#include "operator/core/reconcile_pass.h"
+
+// The state machine: one pass over a job (reconciler.h is the contract,
+// docs/reconciler.md the behaviour). The replicas a job asks for are built in
+// desired_replicas.cc, tuning studies run in study.cc.
 
 namespace kubetrain::core {
-namespace {
+namespace internal {
 
 using api::Role;
-
-// Condition types.
-constexpr char kCreated[] = "Created";
-constexpr char kRunning[] = "Running";
-constexpr char kRestarting[] = "Restarting";
-constexpr char kSucceeded[] = "Succeeded";
-constexpr char kFailed[] = "Failed";
-constexpr char kCancelled[] = "Cancelled";
-constexpr char kSuspended[] = "Suspended";
-constexpr char kOutputsEphemeral[] = "OutputsEphemeral";
-
-// Termination messages are the user's; keep status small.
-constexpr size_t kMaxMessageLength = 1024;
-
-absl::Time FromProto(const google::protobuf::Timestamp& ts) {
-  return absl::FromUnixSeconds(ts.seconds()) + absl::Nanoseconds(ts.nanos());
-}
-
-void ToProto(absl::Time t, google::protobuf::Timestamp* ts) {
-  const int64_t seconds = absl::ToUnixSeconds(t);
-  ts->set_seconds(seconds);
-  ts->set_nanos(static_cast<int32_t>((t - absl::FromUnixSeconds(seconds)) / absl::Nanoseconds(1)));
-}
-
-absl::Duration FromProto(const google::protobuf::Duration& d) {
-  return absl::Seconds(d.seconds()) + absl::Nanoseconds(d.nanos());
-}
-
-std::string Truncate(std::string text) {
-  if (text.size() > kMaxMessageLength) {
-    text.resize(kMaxMessageLength);
-    text += "...";
-  }
-  return text;
-}
-
-std::string DurationText(absl::Duration d) { return absl::FormatDuration(d); }
-
-// An objective as the trainer reported it: the shortest text that reads back
-// as the same double ("0.8804", not std::to_string's "0.880400").
-std::string ObjectiveText(double value) {
-  char text[64];
-  const std::to_chars_result end = std::to_chars(text, text + sizeof(text), value);
-  return std::string(text, end.ptr);
-}
-
-bool IsStudy(const v1::TrainingJob& job) {
-  return job.spec().training_input().hyperparameters().params_size() > 0;
-}
-
-// ---- Conditions --------------------------------------------------------
-
-v1::Condition* FindCondition(v1::TrainingJobStatus* status, const std::string& type) {
-  for (v1::Condition& c : *status->mutable_conditions()) {
-    if (c.type() == type) return &c;
-  }
-  return nullptr;
-}
-
-bool ConditionIsTrue(const v1::TrainingJobStatus& status, const std::string& type) {
-  for (const v1::Condition& c : status.conditions()) {
-    if (c.type() == type) return c.status() == "True";
-  }
-  return false;
-}
-
-// Sets a condition; returns true when it became true just now. A condition
-// that never existed is not added as "False": absent reads as false.
-bool SetCondition(v1::TrainingJobStatus* status, const std::string& type, bool value,
-                  const std::string& reason, const std::string& message, absl::Time now) {
-  const std::string value_text = value ? "True" : "False";
-  v1::Condition* c = FindCondition(status, type);
-  if (c == nullptr) {
-    if (!value) return false;
-    c = status->add_conditions();
-    c->set_type(type);
-  } else if (c->status() == value_text && c->reason() == reason && c->message() == message) {
-    return false;
-  }
-  const bool transition = c->status() != value_text;
-  c->set_status(value_text);
-  c->set_reason(reason);
-  c->set_message(message);
-  ToProto(now, c->mutable_last_update_time());
-  if (transition) ToProto(now, c->mutable_last_transition_time());
-  return transition && value;
-}
-
-// ---- Describing replicas -------------------------------------------------
-
-bool IsLost(const ObservedReplica& r) { return r.phase == ReplicaPhase::kUnknown || r.node_lost; }
-
-std::string DescribeFailure(const ObservedReplica& r, bool use_chief) {
-  const std::string task = TaskName(r.key, use_chief);
-  std::string text;
-  if (r.node_lost) {
-    text = task + " was lost: its node is unreachable";
-  } else if (r.phase == ReplicaPhase::kUnknown) {
-    text = task + " is in phase Unknown: its node is unreachable";
-  } else if (r.exit_code.has_value()) {
-    text = task + " exited with code " + std::to_string(*r.exit_code);
-    if (!r.reason.empty() && r.reason != "Error") text += " (" + r.reason + ")";
-  } else {
-    text = task + " failed: " + (r.reason.empty() ? std::string("pod failed") : r.reason);
-  }
-  if (!r.termination_message.empty()) text += ": " + r.termination_message;
-  return Truncate(text);
-}
-
-// ---- The reconcile context ---------------------------------------------
-
-struct Context {
-  const v1::TrainingJob& stored;
-  const Observed& observed;
-  absl::Time now;
-  const ReconcileOptions& options;
-
-  v1::TrainingJob job;  // defaulted copy
-  std::vector<api::ReplicaGroup> groups;
-  std::string job_name;
-  ReconcileResult result;
-
-  v1::TrainingJobStatus& status() { return result.status; }
-
-  void Emit(EmitEvent::Type type, std::string reason, std::string message) {
-    result.actions.push_back(EmitEvent{type, std::move(reason), Truncate(std::move(message))});
-  }
-  void RequeueAt(absl::Time t) {
-    absl::Duration after = std::max(t - now, absl::Seconds(1));
-    if (!result.requeue_after || after < *result.requeue_after) result.requeue_after = after;
-  }
-  const v1::RunPolicy& policy() const { return job.spec().run_policy(); }
-  bool use_chief() const { return job.spec().training_input().use_chief_in_tf_config(); }
-  const v1::HyperparameterSpec& hp() const { return job.spec().training_input().hyperparameters(); }
-  bool ServiceObserved(const std::string& name) const {
-    for (const ObservedService& s : observed.services) {
-      if (s.name == name) return true;
-    }
-    return false;
-  }
-};
-
-absl::Duration RecreateBackoff(int restarts, absl::Duration base) {
-  if (restarts <= 0) return absl::ZeroDuration();
-  absl::Duration delay = std::min(base, kRecreateBackoffMax);
-  for (int i = 1; i < restarts && delay < kRecreateBackoffMax; ++i) delay *= 2;
-  return std::min(delay, kRecreateBackoffMax);
-}
-
-// Deletes a replica (and its Service) unless deletion is already under way;
-// force-deletes one stuck past its grace period.
-void DeleteReplicaOnce(Context& c, const ObservedReplica& r, const std::string& reason,
-                       bool with_service = true) {
-  if (!r.deletion_requested) {
-    c.result.actions.push_back(DeleteReplica{r.name, IsLost(r), reason});
-  } else if (r.phase != ReplicaPhase::kSucceeded && r.phase != ReplicaPhase::kFailed) {
-    if (c.now >= r.deletion_time) {
-      c.result.actions.push_back(DeleteReplica{r.name, true, reason + " (stuck terminating)"});
-    } else {
-      c.RequeueAt(r.deletion_time);
-    }
-  }
-  if (with_service && c.options.services && c.ServiceObserved(r.name)) {
-    c.result.actions.push_back(DeleteService{r.name});
-  }
-}
-
-// What a replica set amounts to after one pass over it.
-struct SetOutcome {
-  enum class Phase { kCreating, kStarting, kRunning, kSucceeded, kFailed };
-  Phase phase = Phase::kCreating;
-  std::string reason;   // for kFailed: the condition reason
-  std::string message;  // for kFailed / kSucceeded
-  int replicas = 0;
-};
-
-// ---- Replicas --------------------------------------------------------------
-
-std::string JoinPath(const std::string& dir, const std::string& leaf) {
-  if (dir.empty()) return leaf;
-  if (dir.back() == '/') return dir + leaf;
-  return dir + "/" + leaf;
-}
-
-std::vector<std::string> ReplicaArgs(const v1::TrainingJob& job, const api::ReplicaGroup& group,
-                                     const std::string& trial_id,
-                                     const tuner::Assignment& hyperparameters) {
-  const v1::TrainingInput& input = job.spec().training_input();
-  std::vector<std::string> args;
-  if (group.config.container_args_size() > 0) {
-    args.assign(group.config.container_args().begin(), group.config.container_args().end());
-  } else {
-    args.assign(input.args().begin(), input.args().end());
-  }
-  if (!trial_id.empty()) {
-    // The spec's parameter order, so the command line reads as the spec does.
-    for (const v1::ParameterSpec& param : input.hyperparameters().params()) {
-      auto it = hyperparameters.find(param.parameter_name());
-      if (it != hyperparameters.end()) {
-        args.push_back("--" + param.parameter_name() + "=" + it->second);
-      }
-    }
-    // A trainer told --output_path=X writes the trial to X/<trial> (the
-    // later flag wins in argparse and absl flags alike).
-    std::optional<std::string> output_path;
-    for (size_t i = 0; i < args.size(); ++i) {
-      if (args[i].rfind("--output_path=", 0) == 0) {
-        output_path = args[i].substr(14);
-      } else if (args[i] == "--output_path" && i + 1 < args.size()) {
-        output_path = args[i + 1];
-      }
-    }
-    if (output_path) args.push_back("--output_path=" + JoinPath(*output_path, trial_id));
-  }
-  if (!input.job_dir().empty()) {
-    args.push_back("--job-dir");
-    args.push_back(trial_id.empty() ? input.job_dir() : JoinPath(input.job_dir(), trial_id));
-  }
-  return args;
-}
-
-DesiredReplica MakeReplica(const v1::TrainingJob& job, const std::vector<api::ReplicaGroup>& groups,
-                           const api::ReplicaGroup& group, int64_t index,
-                           const std::string& trial_id, const tuner::Assignment& hyperparameters,
-                           const ReconcileOptions& options) {
-  const v1::TrainingInput& input = job.spec().training_input();
-  const std::string job_name = JobObjectName(job);
-  DesiredReplica r;
-  r.key = ReplicaKey{trial_id, group.role, index};
-  const bool use_chief = input.use_chief_in_tf_config();
-  r.name = ReplicaName(job_name, r.key, use_chief);
-  r.labels = ReplicaLabels(job_name, r.key, use_chief);
-  r.port = job.spec().has_port() ? job.spec().port() : api::kDefaultPort;
-  r.image = group.config.image_uri().empty() ? options.default_image : group.config.image_uri();
-  if (group.config.image_uri().empty()) r.image_pull_policy = "IfNotPresent";
-  if (group.config.container_command_size() > 0) {
-    r.command.assign(group.config.container_command().begin(),
-                     group.config.container_command().end());
-  } else if (RunsPythonModule(input, group.config)) {
-    PythonModuleRun run = PlanPythonModule(input);
-    r.command = std::move(run.command);
-    r.package_mounts = std::move(run.mounts);
-    r.python_module = input.python_module();
-    if (group.config.image_uri().empty()) r.image = PythonRuntimeImage(input);
-  } else {
-    r.command = {"kubetrain-runtime", "train"};
-  }
-  r.args = ReplicaArgs(job, group, trial_id, hyperparameters);
-  r.resources.machine_type = group.resources.machine_type;
-  r.resources.cpu = group.resources.cpu;
-  r.resources.memory_mib = group.resources.memory_mib;
-  r.resources.gpus = group.resources.gpus;
-  if (group.config.accelerator_config().has_count()) {
-    r.resources.gpus = group.config.accelerator_config().count();
-  }
-  if (r.resources.gpus > 0 && group.config.accelerator_config().type() !=
-                                  v1::AcceleratorConfig::ACCELERATOR_TYPE_UNSPECIFIED) {
-    r.resources.accelerator_type =
-        v1::AcceleratorConfig::AcceleratorType_Name(group.config.accelerator_config().type());
-  }
-  const v1::RunPolicy::RestartPolicy policy = job.spec().run_policy().restart_policy();
-  r.restart_policy = (policy == v1::RunPolicy::OnFailure || policy == v1::RunPolicy::Always)
-                         ? ContainerRestartPolicy::kOnFailure
-                         : ContainerRestartPolicy::kNever;
-
-  AddressFn address = options.address ? options.address
-                                      : KubernetesAddresses(job.metadata().namespace_().empty()
-                                                                ? "default"
-                                                                : job.metadata().namespace_());
-  if (WantsTfConfig(input)) {
-    r.env.emplace_back("TF_CONFIG", BuildTfConfig(job, groups, r.key, address));
-  }
-  if (WantsPyTorchEnv(input)) {
-    for (auto& entry : BuildPyTorchEnv(job, groups, r.key, address)) {
-      r.env.push_back(std::move(entry));
-    }
-  }
-  r.env.emplace_back("CLOUD_ML_JOB_ID", job.metadata().name());
-  if (!trial_id.empty()) r.env.emplace_back("CLOUD_ML_TRIAL_ID", trial_id);
-  r.env.emplace_back("KUBETRAIN_JOB_NAME", job.metadata().name());
-  r.env.emplace_back("KUBETRAIN_NAMESPACE", job.metadata().namespace_());
-  r.env.emplace_back("KUBETRAIN_JOB_UID", job.metadata().uid());
-  r.env.emplace_back("KUBETRAIN_TASK_TYPE", ReplicaRoleName(group.role, use_chief));
-  r.env.emplace_back("KUBETRAIN_TASK_INDEX", std::to_string(index));
-  if (!trial_id.empty()) r.env.emplace_back("KUBETRAIN_TRIAL_ID", trial_id);
-  if (IsStudy(job)) {
-    r.env.emplace_back("KUBETRAIN_METRIC_TAG", input.hyperparameters().hyperparameter_metric_tag());
-  }
-  // Only a trial has metrics to report (its objective).
-  if (!trial_id.empty() && !options.metrics_address.empty()) {
-    r.env.emplace_back("KUBETRAIN_METRICS_ADDR", options.metrics_address);
-  }
-  if (!trial_id.empty() && options.trial_token) {
-    r.env.emplace_back("KUBETRAIN_METRICS_TOKEN",
-                       options.trial_token(job.metadata().uid(), trial_id));
-  }
-  return r;
-}
-
-std::vector<DesiredReplica> MakeReplicas(const v1::TrainingJob& job,
-                                         const std::vector<api::ReplicaGroup>& groups,
-                                         const std::string& trial_id,
-                                         const tuner::Assignment& hyperparameters,
-                                         const ReconcileOptions& options) {
-  std::vector<DesiredReplica> replicas;
-  for (const api::ReplicaGroup& group : groups) {
-    for (int64_t i = 0; i < group.count; ++i) {
-      replicas.push_back(MakeReplica(job, groups, group, i, trial_id, hyperparameters, options));
-    }
-  }
-  return replicas;
-}
 
 // ---- One replica set (the job, or one trial) -------------------------------
 
@@ -535,6 +221,8 @@ SetOutcome ReconcileSet(Context& c, const std::string& trial_id,
 
 // ---- Bookkeeping shared by jobs and studies --------------------------------
 
+namespace {
+
 // Per-role replica counts (status.replicaStatuses), once the pass has
 // decided: a replica this very pass deletes (a clean-up, a restart, an early
 // stop) is counted as gone, one asked to go earlier and still terminating is
@@ -635,6 +323,7 @@ void UpdateWaitingCondition(Context& c) {
     c.Emit(EmitEvent::Type::kWarning, cause.reason, cause.message);
   }
 }
+}  // namespace
 
 void SetTerminal(Context& c, v1::State state) {
   c.status().set_state(state);
@@ -704,6 +393,8 @@ void CleanUp(Context& c, v1::RunPolicy::CleanPodPolicy policy, const std::string
   }
 }
 
+namespace {
+
 void ApplyTtl(Context& c) {
   const v1::RunPolicy& policy = c.stored.spec().run_policy();
   if (!policy.has_ttl_seconds_after_finished() || !c.status().has_end_time()) return;
@@ -757,6 +448,7 @@ bool CheckDeadlines(Context& c, bool enforce) {
   for (const Deadline& d : deadlines) c.RequeueAt(d.at);
   return false;
 }
+}  // namespace
 
 std::map<ReplicaKey, const ObservedReplica*> IndexReplicas(Context& c,
                                                            const std::set<std::string>& trials) {
@@ -800,6 +492,8 @@ void DeleteStrays(Context& c, const std::map<ReplicaKey, const ObservedReplica*>
   }
 }
 
+namespace {
+
 // ---- A plain job ---------------------------------------------------------
 
 void ReconcileJob(Context& c) {
@@ -817,491 +511,6 @@ void ReconcileJob(Context& c) {
     default:
       AdvanceState(c, out.phase, out.replicas);
   }
-}
-
-// ---- A tuning study ------------------------------------------------------
-
-bool TrialActive(const v1::HyperparameterOutput& t) { return !IsTerminal(t.state()); }
-
-bool HasObjective(const v1::HyperparameterOutput& t) {
-  return t.state() == v1::SUCCEEDED && t.has_final_metric() && t.error_message().empty();
-}
-
-tuner::TrialRecord ToRecord(const v1::HyperparameterOutput& t) {
-  tuner::TrialRecord record;
-  record.trial_id = t.trial_id();
-  record.assignment.insert(t.hyperparameters().begin(), t.hyperparameters().end());
-  for (const v1::HyperparameterMetric& m : t.all_metrics()) {
-    record.curve.emplace_back(m.training_step(), m.objective_value());
-  }
-  switch (t.state()) {
-    case v1::QUEUED:
-    case v1::PREPARING:
-      record.status = tuner::TrialRecord::Status::kPending;
-      break;
-    case v1::RUNNING:
-      record.status = tuner::TrialRecord::Status::kRunning;
-      break;
-    case v1::SUCCEEDED:
-      if (HasObjective(t)) {
-        record.status = t.is_trial_stopped_early() ? tuner::TrialRecord::Status::kStoppedEarly
-                                                   : tuner::TrialRecord::Status::kCompleted;
-        record.objective = t.final_metric().objective_value();
-      } else {
-        record.status = tuner::TrialRecord::Status::kFailed;
-      }
-      break;
-    default:
-      record.status = tuner::TrialRecord::Status::kFailed;
-  }
-  return record;
-}
-
-// The reports of the metric tag for one trial, in arrival order.
-std::vector<v1::HyperparameterMetric> TagReports(const Context& c, const std::string& trial_id) {
-  std::vector<v1::HyperparameterMetric> reports;
-  auto it = c.observed.trial_metrics.find(trial_id);
-  if (it == c.observed.trial_metrics.end()) return reports;
-  const std::string& tag = c.hp().hyperparameter_metric_tag();
-  for (const MetricReport& report : it->second) {
-    auto value = report.values.find(tag);
-    if (value == report.values.end() || !std::isfinite(value->second)) continue;
-    v1::HyperparameterMetric m;
-    m.set_training_step(report.step);
-    m.set_objective_value(value->second);
-    reports.push_back(m);
-  }
-  return reports;
-}
-
-// Whether the trial's trainer has sent its last evaluation (training is
-// over; it is only finishing up: export, exit).
-bool FinalReportArrived(const Context& c, const std::string& trial_id) {
-  auto it = c.observed.trial_metrics.find(trial_id);
-  if (it == c.observed.trial_metrics.end()) return false;
-  return std::any_of(it->second.begin(), it->second.end(),
-                     [](const MetricReport& r) { return r.final; });
-}
-
-void UpdateTrialMetrics(const Context& c, v1::HyperparameterOutput* trial) {
-  std::vector<v1::HyperparameterMetric> reports = TagReports(c, trial->trial_id());
-  if (reports.empty()) return;  // keep what status has
-  // Reports in status that this backend does not hold came before it (an
-  // operator that led earlier wrote them): they stay, ahead of its own.
-  std::vector<v1::HyperparameterMetric> merged;
-  for (const v1::HyperparameterMetric& m : trial->all_metrics()) {
-    const bool held = std::any_of(reports.begin(), reports.end(), [&](const auto& r) {
-      return r.training_step() == m.training_step() && r.objective_value() == m.objective_value();
-    });
-    if (!held) merged.push_back(m);
-  }
-  merged.insert(merged.end(), reports.begin(), reports.end());
-  const size_t skip = merged.size() > kMaxMetricsPerTrial ? merged.size() - kMaxMetricsPerTrial : 0;
-  trial->clear_all_metrics();
-  for (size_t i = skip; i < merged.size(); ++i) *trial->add_all_metrics() = merged[i];
-}
-
-// true when `a` is a better objective than `b` under the study's goal.
-bool Better(const v1::HyperparameterSpec& spec, double a, double b) {
-  return spec.goal() == v1::HyperparameterSpec::MINIMIZE ? a < b : a > b;
-}
-
-int64_t TrialNumber(const std::string& id) {
-  int64_t n = 0;
-  for (char ch : id) {
-    if (ch < '0' || ch > '9') return INT64_MAX;
-    n = n * 10 + (ch - '0');
-  }
-  return n;
-}
-
-// Best first: trials with an objective by goal, then the rest by trial id.
-bool TrialBefore(const v1::HyperparameterSpec& spec, const v1::HyperparameterOutput& a,
-                 const v1::HyperparameterOutput& b) {
-  const bool ha = HasObjective(a), hb = HasObjective(b);
-  if (ha != hb) return ha;
-  if (ha) {
-    const double va = a.final_metric().objective_value(), vb = b.final_metric().objective_value();
-    if (Better(spec, va, vb)) return true;
-    if (Better(spec, vb, va)) return false;
-  }
-  return TrialNumber(a.trial_id()) < TrialNumber(b.trial_id());
-}
-
-void FinishTrial(Context& c, v1::HyperparameterOutput* trial, v1::State state,
-                 const std::string& error, bool stop_replicas) {
-  trial->set_state(state);
-  trial->set_error_message(Truncate(error));
-  ToProto(c.now, trial->mutable_end_time());
-  // A finished trial's ps and evaluators must not run on; a stopped one
-  // stops whatever the cleanPodPolicy.
-  const v1::RunPolicy::CleanPodPolicy policy =
-      stop_replicas && c.policy().clean_pod_policy() == v1::RunPolicy::None
-          ? v1::RunPolicy::Running
-          : c.policy().clean_pod_policy();
-  CleanUp(c, policy, trial->trial_id(), /*only_trial=*/true);
-}
-
-void FinishTrialWithObjective(Context& c, v1::HyperparameterOutput* trial, bool stopped_early) {
-  UpdateTrialMetrics(c, trial);
-  if (trial->all_metrics_size() == 0) {
-    FinishTrial(c, trial, v1::SUCCEEDED,
-                "succeeded without reporting metric '" + c.hp().hyperparameter_metric_tag() +
-                    "': not counted as completed",
-                false);
-    c.Emit(EmitEvent::Type::kWarning, "TrialMetricMissing",
-           "trial " + trial->trial_id() + " " + trial->error_message());
-    return;
-  }
-  // The objective is the last value reported (what the trainer saw last),
-  // not the best one.
-  *trial->mutable_final_metric() = trial->all_metrics(trial->all_metrics_size() - 1);
-  trial->set_is_trial_stopped_early(stopped_early);
-  FinishTrial(c, trial, v1::SUCCEEDED, "", stopped_early);
-  c.Emit(EmitEvent::Type::kNormal, stopped_early ? "TrialStoppedEarly" : "TrialSucceeded",
-         "trial " + trial->trial_id() + ": objective " +
-             ObjectiveText(trial->final_metric().objective_value()) + " at step " +
-             std::to_string(trial->final_metric().training_step()));
-}
-
-std::string DescribeAssignment(const v1::HyperparameterSpec& spec,
-                               const tuner::Assignment& assignment) {
-  std::string text;
-  for (const v1::ParameterSpec& p : spec.params()) {
-    auto it = assignment.find(p.parameter_name());
-    if (it == assignment.end()) continue;
-    if (!text.empty()) text += " ";
-    text += "--" + p.parameter_name() + "=" + it->second;
-  }
-  return text;
-}
-
-// Evicts the worst finished trials past kMaxTrialsInStatus. While the study
-// runs only trials with an objective leave (failed and metric-less trials
-// stay, so the failure count never depends on the job store); once it is
-// over, any finished trial may.
-void CapTrials(Context& c, bool study_over) {
-  auto* trials = c.status().mutable_training_output()->mutable_trials();
-  if (trials->size() <= kMaxTrialsInStatus) return;
-  std::vector<v1::HyperparameterOutput> all(trials->begin(), trials->end());
-  std::vector<size_t> candidates;
-  for (size_t i = 0; i < all.size(); ++i) {
-    if (!TrialActive(all[i]) && (study_over || HasObjective(all[i]))) candidates.push_back(i);
-  }
-  // Worst first.
-  std::sort(candidates.begin(), candidates.end(),
-            [&](size_t a, size_t b) { return TrialBefore(c.hp(), all[b], all[a]); });
-  std::set<size_t> evict;
-  for (size_t i : candidates) {
-    if (all.size() - evict.size() <= static_cast<size_t>(kMaxTrialsInStatus)) break;
-    evict.insert(i);
-  }
-  trials->Clear();
-  for (size_t i = 0; i < all.size(); ++i) {
-    if (evict.count(i) > 0) {
-      c.result.actions.push_back(ArchiveTrial{all[i]});
-    } else {
-      *trials->Add() = all[i];
-    }
-  }
-}
-
-// What `kubectl get tj` shows of a study: status.trialProgress
-// ("<completed>/<maxTrials>", "0/10" before the first trial completes) and
-// status.bestObjectiveValue (the best final objective so far, archived trials
-// included; never worse than the one already recorded, since a backend
-// without a job store forgets evicted trials).
-void SummarizeStudy(Context& c) {
-  v1::TrainingJobStatus& s = c.status();
-  s.set_trial_progress(std::to_string(s.training_output().completed_trial_count()) + "/" +
-                       std::to_string(c.hp().max_trials()));
-  std::optional<double> best;
-  if (s.has_best_objective_value()) best = s.best_objective_value();
-  auto consider = [&](const v1::HyperparameterOutput& t) {
-    if (!HasObjective(t)) return;
-    const double value = t.final_metric().objective_value();
-    if (!best || Better(c.hp(), value, *best)) best = value;
-  };
-  for (const v1::HyperparameterOutput& t : s.training_output().trials()) consider(t);
-  for (const v1::HyperparameterOutput& t : c.observed.archived_trials) consider(t);
-  if (best) s.set_best_objective_value(*best);
-}
-
-void StopActiveTrials(Context& c, const std::string& why) {
-  for (v1::HyperparameterOutput& t : *c.status().mutable_training_output()->mutable_trials()) {
-    if (TrialActive(t)) FinishTrial(c, &t, v1::CANCELLED, why, /*stop_replicas=*/true);
-  }
-}
-
-// ---- A resumed study (resumePreviousJobId) ----------------------------------
-
-constexpr char kResumeField[] = "spec.trainingInput.hyperparameters.resumePreviousJobId";
-
-// Why the earlier study cannot be continued; "" when it can.
-std::string PreviousStudyProblem(const Context& c) {
-  const std::string& id = c.hp().resume_previous_job_id();
-  const PreviousStudy& previous = c.observed.previous_study;
-  const std::string quoted = "job '" + id + "'";
-  if (api::KubernetesName(id) == api::KubernetesName(c.job.metadata().name())) {
-    return "names this job itself";
-  }
-  if (!previous.found) {
-    const std::string& ns = c.job.metadata().namespace_();
-    return "no " + quoted + " found" + (ns.empty() ? "" : " in namespace '" + ns + "'");
-  }
-  const v1::TrainingJob earlier = Normalize(previous.job);
-  if (!IsStudy(earlier)) return quoted + " is not a hyperparameter tuning job";
-  if (!IsTerminal(previous.job.status().state())) {
-    return quoted + " is " +
-           v1::State_Name(previous.job.status().state() == v1::STATE_UNSPECIFIED
-                              ? v1::QUEUED
-                              : previous.job.status().state()) +
-           ": only a finished study can be resumed";
-  }
-  const v1::HyperparameterSpec& theirs = earlier.spec().training_input().hyperparameters();
-  if (theirs.goal() != c.hp().goal()) {
-    return quoted + " has goal " + v1::HyperparameterSpec::GoalType_Name(theirs.goal()) +
-           ", this job " + v1::HyperparameterSpec::GoalType_Name(c.hp().goal());
-  }
-  if (theirs.hyperparameter_metric_tag() != c.hp().hyperparameter_metric_tag()) {
-    return quoted + " has hyperparameterMetricTag '" + theirs.hyperparameter_metric_tag() +
-           "', this job '" + c.hp().hyperparameter_metric_tag() + "'";
-  }
-  return "";
-}
-
-struct ResumedHistory {
-  std::vector<tuner::TrialRecord> trials;  // completed, in this spec's canonical form
-  int left_out = 0;                        // completed but not fitting this spec
-};
-
-// The earlier study's completed trials that fit this job's spec. Their ids
-// are "<earlier job>/<trial id>", so they never collide with this job's.
-ResumedHistory ResumedTrials(const Context& c) {
-  ResumedHistory history;
-  const PreviousStudy& previous = c.observed.previous_study;
-  std::vector<const v1::HyperparameterOutput*> candidates;
-  for (const auto& t : previous.job.status().training_output().trials()) candidates.push_back(&t);
-  for (const auto& t : previous.archived_trials) candidates.push_back(&t);
-  absl::StatusOr<tuner::SearchSpace> space = tuner::SearchSpace::Create(c.hp());
-  std::set<std::string> seen;  // a trial both in status and archived counts once
-  for (const v1::HyperparameterOutput* t : candidates) {
-    if (!HasObjective(*t) || !seen.insert(t->trial_id()).second) continue;
-    tuner::TrialRecord record = ToRecord(*t);
-    // Canonicalize rejects a missing parameter or a value this spec does not
-    // allow; with as many parameters as the spec, none can be unknown to it.
-    absl::StatusOr<tuner::Assignment> canonical = absl::InvalidArgumentError("parameters differ");
-    if (space.ok() && t->hyperparameters_size() == c.hp().params_size()) {
-      canonical = space->Canonicalize(record.assignment);
-    }
-    if (!canonical.ok()) {
-      ++history.left_out;
-      continue;
-    }
-    record.assignment = *std::move(canonical);
-    record.trial_id = previous.job.metadata().name() + "/" + t->trial_id();
-    history.trials.push_back(std::move(record));
-  }
-  return history;
-}
-
-void ReconcileStudy(Context& c) {
-  const v1::HyperparameterSpec& spec = c.hp();
-  v1::TrainingOutput* out = c.status().mutable_training_output();
-  out->set_is_hyperparameter_tuning_job(true);
-  out->set_hyperparameter_metric_tag(spec.hyperparameter_metric_tag());
-  if (out->total_trial_count() < out->trials_size()) out->set_total_trial_count(out->trials_size());
-
-  // The earlier study this one continues: checked before the first trial;
-  // afterwards its trials are used while it is still there and usable.
-  ResumedHistory resumed;
-  const bool first_trials = out->total_trial_count() == 0 && c.observed.archived_trials.empty();
-  if (!spec.resume_previous_job_id().empty()) {
-    const std::string problem = PreviousStudyProblem(c);
-    if (!problem.empty() && first_trials) {
-      FailJob(c, "PreviousStudyUnusable", std::string(kResumeField) + ": " + problem);
-      return;
-    }
-    if (problem.empty()) resumed = ResumedTrials(c);
-  }
-
-  std::set<std::string> known;  // every trial on record, active or not
-  std::set<std::string> active;
-  for (const v1::HyperparameterOutput& t : out->trials()) {
-    known.insert(t.trial_id());
-    if (TrialActive(t)) active.insert(t.trial_id());
-  }
-  for (const v1::HyperparameterOutput& t : c.observed.archived_trials) known.insert(t.trial_id());
-  std::map<ReplicaKey, const ObservedReplica*> index = IndexReplicas(c, active);
-  // Replicas of unknown trials (or of none) are strays; those of finished
-  // trials are left to the trial's clean-up below.
-  std::set<std::string> finished;
-  for (const std::string& id : known) {
-    if (active.count(id) == 0) finished.insert(id);
-  }
-  DeleteStrays(c, index, active, finished);
-
-  // Trials are finished against the history before new ones are started.
-  // The stopping rule compares with the trials that ran to their end (a
-  // stopped trial's curve ends where it was cut).
-  std::vector<tuner::TrialRecord> completed;
-  auto collect_completed = [&] {
-    completed.clear();
-    auto add = [&](tuner::TrialRecord record) {
-      if (record.status == tuner::TrialRecord::Status::kCompleted) {
-        completed.push_back(std::move(record));
-      }
-    };
-    for (const v1::HyperparameterOutput& t : out->trials()) add(ToRecord(t));
-    for (const v1::HyperparameterOutput& t : c.observed.archived_trials) add(ToRecord(t));
-    for (const tuner::TrialRecord& t : resumed.trials) add(t);
-  };
-  collect_completed();
-
-  SetOutcome::Phase best_phase = SetOutcome::Phase::kCreating;
-  int replicas_per_trial = 0;
-  for (v1::HyperparameterOutput& trial : *out->mutable_trials()) {
-    if (!TrialActive(trial)) continue;
-    tuner::Assignment assignment(trial.hyperparameters().begin(), trial.hyperparameters().end());
-    const bool created = trial.state() != v1::QUEUED;
-    const SetOutcome set = ReconcileSet(c, trial.trial_id(), assignment, index, created);
-    replicas_per_trial = set.replicas;
-    UpdateTrialMetrics(c, &trial);
-    switch (set.phase) {
-      case SetOutcome::Phase::kFailed:
-        FinishTrial(c, &trial, v1::FAILED, set.message, /*stop_replicas=*/true);
-        c.Emit(EmitEvent::Type::kWarning, "TrialFailed",
-               "trial " + trial.trial_id() + " failed: " + set.message);
-        continue;
-      case SetOutcome::Phase::kSucceeded:
-        FinishTrialWithObjective(c, &trial, /*stopped_early=*/false);
-        collect_completed();  // later trials are judged against it too
-        best_phase = std::max(best_phase, SetOutcome::Phase::kRunning);
-        continue;
-      default:
-        break;
-    }
-    if (set.phase >= SetOutcome::Phase::kStarting && trial.state() == v1::QUEUED) {
-      trial.set_state(v1::PREPARING);
-    }
-    if (set.phase == SetOutcome::Phase::kRunning && trial.state() == v1::PREPARING) {
-      trial.set_state(v1::RUNNING);
-    }
-    best_phase = std::max(best_phase, set.phase);
-    // A trial whose last evaluation has arrived has nothing left to stop.
-    if (spec.enable_trial_early_stopping() && trial.all_metrics_size() > 0 && !completed.empty() &&
-        !FinalReportArrived(c, trial.trial_id())) {
-      const StopRule rule = c.options.stop_rule ? c.options.stop_rule : tuner::ShouldStopEarly;
-      if (rule(spec, ToRecord(trial), completed)) {
-        FinishTrialWithObjective(c, &trial, /*stopped_early=*/true);
-        collect_completed();
-      }
-    }
-  }
-
-  // completedTrialCount counts trials with an objective, archived included.
-  int64_t with_objective = 0;
-  std::vector<std::string> failed_trials;
-  for (const v1::HyperparameterOutput& t : out->trials()) {
-    if (HasObjective(t)) ++with_objective;
-    if (t.state() == v1::FAILED) {
-      failed_trials.push_back("trial " + t.trial_id() + ": " + t.error_message());
-    }
-  }
-  int64_t archived_failed = 0;
-  for (const v1::HyperparameterOutput& t : c.observed.archived_trials) {
-    if (HasObjective(t)) ++with_objective;
-    if (t.state() == v1::FAILED) ++archived_failed;
-  }
-  // Monotone: a backend without a job store passes no archived trials, and a
-  // completed trial stays completed.
-  with_objective = std::max(with_objective, out->completed_trial_count());
-  out->set_completed_trial_count(with_objective);
-
-  const int64_t failed_count = static_cast<int64_t>(failed_trials.size()) + archived_failed;
-  const int max_failed = api::EffectiveMaxFailedTrials(spec);
-  if (failed_count >= max_failed) {
-    std::string message = std::to_string(failed_count) + " trials failed (maxFailedTrials " +
-                          std::to_string(max_failed) + ")";
-    for (size_t i = 0; i < failed_trials.size() && i < 5; ++i) message += "; " + failed_trials[i];
-    StopActiveTrials(c, "stopped: the job failed");
-    FailJob(c, "TrialsFailed", message);
-    return;
-  }
-
-  // Start new trials into the free slots.
-  int running = 0;
-  for (const v1::HyperparameterOutput& t : out->trials()) running += TrialActive(t) ? 1 : 0;
-  const int64_t free_slots = std::min<int64_t>(spec.max_parallel_trials() - running,
-                                               spec.max_trials() - out->total_trial_count());
-  bool exhausted = false;
-  if (free_slots > 0) {
-    std::vector<tuner::TrialRecord> history = resumed.trials;
-    for (const v1::HyperparameterOutput& t : c.observed.archived_trials) {
-      history.push_back(ToRecord(t));
-    }
-    for (const v1::HyperparameterOutput& t : out->trials()) history.push_back(ToRecord(t));
-    absl::StatusOr<std::unique_ptr<tuner::Tuner>> tuner =
-        c.options.tuner_factory ? c.options.tuner_factory(spec, StableHash(c.job.metadata().uid()))
-                                : tuner::Tuner::Create(spec, StableHash(c.job.metadata().uid()));
-    if (!tuner.ok() || *tuner == nullptr) {
-      StopActiveTrials(c, "stopped: the job failed");
-      FailJob(c, "TunerError",
-              "cannot create the tuner: " +
-                  (tuner.ok() ? std::string("no tuner") : std::string(tuner.status().message())));
-      return;
-    }
-    std::vector<tuner::Assignment> suggestions =
-        (*tuner)->Suggest(history, static_cast<int>(free_slots));
-    exhausted = static_cast<int64_t>(suggestions.size()) < free_slots;
-    if (first_trials && !spec.resume_previous_job_id().empty()) {
-      c.Emit(EmitEvent::Type::kNormal, "StudyResumed",
-             "continuing the study of job '" + spec.resume_previous_job_id() + "': " +
-                 std::to_string(resumed.trials.size()) + " completed trials seed the search" +
-                 (resumed.left_out > 0 ? "; " + std::to_string(resumed.left_out) +
-                                             " left out (their hyperparameters do not fit this "
-                                             "spec)"
-                                       : ""));
-    }
-    for (const tuner::Assignment& assignment : suggestions) {
-      v1::HyperparameterOutput* trial = out->add_trials();
-      out->set_total_trial_count(out->total_trial_count() + 1);
-      trial->set_trial_id(std::to_string(out->total_trial_count()));
-      trial->mutable_hyperparameters()->insert(assignment.begin(), assignment.end());
-      trial->set_state(v1::QUEUED);
-      ToProto(c.now, trial->mutable_start_time());
-      c.Emit(EmitEvent::Type::kNormal, "TrialStarted",
-             "trial " + trial->trial_id() + ": " + DescribeAssignment(spec, assignment));
-      const SetOutcome set = ReconcileSet(c, trial->trial_id(), assignment, {}, false);
-      replicas_per_trial = set.replicas;
-      ++running;
-    }
-  }
-
-  if (running == 0 && (out->total_trial_count() >= spec.max_trials() || exhausted)) {
-    // The study is over: best first.
-    std::vector<v1::HyperparameterOutput> sorted(out->trials().begin(), out->trials().end());
-    std::stable_sort(sorted.begin(), sorted.end(),
-                     [&](const auto& a, const auto& b) { return TrialBefore(spec, a, b); });
-    out->clear_trials();
-    for (v1::HyperparameterOutput& t : sorted) *out->add_trials() = std::move(t);
-    CapTrials(c, /*study_over=*/true);
-    const std::string ended =
-        std::to_string(out->total_trial_count()) + " trials run" +
-        (exhausted && out->total_trial_count() < spec.max_trials() ? " (search space exhausted)"
-                                                                   : "");
-    if (with_objective == 0) {
-      FailJob(c, "NoTrialCompleted",
-              ended + ", none reported metric '" + spec.hyperparameter_metric_tag() + "'");
-    } else {
-      const v1::HyperparameterOutput& best = out->trials(0);
-      SucceedJob(c, ended + "; best trial " + best.trial_id() + ": objective " +
-                        ObjectiveText(best.final_metric().objective_value()));
-    }
-    return;
-  }
-  CapTrials(c, /*study_over=*/false);
-  AdvanceState(c, best_phase, replicas_per_trial);
 }
 
 // ---- Suspension ------------------------------------------------------------
@@ -1404,66 +613,9 @@ void DeleteFinishedOutputClaim(Context& c) {
   }
 }
 
-}  // namespace
-
-std::optional<int> TemplatePort(const v1::TrainingJob& job) {
-  if (!job.spec().has_template_()) return std::nullopt;
-  const auto& fields = job.spec().template_().fields();
-  auto spec = fields.find("spec");
-  if (spec == fields.end() || !spec->second.has_struct_value()) return std::nullopt;
-  auto containers = spec->second.struct_value().fields().find("containers");
-  if (containers == spec->second.struct_value().fields().end() ||
-      !containers->second.has_list_value()) {
-    return std::nullopt;
-  }
-  for (const google::protobuf::Value& container : containers->second.list_value().values()) {
-    if (!container.has_struct_value()) continue;
-    const auto& c = container.struct_value().fields();
-    // The training container: named "kubetrain", or unnamed (kube_objects.h).
-    if (auto name = c.find("name");
-        name != c.end() &&
-        !(name->second.has_string_value() && name->second.string_value() == "kubetrain")) {
-      continue;
-    }
-    auto ports = c.find("ports");
-    if (ports == c.end() || !ports->second.has_list_value() ||
-        ports->second.list_value().values_size() == 0) {
-      continue;
-    }
-    const google::protobuf::Value& first = ports->second.list_value().values(0);
-    if (!first.has_struct_value()) continue;
-    auto port = first.struct_value().fields().find("containerPort");
-    if (port == first.struct_value().fields().end() || !port->second.has_number_value()) continue;
-    const double value = port->second.number_value();
-    if (value >= 1 && value <= 65535 && value == std::floor(value)) return static_cast<int>(value);
-  }
-  return std::nullopt;
-}
-
-v1::TrainingJob Normalize(const v1::TrainingJob& job) {
-  v1::TrainingJob normalized = job;
-  if (!normalized.spec().has_port()) {
-    if (std::optional<int> port = TemplatePort(job)) normalized.mutable_spec()->set_port(*port);
-  }
-  api::ApplyDefaults(&normalized);
-  return normalized;
-}
-
-bool IsTerminal(v1::State state) {
-  return state == v1::SUCCEEDED || state == v1::FAILED || state == v1::CANCELLED;
-}
-
-std::vector<DesiredReplica> DesiredReplicas(const v1::TrainingJob& job, const std::string& trial_id,
-                                            const tuner::Assignment& hyperparameters,
-                                            const ReconcileOptions& options) {
-  const v1::TrainingJob defaulted = Normalize(job);
-  const std::vector<api::ReplicaGroup> groups =
-      api::ReplicaGroups(defaulted.spec().training_input());
-  return MakeReplicas(defaulted, groups, trial_id, hyperparameters, options);
-}
-
-ReconcileResult Reconcile(const v1::TrainingJob& job, const Observed& observed, absl::Time now,
-                          const ReconcileOptions& options) {
+// Reconcile, in the context of one pass.
+ReconcileResult ReconcilePass(const v1::TrainingJob& job, const Observed& observed, absl::Time now,
+                              const ReconcileOptions& options) {
   Context c{job, observed, now, options, job, {}, JobObjectName(job), {}};
   c.result.status = job.status();
   v1::TrainingJobStatus& s = c.status();
@@ -1566,6 +718,18 @@ ReconcileResult Reconcile(const v1::TrainingJob& job, const Observed& observed, 
   c.result.status_changed =
       !google::protobuf::util::MessageDifferencer::Equals(job.status(), c.result.status);
   return std::move(c.result);
+}
+
+}  // namespace
+}  // namespace internal
+
+bool IsTerminal(v1::State state) {
+  return state == v1::SUCCEEDED || state == v1::FAILED || state == v1::CANCELLED;
+}
+
+ReconcileResult Reconcile(const v1::TrainingJob& job, const Observed& observed, absl::Time now,
+                          const ReconcileOptions& options) {
+  return internal::ReconcilePass(job, observed, now, options);
 }
 
 }  // namespace kubetrain::core

@@ -32,7 +32,7 @@ class MetricsReporter {
     std::string task;   // e.g. "master-0"
 
     // The identity the operator gives a trial replica (operator/core
-    // reconciler.cc, MakeReplica): job = KUBETRAIN_NAMESPACE "/"
+    // desired_replicas.cc, MakeReplica): job = KUBETRAIN_NAMESPACE "/"
     // KUBETRAIN_JOB_NAME (an empty namespace is "default", as for the
     // replica's Service names), trial = KUBETRAIN_TRIAL_ID, task =
     // KUBETRAIN_TASK_TYPE "-" KUBETRAIN_TASK_INDEX. FailedPrecondition naming
