@@ -12,6 +12,7 @@
 #include "trainer-runtime/cuda/cuda_check.h"
 #include "trainer-runtime/cuda/cuda_device.h"
 #include "trainer-runtime/cuda/cuda_launch.h"
+#include "trainer-runtime/engine/op_list.h"
 #include "trainer-runtime/engine/op_registry.h"
 
 namespace kubetrain::runtime::cuda {
@@ -195,7 +196,7 @@ absl::Status CheckLabels(KernelContext& c, const float* labels, int64_t classes)
                                      " is not a class in [0, ", classes, ")"));
 }
 
-absl::Status SoftmaxXentKernel(KernelContext& c) {
+absl::Status SoftmaxCrossEntropyKernel(KernelContext& c) {
   if (absl::Status s = CheckPlacement(c); !s.ok()) return s;
   const Tensor& logits = c.input(0);
   int64_t n = logits.dim(0), k = logits.dim(1);
@@ -480,41 +481,7 @@ absl::Status ApplyAdamKernel(KernelContext& c) {
 
 const std::map<std::string, engine::Kernel, std::less<>>& CudaKernelTable() {
   static const auto* table = new std::map<std::string, engine::Kernel, std::less<>>{
-      {"Const", ConstKernel},
-      {"ZerosLike", ZerosLikeKernel},
-      {"MatMul", MatMulKernel},
-      {"BiasAdd", BiasAddKernel},
-      {"BiasAddGrad", BiasAddGradKernel},
-      {"BiasActivation", BiasActivationKernel},
-      {"BiasActivationGrad", BiasActivationGradKernel},
-      {"Add", AddKernel},
-      {"Sub", SubKernel},
-      {"Mul", MulKernel},
-      {"Neg", NegKernel},
-      {"SumLike", SumLikeKernel},
-      {"Relu", ReluKernel},
-      {"Tanh", TanhKernel},
-      {"Sigmoid", SigmoidKernel},
-      {"ReluGrad", ReluGradKernel},
-      {"TanhGrad", TanhGradKernel},
-      {"SigmoidGrad", SigmoidGradKernel},
-      {"SoftmaxCrossEntropy", SoftmaxXentKernel},
-      {"Softmax", SoftmaxKernel},
-      {"Accuracy", AccuracyKernel},
-      {"Sum", SumKernel},
-      {"Mean", MeanKernel},
-      {"ReduceGrad", ReduceGradKernel},
-      {"Dropout", DropoutKernel},
-      {"Conv2D", Conv2DKernel},
-      {"Conv2DBackpropInput", Conv2DBackpropInputKernel},
-      {"Conv2DBackpropFilter", Conv2DBackpropFilterKernel},
-      {"MaxPool", MaxPoolKernel},
-      {"MaxPoolGrad", MaxPoolGradKernel},
-      {"ApplyGradientDescent", ApplyGradientDescentKernel},
-      {"ApplyMomentum", ApplyMomentumKernel},
-      {"ApplyAdagrad", ApplyAdagradKernel},
-      {"ApplyAdam", ApplyAdamKernel},
-  };
+      KUBETRAIN_KERNEL_OPS(KUBETRAIN_KERNEL_ENTRY) KUBETRAIN_UPDATE_OPS(KUBETRAIN_KERNEL_ENTRY)};
   return *table;
 }
 

@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "trainer-runtime/engine/device.h"
+#include "trainer-runtime/engine/op_list.h"
 #include "trainer-runtime/engine/op_registry.h"
 
 namespace kubetrain::runtime::engine {
@@ -381,7 +382,7 @@ absl::StatusOr<int32_t> Label(const KernelContext& c, float value, int64_t row, 
   return static_cast<int32_t>(value);
 }
 
-absl::Status SoftmaxXentKernel(KernelContext& c) {
+absl::Status SoftmaxCrossEntropyKernel(KernelContext& c) {
   const Tensor& logits = c.input(0);
   const float* labels = c.input(1).data();
   int64_t n = logits.dim(0), k = logits.dim(1);
@@ -712,41 +713,7 @@ absl::Status ApplyAdamKernel(KernelContext& c) {
 
 const std::map<std::string, Kernel, std::less<>>& CpuKernelTable() {
   static const auto* table = new std::map<std::string, Kernel, std::less<>>{
-      {"Const", ConstKernel},
-      {"ZerosLike", ZerosLikeKernel},
-      {"MatMul", MatMulKernel},
-      {"BiasAdd", BiasAddKernel},
-      {"BiasAddGrad", BiasAddGradKernel},
-      {"BiasActivation", BiasActivationKernel},
-      {"BiasActivationGrad", BiasActivationGradKernel},
-      {"Add", AddKernel},
-      {"Sub", SubKernel},
-      {"Mul", MulKernel},
-      {"Neg", NegKernel},
-      {"SumLike", SumLikeKernel},
-      {"Relu", ReluKernel},
-      {"Tanh", TanhKernel},
-      {"Sigmoid", SigmoidKernel},
-      {"ReluGrad", ReluGradKernel},
-      {"TanhGrad", TanhGradKernel},
-      {"SigmoidGrad", SigmoidGradKernel},
-      {"SoftmaxCrossEntropy", SoftmaxXentKernel},
-      {"Softmax", SoftmaxKernel},
-      {"Accuracy", AccuracyKernel},
-      {"Sum", SumKernel},
-      {"Mean", MeanKernel},
-      {"ReduceGrad", ReduceGradKernel},
-      {"Dropout", DropoutKernel},
-      {"Conv2D", Conv2DKernel},
-      {"Conv2DBackpropInput", Conv2DBackpropInputKernel},
-      {"Conv2DBackpropFilter", Conv2DBackpropFilterKernel},
-      {"MaxPool", MaxPoolKernel},
-      {"MaxPoolGrad", MaxPoolGradKernel},
-      {"ApplyGradientDescent", ApplyGradientDescentKernel},
-      {"ApplyMomentum", ApplyMomentumKernel},
-      {"ApplyAdagrad", ApplyAdagradKernel},
-      {"ApplyAdam", ApplyAdamKernel},
-  };
+      KUBETRAIN_KERNEL_OPS(KUBETRAIN_KERNEL_ENTRY) KUBETRAIN_UPDATE_OPS(KUBETRAIN_KERNEL_ENTRY)};
   return *table;
 }
 

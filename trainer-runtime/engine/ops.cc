@@ -4,6 +4,7 @@
 #include <map>
 
 #include "absl/strings/str_cat.h"
+#include "trainer-runtime/engine/op_list.h"
 #include "trainer-runtime/engine/op_registry.h"
 
 namespace kubetrain::runtime::engine {
@@ -405,41 +406,19 @@ const std::map<std::string, OpDef, std::less<>>& OpTable() {
   static const auto* table = [] {
     auto* t = new std::map<std::string, OpDef, std::less<>>();
     auto add = [t](OpDef def) { t->emplace(def.name, std::move(def)); };
-    add({"Placeholder", 0, 1, nullptr, nullptr, false, true});
-    add({"Variable", 0, 1, nullptr, nullptr, false, true});
-    add({"Const", 0, 1, ConstShape, nullptr});
-    add({"ZerosLike", 1, 1, SameAsInput0, nullptr});
-    add({"MatMul", 2, 1, MatMulShape, MatMulGrad});
-    add({"BiasAdd", 2, 1, BiasAddShape, BiasAddGrad});
-    add({"BiasAddGrad", 1, 1, BiasAddGradShape, nullptr});
-    add({"BiasActivation", 2, 1, BiasAddShape, BiasActivationGrad});
-    add({"BiasActivationGrad", 2, 2, BiasActivationGradShape, nullptr});
-    add({"Add", 2, 1, BinaryShape, AddGrad});
-    add({"Sub", 2, 1, BinaryShape, SubGrad});
-    add({"Mul", 2, 1, BinaryShape, MulGrad});
-    add({"Neg", 1, 1, SameAsInput0, NegGrad});
-    add({"SumLike", 2, 1, SumLikeShape, nullptr});
-    add({"Relu", 1, 1, SameAsInput0, ActivationGrad<kReluGrad>});
-    add({"Tanh", 1, 1, SameAsInput0, ActivationGrad<kTanhGrad>});
-    add({"Sigmoid", 1, 1, SameAsInput0, ActivationGrad<kSigmoidGrad>});
-    add({"ReluGrad", 2, 1, SameTwoShape, nullptr});
-    add({"TanhGrad", 2, 1, SameTwoShape, nullptr});
-    add({"SigmoidGrad", 2, 1, SameTwoShape, nullptr});
-    add({"SoftmaxCrossEntropy", 2, 2, SoftmaxXentShape, SoftmaxXentGrad});
-    add({"Softmax", 1, 1, SoftmaxShape, nullptr});
-    add({"Accuracy", 2, 1, AccuracyShape, nullptr});
-    add({"Sum", 1, 1, ReduceShape, SumGrad});
-    add({"Mean", 1, 1, ReduceShape, MeanGrad});
-    add({"ReduceGrad", 2, 1, ReduceGradShape, nullptr});
-    add({"Dropout", 1, 2, DropoutShape, DropoutGrad});
-    add({"Conv2D", 2, 1, Conv2DShape, Conv2DGrad});
-    add({"Conv2DBackpropInput", 3, 1, Conv2DBackpropInputShape, nullptr});
-    add({"Conv2DBackpropFilter", 3, 1, Conv2DBackpropFilterShape, nullptr});
-    add({"MaxPool", 1, 1, MaxPoolShape, MaxPoolGrad});
-    add({"MaxPoolGrad", 2, 1, MaxPoolGradShape, nullptr});
-    add({"Reshape", 1, 1, ReshapeShape, ReshapeGrad, true});
-    add({"ReshapeLike", 2, 1, ReshapeLikeShape, ReshapeLikeGrad, true});
-    add({"Flatten", 1, 1, FlattenShape, ReshapeGrad, true});
+    // op_list.h names every op once.
+#define KUBETRAIN_ADD_OP(name, inputs, outputs, shape_fn, grad_fn) \
+  add({#name, inputs, outputs, shape_fn, grad_fn});
+#define KUBETRAIN_ADD_VIEW(name, inputs, outputs, shape_fn, grad_fn) \
+  add({#name, inputs, outputs, shape_fn, grad_fn, /*is_view=*/true});
+#define KUBETRAIN_ADD_SOURCE(name) \
+  add({#name, 0, 1, nullptr, nullptr, /*is_view=*/false, /*is_source=*/true});
+    KUBETRAIN_SOURCE_OPS(KUBETRAIN_ADD_SOURCE)
+    KUBETRAIN_KERNEL_OPS(KUBETRAIN_ADD_OP)
+    KUBETRAIN_VIEW_OPS(KUBETRAIN_ADD_VIEW)
+#undef KUBETRAIN_ADD_OP
+#undef KUBETRAIN_ADD_VIEW
+#undef KUBETRAIN_ADD_SOURCE
     return t;
   }();
   return *table;
