@@ -15,7 +15,8 @@ std::string HelpFormatter::make_help(const CLI::App* app, std::string, CLI::AppF
   std::stringstream out;
   if (!app->get_description().empty()) out << app->get_description() << "\n";
   for (const CLI::Option* opt : app->get_options([app](const CLI::Option* o) {
-         return o->nonpositional() && o != app->get_help_ptr() && !o->get_group().empty();
+         return o->nonpositional() && o != app->get_help_ptr() && !o->get_group().empty() &&
+                o->get_group() != kUnlistedGroup;
        })) {
     out << make_option(opt, false);
   }
@@ -26,8 +27,8 @@ std::string HelpFormatter::make_help(const CLI::App* app, std::string, CLI::AppF
 std::string HelpFormatter::make_option_opts(const CLI::Option* opt) const {
   const std::string type = opt->get_type_name();
   if (type.empty()) return "";
-  // "=BOOL": a flag whose value, when given, is joined to it.
-  return type[0] == '=' ? type : " " + type;
+  // "=BOOL", "[=BOOL]": a flag whose value, when given, is joined to it.
+  return type[0] == '=' || type[0] == '[' ? type : " " + type;
 }
 
 std::string HelpFormatter::make_option_desc(const CLI::Option* opt) const {

@@ -16,8 +16,8 @@ namespace kubetrain::flags {
 //
 //   --name VALUE                 what it is (default X)
 //
-// where VALUE is the option's type name ("=BOOL" is written joined to the
-// name: --leader-elect=BOOL) and X its default string
+// where VALUE is the option's type name ("=BOOL" and "[=BOOL]" are written
+// joined to the name: --leader-elect=BOOL) and X its default string
 // (Option::default_str or capture_default_str), so help never repeats a
 // default by hand. A description may hold '\n': its lines are indented under
 // the first. The app's footer follows the flags.
@@ -28,6 +28,11 @@ class HelpFormatter : public CLI::Formatter {
   std::string make_option_opts(const CLI::Option* opt) const override;
   std::string make_option_desc(const CLI::Option* opt) const override;
 };
+
+// The group of an option that parses but that help does not list: a second
+// spelling (--batch-size beside --batch_size), which help mentions once for
+// all. (CLI11's own hidden group, "", would also drop the name from errors.)
+inline constexpr char kUnlistedGroup[] = "unlisted";
 
 // Sets up `app` the way every kubetrain binary parses: the HelpFormatter
 // with descriptions from column `column` on, and the last of a repeated flag

@@ -62,6 +62,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
+#include "common/flags/flags.h"
 #include "common/hypertune/hypertune.h"
 #include "trainer-runtime/cmd/command_error.h"
 #include "trainer-runtime/cmd/packages.h"
@@ -82,7 +83,8 @@ constexpr absl::Duration kTerminationGrace = absl::Seconds(2);
 constexpr int kExitCommandNotFound = 127;
 constexpr int kExitCannotExecute = 126;
 
-constexpr char kUsage[] =
+// The usage line and what exec does: the help's head, before the flags.
+constexpr char kDescription[] =
     "usage: kubetrain-runtime exec [--poll-interval DURATION] [--package P]... [--python PYTHON]\n"
     "                              -- CMD [ARGS...]\n"
     "\n"
@@ -98,10 +100,7 @@ constexpr char kUsage[] =
     "KUBETRAIN_METRICS_DEADLINE (default 60s); 127 when CMD is not found; 3 when\n"
     "a package is missing or cannot be installed.\n"
     "\n"
-    "flags:\n"
-    "  --poll-interval DURATION  how often to read the metric file (default 1s)\n"
-    "  --package P               a folder, sdist, wheel or http(s):// URL (repeatable)\n"
-    "  --python PYTHON           the Python that makes the environment (default python3)\n";
+    "flags:";
 
 struct ExecArgs {
   absl::Duration poll_interval = absl::Seconds(1);
@@ -114,50 +113,74 @@ absl::Status Usage(const std::string& message) {
   return WithExitCode(absl::InvalidArgumentError(message), kExitUsage);
 }
 
-// Flags, then the command: after `--`, or from the first argument that is
-// not a flag.
+// The flags, with their help and defaults; values land in `parsed`. The
+// command and its own flags, after `--` or from the first argument that is
+// not a flag, are left to the app's remaining().
+void DefineExecFlags(CLI::App& app, ExecArgs* parsed) {
+  flags::Configure(app, 28);
+  app.prefix_command();
+  app.add_option_function<std::string>(
+         "--poll-interval",
+         [parsed](const std::string& value) {
+           if (!absl::ParseDuration(value, &parsed->poll_interval) ||
+               parsed->poll_interval <= absl::ZeroDuration()) {
+             flags::Reject(absl::StrCat("--poll-interval=", value,
+                                        ": must be a positive duration such as 500ms or 2s"));
+           }
+         },
+         "how often to read the metric file")
+      ->type_name("DURATION")
+      ->default_str(absl::FormatDuration(parsed->poll_interval));
+  // One value per --package, so the command after it is not taken for another.
+  app.add_option("--package", parsed->packages,
+                 "a folder, sdist, wheel or http(s):// URL (repeatable)")
+      ->type_name("P")
+      ->allow_extra_args(false)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  app.add_option_function<std::string>(
+         "--python",
+         [parsed](const std::string& value) {
+           if (value.empty()) flags::Reject("--python needs a value, a Python interpreter");
+           parsed->python = value;
+         },
+         "the Python that makes the environment")
+      ->type_name("PYTHON")
+      ->default_str(parsed->python);
+}
+
 absl::StatusOr<ExecArgs> ParseExecArgs(const std::vector<std::string>& args) {
   ExecArgs parsed;
-  size_t i = 0;
-  for (; i < args.size(); ++i) {
-    const std::string& arg = args[i];
-    if (arg == "--") {
-      ++i;
-      break;
-    }
-    if (!absl::StartsWith(arg, "-")) break;
-    const std::string name = arg.substr(0, arg.find('='));
-    constexpr std::pair<const char*, const char*> kFlags[] = {
-        {"--poll-interval", "a duration, e.g. 2s"},
-        {"--package", "a folder, file or URL"},
-        {"--python", "a Python interpreter, e.g. python3"}};
-    const char* example = nullptr;
-    for (const auto& [flag, what] : kFlags) {
-      if (name == flag) example = what;
-    }
-    if (example == nullptr) return Usage(absl::StrCat("unknown flag ", arg));
-    std::string value;
-    if (name.size() < arg.size()) {
-      value = arg.substr(name.size() + 1);
-    } else if (i + 1 == args.size()) {
-      return Usage(absl::StrCat(name, " needs a value, ", example));
-    } else {
-      value = args[++i];
-    }
-    if (name == "--package") {
-      parsed.packages.push_back(value);
-    } else if (name == "--python") {
-      if (value.empty()) return Usage("--python needs a value, a Python interpreter");
-      parsed.python = value;
-    } else if (!absl::ParseDuration(value, &parsed.poll_interval) ||
-               parsed.poll_interval <= absl::ZeroDuration()) {
-      return Usage(absl::StrCat("--poll-interval=", value,
-                                ": must be a positive duration such as 500ms or 2s"));
-    }
+  CLI::App app(kDescription);
+  DefineExecFlags(app, &parsed);
+  app.set_help_flag();  // RunExec answers --help before the command
+  std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 takes them last first
+  try {
+    app.parse(reversed);
+  } catch (const CLI::ParseError& error) {
+    flags::ParseProblem problem = flags::Classify(app, error);
+    if (problem.kind != flags::ParseProblem::Kind::kMissingValue) return Usage(problem.subject);
+    const std::string& name = problem.subject;
+    const char* example = name == "--poll-interval" ? "a duration, e.g. 2s"
+                          : name == "--package"     ? "a folder, file or URL"
+                                                    : "a Python interpreter, e.g. python3";
+    return Usage(absl::StrCat(name, " needs a value, ", example));
   }
-  parsed.command.assign(args.begin() + i, args.end());
+  parsed.command = app.remaining();
+  // CLI11 keeps a leading `--`; a leading flag it does not know is not a command.
+  if (!parsed.command.empty() && parsed.command.front() == "--") {
+    parsed.command.erase(parsed.command.begin());
+  } else if (!parsed.command.empty() && absl::StartsWith(parsed.command.front(), "-")) {
+    return Usage(absl::StrCat("unknown flag ", parsed.command.front()));
+  }
   if (parsed.command.empty()) return Usage("no command: kubetrain-runtime exec -- CMD [ARGS...]");
   return parsed;
+}
+
+std::string ExecHelp() {
+  ExecArgs defaults;
+  CLI::App app(kDescription);
+  DefineExecFlags(app, &defaults);
+  return app.help();
 }
 
 int Fail(const absl::Status& status) {
@@ -429,13 +452,13 @@ int RunExec(const std::vector<std::string>& args) {
   for (const std::string& arg : args) {
     if (arg == "--" || !absl::StartsWith(arg, "-")) break;  // the command's own flags follow
     if (arg == "--help" || arg == "-h") {
-      std::cout << kUsage;
+      std::cout << ExecHelp();
       return kExitOk;
     }
   }
   absl::StatusOr<ExecArgs> parsed = ParseExecArgs(args);
   if (!parsed.ok()) {
-    std::cerr << "kubetrain-runtime exec: " << parsed.status().message() << "\n\n" << kUsage;
+    std::cerr << "kubetrain-runtime exec: " << parsed.status().message() << "\n\n" << ExecHelp();
     return ExitCodeFor(parsed.status());
   }
   absl::StatusOr<std::unique_ptr<TrialReporter>> reporter = std::unique_ptr<TrialReporter>();

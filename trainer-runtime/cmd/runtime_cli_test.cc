@@ -46,6 +46,41 @@ TEST_F(RuntimeCliTest, ExitCodes) {
       << Slurp(log);
 }
 
+TEST_F(RuntimeCliTest, HelpIsGeneratedFromTheFlagsAndTheirDefaults) {
+  std::string log = (dir_ / "log").string();
+  ASSERT_EQ(RunBinary("train --help", log), kExitOk) << Slurp(log);
+  const std::string train = Slurp(log);
+  EXPECT_NE(train.find("usage: kubetrain-runtime train [flags]"), std::string::npos) << train;
+  EXPECT_NE(train.find("--batch_size N"), std::string::npos) << train;
+  EXPECT_NE(train.find("examples per step (default 128)"), std::string::npos) << train;
+  EXPECT_NE(train.find("--allreduce_bucket_kib N"), std::string::npos) << train;
+  EXPECT_NE(train.find("(default 4096)"), std::string::npos) << train;
+  EXPECT_NE(train.find("--metrics_address HOST:PORT"), std::string::npos) << train;
+  EXPECT_NE(train.find("CLOUD_ML_HP_METRIC_FILE"), std::string::npos) << train;
+  ASSERT_EQ(RunBinary("exec --help", log), kExitOk) << Slurp(log);
+  const std::string exec = Slurp(log);
+  EXPECT_NE(exec.find("--poll-interval DURATION"), std::string::npos) << exec;
+  EXPECT_NE(exec.find("(default 1s)"), std::string::npos) << exec;
+  EXPECT_NE(exec.find("(default python3)"), std::string::npos) << exec;
+}
+
+TEST_F(RuntimeCliTest, ExecPassesTheCommandsOwnFlagsThrough) {
+  std::string log = (dir_ / "log").string();
+  // After `--`, and from the first argument that is not a flag, everything is the command's.
+  EXPECT_EQ(RunBinary("exec --poll-interval=50ms -- sh -c 'echo \"$0 $1\"' --python --x", log),
+            kExitOk)
+      << Slurp(log);
+  EXPECT_NE(Slurp(log).find("--python --x"), std::string::npos) << Slurp(log);
+  EXPECT_EQ(RunBinary("exec sh -c 'exit 7' --package", log), 7) << Slurp(log);
+  EXPECT_EQ(RunBinary("exec --bogus sh", log), kExitUsage);
+  EXPECT_NE(Slurp(log).find("unknown flag --bogus"), std::string::npos) << Slurp(log);
+  EXPECT_EQ(RunBinary("exec --poll-interval", log), kExitUsage);
+  EXPECT_NE(Slurp(log).find("--poll-interval needs a value, a duration"), std::string::npos)
+      << Slurp(log);
+  EXPECT_EQ(RunBinary("exec --poll-interval=50ms", log), kExitUsage);
+  EXPECT_NE(Slurp(log).find("no command"), std::string::npos) << Slurp(log);
+}
+
 TEST_F(RuntimeCliTest, TrainingWithoutAnOutputFolderSaysNothingIsKept) {
   std::string log = (dir_ / "log").string();
   const std::string no_output =

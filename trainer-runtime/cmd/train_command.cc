@@ -8,10 +8,10 @@
 #include <optional>
 #include <string>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "api/roles.h"
+#include "common/flags/flags.h"
 #include "common/hypertune/hypertune.h"
 #include "common/observability/metrics_server.h"
 #include "prometheus/registry.h"
@@ -89,67 +89,51 @@ class PrometheusSink : public engine::MetricsSink {
   std::string objective_tag_;
 };
 
-// Takes --metrics_address ADDR / --metrics_address=ADDR out of `args` (the
-// trainer flags do not know it); falls back to $KUBETRAIN_RUNTIME_METRICS_ADDR.
-std::string ExtractMetricsAddress(std::vector<std::string>& args) {
-  std::string address;
-  if (const char* env = std::getenv("KUBETRAIN_RUNTIME_METRICS_ADDR"); env != nullptr) {
-    address = env;
-  }
-  for (size_t i = 0; i < args.size();) {
-    if (args[i] == "--metrics_address" && i + 1 < args.size()) {
-      address = args[i + 1];
-      args.erase(args.begin() + i, args.begin() + i + 2);
-    } else if (absl::StartsWith(args[i], "--metrics_address=")) {
-      address = args[i].substr(sizeof("--metrics_address=") - 1);
-      args.erase(args.begin() + i);
-    } else {
-      ++i;
-    }
-  }
-  return address;
-}
-
 int Fail(const absl::Status& status) { return FailWithExitCode("ERROR: ", status); }
 
-int RunTrain(const std::vector<std::string>& args_in) {
-  std::vector<std::string> args = args_in;
-  for (const std::string& a : args) {
-    if (a == "--help" || a == "-h") {
-      std::cout
-          << "usage: kubetrain-runtime train [flags]\n\nflags:\n"
-          << engine::TrainerFlagsHelp()
-          << "  --strategy auto|local|allreduce|ps\n"
-             "  --sync_replicas\n"
-             "  --allreduce_overlap[=true|false]  all-reduce gradient buckets while the backward\n"
-             "                               pass goes on (default true)\n"
-             "  --allreduce_bucket_kib N     gradients fused per all-reduce (default 4096)\n"
-             "  --transport auto|grpc|shm\n"
-             "  --connect_timeout_secs N\n"
-             "  --metrics_address HOST:PORT  serve Prometheus /metrics (step time, examples/s,\n"
-             "                               loss, objective; env KUBETRAIN_RUNTIME_METRICS_ADDR;\n"
-             "                               the bound address is printed as \"serving metrics "
-             "on\")\n"
-             "\nenvironment:\n"
-             "  CLOUD_ML_HP_METRIC_FILE     write each evaluation to this cloudml-hypertune file\n"
-             "  KUBETRAIN_METRICS_ADDR      report each evaluation of a tuning trial to the\n"
-             "                              operator's Metrics service (with "
-             "KUBETRAIN_METRICS_TOKEN\n"
-             "                              and the trial's identity, as the operator sets them);\n"
-             "                              exit code 138 when the last report is not delivered\n"
-             "                              within KUBETRAIN_METRICS_DEADLINE (default 60s)\n";
-      return kExitOk;
-    }
+constexpr char kEnvironmentHelp[] =
+    "\nenvironment:\n"
+    "  CLOUD_ML_HP_METRIC_FILE     write each evaluation to this cloudml-hypertune file\n"
+    "  KUBETRAIN_METRICS_ADDR      report each evaluation of a tuning trial to the\n"
+    "                              operator's Metrics service (with KUBETRAIN_METRICS_TOKEN\n"
+    "                              and the trial's identity, as the operator sets them);\n"
+    "                              exit code 138 when the last report is not delivered\n"
+    "                              within KUBETRAIN_METRICS_DEADLINE (default 60s)";
+
+int RunTrain(const std::vector<std::string>& args) {
+  // One parse of the arguments: the trainer's flags, the distributed ones
+  // and --metrics_address.
+  engine::TrainerOptions options;
+  dist::DistributedFlags flags;
+  std::string metrics_address;
+  if (const char* env = std::getenv("KUBETRAIN_RUNTIME_METRICS_ADDR"); env != nullptr) {
+    metrics_address = env;
   }
-  const std::string metrics_address = ExtractMetricsAddress(args);
-  absl::StatusOr<dist::DistributedFlags> flags = dist::ExtractDistributedFlags(args);
-  if (!flags.ok()) return Fail(WithExitCode(flags.status(), kExitUsage));
-  absl::StatusOr<engine::TrainerOptions> options = engine::ParseTrainerFlags(args);
-  if (!options.ok()) {
-    std::cerr << "kubetrain-runtime train: " << options.status().message() << "\n";
-    return ExitCodeFor(options.status());
+  CLI::App app(
+      "usage: kubetrain-runtime train [flags]\n\nflags (each also spelled with - for _, as in "
+      "--job-dir):");
+  kubetrain::flags::Configure(app);
+  app.footer(kEnvironmentHelp);
+  engine::AddTrainerFlags(app, &options);
+  dist::AddDistributedFlags(app, &flags);
+  app.add_option("--metrics_address", metrics_address,
+                 "serve Prometheus /metrics (step time, examples/s, loss,\n"
+                 "objective; env KUBETRAIN_RUNTIME_METRICS_ADDR; the bound\n"
+                 "address is printed as \"serving metrics on\")")
+      ->type_name("HOST:PORT");
+  app.add_option("--metrics-address", metrics_address)->group(kubetrain::flags::kUnlistedGroup);
+  std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 takes them last first
+  try {
+    app.parse(reversed);
+  } catch (const CLI::CallForHelp&) {
+    std::cout << app.help();
+    return kExitOk;
+  } catch (const CLI::ParseError& error) {
+    absl::Status status = engine::TrainerFlagsError(app, error);
+    std::cerr << "kubetrain-runtime train: " << status.message() << "\n";
+    return ExitCodeFor(status);
   }
-  options->owner = engine::CheckpointOwnerFromEnvironment();
+  options.owner = engine::CheckpointOwnerFromEnvironment();
   const char* tf_config = std::getenv("TF_CONFIG");
   absl::StatusOr<dist::ClusterSpec> cluster =
       dist::ClusterSpec::FromTfConfig(tf_config != nullptr ? tf_config : "");
@@ -211,7 +195,7 @@ int RunTrain(const std::vector<std::string>& args_in) {
     env.metrics_sinks.push_back(prometheus_sink.get());
     // Step time: between consecutive steps of this task (the first step,
     // which includes start-up, is not timed).
-    const int64_t examples_per_step = options->batch_size;
+    const int64_t examples_per_step = options.batch_size;
     env.after_step = [m = metrics.get(), examples_per_step,
                       last = std::optional<absl::Time>()](int64_t) mutable {
       absl::Time now = absl::Now();
@@ -230,7 +214,7 @@ int RunTrain(const std::vector<std::string>& args_in) {
     };
   }
   absl::StatusOr<engine::TrainResult> result =
-      dist::RunTask(*cluster, *flags, *std::move(options), std::move(env));
+      dist::RunTask(*cluster, flags, std::move(options), std::move(env));
   if (!result.ok()) return Fail(result.status());
   if (trial_reporter != nullptr) {
     if (absl::Status delivered = trial_reporter->Finish(); !delivered.ok()) return Fail(delivered);

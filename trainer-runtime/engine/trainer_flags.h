@@ -6,6 +6,11 @@
 #include "absl/status/statusor.h"
 #include "trainer-runtime/engine/trainer.h"
 
+namespace CLI {
+class App;
+class ParseError;
+}  // namespace CLI
+
 namespace kubetrain::runtime::engine {
 
 // Parses Cloud ML trainer flags into TrainerOptions. Accepts "--name=value"
@@ -26,7 +31,14 @@ namespace kubetrain::runtime::engine {
 // runtime reads and writes local folders only.
 absl::StatusOr<TrainerOptions> ParseTrainerFlags(const std::vector<std::string>& args);
 
-// One line per flag, for --help.
-std::string TrainerFlagsHelp();
+// Adds the flags above to `app` (common/flags), each with its help and the
+// default from a default TrainerOptions; values land in `*options`, which
+// must outlive the parse. A command that takes more flags than these parses
+// its arguments once with all of them.
+void AddTrainerFlags(CLI::App& app, TrainerOptions* options);
+
+// The error of a parse of `app` in the words ParseTrainerFlags uses
+// ("unknown flag '--x'", "flag '--x' needs a value", ...), exit code 2.
+absl::Status TrainerFlagsError(const CLI::App& app, const CLI::ParseError& error);
 
 }  // namespace kubetrain::runtime::engine

@@ -11,6 +11,7 @@
 #include <random>
 #include <sstream>
 
+#include "common/flags/flags.h"
 #include "gtest/gtest.h"
 #include "trainer-runtime/engine/checkpoint.h"
 #include "trainer-runtime/engine/executor.h"
@@ -94,6 +95,45 @@ TEST(TrainerFlagsTest, UnknownOrBadFlagIsUsageError) {
   EXPECT_EQ(ExitCodeFor(bad.status()), kExitUsage);
   auto missing = ParseTrainerFlags({"--seed"});
   EXPECT_EQ(ExitCodeFor(missing.status()), kExitUsage);
+}
+
+TEST(TrainerFlagsTest, EveryFlagTakesDashesForUnderscores) {
+  auto o = ParseTrainerFlags({"--batch-size=64", "--learning-rate", "0.5", "--eval-batch-size=9"});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->batch_size, 64);
+  EXPECT_EQ(o->learning_rate, 0.5);
+  EXPECT_EQ(o->eval_batch_size, 9);
+  auto unknown = ParseTrainerFlags({"--frob-nicate=1"});
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_EQ(unknown.status().message(), "unknown flag '--frob_nicate'");
+  auto missing = ParseTrainerFlags({"--batch-size"});
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().message(), "flag '--batch_size' needs a value");
+  auto bad = ParseTrainerFlags({"--batch_size=lots"});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message(), "flag '--batch_size': cannot parse 'lots'");
+}
+
+TEST(TrainerFlagsTest, TheLastOfTheOutputPathAliasesWinsAsTyped) {
+  auto job_dir_last = ParseTrainerFlags({"--output_path=/a", "--job-dir=/b"});
+  ASSERT_TRUE(job_dir_last.ok()) << job_dir_last.status();
+  EXPECT_EQ(job_dir_last->output_path, "/b");
+  auto output_path_last = ParseTrainerFlags({"--job_dir=/b", "--output_path=/a"});
+  ASSERT_TRUE(output_path_last.ok()) << output_path_last.status();
+  EXPECT_EQ(output_path_last->output_path, "/a");
+}
+
+TEST(TrainerFlagsTest, HelpShowsEachFlagOnceWithItsDefault) {
+  TrainerOptions options;
+  CLI::App app("usage: test");
+  flags::Configure(app);
+  AddTrainerFlags(app, &options);
+  const std::string help = app.help();
+  EXPECT_NE(help.find("  --batch_size N"), std::string::npos) << help;
+  EXPECT_NE(help.find("examples per step (default 128)"), std::string::npos) << help;
+  EXPECT_NE(help.find("(default adam)"), std::string::npos) << help;
+  EXPECT_NE(help.find("(default 0.001)"), std::string::npos) << help;
+  EXPECT_EQ(help.find("--batch-size"), std::string::npos) << help;
 }
 
 TEST(TrainerFlagsTest, AUriGivenAsAPathIsAUsageErrorNamingTheFlag) {

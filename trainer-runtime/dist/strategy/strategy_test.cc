@@ -63,6 +63,16 @@ TEST(DistributedFlagsTest, TakesItsFlagsAndLeavesTheRest) {
   EXPECT_TRUE(args.empty());
 }
 
+TEST(DistributedFlagsTest, LeavesAnUnknownFlagAndItsValueInPlace) {
+  std::vector<std::string> args = {"--batch_size", "64", "--strategy=ps", "--seed=1"};
+  auto flags = ExtractDistributedFlags(args);
+  ASSERT_TRUE(flags.ok()) << flags.status();
+  EXPECT_EQ(flags->strategy, "ps");
+  EXPECT_THAT(args, ElementsAre("--batch_size", "64", "--seed=1"));
+  args = {"--strategy"};
+  EXPECT_EQ(ExtractDistributedFlags(args).status().message(), "--strategy needs a value");
+}
+
 TEST(DistributedFlagsTest, BadValuesNameTheFlag) {
   for (std::vector<std::string> args :
        std::vector<std::vector<std::string>>{{"--strategy=mirrored"},

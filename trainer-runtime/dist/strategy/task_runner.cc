@@ -1,12 +1,15 @@
 #include "trainer-runtime/dist/strategy/task_runner.h"
 
+#include <algorithm>
 #include <cstdlib>
+#include <functional>
 #include <iostream>
 #include <random>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/flags/flags.h"
 #include "common/status_macros.h"
 #include "trainer-runtime/dist/collectives.h"
 #include "trainer-runtime/dist/grpc/grpc_transport.h"
@@ -93,77 +96,99 @@ absl::StatusOr<std::unique_ptr<runtime::engine::TrainingStrategy>> MakeAllReduce
 
 }  // namespace
 
+void AddDistributedFlags(CLI::App& app, DistributedFlags* flags) {
+  // One option per spelling ('-' or '_'), each hidden but the first.
+  auto add = [&](const std::string& name, const char* type, const std::string& help,
+                 const std::string& shown_default, bool is_flag,
+                 std::function<void(const std::string& name, const std::string& value)> set) {
+    std::vector<std::string> spellings = {"--" + name};
+    std::string dashed = "--" + name;
+    std::replace(dashed.begin(), dashed.end(), '_', '-');
+    if (dashed != spellings[0]) spellings.push_back(dashed);
+    for (const std::string& spelled : spellings) {
+      CLI::Option* option = app.add_option_function<std::string>(
+          spelled, [name, set](const std::string& value) { set("--" + name, value); }, help);
+      option->type_name(type)->trigger_on_parse();
+      // A bare --name means true; a value must be joined: --name=false.
+      if (is_flag) option->expected(0);
+      if (!shown_default.empty()) option->default_str(shown_default);
+      if (spelled != spellings[0]) option->group(flags::kUnlistedGroup);
+    }
+  };
+  auto boolean = [](bool* out) {
+    return [out](const std::string& name, const std::string& value) {
+      if (!absl::SimpleAtob(value, out)) {
+        flags::Reject(absl::StrCat(name, ": want true or false, got '", value, "'"));
+      }
+    };
+  };
+  add("strategy", "auto|local|allreduce|ps",
+      "auto: ps when the cluster has ps tasks, allreduce when it has\n"
+      "more than one replica, else local",
+      flags->strategy, false, [flags](const std::string&, const std::string& value) {
+        if (value != "auto" && value != "local" && value != "allreduce" && value != "ps") {
+          flags::Reject(
+              absl::StrCat("--strategy: want auto, local, allreduce or ps, got '", value, "'"));
+        }
+        flags->strategy = value;
+      });
+  add("sync_replicas", "[=true|false]",
+      "ps: one gradient per worker per step (SyncReplicasOptimizer);\n"
+      "without it, asynchronous",
+      flags->sync_replicas ? "true" : "false", true, boolean(&flags->sync_replicas));
+  add("allreduce_overlap", "[=true|false]",
+      "all-reduce gradient buckets while the backward pass goes on;\n"
+      "false waits for the whole backward pass (same results, bit for bit)",
+      flags->allreduce_overlap ? "true" : "false", true, boolean(&flags->allreduce_overlap));
+  add("allreduce_bucket_kib", "N", "gradients fused per all-reduce",
+      std::to_string(flags->allreduce_bucket_bytes >> 10), false,
+      [flags](const std::string&, const std::string& value) {
+        int64_t kib = 0;
+        if (!absl::SimpleAtoi(value, &kib) || kib <= 0 || kib > (int64_t{1} << 30)) {
+          flags::Reject(absl::StrCat("--allreduce_bucket_kib: want a positive number of KiB, got '",
+                                     value, "'"));
+        }
+        flags->allreduce_bucket_bytes = static_cast<size_t>(kib) << 10;
+      });
+  add("transport", "auto|grpc|shm", "allreduce: shm when every replica is on this host, else grpc",
+      flags->transport, false, [flags](const std::string&, const std::string& value) {
+        if (value != "auto" && value != "grpc" && value != "shm") {
+          flags::Reject(absl::StrCat("--transport: want auto, grpc or shm, got '", value, "'"));
+        }
+        flags->transport = value;
+      });
+  add("connect_timeout_secs", "N", "how long to wait for peers",
+      absl::StrCat(absl::ToDoubleSeconds(flags->connect_timeout)), false,
+      [flags](const std::string&, const std::string& value) {
+        double secs = 0;
+        if (!absl::SimpleAtod(value, &secs) || !(secs > 0)) {
+          flags::Reject(
+              absl::StrCat("--connect_timeout_secs: want a positive number, got '", value, "'"));
+        }
+        flags->connect_timeout = absl::Seconds(secs);
+      });
+}
+
 absl::StatusOr<DistributedFlags> ExtractDistributedFlags(std::vector<std::string>& args) {
   DistributedFlags flags;
-  std::vector<std::string> rest;
-  for (size_t i = 0; i < args.size(); ++i) {
-    std::string arg = args[i];
-    if (arg.rfind("--", 0) != 0) {
-      rest.push_back(arg);
-      continue;
+  CLI::App app;
+  flags::Configure(app);
+  app.set_help_flag();
+  app.allow_extras();
+  AddDistributedFlags(app, &flags);
+  std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 takes them last first
+  try {
+    app.parse(reversed);
+  } catch (const CLI::ParseError& error) {
+    flags::ParseProblem problem = flags::Classify(app, error);
+    if (problem.kind == flags::ParseProblem::Kind::kMissingValue) {
+      std::string name = problem.subject.substr(2);
+      std::replace(name.begin(), name.end(), '-', '_');
+      return absl::InvalidArgumentError(absl::StrCat("--", name, " needs a value"));
     }
-    std::string name = arg.substr(2), value;
-    bool has_value = false;
-    if (size_t eq = name.find('='); eq != std::string::npos) {
-      value = name.substr(eq + 1);
-      name = name.substr(0, eq);
-      has_value = true;
-    }
-    std::replace(name.begin(), name.end(), '-', '_');
-    auto take_value = [&]() -> absl::StatusOr<std::string> {
-      if (has_value) return value;
-      if (i + 1 >= args.size())
-        return absl::InvalidArgumentError(absl::StrCat("--", name, " needs a value"));
-      return args[++i];
-    };
-    // A bare --name means true; a value must be a boolean.
-    auto take_bool = [&](bool& out) -> absl::Status {
-      if (!has_value) {
-        out = true;
-      } else if (!absl::SimpleAtob(value, &out)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("--", name, ": want true or false, got '", value, "'"));
-      }
-      return absl::OkStatus();
-    };
-    if (name == "strategy") {
-      ASSIGN_OR_RETURN(flags.strategy, take_value());
-      if (flags.strategy != "auto" && flags.strategy != "local" && flags.strategy != "allreduce" &&
-          flags.strategy != "ps") {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "--strategy: want auto, local, allreduce or ps, got '", flags.strategy, "'"));
-      }
-    } else if (name == "transport") {
-      ASSIGN_OR_RETURN(flags.transport, take_value());
-      if (flags.transport != "auto" && flags.transport != "grpc" && flags.transport != "shm") {
-        return absl::InvalidArgumentError(
-            absl::StrCat("--transport: want auto, grpc or shm, got '", flags.transport, "'"));
-      }
-    } else if (name == "sync_replicas") {
-      RETURN_IF_ERROR(take_bool(flags.sync_replicas));
-    } else if (name == "allreduce_overlap") {
-      RETURN_IF_ERROR(take_bool(flags.allreduce_overlap));
-    } else if (name == "allreduce_bucket_kib") {
-      ASSIGN_OR_RETURN(std::string v, take_value());
-      int64_t kib = 0;
-      if (!absl::SimpleAtoi(v, &kib) || kib <= 0 || kib > (int64_t{1} << 30)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("--allreduce_bucket_kib: want a positive number of KiB, got '", v, "'"));
-      }
-      flags.allreduce_bucket_bytes = static_cast<size_t>(kib) << 10;
-    } else if (name == "connect_timeout_secs") {
-      ASSIGN_OR_RETURN(std::string v, take_value());
-      double secs = 0;
-      if (!absl::SimpleAtod(v, &secs) || !(secs > 0)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("--connect_timeout_secs: want a positive number, got '", v, "'"));
-      }
-      flags.connect_timeout = absl::Seconds(secs);
-    } else {
-      rest.push_back(arg);
-    }
+    return absl::InvalidArgumentError(problem.subject);
   }
-  args = std::move(rest);
+  args = app.remaining();
   return flags;
 }
 
@@ -215,33 +240,36 @@ absl::StatusOr<TrainResult> RunTask(const ClusterSpec& cluster, const Distribute
   return runtime::engine::Train(options, std::move(env));
 }
 
-int TrainMain(const std::vector<std::string>& args_in) {
-  std::vector<std::string> args = args_in;
-  for (const std::string& a : args) {
-    if (a == "--help" || a == "-h") {
-      std::cout << "usage: kubetrain-runtime train [flags]\n\nflags:\n"
-                << runtime::engine::TrainerFlagsHelp()
-                << "  --strategy auto|local|allreduce|ps\n  --sync_replicas\n"
-                   "  --transport auto|grpc|shm\n  --connect_timeout_secs N\n"
-                   "  --allreduce_overlap[=true|false]\n  --allreduce_bucket_kib N\n";
-      return runtime::kExitOk;
-    }
-  }
+int TrainMain(const std::vector<std::string>& args) {
   auto fail = [](const absl::Status& status) {
     int code = runtime::ExitCodeFor(status);
     std::cerr << "ERROR: " << status.message() << " (exit code " << code
               << (runtime::IsRetryableExitCode(code) ? ", retryable" : "") << ")" << std::endl;
     return code;
   };
-  absl::StatusOr<DistributedFlags> flags = ExtractDistributedFlags(args);
-  if (!flags.ok()) return fail(runtime::WithExitCode(flags.status(), runtime::kExitUsage));
-  absl::StatusOr<TrainerOptions> options = runtime::engine::ParseTrainerFlags(args);
-  if (!options.ok()) return fail(options.status());
-  options->owner = runtime::engine::CheckpointOwnerFromEnvironment();
+  // One parse of the arguments, with the trainer's flags and these.
+  TrainerOptions options;
+  DistributedFlags flags;
+  CLI::App app(
+      "usage: kubetrain-runtime train [flags]\n\nflags (each also spelled with - for _, as in "
+      "--job-dir):");
+  flags::Configure(app);
+  runtime::engine::AddTrainerFlags(app, &options);
+  AddDistributedFlags(app, &flags);
+  std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 takes them last first
+  try {
+    app.parse(reversed);
+  } catch (const CLI::CallForHelp&) {
+    std::cout << app.help();
+    return runtime::kExitOk;
+  } catch (const CLI::ParseError& error) {
+    return fail(runtime::engine::TrainerFlagsError(app, error));
+  }
+  options.owner = runtime::engine::CheckpointOwnerFromEnvironment();
   const char* tf_config = std::getenv("TF_CONFIG");
   absl::StatusOr<ClusterSpec> cluster = ClusterSpec::FromTfConfig(tf_config ? tf_config : "");
   if (!cluster.ok()) return fail(runtime::WithExitCode(cluster.status(), runtime::kExitUsage));
-  absl::StatusOr<TrainResult> result = RunTask(*cluster, *flags, *options, {});
+  absl::StatusOr<TrainResult> result = RunTask(*cluster, flags, options, {});
   if (!result.ok()) return fail(result.status());
   return runtime::kExitOk;
 }

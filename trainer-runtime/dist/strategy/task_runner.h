@@ -8,6 +8,10 @@
 #include "trainer-runtime/dist/cluster_spec.h"
 #include "trainer-runtime/engine/trainer.h"
 
+namespace CLI {
+class App;
+}  // namespace CLI
+
 namespace kubetrain::dist {
 
 // The distributed-training flags, next to the engine's trainer flags:
@@ -34,6 +38,11 @@ struct DistributedFlags {
   bool allreduce_overlap = true;
   size_t allreduce_bucket_bytes = size_t{4} << 20;
 };
+
+// Adds the flags above to `app` (common/flags), with their help and
+// defaults; values land in `*flags`, which must outlive the parse. A bad
+// value is refused naming the flag ("--strategy: want auto, ...").
+void AddDistributedFlags(CLI::App& app, DistributedFlags* flags);
 
 // Takes the flags above out of `args` (leaving the engine's), accepting
 // "--name=value", "--name value" and '-' for '_'. InvalidArgument naming the
