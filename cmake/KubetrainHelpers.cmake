@@ -9,7 +9,9 @@ if(NOT TARGET unit_tests)
 endif()
 
 # kubetrain_test(NAME name LABELS unit|integration|gpu|bench SOURCES ... LIBS ...)
-# One GoogleTest binary, its cases discovered by ctest and labelled.
+# One GoogleTest binary, its cases discovered by ctest and labelled; it links
+# the test support library (common/testing/: temp dirs, child processes,
+# wait-until).
 function(kubetrain_test)
   cmake_parse_arguments(T "" "NAME;TIMEOUT" "LABELS;SOURCES;LIBS" ${ARGN})
   add_executable(${T_NAME} ${T_SOURCES})
@@ -19,7 +21,8 @@ function(kubetrain_test)
   if("integration" IN_LIST T_LABELS)
     add_dependencies(integration_tests ${T_NAME})
   endif()
-  target_link_libraries(${T_NAME} PRIVATE ${T_LIBS} GTest::gmock GTest::gtest_main)
+  target_link_libraries(${T_NAME} PRIVATE ${T_LIBS} kubetrain_test_support GTest::gmock
+                                          GTest::gtest_main)
   if(NOT T_TIMEOUT)
     set(T_TIMEOUT 300)
   endif()
