@@ -4,10 +4,11 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "common/testing/temp_dir.h"
+#include "common/testing/wait_until.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "operator/local/controller.h"
-#include "operator/local/test_util.h"
 
 namespace kubetrain::cli::ui {
 namespace {
@@ -27,7 +28,7 @@ void Append(const std::string& path, const std::string& text) {
 }
 
 TEST(ReadLogFileTest, TailThenFollowWholeLinesOnly) {
-  local::TempDir dir;
+  test_support::TempDir dir;
   const std::string path = dir.path() + "/master.log";
   auto empty = ReadLogFile(path, -1, 10);  // nothing written yet
   ASSERT_TRUE(empty.ok()) << empty.status();
@@ -70,7 +71,7 @@ TEST(ReadLogFileTest, TailThenFollowWholeLinesOnly) {
 }
 
 TEST(ReadLogFileTest, HugeLogIsReadInBoundedPieces) {
-  local::TempDir dir;
+  test_support::TempDir dir;
   const std::string path = dir.path() + "/big.log";
   const std::string line = std::string(999, 'x') + "\n";  // 1000 bytes
   std::string text;
@@ -109,7 +110,7 @@ class LocalJobSourceTest : public ::testing::Test {
     ASSERT_TRUE(store_->CreateJob(job).ok());
   }
 
-  local::TempDir home_;
+  test_support::TempDir home_;
   std::unique_ptr<LocalJobSource> source_;
   std::unique_ptr<local::JobStore> store_;
 };

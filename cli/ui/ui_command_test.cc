@@ -7,9 +7,10 @@
 
 #include "cli/cli.h"
 #include "common/observability/http_server.h"
+#include "common/testing/temp_dir.h"
+#include "common/testing/wait_until.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "operator/local/test_util.h"
 
 namespace kubetrain::cli {
 namespace {
@@ -37,7 +38,7 @@ class UiCommandTest : public ::testing::Test {
  protected:
   void SetUp() override { setenv("KUBETRAIN_HOME", home_.path().c_str(), 1); }
   void TearDown() override { unsetenv("KUBETRAIN_HOME"); }
-  local::TempDir home_;
+  test_support::TempDir home_;
 };
 
 TEST_F(UiCommandTest, ListedInHelp) {

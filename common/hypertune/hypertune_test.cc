@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "common/testing/temp_dir.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -15,12 +16,6 @@ namespace {
 
 using ::testing::ElementsAre;
 using ::testing::Pair;
-
-std::string MakeTempDir() {
-  std::string pattern = ::testing::TempDir() + "kubetrain_hypertune_XXXXXX";
-  if (mkdtemp(pattern.data()) == nullptr) ADD_FAILURE() << "mkdtemp failed";
-  return pattern;
-}
 
 std::string ReadAll(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -197,7 +192,8 @@ TEST(HypertuneFileFollowerTest, BoundedMemoryStillDeduplicatesTheFileWindow) {
 }
 
 TEST(HypertuneWriterTest, RewritesTheFileKeepingTheLast100) {
-  const std::string path = MakeTempDir() + "/sub/dir/output.metrics";
+  test_support::TempDir tmp;
+  const std::string path = tmp.path() + "/sub/dir/output.metrics";
   auto writer = HypertuneWriter::Create({.metric_path = path, .trial_id = "12"});
   ASSERT_TRUE(writer.ok()) << writer.status();
   HypertuneFileFollower follower;
@@ -234,7 +230,8 @@ TEST(HypertuneWriterTest, OptionsComeFromTheEnvironment) {
 }
 
 TEST(ReadHypertuneFileTest, MissingFileIsEmpty) {
-  auto content = ReadHypertuneFile(MakeTempDir() + "/not-yet.metrics");
+  test_support::TempDir tmp;
+  auto content = ReadHypertuneFile(tmp.path() + "/not-yet.metrics");
   ASSERT_TRUE(content.ok()) << content.status();
   EXPECT_EQ(*content, "");
 }

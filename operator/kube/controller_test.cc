@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "common/testing/wait_until.h"
 #include "gtest/gtest.h"
 #include "operator/kube/controller_test_fixture.h"
 #include "operator/kube/rest_client.h"
@@ -275,7 +276,7 @@ TEST_F(ControllerTest, APodOfTheSameNameOwnedByAnotherUidIsNotTheJobs) {
   ASSERT_TRUE(server_->Delete("pods", "ns1", "taken-master-0").ok());
   // Synced until its expectations are met (the cache shows what the first
   // sync created before it stopped: the pod's Service may come first).
-  EXPECT_TRUE(fake_apiserver::PollUntil([&] {
+  EXPECT_TRUE(test_support::WaitUntil([&] {
     EXPECT_TRUE(controller.SyncJob("ns1/taken").ok());
     return server_->Get("pods", "ns1", "taken-master-0").ok();
   }));
@@ -321,7 +322,7 @@ TEST_F(ControllerTest, ReconcilesAtTheTimeOfItsClock) {
   }
   // Synced until the caches show the pods it created (expectations) and the
   // status it wrote.
-  EXPECT_TRUE(fake_apiserver::PollUntil([&] {
+  EXPECT_TRUE(test_support::WaitUntil([&] {
     EXPECT_TRUE(controller.SyncJob("ns1/timed").ok());
     return State("timed") == "FAILED";
   }));

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "absl/strings/match.h"
+#include "common/testing/wait_until.h"
 #include "gtest/gtest.h"
 #include "operator/kube/controller.h"
 #include "operator/kube/controller_test_fixture.h"
@@ -108,7 +109,7 @@ class WaitingReasonsTest : public testing::ControllerOnFakeServerTest {
                                    "status")
                       .ok());
       // A sync that writes nothing changes nothing on the server: polled.
-      ASSERT_TRUE(fake_apiserver::PollUntil([&] { return controller_->sync_count() > before; }));
+      ASSERT_TRUE(test_support::WaitUntil([&] { return controller_->sync_count() > before; }));
     }
   }
 };

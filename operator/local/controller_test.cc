@@ -8,10 +8,11 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "common/hypertune/hypertune.h"
+#include "common/testing/temp_dir.h"
+#include "common/testing/wait_until.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "operator/local/fake_process_launcher.h"
-#include "operator/local/test_util.h"
 #include "operator/tuner/recording_tuner.h"
 #include "operator/tuner/tuner.h"
 
@@ -133,7 +134,7 @@ class ControllerTest : public ::testing::Test {
         << hypertune::FormatHypertuneLine("", value, step, options.trial_id, 1.7e9 + step);
   }
 
-  TempDir dir_;
+  test_support::TempDir dir_;
   std::unique_ptr<JobStore> store_;
   FakeProcessLauncher launcher_;
   std::unique_ptr<Controller> controller_;
@@ -370,7 +371,7 @@ TEST_F(ControllerTest, CancelKillsEveryReplica) {
 // hold the sync (and so every other job's) for its grace period; a sync past
 // the grace period SIGKILLs it, and one after that drops its record.
 TEST(ControllerProcessTest, CancelDoesNotWaitForAReplicaThatIgnoresTerm) {
-  TempDir dir;
+  test_support::TempDir dir;
   auto store = JobStore::Open(dir.path() + "/jobs.db");
   ASSERT_TRUE(store.ok()) << store.status();
   RealProcessLauncher launcher;
@@ -395,12 +396,14 @@ TEST(ControllerProcessTest, CancelDoesNotWaitForAReplicaThatIgnoresTerm) {
   ASSERT_TRUE(records.ok() && records->size() == 1u);
   const ProcessId id{(*records)[0].pid, (*records)[0].start_ticks};
   absl::Cleanup kill_leftovers = [&] { launcher.Kill(id).IgnoreError(); };
-  ASSERT_TRUE(WaitFor([&] {
-    std::ifstream in((*records)[0].log_path);
-    std::stringstream log;
-    log << in.rdbuf();
-    return log.str().find("ready") != std::string::npos;
-  }));
+  ASSERT_TRUE(test_support::WaitUntil(
+      [&] {
+        std::ifstream in((*records)[0].log_path);
+        std::stringstream log;
+        log << in.rdbuf();
+        return log.str().find("ready") != std::string::npos;
+      },
+      absl::Seconds(20)));
 
   ASSERT_TRUE((*store)->RequestCancel("stubborn").ok());
   now += absl::Seconds(1);
@@ -410,7 +413,7 @@ TEST(ControllerProcessTest, CancelDoesNotWaitForAReplicaThatIgnoresTerm) {
 
   now += kKillGracePeriod;
   ASSERT_TRUE(controller.SyncJob("stubborn").ok());
-  ASSERT_TRUE(WaitFor([&] { return !launcher.Alive(id); }));
+  ASSERT_TRUE(test_support::WaitUntil([&] { return !launcher.Alive(id); }, absl::Seconds(20)));
   now += absl::Seconds(1);
   ASSERT_TRUE(controller.SyncJob("stubborn").ok());
   EXPECT_THAT(*(*store)->ListReplicas("stubborn"), IsEmpty());

@@ -10,9 +10,10 @@
 #include <functional>
 #include <vector>
 
+#include "common/testing/temp_dir.h"
+#include "common/testing/wait_until.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "operator/local/test_util.h"
 
 namespace kubetrain::local {
 namespace {
@@ -62,7 +63,7 @@ std::vector<int> RunInProcessesAtOnce(int count, const std::function<int(int)>& 
 }
 
 TEST(JobStoreTest, CreateGetListAndDuplicate) {
-  TempDir dir;
+  test_support::TempDir dir;
   auto store = JobStore::Open(dir.path() + "/jobs.db");
   ASSERT_TRUE(store.ok()) << store.status();
   ASSERT_TRUE((*store)->CreateJob(Job("b_job")).ok());
@@ -90,7 +91,7 @@ TEST(JobStoreTest, CreateGetListAndDuplicate) {
 }
 
 TEST(JobStoreTest, NamesOfTheSameObjectNameAreTheSameJob) {
-  TempDir dir;
+  test_support::TempDir dir;
   auto store = JobStore::Open(dir.path() + "/jobs.db");
   ASSERT_TRUE(store.ok()) << store.status();
   ASSERT_TRUE((*store)->CreateJob(Job("Dup_x")).ok());
@@ -110,7 +111,7 @@ TEST(JobStoreTest, NamesOfTheSameObjectNameAreTheSameJob) {
 // Racing submits of names that are the same job: the check and the insert
 // are one transaction, so exactly one of them is created.
 TEST(JobStoreTest, RacingSubmitsOfTheSameJobCreateOne) {
-  TempDir dir;
+  test_support::TempDir dir;
   const std::string path = dir.path() + "/jobs.db";
   ASSERT_TRUE(JobStore::Open(path).ok());
   const std::vector<std::string> names = {"Race_j", "race-j", "RACE_J",
@@ -133,7 +134,7 @@ TEST(JobStoreTest, RacingSubmitsOfTheSameJobCreateOne) {
 }
 
 TEST(JobStoreTest, AReplicaRecordIsNeverTakenOverByAnotherJob) {
-  TempDir dir;
+  test_support::TempDir dir;
   auto store = JobStore::Open(dir.path() + "/jobs.db");
   ASSERT_TRUE(store.ok()) << store.status();
   ReplicaRecord first;
@@ -158,7 +159,7 @@ TEST(JobStoreTest, AReplicaRecordIsNeverTakenOverByAnotherJob) {
 }
 
 TEST(JobStoreTest, StatusAndCancelAreSeparateWriters) {
-  TempDir dir;
+  test_support::TempDir dir;
   const std::string path = dir.path() + "/jobs.db";
   auto controller = JobStore::Open(path);
   auto cli = JobStore::Open(path);
@@ -177,7 +178,7 @@ TEST(JobStoreTest, StatusAndCancelAreSeparateWriters) {
 }
 
 TEST(JobStoreTest, ReplicasPortsMetricsArchiveEventsSurviveReopen) {
-  TempDir dir;
+  test_support::TempDir dir;
   const std::string path = dir.path() + "/jobs.db";
   {
     auto store = JobStore::Open(path);
@@ -244,7 +245,7 @@ TEST(JobStoreTest, ReplicasPortsMetricsArchiveEventsSurviveReopen) {
 TEST(JobStoreTest, ProcessesOpeningANewStoreAtOnceAllSucceed) {
   constexpr int kProcesses = 8;
   for (int round = 0; round < 3; ++round) {
-    TempDir dir;
+    test_support::TempDir dir;
     const std::string path = dir.path() + "/jobs.db";
     std::vector<int> codes = RunInProcessesAtOnce(kProcesses, [&](int i) {
       auto store = JobStore::Open(path);
@@ -271,7 +272,7 @@ TEST(JobStoreTest, ProcessesOpeningANewStoreAtOnceAllSucceed) {
 // reports) is upgraded in place; its reports read as not final, new ones
 // keep their mark.
 TEST(JobStoreTest, UpgradesAVersionOneStoreAndKeepsFinalMarks) {
-  TempDir dir;
+  test_support::TempDir dir;
   const std::string path = dir.path() + "/jobs.db";
   sqlite3* db = nullptr;
   ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
@@ -305,7 +306,7 @@ TEST(JobStoreTest, UpgradesAVersionOneStoreAndKeepsFinalMarks) {
 }
 
 TEST(JobStoreTest, RefusesNewerSchemaAndNonDatabase) {
-  TempDir dir;
+  test_support::TempDir dir;
   const std::string path = dir.path() + "/jobs.db";
   sqlite3* db = nullptr;
   ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);

@@ -14,9 +14,10 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
+#include "common/testing/temp_dir.h"
+#include "common/testing/wait_until.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "operator/local/test_util.h"
 
 namespace kubetrain::local {
 namespace {
@@ -30,7 +31,7 @@ std::string ReadFile(const std::string& path) {
   return s.str();
 }
 
-LaunchRequest ShellRequest(const TempDir& dir, const std::string& script) {
+LaunchRequest ShellRequest(const test_support::TempDir& dir, const std::string& script) {
   LaunchRequest r;
   r.name = "test-replica";
   r.argv = {"/bin/sh", "-c", script};
@@ -42,16 +43,18 @@ LaunchRequest ShellRequest(const TempDir& dir, const std::string& script) {
 }
 
 TEST(ProcessLauncherTest, LogsLinesWithStreamAndRecordsExitCode) {
-  TempDir dir;
+  test_support::TempDir dir;
   RealProcessLauncher launcher;
   auto id =
       launcher.Launch(ShellRequest(dir, "echo out-line; echo err-line >&2; echo $KT_DIR; exit 3"));
   ASSERT_TRUE(id.ok()) << id.status();
   ProcessStatus status;
-  ASSERT_TRUE(WaitFor([&] {
-    status = launcher.Probe(*id, dir.path() + "/run/task.exit", dir.path() + "/run/task.state");
-    return status.state != ProcessStatus::State::kRunning;
-  }));
+  ASSERT_TRUE(test_support::WaitUntil(
+      [&] {
+        status = launcher.Probe(*id, dir.path() + "/run/task.exit", dir.path() + "/run/task.state");
+        return status.state != ProcessStatus::State::kRunning;
+      },
+      absl::Seconds(20)));
   EXPECT_EQ(status.state, ProcessStatus::State::kExited);
   EXPECT_EQ(status.exit_code, 3);
   std::istringstream log(ReadFile(dir.path() + "/logs/task.log"));
@@ -69,7 +72,7 @@ TEST(ProcessLauncherTest, LogsLinesWithStreamAndRecordsExitCode) {
 }
 
 TEST(ProcessLauncherTest, RestartsInPlaceOnFailureWhenAsked) {
-  TempDir dir;
+  test_support::TempDir dir;
   RealProcessLauncher launcher;
   LaunchRequest request = ShellRequest(
       dir,
@@ -78,17 +81,19 @@ TEST(ProcessLauncherTest, RestartsInPlaceOnFailureWhenAsked) {
   auto id = launcher.Launch(request);
   ASSERT_TRUE(id.ok()) << id.status();
   ProcessStatus status;
-  ASSERT_TRUE(WaitFor([&] {
-    status = launcher.Probe(*id, request.exit_path, request.state_path);
-    return status.state == ProcessStatus::State::kExited;
-  }));
+  ASSERT_TRUE(test_support::WaitUntil(
+      [&] {
+        status = launcher.Probe(*id, request.exit_path, request.state_path);
+        return status.state == ProcessStatus::State::kExited;
+      },
+      absl::Seconds(20)));
   EXPECT_EQ(status.exit_code, 0);
   EXPECT_EQ(status.restarts, 1);
   EXPECT_EQ(status.last_exit_code, 1);
 }
 
 TEST(ProcessLauncherTest, KillLeavesNoProcessOfTheGroup) {
-  TempDir dir;
+  test_support::TempDir dir;
   RealProcessLauncher launcher;
   // The replica starts a background child and reports its pid.
   LaunchRequest request = ShellRequest(dir,
@@ -97,9 +102,12 @@ TEST(ProcessLauncherTest, KillLeavesNoProcessOfTheGroup) {
   auto id = launcher.Launch(request);
   ASSERT_TRUE(id.ok()) << id.status();
   int child = 0;
-  ASSERT_TRUE(WaitFor([&] {
-    return absl::SimpleAtoi(absl::StripAsciiWhitespace(ReadFile(dir.path() + "/child")), &child);
-  }));
+  ASSERT_TRUE(test_support::WaitUntil(
+      [&] {
+        return absl::SimpleAtoi(absl::StripAsciiWhitespace(ReadFile(dir.path() + "/child")),
+                                &child);
+      },
+      absl::Seconds(20)));
   ASSERT_TRUE(ProcessAlive(child, 0));
   EXPECT_EQ(launcher.Probe(*id, request.exit_path, request.state_path).state,
             ProcessStatus::State::kRunning);
@@ -112,7 +120,7 @@ TEST(ProcessLauncherTest, KillLeavesNoProcessOfTheGroup) {
 // Cancel: the replica gets one SIGTERM and its shutdown output and exit are
 // on record, as for a pod whose container handles SIGTERM.
 TEST(ProcessLauncherTest, KillLetsTheReplicaShutDownWithItsOutputAndExitOnRecord) {
-  TempDir dir;
+  test_support::TempDir dir;
   RealProcessLauncher launcher;
   LaunchRequest request =
       ShellRequest(dir,
@@ -120,7 +128,8 @@ TEST(ProcessLauncherTest, KillLetsTheReplicaShutDownWithItsOutputAndExitOnRecord
                    "sleep 300 & wait $!; echo woke without a signal; exit 5");
   auto id = launcher.Launch(request);
   ASSERT_TRUE(id.ok()) << id.status();
-  ASSERT_TRUE(WaitFor([&] { return std::filesystem::exists(dir.path() + "/ready"); }));
+  ASSERT_TRUE(test_support::WaitUntil(
+      [&] { return std::filesystem::exists(dir.path() + "/ready"); }, absl::Seconds(20)));
   ASSERT_TRUE(launcher.Kill(*id).ok());
   EXPECT_FALSE(ProcessAlive(id->pid, id->start_ticks));
   std::istringstream log(ReadFile(request.log_path));
@@ -136,7 +145,7 @@ TEST(ProcessLauncherTest, KillLetsTheReplicaShutDownWithItsOutputAndExitOnRecord
 
 // A replica that ignores SIGTERM is still ended, with all it started.
 TEST(ProcessLauncherTest, KillEndsAReplicaThatIgnoresTerm) {
-  TempDir dir;
+  test_support::TempDir dir;
   RealProcessLauncher launcher;
   LaunchRequest request =
       ShellRequest(dir,
@@ -145,29 +154,34 @@ TEST(ProcessLauncherTest, KillEndsAReplicaThatIgnoresTerm) {
   auto id = launcher.Launch(request);
   ASSERT_TRUE(id.ok()) << id.status();
   int child = 0;
-  ASSERT_TRUE(WaitFor([&] {
-    return absl::SimpleAtoi(absl::StripAsciiWhitespace(ReadFile(dir.path() + "/child")), &child);
-  }));
+  ASSERT_TRUE(test_support::WaitUntil(
+      [&] {
+        return absl::SimpleAtoi(absl::StripAsciiWhitespace(ReadFile(dir.path() + "/child")),
+                                &child);
+      },
+      absl::Seconds(20)));
   ASSERT_TRUE(launcher.Kill(*id).ok());
   EXPECT_FALSE(ProcessAlive(child, 0));
   EXPECT_FALSE(ProcessAlive(id->pid, id->start_ticks));
 }
 
 TEST(ProcessLauncherTest, SupervisorKilledFromOutsideIsGone) {
-  TempDir dir;
+  test_support::TempDir dir;
   RealProcessLauncher launcher;
   LaunchRequest request = ShellRequest(dir, "exec sleep 300");
   auto id = launcher.Launch(request);
   ASSERT_TRUE(id.ok()) << id.status();
   ASSERT_EQ(kill(-id->pid, SIGKILL), 0);
-  ASSERT_TRUE(WaitFor([&] {
-    return launcher.Probe(*id, request.exit_path, request.state_path).state ==
-           ProcessStatus::State::kGone;
-  }));
+  ASSERT_TRUE(test_support::WaitUntil(
+      [&] {
+        return launcher.Probe(*id, request.exit_path, request.state_path).state ==
+               ProcessStatus::State::kGone;
+      },
+      absl::Seconds(20)));
 }
 
 TEST(ProcessLauncherTest, ReplicaStartsWhenItsControllerDiesBeforeTheSupervisorReports) {
-  TempDir dir;
+  test_support::TempDir dir;
   RealProcessLauncher launcher;
   // The controller's disposition of SIGPIPE, which its children inherit.
   struct sigaction default_pipe = {};
@@ -189,19 +203,24 @@ TEST(ProcessLauncherTest, ReplicaStartsWhenItsControllerDiesBeforeTheSupervisorR
   EXPECT_FALSE(launcher.Launch(request).ok());  // no pid reached the controller
   // What a restarted controller goes by: the pid file, then the exit file.
   int pid = 0;
-  ASSERT_TRUE(WaitFor([&] {
-    return absl::SimpleAtoi(absl::StripAsciiWhitespace(ReadFile(request.pid_path)), &pid);
-  })) << "the supervisor never recorded its pid";
-  ASSERT_TRUE(WaitFor([&] {
-    return launcher.Probe({pid, 0}, request.exit_path, request.state_path).state ==
-           ProcessStatus::State::kExited;
-  }));
+  ASSERT_TRUE(test_support::WaitUntil(
+      [&] {
+        return absl::SimpleAtoi(absl::StripAsciiWhitespace(ReadFile(request.pid_path)), &pid);
+      },
+      absl::Seconds(20)))
+      << "the supervisor never recorded its pid";
+  ASSERT_TRUE(test_support::WaitUntil(
+      [&] {
+        return launcher.Probe({pid, 0}, request.exit_path, request.state_path).state ==
+               ProcessStatus::State::kExited;
+      },
+      absl::Seconds(20)));
   EXPECT_EQ(launcher.Probe({pid, 0}, request.exit_path, request.state_path).exit_code, 0);
   EXPECT_EQ(ReadFile(dir.path() + "/ran"), "ran\n");
 }
 
 TEST(ProcessLauncherTest, SupervisorThatCannotRecordItsPidDoesNotStartTheReplica) {
-  TempDir dir;
+  test_support::TempDir dir;
   RealProcessLauncher launcher;
   LaunchRequest request = ShellRequest(dir, "echo ran > \"$KT_DIR/ran\"");
   // A folder in the way: the pid file cannot be written.
@@ -209,10 +228,12 @@ TEST(ProcessLauncherTest, SupervisorThatCannotRecordItsPidDoesNotStartTheReplica
   std::filesystem::create_directories(request.pid_path + ".tmp");
   auto id = launcher.Launch(request);
   ASSERT_TRUE(id.ok()) << id.status();
-  ASSERT_TRUE(WaitFor([&] {
-    return launcher.Probe(*id, request.exit_path, request.state_path).state ==
-           ProcessStatus::State::kExited;
-  }));
+  ASSERT_TRUE(test_support::WaitUntil(
+      [&] {
+        return launcher.Probe(*id, request.exit_path, request.state_path).state ==
+               ProcessStatus::State::kExited;
+      },
+      absl::Seconds(20)));
   EXPECT_EQ(launcher.Probe(*id, request.exit_path, request.state_path).exit_code, 127);
   EXPECT_THAT(ReadFile(request.log_path),
               HasSubstr("cannot record the supervisor's pid in " + request.pid_path));
@@ -220,7 +241,7 @@ TEST(ProcessLauncherTest, SupervisorThatCannotRecordItsPidDoesNotStartTheReplica
 }
 
 TEST(ProcessLauncherTest, MissingExecutableIsAnErrorNamingIt) {
-  TempDir dir;
+  test_support::TempDir dir;
   RealProcessLauncher launcher;
   LaunchRequest request = ShellRequest(dir, "");
   request.argv = {"no-such-program-kubetrain"};

@@ -16,11 +16,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/testing/child_process.h"
+#include "common/testing/wait_until.h"
 #include "gtest/gtest.h"
 #include "kubetrain/v1/graph.pb.h"
 #include "nlohmann/json.hpp"
 #include "operator/kube/test_objects.h"
-#include "tests/deploy/child_process.h"
 #include "tests/deploy/fake_cluster.h"
 #include "tests/fake_apiserver/fake_apiserver.h"
 
@@ -60,14 +61,14 @@ class JobIsolationE2eTest : public ::testing::Test {
         out << (label ? 1.0 : -1.0) + noise(rng) << "," << noise(rng) << "," << label << "\n";
       }
     }
-    op_ = std::make_unique<ChildProcess>(
+    op_ = std::make_unique<test_support::ChildProcess>(
         std::vector<std::string>{
             KUBETRAIN_OPERATOR_BINARY, "--kubeconfig", dir_ + "/kubeconfig", "--namespace", "ns1",
             "--leader-elect=false", "--http-address=127.0.0.1:0", "--metrics-listen=127.0.0.1:0",
             "--metrics-address=kubetrain-operator-trials.kubetrain-system.svc:9091"},
         dir_ + "/operator.log");
-    ASSERT_TRUE(op_->Start());
-    ASSERT_TRUE(fake_apiserver::PollUntil(
+    ASSERT_TRUE(op_->Start().ok());
+    ASSERT_TRUE(test_support::WaitUntil(
         [&] {
           const std::string log = op_->Log();
           const std::string prefix = "serving trial metrics on ";
@@ -155,9 +156,9 @@ class JobIsolationE2eTest : public ::testing::Test {
         argv.push_back(container["command"][i]);
       }
       for (const json& arg : container["args"]) argv.push_back(arg);
-      ChildProcess trial(argv, dir_ + "/" + pod_name + ".log");
-      if (!trial.Start()) return "NOT STARTED";
-      if (!fake_apiserver::PollUntil([&] { return trial.Exited(); }, absl::Seconds(120))) {
+      test_support::ChildProcess trial(argv, dir_ + "/" + pod_name + ".log");
+      if (!trial.Start().ok()) return "NOT STARTED";
+      if (!test_support::WaitUntil([&] { return trial.Exited(); }, absl::Seconds(120))) {
         return "TRIAL HANGS";
       }
       logs_[pod_name] = trial.Log();
@@ -212,7 +213,7 @@ class JobIsolationE2eTest : public ::testing::Test {
 
   std::unique_ptr<FakeApiServer> server_;
   std::string dir_;
-  std::unique_ptr<ChildProcess> op_;
+  std::unique_ptr<test_support::ChildProcess> op_;
   std::string metrics_address_;
   std::map<std::string, std::string> logs_;
 };

@@ -16,10 +16,10 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/observability/http_get.h"
+#include "common/testing/child_process.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "operator/kube/test_objects.h"
-#include "tests/deploy/child_process.h"
 #include "tests/deploy/fake_cluster.h"
 #include "tests/deploy/manifest_checks.h"
 #include "tests/deploy/rbac_calls.h"
@@ -61,13 +61,13 @@ TEST(OperatorRbacE2eTest, EveryRequestOfAJobsLifeIsGranted) {
                        {"metadata", {{"name", "kubetrain-operator-0"}}},
                        {"spec", {{"containers", {{{"name", "operator"}, {"image", "op"}}}}}}};
   ASSERT_TRUE(server->Create("pods", "ns1", operator_pod).ok());
-  ChildProcess op(
+  test_support::ChildProcess op(
       {KUBETRAIN_OPERATOR_BINARY, "--kubeconfig", dir + "/kubeconfig", "--namespace", "ns1",
        "--leader-elect=true", "--leader-election-namespace", "ns1", "--http-address=127.0.0.1:0",
        "--metrics-listen=127.0.0.1:0", "--metrics-address=kubetrain-operator-trials:9091",
        "--pod-name", "kubetrain-operator-0"},
       dir + "/operator.log");
-  ASSERT_TRUE(op.Start());
+  ASSERT_TRUE(op.Start().ok());
   ASSERT_TRUE(server->WaitUntil(
       [&] {
         auto pod = server->Get("pods", "ns1", "kubetrain-operator-0");
@@ -180,11 +180,11 @@ TEST(OperatorHttpEndpointTest, ServesMetricsHealthAndReadiness) {
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   FakeApiServer* server = cluster->server.get();
   const std::string dir = cluster->dir;
-  ChildProcess op(
+  test_support::ChildProcess op(
       {KUBETRAIN_OPERATOR_BINARY, "--kubeconfig", dir + "/kubeconfig", "--namespace", "ns1",
        "--leader-elect=true", "--leader-election-namespace", "ns1", "--http-address=127.0.0.1:0"},
       dir + "/operator.log");
-  ASSERT_TRUE(op.Start());
+  ASSERT_TRUE(op.Start().ok());
   json job = {{"apiVersion", "kubetrain.io/v1"},
               {"kind", "TrainingJob"},
               {"metadata", {{"name", "http"}}},
@@ -198,7 +198,7 @@ TEST(OperatorHttpEndpointTest, ServesMetricsHealthAndReadiness) {
   std::string metrics, last = "not listening";
   bool healthy = false, ready = false;
   while (absl::Now() < deadline && !op.Exited()) {
-    if (!port) port = ListeningPort(op.pid());
+    if (!port) port = test_support::ListeningPort(op.pid());
     if (port) {
       auto live = observability::HttpGet("127.0.0.1", *port, "/healthz");
       auto readyz = observability::HttpGet("127.0.0.1", *port, "/readyz");

@@ -15,9 +15,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/testing/child_process.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "tests/deploy/child_process.h"
 #include "tests/deploy/prometheus_server.h"
 #include "tests/deploy/prometheus_test_fixture.h"
 #include "tests/fake_apiserver/fake_apiserver.h"
@@ -50,7 +50,7 @@ auto SampleFrom(std::string job, Accept accept) {
 
 // The port a child printed in its log as "<prefix>HOST:PORT"; nullopt until
 // it has.
-std::optional<int> PrintedPort(const ChildProcess& child, const std::string& prefix) {
+std::optional<int> PrintedPort(const test_support::ChildProcess& child, const std::string& prefix) {
   std::smatch match;
   const std::string log = child.Log();
   if (!std::regex_search(log, match, std::regex(prefix + "[^\\s:]*:([0-9]+)"))) {
@@ -69,10 +69,11 @@ TEST_F(PrometheusE2eTest, ScrapesTheRealOperatorAndARuntimeTask) {
   auto server = FakeApiServer::Start(options);
   ASSERT_TRUE(server.ok()) << server.status();
   fake_apiserver::WriteKubeconfig(dir_, (*server)->url(), kToken);
-  ChildProcess op({KUBETRAIN_OPERATOR_BINARY, "--kubeconfig", dir_ + "/kubeconfig", "--namespace",
-                   "ns1", "--leader-elect=false", "--http-address=127.0.0.1:0"},
-                  dir_ + "/operator.log");
-  ASSERT_TRUE(op.Start());
+  test_support::ChildProcess op(
+      {KUBETRAIN_OPERATOR_BINARY, "--kubeconfig", dir_ + "/kubeconfig", "--namespace", "ns1",
+       "--leader-elect=false", "--http-address=127.0.0.1:0"},
+      dir_ + "/operator.log");
+  ASSERT_TRUE(op.Start().ok());
   json job = {{"apiVersion", "kubetrain.io/v1"},
               {"kind", "TrainingJob"},
               {"metadata", {{"name", "scraped"}}},
@@ -91,13 +92,14 @@ TEST_F(PrometheusE2eTest, ScrapesTheRealOperatorAndARuntimeTask) {
       out << (label ? 1.5 : -1.5) + noise(rng) << "," << noise(rng) << "," << label << "\n";
     }
   }
-  ChildProcess task({KUBETRAIN_RUNTIME_BINARY, "train", "--train_data_paths=" + dir_ + "/train.csv",
-                     "--eval_data_paths=" + dir_ + "/train.csv", "--output_path=" + dir_ + "/out",
-                     "--max_steps=100000000", "--batch_size=20", "--hidden1=8", "--hidden2=4",
-                     "--threads=1", "--seed=5", "--eval_every_secs=0.5", "--log_every_steps=100000",
-                     "--metrics_address=127.0.0.1:0"},
-                    dir_ + "/runtime.log");
-  ASSERT_TRUE(task.Start());
+  test_support::ChildProcess task(
+      {KUBETRAIN_RUNTIME_BINARY, "train", "--train_data_paths=" + dir_ + "/train.csv",
+       "--eval_data_paths=" + dir_ + "/train.csv", "--output_path=" + dir_ + "/out",
+       "--max_steps=100000000", "--batch_size=20", "--hidden1=8", "--hidden2=4", "--threads=1",
+       "--seed=5", "--eval_every_secs=0.5", "--log_every_steps=100000",
+       "--metrics_address=127.0.0.1:0"},
+      dir_ + "/runtime.log");
+  ASSERT_TRUE(task.Start().ok());
 
   // Both print the address they bound.
   std::optional<int> op_port, task_port;

@@ -68,7 +68,7 @@ absl::StatusOr<std::unique_ptr<PrometheusServer>> PrometheusServer::Start(
   }
   // Not make_unique: the constructor is private.
   std::unique_ptr<PrometheusServer> server(new PrometheusServer(dir));
-  if (!server->process_.Start()) {
+  if (!server->process_.Start().ok()) {
     return absl::InternalError(absl::StrCat("cannot run ", kBinary, " (log in ", dir, ")"));
   }
   // Started on port 0, it logs the address it bound in no stable format:
@@ -76,7 +76,7 @@ absl::StatusOr<std::unique_ptr<PrometheusServer>> PrometheusServer::Start(
   std::optional<int> port;
   for (const absl::Time deadline = absl::Now() + absl::Seconds(60);
        !port && absl::Now() < deadline && !server->process_.Exited();) {
-    port = ListeningPort(server->process_.pid());
+    port = test_support::ListeningPort(server->process_.pid());
     if (!port) absl::SleepFor(absl::Milliseconds(50));  // between polls; the deadline bounds it
   }
   if (!port) {

@@ -8,8 +8,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/testing/child_process.h"
 #include "nlohmann/json.hpp"
-#include "tests/deploy/child_process.h"
 
 namespace kubetrain::deploy_testing {
 
@@ -52,7 +52,7 @@ class PrometheusServer {
 
   PrometheusServer(const PrometheusServer&) = delete;
   PrometheusServer& operator=(const PrometheusServer&) = delete;
-  ~PrometheusServer() = default;  // stops the process (see ChildProcess)
+  ~PrometheusServer() = default;  // stops the process (see test_support::ChildProcess)
 
   int port() const { return port_; }
   // What Prometheus has written to stdout and stderr so far.
@@ -74,7 +74,7 @@ class PrometheusServer {
  private:
   explicit PrometheusServer(const std::string& dir);
 
-  ChildProcess process_;
+  test_support::ChildProcess process_;
   int port_ = 0;
 };
 

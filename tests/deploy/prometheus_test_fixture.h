@@ -1,10 +1,8 @@
 #pragma once
 
-#include <stdlib.h>
-
-#include <filesystem>
 #include <string>
 
+#include "common/testing/temp_dir.h"
 #include "gtest/gtest.h"
 #include "tests/deploy/prometheus_server.h"
 
@@ -19,16 +17,10 @@ class PrometheusFixture : public ::testing::Test {
     if (!PrometheusServer::Installed()) {
       GTEST_SKIP() << PrometheusServer::kBinary << " is not installed";
     }
-    std::string pattern =
-        (std::filesystem::temp_directory_path() / "kubetrain-prom-XXXXXX").string();
-    ASSERT_NE(mkdtemp(pattern.data()), nullptr) << pattern;
-    dir_ = pattern;
-  }
-  void TearDown() override {
-    if (!dir_.empty()) std::filesystem::remove_all(dir_);
   }
 
-  std::string dir_;
+  test_support::TempDir tmp_{"kubetrain-prom"};
+  const std::string dir_ = tmp_.path();
 };
 
 }  // namespace kubetrain::deploy_testing

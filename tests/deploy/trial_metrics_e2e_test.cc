@@ -13,10 +13,11 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/time/clock.h"
+#include "common/testing/child_process.h"
+#include "common/testing/wait_until.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "operator/kube/test_objects.h"
-#include "tests/deploy/child_process.h"
 #include "tests/deploy/fake_cluster.h"
 #include "tests/fake_apiserver/fake_apiserver.h"
 
@@ -57,14 +58,14 @@ TEST(TrialMetricsE2eTest, TheRuntimesReportsBecomeTheTrialsObjective) {
       out << (label ? 1.0 : -1.0) + noise(rng) << "," << noise(rng) << "," << label << "\n";
     }
   }
-  ChildProcess op(
+  test_support::ChildProcess op(
       {KUBETRAIN_OPERATOR_BINARY, "--kubeconfig", dir + "/kubeconfig", "--namespace", "ns1",
        "--leader-elect=false", "--http-address=127.0.0.1:0", "--metrics-listen=127.0.0.1:0",
        "--metrics-address=kubetrain-operator-trials.kubetrain-system.svc:9091"},
       dir + "/operator.log");
-  ASSERT_TRUE(op.Start());
+  ASSERT_TRUE(op.Start().ok());
   std::optional<std::string> metrics_address;
-  ASSERT_TRUE(fake_apiserver::PollUntil(
+  ASSERT_TRUE(test_support::WaitUntil(
       [&] {
         metrics_address = Printed(op.Log(), "serving trial metrics on ");
         return metrics_address.has_value();
@@ -119,9 +120,9 @@ TEST(TrialMetricsE2eTest, TheRuntimesReportsBecomeTheTrialsObjective) {
   argv.push_back(KUBETRAIN_RUNTIME_BINARY);
   for (size_t i = 1; i < container["command"].size(); ++i) argv.push_back(container["command"][i]);
   for (const json& arg : container["args"]) argv.push_back(arg);
-  ChildProcess trial(argv, dir + "/trial.log");
-  ASSERT_TRUE(trial.Start());
-  ASSERT_TRUE(fake_apiserver::PollUntil([&] { return trial.Exited(); }, absl::Seconds(120)))
+  test_support::ChildProcess trial(argv, dir + "/trial.log");
+  ASSERT_TRUE(trial.Start().ok());
+  ASSERT_TRUE(test_support::WaitUntil([&] { return trial.Exited(); }, absl::Seconds(120)))
       << trial.Log();
   // "Final metrics after N steps, loss: X, accuracy: Y": the last evaluation.
   std::smatch final_line;

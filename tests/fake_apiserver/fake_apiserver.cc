@@ -1401,14 +1401,6 @@ size_t FakeApiServer::Count(absl::string_view resource) const {
   return res == nullptr ? 0 : impl_->Count(*res);
 }
 
-bool PollUntil(const std::function<bool()>& predicate, absl::Duration timeout) {
-  for (const absl::Time deadline = absl::Now() + timeout; absl::Now() < deadline;) {
-    if (predicate()) return true;
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-  return predicate();
-}
-
 std::string WriteKubeconfig(const std::string& dir, const std::string& server_url,
                             const std::string& token) {
   const std::string path = dir + "/kubeconfig";

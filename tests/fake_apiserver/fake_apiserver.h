@@ -184,11 +184,6 @@ class FakeApiServer {
   std::unique_ptr<Impl> impl_;
 };
 
-// Polls `predicate` every 20 ms until it holds or `timeout` passes: for
-// what FakeApiServer::WaitUntil does not see (a process's output or exit, a
-// gRPC answer). Returns the predicate's last value.
-bool PollUntil(const std::function<bool()>& predicate, absl::Duration timeout = absl::Seconds(60));
-
 // Writes `dir`/kubeconfig: one context "fake" for the server at
 // `server_url`, authenticating with bearer `token`, namespace ns1. Returns
 // the file's path.

@@ -32,6 +32,9 @@
 #include "api/python_runtimes.h"
 #include "cli/package_build.h"
 #include "common/observability/http_get.h"
+#include "common/testing/child_process.h"
+#include "common/testing/temp_dir.h"
+#include "common/testing/wait_until.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "operator/core/kube_objects.h"
@@ -39,7 +42,6 @@
 #include "operator/core/reconciler.h"
 #include "operator/metrics/metrics_service.h"
 #include "operator/metrics/metrics_test_server.h"
-#include "tests/deploy/child_process.h"
 #include "tests/deploy/fake_cluster.h"
 #include "tests/deploy/manifest_checks.h"
 #include "tests/fake_apiserver/fake_apiserver.h"
@@ -54,7 +56,6 @@
 namespace kubetrain::images_testing {
 namespace {
 
-using deploy_testing::ChildProcess;
 using deploy_testing::CommandResult;
 using deploy_testing::RunCommand;
 using nlohmann::json;
@@ -183,16 +184,17 @@ TEST_F(ImageTest, OperatorImageServesProbesAndCreatesTheJobsPods) {
   const std::string name = Unique("operator");
   cleanup.Container(name);
   CommandResult podman = RunCommand("command -v podman");
-  ChildProcess op({std::string(absl::StripAsciiWhitespace(podman.output)), "run", "--rm", "--name",
-                   name, "--network", "host", "-v", cluster->dir + ":/config:ro",
-                   Image("kubetrain-operator"), "--kubeconfig", "/config/kubeconfig", "--namespace",
-                   "ns1", "--leader-elect=false", "--http-address=127.0.0.1:0"},
-                  cluster->dir + "/operator.log");
-  ASSERT_TRUE(op.Start());
+  test_support::ChildProcess op(
+      {std::string(absl::StripAsciiWhitespace(podman.output)), "run", "--rm", "--name", name,
+       "--network", "host", "-v", cluster->dir + ":/config:ro", Image("kubetrain-operator"),
+       "--kubeconfig", "/config/kubeconfig", "--namespace", "ns1", "--leader-elect=false",
+       "--http-address=127.0.0.1:0"},
+      cluster->dir + "/operator.log");
+  ASSERT_TRUE(op.Start().ok());
 
   // The container's process, then the port it listens on (port 0 above).
   std::optional<int> port;
-  ASSERT_TRUE(fake_apiserver::PollUntil(
+  ASSERT_TRUE(test_support::WaitUntil(
       [&] {
         CommandResult pid = Podman("inspect --format '{{.State.Pid}}' " + name + " 2>/dev/null");
         int container_pid = 0;
@@ -201,14 +203,14 @@ TEST_F(ImageTest, OperatorImageServesProbesAndCreatesTheJobsPods) {
             container_pid <= 0) {
           return false;
         }
-        port = deploy_testing::ListeningPort(container_pid);
+        port = test_support::ListeningPort(container_pid);
         return port.has_value();
       },
       absl::Seconds(120)))
       << op.Log();
   for (const char* path : {"/healthz", "/readyz"}) {
     int status = 0;
-    EXPECT_TRUE(fake_apiserver::PollUntil(
+    EXPECT_TRUE(test_support::WaitUntil(
         [&] {
           auto response = observability::HttpGet("127.0.0.1", *port, path);
           status = response.ok() ? response->status : 0;
@@ -244,8 +246,8 @@ TEST_F(ImageTest, OperatorImageServesProbesAndCreatesTheJobsPods) {
 }
 
 TEST_F(ImageTest, PythonImageRunsAModuleUnderExec) {
-  std::string dir = ::testing::TempDir() + "/image_python_XXXXXX";
-  ASSERT_NE(mkdtemp(dir.data()), nullptr);
+  test_support::TempDir tmp("kubetrain-image-python");
+  const std::string dir = tmp.path();
   ASSERT_EQ(chmod(dir.c_str(), 0755), 0);
   ASSERT_EQ(mkdir((dir + "/trainer").c_str(), 0755), 0);
   std::ofstream(dir + "/trainer/__init__.py") << "";
@@ -285,8 +287,8 @@ TEST_F(ImageTest, PythonImageInstallsAPackagedModuleWhoseReportsArrive) {
   absl::StatusOr<cli::BuiltPackage> sdist =
       cli::BuildSdist(std::string(KUBETRAIN_SOURCE_DIR) + "/examples/python-package/trainer");
   ASSERT_TRUE(sdist.ok()) << sdist.status();
-  std::string dir = ::testing::TempDir() + "/image_package_XXXXXX";
-  ASSERT_NE(mkdtemp(dir.data()), nullptr);
+  test_support::TempDir tmp("kubetrain-image-package");
+  const std::string dir = tmp.path();
   ASSERT_EQ(chmod(dir.c_str(), 0755), 0);
   // The job's folder, written by the trainer (uid 65532).
   const std::string outputs = dir + "/outputs";

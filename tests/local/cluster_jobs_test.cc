@@ -14,6 +14,8 @@
 #include "absl/strings/str_cat.h"
 #include "api/python_runtimes.h"
 #include "cli/jobs_cluster.h"
+#include "common/testing/temp_dir.h"
+#include "common/testing/wait_until.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "operator/kube/controller.h"
@@ -21,7 +23,6 @@
 #include "operator/kube/study_store.h"
 #include "operator/kube/test_objects.h"
 #include "operator/kube/trial_archive.h"
-#include "operator/local/test_util.h"
 #include "operator/tuner/tuner.h"
 #include "tests/fake_apiserver/fake_apiserver.h"
 
@@ -56,7 +57,7 @@ class ClusterJobsTest : public ::testing::Test {
 
   // Runs the kubetrain binary with a kubeconfig of the fake server
   // (namespace team-a) in `dir`: its exit code and output.
-  std::pair<int, std::string> RunCli(const local::TempDir& dir, const std::string& args) {
+  std::pair<int, std::string> RunCli(const test_support::TempDir& dir, const std::string& args) {
     const std::string kubeconfig = dir.path() + "/config";
     std::ofstream(kubeconfig)
         << "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
@@ -134,7 +135,7 @@ TEST_F(ClusterJobsTest, ArchivedTrialsAreReadFromTheJobsConfigMaps) {
 }
 
 TEST_F(ClusterJobsTest, CliWithoutLocalUsesTheKubeconfig) {
-  local::TempDir dir;
+  test_support::TempDir dir;
   const std::string config = dir.path() + "/job.yaml";
   std::ofstream(config) << "trainingInput:\n  scaleTier: BASIC\n";
   auto run = [&](const std::string& args) { return RunCli(dir, args); };
@@ -174,7 +175,7 @@ TEST_F(ClusterJobsTest, CliWithoutLocalUsesTheKubeconfig) {
 // path, before anything exists: no TrainingJob, no local job, no folder named
 // "gs:" where the command ran.
 TEST_F(ClusterJobsTest, ObjectStoreUrisAreRefusedAtSubmitOnBothBackends) {
-  local::TempDir dir;
+  test_support::TempDir dir;
   const std::string cwd = dir.path() + "/cwd";
   std::filesystem::create_directories(cwd);
   const std::string kubeconfig = fake_apiserver::WriteKubeconfig(dir.path(), server_->url(), "t");
@@ -249,7 +250,7 @@ TEST_F(ClusterJobsTest, ObjectStoreUrisAreRefusedAtSubmitOnBothBackends) {
 // --namespace NS, --namespace=NS) and, without it, uses the kubeconfig
 // context's.
 TEST_F(ClusterJobsTest, EveryVerbTakesTheNamespaceAsKubectlDoes) {
-  local::TempDir dir;
+  test_support::TempDir dir;
   const std::string kubeconfig = dir.path() + "/config";
   std::ofstream(kubeconfig)
       << "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
@@ -316,7 +317,7 @@ const std::string kPackageExample = std::string(KUBETRAIN_SOURCE_DIR) + "/exampl
 // operator creates installs it from there and runs the module through exec,
 // in the Python runtime image.
 TEST_F(ClusterJobsTest, PackagePathIsStoredInTheClusterAndTheReplicasInstallIt) {
-  local::TempDir dir;
+  test_support::TempDir dir;
   auto [code, out] = RunCli(dir, "jobs submit training lr_study --package-path " + kPackageExample +
                                      "/trainer/ --module-name trainer.task --config " +
                                      kPackageExample + "/hptuning_config.yaml -- --num_epochs=2");
@@ -381,7 +382,7 @@ TEST_F(ClusterJobsTest, PackagePathIsStoredInTheClusterAndTheReplicasInstallIt) 
 }
 
 TEST_F(ClusterJobsTest, PackagesTheClusterCannotFetchAreRefusedAtSubmit) {
-  local::TempDir dir;
+  test_support::TempDir dir;
   const std::string config = dir.path() + "/job.yaml";
   std::ofstream(config) << "trainingInput:\n  pythonModule: trainer.task\n  packageUris:\n"
                         << "    - gs://my-bucket/trainer-0.1.tar.gz\n";
@@ -402,7 +403,7 @@ TEST_F(ClusterJobsTest, PackagesTheClusterCannotFetchAreRefusedAtSubmit) {
 }
 
 TEST_F(ClusterJobsTest, APackageTooLargeForAConfigMapIsRefusedNamingTheAlternatives) {
-  local::TempDir dir;
+  test_support::TempDir dir;
   const std::string package = dir.path() + "/big/trainer";
   std::filesystem::create_directories(package);
   std::ofstream(package + "/__init__.py");

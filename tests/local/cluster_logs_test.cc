@@ -18,18 +18,18 @@
 #include "absl/strings/str_split.h"
 #include "api/validation.h"
 #include "cli/jobs_cluster.h"
+#include "common/testing/temp_dir.h"
+#include "common/testing/wait_until.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "operator/core/naming.h"
 #include "operator/kube/rest_client.h"
-#include "operator/local/test_util.h"
 #include "tests/fake_apiserver/fake_apiserver.h"
 
 namespace kubetrain::cli {
 namespace {
 
 using fake_apiserver::FakeApiServer;
-using fake_apiserver::PollUntil;
 using nlohmann::json;
 using ::testing::ElementsAre;
 using ::testing::ElementsAreArray;
@@ -166,7 +166,8 @@ class ClusterLogsTest : public ::testing::Test {
     });
   }
   bool Printed(const std::string& task, size_t lines, const std::string& trial = "") {
-    return PollUntil([&] { return Messages(output_.Text(), task, trial).size() >= lines; });
+    return test_support::WaitUntil(
+        [&] { return Messages(output_.Text(), task, trial).size() >= lines; });
   }
   std::string Text() { return output_.Text(); }
 
@@ -231,7 +232,8 @@ TEST_F(ClusterLogsTest, EveryReplicaInOrderThroughRestartsAndNewPodsUntilTheJobE
   Stop("mnist-logs-master-0");
   SetPhase("mnist-logs-master-0", "Succeeded");
   SetState("mnist_logs", "SUCCEEDED");
-  ASSERT_TRUE(PollUntil([&] { return follow_done_.load(); }, absl::Seconds(30))) << Text();
+  ASSERT_TRUE(test_support::WaitUntil([&] { return follow_done_.load(); }, absl::Seconds(30)))
+      << Text();
   follow_.join();
   ASSERT_TRUE(followed_.ok()) << followed_.status();
   EXPECT_EQ(followed_->status().state(), v1::SUCCEEDED);
@@ -321,7 +323,8 @@ TEST_F(ClusterLogsTest, ACrashLoopShowsEachRunOnce) {
   Stop("crashy-master-0");
   SetPhase("crashy-master-0", "Failed");
   SetState("crashy", "FAILED");
-  ASSERT_TRUE(PollUntil([&] { return follow_done_.load(); }, absl::Seconds(30))) << Text();
+  ASSERT_TRUE(test_support::WaitUntil([&] { return follow_done_.load(); }, absl::Seconds(30)))
+      << Text();
   follow_.join();
   ASSERT_TRUE(followed_.ok()) << followed_.status();
   EXPECT_EQ(followed_->status().state(), v1::FAILED);
@@ -332,7 +335,7 @@ TEST_F(ClusterLogsTest, ACrashLoopShowsEachRunOnce) {
 // The real binary, as a user runs it: -n picks the namespace, submit
 // --stream-logs prints the job's state changes, events and logs.
 TEST_F(ClusterLogsTest, TheCliStreamsAndSubmitStreamsOnACluster) {
-  local::TempDir dir;
+  test_support::TempDir dir;
   const std::string kubeconfig = dir.path() + "/config";
   std::ofstream(kubeconfig)
       << "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
@@ -372,7 +375,7 @@ TEST_F(ClusterLogsTest, TheCliStreamsAndSubmitStreamsOnACluster) {
   Start("streamed-master-0");
   SetState("streamed", "RUNNING");
   Log("streamed-master-0", "Train [master/0], step 1: loss: 2.3");
-  ASSERT_TRUE(PollUntil([&] {
+  ASSERT_TRUE(test_support::WaitUntil([&] {
     return absl::StrContains(so_far(), "[kubetrain] job [streamed] is RUNNING") &&
            absl::StrContains(so_far(), "step 1: loss: 2.3");
   })) << so_far();

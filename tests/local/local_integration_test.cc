@@ -22,13 +22,14 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
+#include "common/testing/temp_dir.h"
+#include "common/testing/wait_until.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kubetrain/v1/graph.pb.h"
 #include "operator/local/controller.h"
 #include "operator/local/job_store.h"
 #include "operator/local/process_launcher.h"
-#include "operator/local/test_util.h"
 
 namespace kubetrain::local {
 namespace {
@@ -54,16 +55,6 @@ struct RunResult {
   std::string out;
   std::string err;
 };
-
-// Polls `done` until it holds or `limit` passes (a condition, not a delay).
-bool WaitFor(const std::function<bool()>& done, absl::Duration limit = absl::Seconds(120)) {
-  const absl::Time deadline = absl::Now() + limit;
-  while (!done()) {
-    if (absl::Now() > deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  return true;
-}
 
 class LocalBackendTest : public ::testing::Test {
  protected:
@@ -135,8 +126,8 @@ class LocalBackendTest : public ::testing::Test {
     return runs;
   }
 
-  TempDir home_;
-  TempDir work_;
+  test_support::TempDir home_;
+  test_support::TempDir work_;
 };
 
 TEST_F(LocalBackendTest, CorruptConfigIsRejectedWithPositionsAndCreatesNothing) {
@@ -204,7 +195,7 @@ TEST_F(LocalBackendTest, CancelEndsCancelledWithNoChildProcessLeft) {
   RunResult r =
       Kubetrain({"jobs", "submit", "training", "long_job", "--local", "--config", config});
   ASSERT_EQ(r.code, 0) << r.err;
-  ASSERT_TRUE(WaitFor([&] { return Runs().size() == 3; }))
+  ASSERT_TRUE(test_support::WaitUntil([&] { return Runs().size() == 3; }, absl::Seconds(120)))
       << ReadFile(home_.path() + "/controller.log");
   std::vector<int> pids;
   for (const auto& run : Runs()) {
@@ -219,7 +210,7 @@ TEST_F(LocalBackendTest, CancelEndsCancelledWithNoChildProcessLeft) {
   RunResult cancel = Kubetrain({"jobs", "cancel", "long_job", "--local"});
   EXPECT_EQ(cancel.code, 0) << cancel.err;
   EXPECT_THAT(cancel.out, HasSubstr("Cancelled job [long_job]"));
-  ASSERT_TRUE(WaitFor([&] { return Finished("long_job"); }));
+  ASSERT_TRUE(test_support::WaitUntil([&] { return Finished("long_job"); }, absl::Seconds(120)));
   EXPECT_EQ(Job("long_job").status().state(), v1::CANCELLED);
   // CANCELLED comes only once no replica is left: every process is gone now.
   for (int pid : pids)
@@ -241,12 +232,13 @@ TEST_F(LocalBackendTest, KilledControllerRestartsAndTheSweepRunsEachTrialOnce) {
   RunResult r =
       Kubetrain({"jobs", "submit", "training", "sweep_job", "--local", "--config", config});
   ASSERT_EQ(r.code, 0) << r.err;
-  ASSERT_TRUE(
-      WaitFor([&] { return Job("sweep_job").status().training_output().trials_size() >= 3; }));
+  ASSERT_TRUE(test_support::WaitUntil(
+      [&] { return Job("sweep_job").status().training_output().trials_size() >= 3; },
+      absl::Seconds(120)));
   const int first = ControllerPid();
   ASSERT_GT(first, 0);
   ASSERT_EQ(kill(first, SIGKILL), 0);
-  ASSERT_TRUE(WaitFor([&] { return !ProcessAlive(first, 0); }));
+  ASSERT_TRUE(test_support::WaitUntil([&] { return !ProcessAlive(first, 0); }, absl::Seconds(120)));
   // A new controller, as `kubetrain local serve` in another shell.
   RunResult serve = Kubetrain({"local", "serve", "--exit-when-idle"});
   EXPECT_EQ(serve.code, 0) << serve.err;
@@ -272,11 +264,13 @@ TEST_F(LocalBackendTest, CommandsThatShowAnUnfinishedJobRestartADeadController) 
     RunResult r = Kubetrain({"jobs", "submit", "training", name, "--local", "--config", config,
                              "--scale-tier", "basic"});
     ASSERT_EQ(r.code, 0) << r.err;
-    ASSERT_TRUE(WaitFor([&] { return Job(name).status().state() == v1::RUNNING; }));
+    ASSERT_TRUE(test_support::WaitUntil([&] { return Job(name).status().state() == v1::RUNNING; },
+                                        absl::Seconds(120)));
     const int controller = ControllerPid();
     ASSERT_GT(controller, 0);
     ASSERT_EQ(kill(controller, SIGKILL), 0);
-    ASSERT_TRUE(WaitFor([&] { return !ProcessAlive(controller, 0); }));
+    ASSERT_TRUE(
+        test_support::WaitUntil([&] { return !ProcessAlive(controller, 0); }, absl::Seconds(120)));
   };
   // stream-logs follows the job to its end instead of polling a job that
   // nothing moves on (bounded here, so a regression fails instead of hanging).
@@ -291,7 +285,7 @@ TEST_F(LocalBackendTest, CommandsThatShowAnUnfinishedJobRestartADeadController) 
   RunResult describe = Kubetrain({"jobs", "describe", "orphan_2", "--local"});
   EXPECT_EQ(describe.code, 0) << describe.err;
   EXPECT_THAT(describe.out, HasSubstr("state: RUNNING"));
-  ASSERT_TRUE(WaitFor([&] { return Finished("orphan_2"); }))
+  ASSERT_TRUE(test_support::WaitUntil([&] { return Finished("orphan_2"); }, absl::Seconds(120)))
       << ReadFile(home_.path() + "/controller.log");
   EXPECT_EQ(Job("orphan_2").status().state(), v1::SUCCEEDED);
 }
@@ -377,7 +371,7 @@ TEST_F(LocalBackendTest, EarlyStoppingStopsBadCurvesAndOnlyThem) {
   for (const auto& run : Runs()) {
     int pid = 0;
     ASSERT_TRUE(absl::SimpleAtoi(run[2], &pid));
-    EXPECT_TRUE(WaitFor([&] { return !ProcessAlive(pid, 0); }))
+    EXPECT_TRUE(test_support::WaitUntil([&] { return !ProcessAlive(pid, 0); }, absl::Seconds(120)))
         << "trial " << run[0] << " pid " << pid;
   }
   EXPECT_EQ(job.status().trial_progress(), "4/4");
@@ -495,7 +489,7 @@ TEST_F(LocalBackendTest, SubmitNamesTheLocalFollowUpCommands) {
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("  $ kubetrain jobs describe follow_up --local\n"));
   EXPECT_THAT(r.out, HasSubstr("  $ kubetrain jobs stream-logs follow_up --local\n"));
-  ASSERT_TRUE(WaitFor([&] { return Finished("follow_up"); }));
+  ASSERT_TRUE(test_support::WaitUntil([&] { return Finished("follow_up"); }, absl::Seconds(120)));
 }
 
 TEST_F(LocalBackendTest, CloudMlConfigOfTheReferenceIsAccepted) {
@@ -602,7 +596,8 @@ TEST_F(LocalBackendTest, ReplicaRecreatedMidTrainingResumesAtTheLastCheckpoint) 
   RunResult r = Kubetrain(
       {"jobs", "submit", "training", "resume_job", "--local", "--config", manifest}, runtime);
   ASSERT_EQ(r.code, 0) << r.out << r.err;
-  ASSERT_TRUE(WaitFor([&] { return LatestCheckpointStep(job_dir) >= 200; }))
+  ASSERT_TRUE(test_support::WaitUntil([&] { return LatestCheckpointStep(job_dir) >= 200; },
+                                      absl::Seconds(120)))
       << ReadFile(home_.path() + "/controller.log");
 
   // The master's process: the child of its supervisor.
@@ -614,14 +609,15 @@ TEST_F(LocalBackendTest, ReplicaRecreatedMidTrainingResumesAtTheLastCheckpoint) 
   const std::vector<int> trainer = ChildrenOf((*replicas)[0].pid);
   ASSERT_EQ(trainer.size(), 1u);
   ASSERT_EQ(kill(trainer[0], SIGKILL), 0);
-  ASSERT_TRUE(WaitFor([&] { return !ProcessAlive(trainer[0], 0); }));
+  ASSERT_TRUE(
+      test_support::WaitUntil([&] { return !ProcessAlive(trainer[0], 0); }, absl::Seconds(120)));
   // Nothing writes there now: this is the checkpoint to resume from.
   const int64_t last = LatestCheckpointStep(job_dir);
   ASSERT_GE(last, 200);
   ASSERT_LT(last, kMaxSteps) << "training ended before it was killed";
   RecordProperty("resumed_from_step", static_cast<int>(last));
 
-  ASSERT_TRUE(WaitFor([&] { return Finished("resume_job"); }))
+  ASSERT_TRUE(test_support::WaitUntil([&] { return Finished("resume_job"); }, absl::Seconds(120)))
       << ReadFile(home_.path() + "/controller.log");
   v1::TrainingJob job = Job("resume_job");
   EXPECT_EQ(job.status().state(), v1::SUCCEEDED) << job.status().error_message();

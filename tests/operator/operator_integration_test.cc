@@ -14,11 +14,13 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/testing/child_process.h"
+#include "common/testing/temp_dir.h"
+#include "common/testing/wait_until.h"
 #include "gtest/gtest.h"
 #include "operator/kube/test_objects.h"
 #include "proto/kubetrain/v1/metrics_reporter.h"
 #include "tests/fake_apiserver/fake_apiserver.h"
-#include "tests/operator/operator_process.h"
 
 namespace kubetrain::testing {
 namespace {
@@ -79,9 +81,6 @@ class OperatorIntegrationTest : public ::testing::Test {
     auto server = FakeApiServer::Start(options);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = *std::move(server);
-    std::string templ = ::testing::TempDir() + "/operator_itest_XXXXXX";
-    ASSERT_NE(mkdtemp(templ.data()), nullptr);
-    dir_ = templ;
     kubeconfig_ = fake_apiserver::WriteKubeconfig(dir_, server_->url(), kToken);
   }
 
@@ -98,9 +97,9 @@ class OperatorIntegrationTest : public ::testing::Test {
             "ns1"};
   }
 
-  std::unique_ptr<OperatorProcess> StartOperator(const std::string& name,
-                                                 std::vector<std::string> extra = {
-                                                     "--leader-elect=false"}) {
+  std::unique_ptr<test_support::ChildProcess> StartOperator(const std::string& name,
+                                                            std::vector<std::string> extra = {
+                                                                "--leader-elect=false"}) {
     // Port 0: operators run side by side (and beside other tests).
     std::vector<std::string> args = {"--kubeconfig",
                                      kubeconfig_,
@@ -110,9 +109,10 @@ class OperatorIntegrationTest : public ::testing::Test {
                                      "2",
                                      "--http-address=127.0.0.1:0"};
     args.insert(args.end(), extra.begin(), extra.end());
-    auto op = std::make_unique<OperatorProcess>(KUBETRAIN_OPERATOR_BINARY, args,
-                                                dir_ + "/" + name + ".log");
-    EXPECT_TRUE(op->Start());
+    args.insert(args.begin(), KUBETRAIN_OPERATOR_BINARY);
+    auto op = std::make_unique<test_support::ChildProcess>(test_support::ChildOptions{
+        .argv = args, .output_path = dir_ + "/" + name + ".log", .append_output = true});
+    EXPECT_TRUE(op->Start().ok());
     return op;
   }
 
@@ -146,7 +146,7 @@ class OperatorIntegrationTest : public ::testing::Test {
   int64_t Requests(const std::string& key) { return server_->RequestCounts()[key]; }
 
   // Recreations wait 200 ms (doubling) instead of the default 10 s.
-  std::unique_ptr<OperatorProcess> StartFastRestartingOperator(const std::string& name) {
+  std::unique_ptr<test_support::ChildProcess> StartFastRestartingOperator(const std::string& name) {
     return StartOperator(name, {"--leader-elect=false", "--restart-backoff=200ms"});
   }
   std::string PodUid(const std::string& pod) {
@@ -191,7 +191,7 @@ class OperatorIntegrationTest : public ::testing::Test {
   }
   // Ends `job` the way a TensorFlow job ends: every replica running, worker 3
   // finishes first, then the master; the ps and the other workers still run.
-  void FinishWithMaster(const std::string& job, OperatorProcess& op) {
+  void FinishWithMaster(const std::string& job, test_support::ChildProcess& op) {
     SetAllRunning();
     ASSERT_TRUE(WaitForState(job, "RUNNING")) << op.Log();
     SetPhase(job + "-worker-3", PodStatus("Succeeded", 0));
@@ -200,7 +200,9 @@ class OperatorIntegrationTest : public ::testing::Test {
   }
 
   std::unique_ptr<FakeApiServer> server_;
-  std::string dir_, kubeconfig_;
+  test_support::TempDir tmp_{"kubetrain-operator-itest"};
+  const std::string dir_ = tmp_.path();
+  std::string kubeconfig_;
 };
 
 TEST_F(OperatorIntegrationTest, Standard1GetsEightPodsAndServicesWithTfConfig) {
@@ -331,7 +333,7 @@ TEST_F(OperatorIntegrationTest, KilledOperatorRestartsWithoutDuplicatesOrLostSta
   ASSERT_TRUE(server_->Create("trainingjobs", "ns1", Job("k")).ok());
   ASSERT_TRUE(WaitForReplicas(8)) << op->Log();
   ASSERT_TRUE(WaitForState("k", "PREPARING"));
-  op->Kill(SIGKILL);
+  op->SignalAndWait(SIGKILL);
   std::string create_time = JobObject("k")["status"].value("createTime", "");
   ASSERT_FALSE(create_time.empty());
   SetAllRunning();  // while no operator runs
@@ -376,7 +378,7 @@ TEST_F(OperatorIntegrationTest, OnlyTheLeaderActsAndTheOtherTakesOver) {
   EXPECT_EQ(b->Log().find("starting"), std::string::npos) << b->Log();
   EXPECT_TRUE(absl::EndsWith(holder(), absl::StrCat("_", a->pid())));
 
-  a->Kill(SIGKILL);  // no release: b must wait out the lease
+  a->SignalAndWait(SIGKILL);  // no release: b must wait out the lease
   ASSERT_TRUE(server_->WaitUntil([&] {
     return absl::EndsWith(holder(), absl::StrCat("_", b->pid()));
   })) << b->Log();
@@ -385,7 +387,7 @@ TEST_F(OperatorIntegrationTest, OnlyTheLeaderActsAndTheOtherTakesOver) {
   EXPECT_EQ(Requests("create pods"), 16);
 
   // A clean shutdown releases the lease at once.
-  EXPECT_EQ(b->Terminate(), 0);
+  EXPECT_EQ(b->SignalAndWait(SIGTERM), 0);
   EXPECT_EQ(holder(), "");
 }
 
@@ -398,7 +400,7 @@ TEST_F(OperatorIntegrationTest, RestartBackoffFlagRejectsWhatIsNotAPositiveDurat
     const std::string& bad = bad_values[i];
     auto op =
         StartOperator(absl::StrCat("bad", i), {"--leader-elect=false", "--restart-backoff=" + bad});
-    EXPECT_EQ(op->Wait(), 2) << bad;
+    EXPECT_EQ(op->Wait(absl::InfiniteFuture()).value_or(-1), 2) << bad;
     const std::string log = op->Log();
     EXPECT_NE(log.find("--restart-backoff: not a positive duration such as 500ms, 10s or 1m: " +
                        bad + "\n"),
@@ -629,7 +631,9 @@ absl::Status SendReport(const std::string& address, const std::string& trial,
 }
 
 TEST_F(OperatorIntegrationTest, TrialReportsReachTheLeaderAcrossAFailover) {
-  EXPECT_NE(StartOperator("half", {"--leader-elect=false", "--metrics-listen=127.0.0.1:0"})->Wait(),
+  EXPECT_NE(StartOperator("half", {"--leader-elect=false", "--metrics-listen=127.0.0.1:0"})
+                ->Wait(absl::InfiniteFuture())
+                .value_or(-1),
             0);
   ASSERT_TRUE(server_->Create("pods", "ns1", OperatorPod("op-a")).ok());
   ASSERT_TRUE(server_->Create("pods", "ns1", OperatorPod("op-b")).ok());
@@ -641,7 +645,7 @@ TEST_F(OperatorIntegrationTest, TrialReportsReachTheLeaderAcrossAFailover) {
     return flags;
   };
   // The bound gRPC address, from the operator's log.
-  auto grpc_address = [](OperatorProcess& op) -> std::string {
+  auto grpc_address = [](test_support::ChildProcess& op) -> std::string {
     const std::string log = op.Log();
     const std::string prefix = "serving trial metrics on ";
     size_t at = log.find(prefix);
@@ -657,7 +661,7 @@ TEST_F(OperatorIntegrationTest, TrialReportsReachTheLeaderAcrossAFailover) {
   auto a = StartOperator("a", election("op-a"));
   ASSERT_TRUE(server_->WaitUntil([&] { return label("op-a") == "true"; })) << a->Log();
   auto b = StartOperator("b", election("op-b"));
-  ASSERT_TRUE(fake_apiserver::PollUntil([&] {
+  ASSERT_TRUE(test_support::WaitUntil([&] {
     return !grpc_address(*a).empty() && !grpc_address(*b).empty();
   })) << b->Log();
   const std::string address_a = grpc_address(*a), address_b = grpc_address(*b);
@@ -688,11 +692,11 @@ TEST_F(OperatorIntegrationTest, TrialReportsReachTheLeaderAcrossAFailover) {
 
   // The leader dies holding its label; b takes over, moves the label, and
   // takes the trial's reports with the token a issued.
-  a->Kill(SIGKILL);
+  a->SignalAndWait(SIGKILL);
   ASSERT_TRUE(server_->WaitUntil([&] { return label("op-b") == "true" && label("op-a").empty(); }))
       << b->Log();
   absl::Status second;
-  ASSERT_TRUE(fake_apiserver::PollUntil([&] {
+  ASSERT_TRUE(test_support::WaitUntil([&] {
     second = SendReport(address_b, "1", token, 20, 0.8);
     return !absl::IsUnavailable(second);
   })) << b->Log();
@@ -713,7 +717,7 @@ TEST_F(OperatorIntegrationTest, TrialReportsReachTheLeaderAcrossAFailover) {
   EXPECT_EQ(trial["finalMetric"]["trainingStep"], 20) << trial;
 
   // A clean stop drops the label.
-  EXPECT_EQ(b->Terminate(), 0);
+  EXPECT_EQ(b->SignalAndWait(SIGTERM), 0);
   EXPECT_EQ(label("op-b"), "");
 }
 

@@ -25,6 +25,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/testing/child_process.h"
+#include "common/testing/temp_dir.h"
+#include "common/testing/wait_until.h"
 #include "gtest/gtest.h"
 #include "operator/kube/controller.h"
 #include "operator/kube/test_objects.h"
@@ -35,7 +38,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using fake_apiserver::FakeApiServer;
-using fake_apiserver::PollUntil;
 using nlohmann::json;
 
 std::string ReadFile(const std::string& path) {
@@ -66,9 +68,11 @@ class StandInKubelet {
   explicit StandInKubelet(std::map<std::string, std::string> claim_folders)
       : claim_folders_(std::move(claim_folders)) {}
 
-  // Starts the pod's container; its output goes to `log`. Returns the pid,
-  // or -1 (with a test failure) when the pod cannot be run.
-  pid_t Start(const json& pod, const std::string& log, const std::string& working_dir) {
+  // Starts the pod's container; its output goes to `log`. Returns the
+  // process (killed when destroyed), or nullptr (with a test failure) when
+  // the pod cannot be run.
+  std::unique_ptr<test_support::ChildProcess> Start(const json& pod, const std::string& log,
+                                                    const std::string& working_dir) {
     std::vector<std::pair<std::string, std::string>> mounts;  // mount path -> host folder
     const json& container = pod["spec"]["containers"][0];
     for (const json& mount : container.value("volumeMounts", json::array())) {
@@ -82,7 +86,7 @@ class StandInKubelet {
       if (folder == claim_folders_.end()) {
         ADD_FAILURE() << "nothing backs volume " << mount["name"] << " of "
                       << pod["metadata"]["name"];
-        return -1;
+        return nullptr;
       }
       std::string host = folder->second;
       if (mount.contains("subPath")) host += "/" + mount["subPath"].get<std::string>();
@@ -118,40 +122,18 @@ class StandInKubelet {
       env.push_back(
           absl::StrCat(var["name"].get<std::string>(), "=", rewrite(var.value("value", ""))));
     }
-    const pid_t pid = fork();
-    if (pid == 0) {
-      std::vector<char*> argp, envp;
-      for (std::string& a : argv) argp.push_back(a.data());
-      argp.push_back(nullptr);
-      for (std::string& e : env) envp.push_back(e.data());
-      envp.push_back(nullptr);
-      if (chdir(working_dir.c_str()) != 0) _exit(126);
-      FILE* out = freopen(log.c_str(), "w", stdout);
-      if (out == nullptr || dup2(STDOUT_FILENO, STDERR_FILENO) < 0) _exit(126);
-      execve(argp[0], argp.data(), envp.data());
-      _exit(127);
+    auto child = test_support::ChildProcess::Spawn(
+        {.argv = argv, .output_path = log, .env = env, .cwd = working_dir});
+    if (!child.ok()) {
+      ADD_FAILURE() << child.status();
+      return nullptr;
     }
-    return pid;
+    return *std::move(child);
   }
 
  private:
   std::map<std::string, std::string> claim_folders_;
 };
-
-// The exit code of `pid` once it has ended (within `timeout`); 128+N for
-// signal N; -1 when it is still running.
-int WaitForExit(pid_t pid, absl::Duration timeout) {
-  int status = 0;
-  int code = -1;
-  PollUntil(
-      [&] {
-        if (waitpid(pid, &status, WNOHANG) != pid) return false;
-        code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-        return true;
-      },
-      timeout);
-  return code;
-}
 
 class SharedOutputResumeTest : public ::testing::Test {
  protected:
@@ -162,9 +144,6 @@ class SharedOutputResumeTest : public ::testing::Test {
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = *std::move(server);
     client_ = kube::testing::FakeServerClient(server_->url());
-    std::string pattern = (fs::temp_directory_path() / "kubetrain-resume-XXXXXX").string();
-    ASSERT_NE(mkdtemp(pattern.data()), nullptr);
-    dir_ = pattern;
     kube::ControllerOptions controller_options;
     controller_options.ns = "ns1";
     controller_options.workers = 2;
@@ -172,11 +151,7 @@ class SharedOutputResumeTest : public ::testing::Test {
     controller_ = std::make_unique<kube::Controller>(client_.get(), controller_options, &studies_);
     ASSERT_TRUE(controller_->Start(absl::Seconds(30)));
   }
-  void TearDown() override {
-    controller_->Stop();
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
+  void TearDown() override { controller_->Stop(); }
 
   json Pod(const std::string& name) {
     auto pod = server_->Get("pods", "ns1", name);
@@ -190,7 +165,8 @@ class SharedOutputResumeTest : public ::testing::Test {
   std::unique_ptr<kube::RestClusterClient> client_;
   kube::InMemoryStudyStore studies_;
   std::unique_ptr<kube::Controller> controller_;
-  std::string dir_;
+  test_support::TempDir tmp_{"kubetrain-resume"};
+  const std::string dir_ = tmp_.path();
 };
 
 TEST_F(SharedOutputResumeTest, RecreatedMasterResumesFromTheClaimAndTheEvaluatorReadsIt) {
@@ -235,18 +211,20 @@ TEST_F(SharedOutputResumeTest, RecreatedMasterResumesFromTheClaimAndTheEvaluator
   fs::create_directories(evaluator_cwd);
 
   const json first_pod = Pod("resume-master-0");
-  const pid_t master = kubelet.Start(first_pod, dir_ + "/master-1.log", master_cwd);
-  const pid_t evaluator =
+  const auto master = kubelet.Start(first_pod, dir_ + "/master-1.log", master_cwd);
+  const auto evaluator =
       kubelet.Start(Pod("resume-evaluator-0"), dir_ + "/evaluator.log", evaluator_cwd);
-  ASSERT_GT(master, 0);
-  ASSERT_GT(evaluator, 0);
+  ASSERT_NE(master, nullptr);
+  ASSERT_NE(evaluator, nullptr);
   SetPhase("resume-master-0", {{"status", {{"phase", "Running"}}}});
   SetPhase("resume-evaluator-0", {{"status", {{"phase", "Running"}}}});
 
-  ASSERT_TRUE(PollUntil([&] { return LatestCheckpointStep(outputs) >= 200; }, absl::Seconds(300)))
+  ASSERT_TRUE(test_support::WaitUntil([&] { return LatestCheckpointStep(outputs) >= 200; },
+                                      absl::Seconds(300)))
       << ReadFile(dir_ + "/master-1.log");
-  ASSERT_EQ(kill(master, SIGKILL), 0);
-  ASSERT_EQ(WaitForExit(master, absl::Seconds(30)), 137);
+  ASSERT_TRUE(master->running());
+  master->Kill();
+  ASSERT_EQ(master->Wait(absl::Now() + absl::Seconds(30)).value_or(-1), 137);
   // Nothing writes there now: the checkpoint the next master must restore.
   const int64_t last = LatestCheckpointStep(outputs);
   ASSERT_LT(last, kMaxSteps) << "training ended before it was killed";
@@ -265,10 +243,11 @@ TEST_F(SharedOutputResumeTest, RecreatedMasterResumesFromTheClaimAndTheEvaluator
   EXPECT_EQ(second_pod["spec"]["volumes"], first_pod["spec"]["volumes"]);
   EXPECT_EQ(second_pod["spec"]["containers"][0]["volumeMounts"],
             first_pod["spec"]["containers"][0]["volumeMounts"]);
-  const pid_t restarted = kubelet.Start(second_pod, dir_ + "/master-2.log", master_cwd);
-  ASSERT_GT(restarted, 0);
+  const auto restarted = kubelet.Start(second_pod, dir_ + "/master-2.log", master_cwd);
+  ASSERT_NE(restarted, nullptr);
   SetPhase("resume-master-0", {{"status", {{"phase", "Running"}}}});
-  ASSERT_EQ(WaitForExit(restarted, absl::Seconds(300)), 0) << ReadFile(dir_ + "/master-2.log");
+  ASSERT_EQ(restarted->Wait(absl::Now() + absl::Seconds(300)).value_or(-1), 0)
+      << ReadFile(dir_ + "/master-2.log");
   const std::string restarted_log = ReadFile(dir_ + "/master-2.log");
   // (The runtime names the folder as its flags give it: the claim's.)
   EXPECT_TRUE(absl::StrContains(
@@ -283,7 +262,8 @@ TEST_F(SharedOutputResumeTest, RecreatedMasterResumesFromTheClaimAndTheEvaluator
 
   // The evaluator, in its own pod, saw the master's checkpoints through the
   // claim, up to the last one, and ended once the model was exported.
-  ASSERT_EQ(WaitForExit(evaluator, absl::Seconds(120)), 0) << ReadFile(dir_ + "/evaluator.log");
+  ASSERT_EQ(evaluator->Wait(absl::Now() + absl::Seconds(120)).value_or(-1), 0)
+      << ReadFile(dir_ + "/evaluator.log");
   const std::string evaluator_log = ReadFile(dir_ + "/evaluator.log");
   EXPECT_TRUE(absl::StrContains(evaluator_log, absl::StrCat("Evaluator, step ", kMaxSteps, ":")))
       << evaluator_log;
@@ -345,11 +325,11 @@ TEST_F(SharedOutputResumeTest, ARerunOnAKeptClaimNeverRestoresTheEarlierJobsChec
       pod = Pod("rerun-master-0");
       return pod.is_object() && pod["metadata"]["ownerReferences"][0]["uid"] == job_uid;
     }));
-    const pid_t master = kubelet.Start(pod, log, cwd);
-    EXPECT_GT(master, 0);
-    if (master <= 0) return std::string();
+    const auto master = kubelet.Start(pod, log, cwd);
+    EXPECT_NE(master, nullptr);
+    if (master == nullptr) return std::string();
     SetPhase("rerun-master-0", {{"status", {{"phase", "Running"}}}});
-    EXPECT_EQ(WaitForExit(master, absl::Seconds(300)), 0) << ReadFile(log);
+    EXPECT_EQ(master->Wait(absl::Now() + absl::Seconds(300)).value_or(-1), 0) << ReadFile(log);
     SetPhase("rerun-master-0", kube::testing::TerminatedPodStatus("Succeeded", 0));
     EXPECT_TRUE(server_->WaitUntil([&] {
       auto job = server_->Get("trainingjobs", "ns1", "rerun");

@@ -20,6 +20,7 @@
 #include "absl/strings/str_replace.h"
 #include "absl/synchronization/mutex.h"
 #include "cli/package_build.h"
+#include "common/testing/temp_dir.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -52,17 +53,12 @@ std::string Quote(const std::string& s) {
 class PackageWorkflowTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::path(::testing::TempDir()) / absl::StrCat("package-workflow-", getpid());
-    fs::remove_all(dir_);
     fs::create_directories(dir_);
     service_ = std::make_unique<metrics::MetricsServiceImpl>(&tokens_, &sink_);
     server_ = metrics::LoopbackServer::Start(service_.get());
     ASSERT_NE(server_, nullptr);
   }
-  void TearDown() override {
-    server_.reset();
-    fs::remove_all(dir_);
-  }
+  void TearDown() override { server_.reset(); }
 
   // Runs `argv` as a replica's container would: in `dir_`, with nothing of
   // the test's environment but Debian's PATH (its python3 has pip and
@@ -78,9 +74,10 @@ class PackageWorkflowTest : public ::testing::Test {
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   }
 
-  fs::path dir_;
-  fs::path log_ =
-      fs::path(::testing::TempDir()) / absl::StrCat("package-workflow-", getpid(), ".log");
+  // The replica's working folder, and its log beside it.
+  test_support::TempDir folder_{"kubetrain-package-workflow"};
+  const fs::path dir_ = folder_.Path("work");
+  const fs::path log_ = folder_.Path("replica.log");
   metrics::TokenRegistry tokens_;
   metrics::RecordingReportSink sink_;
   std::unique_ptr<metrics::MetricsServiceImpl> service_;

@@ -16,11 +16,12 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/testing/temp_dir.h"
+#include "common/testing/wait_until.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "operator/local/job_store.h"
-#include "operator/local/test_util.h"
 
 namespace kubetrain::local {
 namespace {
@@ -114,8 +115,8 @@ class PyTorchLocalTest : public ::testing::Test {
     }
   }
 
-  TempDir home_;
-  TempDir work_;
+  test_support::TempDir home_;
+  test_support::TempDir work_;
 };
 
 TEST_F(PyTorchLocalTest, KubeflowPyTorchJobTrainsAsMasterAndTwoWorkersLikeOneProcess) {

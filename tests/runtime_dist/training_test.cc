@@ -15,9 +15,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/testing/child_process.h"
+#include "common/testing/temp_dir.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/runtime_dist/child_process.h"
 
 namespace kubetrain::dist::testing {
 namespace {
@@ -68,15 +69,17 @@ class ClusterRun {
       setenv("TF_CONFIG", tf_config.c_str(), 1);
       std::vector<std::string> argv = {TRAINER_PATH};
       argv.insert(argv.end(), flags.begin(), flags.end());
-      auto child = ChildProcess::Spawn(
-          argv, (dir / absl::StrCat(tag, "_", t.type, t.index, ".stderr")).string());
+      auto child = test_support::ChildProcess::Spawn(
+          {.argv = argv,
+           .output_path = (dir / absl::StrCat(tag, "_", t.type, t.index, ".stderr")).string(),
+           .pipe_stdio = true});
       EXPECT_TRUE(child.ok()) << child.status();
       children_.push_back(std::move(*child));
     }
     unsetenv("TF_CONFIG");
   }
 
-  ChildProcess& task(const std::string& type, int index) {
+  test_support::ChildProcess& task(const std::string& type, int index) {
     for (size_t i = 0; i < tasks_.size(); ++i) {
       if (tasks_[i].type == type && tasks_[i].index == index) return *children_[i];
     }
@@ -86,11 +89,11 @@ class ClusterRun {
 
  private:
   std::vector<TaskSpec> tasks_;
-  std::vector<std::unique_ptr<ChildProcess>> children_;
+  std::vector<std::unique_ptr<test_support::ChildProcess>> children_;
 };
 
 // Every stdout line until the process closes it.
-std::vector<std::string> Lines(ChildProcess& c) {
+std::vector<std::string> Lines(test_support::ChildProcess& c) {
   std::vector<std::string> lines;
   for (;;) {
     auto line = c.ReadLine(absl::Now() + absl::Seconds(300));
@@ -126,11 +129,6 @@ class DistributedTrainingTest : public ::testing::Test {
     if (!std::filesystem::exists(std::string(kData) + "/train-images-idx3-ubyte.gz")) {
       GTEST_SKIP() << "Fashion-MNIST is not installed";
     }
-    dir_ = std::filesystem::path(::testing::TempDir()) /
-           absl::StrCat("runtime_dist_training_", getpid(), "_",
-                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
   }
 
   std::vector<std::string> Flags(int batch, int max_steps, std::vector<std::string> more) {
@@ -155,24 +153,25 @@ class DistributedTrainingTest : public ::testing::Test {
   // Waits for the master, then gives every other task 10 s to exit on its
   // own. Returns the master's stdout.
   std::vector<std::string> ExpectAllExitZero(ClusterRun& run, const std::string& master) {
-    ChildProcess& m = run.task(master, 0);
+    test_support::ChildProcess& m = run.task(master, 0);
     std::vector<std::string> lines = Lines(m);
     auto code = m.Wait(absl::Now() + absl::Seconds(300));
     EXPECT_TRUE(code.ok()) << code.status();
-    EXPECT_EQ(code.value_or(-1), 0) << m.Stderr();
+    EXPECT_EQ(code.value_or(-1), 0) << m.Log();
     const absl::Time limit = absl::Now() + absl::Seconds(10);
     for (const TaskSpec& t : run.tasks()) {
       if (t.type == master) continue;
-      ChildProcess& c = run.task(t.type, t.index);
+      test_support::ChildProcess& c = run.task(t.type, t.index);
       auto other = c.Wait(limit);
       EXPECT_TRUE(other.ok()) << t.type << " " << t.index
                               << " did not exit within 10 s of the master";
-      EXPECT_EQ(other.value_or(-1), 0) << t.type << " " << t.index << ": " << c.Stderr();
+      EXPECT_EQ(other.value_or(-1), 0) << t.type << " " << t.index << ": " << c.Log();
     }
     return lines;
   }
 
-  std::filesystem::path dir_;
+  test_support::TempDir folder_{"kubetrain-runtime-dist-training"};
+  const std::filesystem::path dir_ = folder_.path();
 };
 
 class ParameterServerTrainingTest : public DistributedTrainingTest,
@@ -207,11 +206,11 @@ TEST_F(DistributedTrainingTest, ThreeAllReduceWorkersFollowTheSingleProcessCurve
   ClusterRun three(dir_, {{"worker", 3}}, Flags(64, 300, common), "allreduce");
   std::vector<std::string> three_lines;
   {
-    ChildProcess& chief = three.task("worker", 0);
+    test_support::ChildProcess& chief = three.task("worker", 0);
     three_lines = Lines(chief);
     for (int i = 0; i < 3; ++i) {
       auto code = three.task("worker", i).Wait(absl::Now() + absl::Seconds(300));
-      EXPECT_EQ(code.value_or(-1), 0) << three.task("worker", i).Stderr();
+      EXPECT_EQ(code.value_or(-1), 0) << three.task("worker", i).Log();
     }
   }
   std::map<int, double> a = LossCurve(single_lines), b = LossCurve(three_lines);
@@ -248,7 +247,7 @@ TEST_F(DistributedTrainingTest, OverlappedAllReduceWritesTheSameCheckpointAsSequ
     std::vector<std::string> lines = Lines(run.task("worker", 0));
     for (int i = 0; i < 3; ++i) {
       auto code = run.task("worker", i).Wait(absl::Now() + absl::Seconds(300));
-      EXPECT_EQ(code.value_or(-1), 0) << run.task("worker", i).Stderr();
+      EXPECT_EQ(code.value_or(-1), 0) << run.task("worker", i).Log();
     }
     std::ifstream in(out + "/model.ckpt-60", std::ios::binary);
     ASSERT_TRUE(in) << tag << ": no final checkpoint\n" << absl::StrJoin(lines, "\n");
@@ -265,27 +264,27 @@ TEST_F(DistributedTrainingTest, KilledWorkerGivesRetryableExitAndTheRestartResum
       64, 400, {"--output_path=" + out, "--log_every_steps=50", "--save_checkpoints_steps=50"});
   {
     ClusterRun run(dir_, {{"worker", 3}}, flags, "first");
-    ChildProcess& chief = run.task("worker", 0);
+    test_support::ChildProcess& chief = run.task("worker", 0);
     // Past two checkpoints, kill worker 2.
     for (;;) {
       auto line = chief.ReadLine(absl::Now() + absl::Seconds(300));
-      ASSERT_TRUE(line.ok()) << line.status() << chief.Stderr();
+      ASSERT_TRUE(line.ok()) << line.status() << chief.Log();
       if (line->find("step 150:") != std::string::npos) break;
     }
     run.task("worker", 2).Kill();
     for (int i = 0; i < 2; ++i) {
-      ChildProcess& c = run.task("worker", i);
+      test_support::ChildProcess& c = run.task("worker", i);
       auto code = c.Wait(absl::Now() + absl::Seconds(30));
       ASSERT_TRUE(code.ok()) << "worker " << i << " hangs after its peer died";
-      EXPECT_EQ(*code, 138) << c.Stderr();
-      EXPECT_THAT(c.Stderr(), HasSubstr("retryable"));
+      EXPECT_EQ(*code, 138) << c.Log();
+      EXPECT_THAT(c.Log(), HasSubstr("retryable"));
     }
   }
   ClusterRun again(dir_, {{"worker", 3}}, flags, "restart");
   std::vector<std::string> lines = Lines(again.task("worker", 0));
   for (int i = 0; i < 3; ++i) {
     auto code = again.task("worker", i).Wait(absl::Now() + absl::Seconds(300));
-    EXPECT_EQ(code.value_or(-1), 0) << again.task("worker", i).Stderr();
+    EXPECT_EQ(code.value_or(-1), 0) << again.task("worker", i).Log();
   }
   const std::string log = absl::StrJoin(lines, "\n");
   std::smatch m;
@@ -316,19 +315,19 @@ TEST_F(DistributedTrainingTest, EvaluatorEvaluatesCheckpointsAndExitsWithTheMast
 TEST_F(DistributedTrainingTest, KilledPsGivesRetryableExitNamingIt) {
   ClusterRun run(dir_, {{"master", 1}, {"worker", 1}, {"ps", 1}},
                  Flags(64, 100000, {"--log_every_steps=50"}), "pskill");
-  ChildProcess& master = run.task("master", 0);
+  test_support::ChildProcess& master = run.task("master", 0);
   for (;;) {
     auto line = master.ReadLine(absl::Now() + absl::Seconds(300));
-    ASSERT_TRUE(line.ok()) << line.status() << master.Stderr();
+    ASSERT_TRUE(line.ok()) << line.status() << master.Log();
     if (line->find("step") != std::string::npos) break;
   }
   run.task("ps", 0).Kill();
   for (const char* type : {"master", "worker"}) {
-    ChildProcess& c = run.task(type, 0);
+    test_support::ChildProcess& c = run.task(type, 0);
     auto code = c.Wait(absl::Now() + absl::Seconds(30));
     ASSERT_TRUE(code.ok()) << type << " hangs after the ps died";
-    EXPECT_EQ(*code, 138) << c.Stderr();
-    EXPECT_THAT(c.Stderr(), HasSubstr("/job:ps/task:0"));
+    EXPECT_EQ(*code, 138) << c.Log();
+    EXPECT_THAT(c.Log(), HasSubstr("/job:ps/task:0"));
   }
 }
 

@@ -7,9 +7,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/testing/child_process.h"
+#include "common/testing/temp_dir.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/runtime_dist/child_process.h"
 
 namespace kubetrain::dist::testing {
 namespace {
@@ -24,10 +25,7 @@ class Cluster {
  public:
   Cluster(const std::string& transport, int size, std::vector<std::string> extra_args,
           std::vector<int> stalling = {}) {
-    dir_ = std::filesystem::path(::testing::TempDir()) /
-           absl::StrCat("runtime_dist_", getpid(), "_", counter_++);
-    std::filesystem::create_directories(dir_);
-    group_ = absl::StrCat("kubetrain-mp-", getpid(), "-", counter_);
+    group_ = absl::StrCat("kubetrain-mp-", getpid(), "-", ++counter_);
     for (int r = 0; r < size; ++r) {
       std::vector<std::string> argv = {PeerBinary(), "--transport=" + transport,
                                        "--group=" + group_, absl::StrCat("--rank=", r),
@@ -35,7 +33,10 @@ class Cluster {
       argv.insert(argv.end(), extra_args.begin(), extra_args.end());
       if (std::find(stalling.begin(), stalling.end(), r) != stalling.end())
         argv.push_back("--stall");
-      auto child = ChildProcess::Spawn(argv, (dir_ / absl::StrCat("rank", r, ".stderr")).string());
+      auto child = test_support::ChildProcess::Spawn(
+          {.argv = argv,
+           .output_path = (dir_ / absl::StrCat("rank", r, ".stderr")).string(),
+           .pipe_stdio = true});
       EXPECT_TRUE(child.ok()) << child.status();
       children_.push_back(std::move(*child));
     }
@@ -43,7 +44,7 @@ class Cluster {
       std::vector<std::string> addresses;
       for (auto& c : children_) {
         auto line = c->ReadLine(Soon());
-        EXPECT_TRUE(line.ok() && line->rfind("PORT ", 0) == 0) << line.status() << c->Stderr();
+        EXPECT_TRUE(line.ok() && line->rfind("PORT ", 0) == 0) << line.status() << c->Log();
         addresses.push_back(absl::StrCat("127.0.0.1:", line.ok() ? line->substr(5) : "0"));
       }
       for (auto& c : children_)
@@ -52,16 +53,17 @@ class Cluster {
     }
   }
 
-  ChildProcess& child(int r) { return *children_[r]; }
+  test_support::ChildProcess& child(int r) { return *children_[r]; }
   const std::string& address(int r) { return addresses_[r]; }
   int size() const { return static_cast<int>(children_.size()); }
 
  private:
   static inline int counter_ = 0;
-  std::filesystem::path dir_;
+  test_support::TempDir folder_{"kubetrain-runtime-dist"};
+  const std::filesystem::path dir_ = folder_.path();
   std::string group_;
   std::vector<std::string> addresses_;
-  std::vector<std::unique_ptr<ChildProcess>> children_;
+  std::vector<std::unique_ptr<test_support::ChildProcess>> children_;
 };
 
 struct Case {
@@ -78,7 +80,7 @@ TEST_P(MultiProcessAllReduceTest, EveryRankGetsTheSum) {
   for (int r = 0; r < cluster.size(); ++r) {
     auto code = cluster.child(r).Wait(Soon());
     ASSERT_TRUE(code.ok()) << code.status();
-    EXPECT_EQ(*code, 0) << "rank " << r << ": " << cluster.child(r).Stderr();
+    EXPECT_EQ(*code, 0) << "rank " << r << ": " << cluster.child(r).Log();
   }
 }
 
@@ -99,7 +101,7 @@ TEST_P(KilledPeerTest, OthersExitRetryableNamingThePeer) {
   Cluster cluster(GetParam(), 3, {"--count=1000", "--iters=1", "--timeout_s=120"}, {2});
   for (int r = 0; r < 3; ++r) {
     auto line = cluster.child(r).ReadLine(Soon());
-    ASSERT_TRUE(line.ok()) << line.status() << cluster.child(r).Stderr();
+    ASSERT_TRUE(line.ok()) << line.status() << cluster.child(r).Log();
     ASSERT_EQ(*line, "CONNECTED");
   }
   cluster.child(2).Kill();
@@ -107,11 +109,11 @@ TEST_P(KilledPeerTest, OthersExitRetryableNamingThePeer) {
     // Well inside the peers' own 120 s deadline: the loss itself is seen.
     auto code = cluster.child(r).Wait(absl::Now() + absl::Seconds(30));
     ASSERT_TRUE(code.ok()) << code.status();
-    EXPECT_EQ(*code, 138) << cluster.child(r).Stderr();
+    EXPECT_EQ(*code, 138) << cluster.child(r).Log();
     const std::string named = GetParam() == "grpc" ? cluster.address(2) : "peer rank 2";
     // Rank 0 hears of rank 2 directly; rank 1 may instead hear that rank 0
     // left, which names rank 0.
-    if (r == 0) EXPECT_THAT(cluster.child(r).Stderr(), HasSubstr(named));
+    if (r == 0) EXPECT_THAT(cluster.child(r).Log(), HasSubstr(named));
   }
 }
 

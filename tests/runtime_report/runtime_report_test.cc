@@ -2,7 +2,6 @@
 // Metrics service in this process, as the operator runs them: the
 // environment MakeReplica gives a trial replica, real child processes.
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -17,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/hypertune/hypertune.h"
+#include "common/testing/child_process.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "operator/metrics/metrics_service.h"
@@ -243,46 +243,30 @@ TEST_F(RuntimeReportTest, ExecWithAWrongTokenFailsNamingTheTokenVariable) {
 // nothing is left running.
 class ExecProcess {
  public:
-  ExecProcess(const std::string& env, const std::string& script, const std::string& log) {
-    int out[2];
-    if (pipe(out) != 0) return;
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
-    posix_spawn_file_actions_addclose(&actions, out[0]);
-    std::vector<std::string> args = {"sh", "-c",
-                                     absl::StrCat("exec ", env, " ", KUBETRAIN_RUNTIME_BINARY,
-                                                  " exec -- sh ", script, " 2>", log)};
-    std::vector<char*> argv;
-    for (std::string& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    if (posix_spawn(&pid_, "/bin/sh", &actions, nullptr, argv.data(), environ) != 0) pid_ = 0;
-    posix_spawn_file_actions_destroy(&actions);
-    close(out[1]);
-    out_ = out[0];
+  ExecProcess(const std::string& env, const std::string& script, const std::string& log)
+      : process_({.argv = {"/bin/sh", "-c",
+                           absl::StrCat("exec ", env, " ", KUBETRAIN_RUNTIME_BINARY, " exec -- sh ",
+                                        script, " 2>", log)},
+                  .pipe_stdio = true}) {
+    started_ = process_.Start().ok();
   }
-  ~ExecProcess() {
-    if (pid_ > 0 && kill(pid_, SIGKILL) == 0) waitpid(pid_, nullptr, 0);
-    if (out_ >= 0) close(out_);
-  }
-  bool started() const { return pid_ > 0; }
-  // The script's next output (up to one line's worth), or "" at its end.
+  bool started() const { return started_; }
+  // The script's next line of output, or "" at its end.
   std::string ReadOutput() {
-    char line[64] = {};
-    return read(out_, line, sizeof(line) - 1) > 0 ? std::string(line) : std::string();
+    absl::StatusOr<std::string> line = process_.ReadLine(absl::Now() + absl::Seconds(120));
+    return line.ok() ? *line + "\n" : std::string();
   }
   // Sends SIGTERM to exec and waits for it: its exit code, or -1 when it
   // did not exit by itself (it was killed, or could not be signalled).
   int Terminate() {
-    int status = 0;
-    if (kill(pid_, SIGTERM) != 0 || waitpid(pid_, &status, 0) != pid_) return -1;
-    pid_ = 0;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    if (!process_.running()) return -1;
+    const int code = process_.SignalAndWait(SIGTERM);
+    return process_.killed_by_signal() ? -1 : code;
   }
 
  private:
-  pid_t pid_ = 0;
-  int out_ = -1;
+  test_support::ChildProcess process_;  // killed, should an assertion fail
+  bool started_ = false;
 };
 
 TEST_F(RuntimeReportTest, ExecForwardsSigtermToTheChild) {

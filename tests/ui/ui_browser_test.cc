@@ -25,12 +25,13 @@
 #include "absl/time/clock.h"
 #include "api/codec.h"
 #include "common/observability/http_get.h"
+#include "common/testing/child_process.h"
+#include "common/testing/temp_dir.h"
+#include "common/testing/wait_until.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "operator/local/job_store.h"
-#include "operator/local/test_util.h"
-#include "tests/deploy/child_process.h"
 #include "tests/fake_apiserver/fake_apiserver.h"
 #include "tests/ui/webdriver.h"
 
@@ -165,16 +166,18 @@ class UiBrowserTest : public ::testing::Test {
     argv.push_back(KUBETRAIN_CLI);
     argv.push_back("ui");
     argv.insert(argv.end(), args.begin(), args.end());
-    ui_ = std::make_unique<deploy_testing::ChildProcess>(argv, work_.path() + "/ui.log");
-    EXPECT_TRUE(ui_->Start());
+    ui_ = std::make_unique<test_support::ChildProcess>(argv, work_.path() + "/ui.log");
+    EXPECT_TRUE(ui_->Start().ok());
     std::string url;
-    const bool printed = local::WaitFor([&] {
-      std::smatch match;
-      const std::string log = ui_->Log();
-      static const std::regex kUrl("(http://127\\.0\\.0\\.1:[0-9]+/)");
-      if (std::regex_search(log, match, kUrl)) url = match[1];
-      return !url.empty() || ui_->Exited();
-    });
+    const bool printed = test_support::WaitUntil(
+        [&] {
+          std::smatch match;
+          const std::string log = ui_->Log();
+          static const std::regex kUrl("(http://127\\.0\\.0\\.1:[0-9]+/)");
+          if (std::regex_search(log, match, kUrl)) url = match[1];
+          return !url.empty() || ui_->Exited();
+        },
+        absl::Seconds(20));
     EXPECT_TRUE(printed && !url.empty()) << ui_->Log();
     return url;
   }
@@ -259,9 +262,9 @@ class UiBrowserTest : public ::testing::Test {
     return path;
   }
 
-  local::TempDir home_;
-  local::TempDir work_;
-  std::unique_ptr<deploy_testing::ChildProcess> ui_;
+  test_support::TempDir home_;
+  test_support::TempDir work_;
+  std::unique_ptr<test_support::ChildProcess> ui_;
   std::unique_ptr<Browser> browser_;
 };
 

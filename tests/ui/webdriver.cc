@@ -55,9 +55,9 @@ absl::StatusOr<std::unique_ptr<Browser>> Browser::Start(const std::string& work_
                                                         int height) {
   std::unique_ptr<Browser> browser(new Browser());
   const std::string log = work_dir + "/chromedriver.log";
-  browser->driver_ = std::make_unique<deploy_testing::ChildProcess>(
+  browser->driver_ = std::make_unique<test_support::ChildProcess>(
       std::vector<std::string>{kChromeDriver, "--port=0"}, log);
-  if (!browser->driver_->Start()) return absl::UnavailableError("cannot start chromedriver");
+  if (!browser->driver_->Start().ok()) return absl::UnavailableError("cannot start chromedriver");
   std::optional<int> port;
   const absl::Time deadline = absl::Now() + absl::Seconds(60);
   while (!(port = DriverPort(browser->driver_->Log()))) {

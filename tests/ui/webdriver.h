@@ -10,8 +10,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/testing/child_process.h"
 #include "nlohmann/json.hpp"
-#include "tests/deploy/child_process.h"
 
 namespace web {
 namespace http::client {
@@ -67,7 +67,7 @@ class Browser {
   absl::StatusOr<nlohmann::json> Command(const std::string& method, const std::string& path,
                                          const nlohmann::json& body);
 
-  std::unique_ptr<deploy_testing::ChildProcess> driver_;
+  std::unique_ptr<test_support::ChildProcess> driver_;
   std::unique_ptr<::web::http::client::http_client> client_;
   std::string session_;
 };

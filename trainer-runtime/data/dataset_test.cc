@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "common/testing/temp_dir.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "trainer-runtime/data/file_io.h"
@@ -15,7 +16,6 @@ namespace {
 
 using ::kubetrain::runtime::data::testing::Gzip;
 using ::kubetrain::runtime::data::testing::MakeIdx;
-using ::kubetrain::runtime::data::testing::MakeTempDir;
 using ::kubetrain::runtime::data::testing::ReadAll;
 using ::kubetrain::runtime::data::testing::WriteFile;
 using ::testing::ElementsAre;
@@ -81,17 +81,13 @@ TEST(LoadIdxTest, DirectoryWithTwoPairsAndNoPrefixIsAmbiguous) {
 // A 3-image 2x2 dataset in a temp dir, raw or gzipped.
 class IdxFilesTest : public ::testing::Test {
  protected:
-  void SetUp() override { dir_ = MakeTempDir(); }
-  void TearDown() override {
-    std::error_code ec;
-    std::filesystem::remove_all(dir_, ec);
-  }
   std::string Path(const std::string& name) const { return dir_ + "/" + name; }
   std::string GoodImages() const {
     return MakeIdx({3, 2, 2}, {0, 51, 255, 102, 1, 2, 3, 4, 255, 255, 0, 0});
   }
   std::string GoodLabels() const { return MakeIdx({3}, {2, 0, 4}); }
-  std::string dir_;
+  test_support::TempDir tmp_{"kubetrain-data"};
+  const std::string dir_ = tmp_.path();
 };
 
 TEST_F(IdxFilesTest, ParsesRawAndGzippedFilesScalingPixels) {
@@ -296,7 +292,8 @@ TEST(ParseCsvTest, HeaderOnlyHasNoRows) {
 }
 
 TEST(LoadDatasetTest, DispatchesOnExtension) {
-  const std::string dir = MakeTempDir();
+  test_support::TempDir tmp;
+  const std::string dir = tmp.path();
   WriteFile(dir + "/d.csv", "1,2,1\n3,4,0\n");
   auto csv = LoadDataset(dir + "/d.csv");
   ASSERT_TRUE(csv.ok()) << csv.status();

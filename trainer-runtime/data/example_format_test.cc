@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "common/testing/temp_dir.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "trainer-runtime/data/dataset.h"
@@ -18,7 +19,6 @@
 namespace kubetrain::runtime::data {
 namespace {
 
-using ::kubetrain::runtime::data::testing::MakeTempDir;
 using ::kubetrain::runtime::data::testing::ReadAll;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
@@ -286,7 +286,8 @@ Dataset SmallDataset() {
 }
 
 TEST(ExampleFormatTest, DatasetRoundTripsThroughAFileAndLoadDataset) {
-  const std::string path = MakeTempDir() + "/small.tfrecord";
+  test_support::TempDir tmp;
+  const std::string path = tmp.path() + "/small.tfrecord";
   const Dataset original = SmallDataset();
   ASSERT_TRUE(WriteExampleTFRecord(original, path).ok());
   auto loaded = LoadDataset(path);
@@ -299,7 +300,8 @@ TEST(ExampleFormatTest, DatasetRoundTripsThroughAFileAndLoadDataset) {
 }
 
 TEST(ExampleFormatTest, ErrorsNameRecordAndOffset) {
-  const std::string dir = MakeTempDir();
+  test_support::TempDir tmp;
+  const std::string dir = tmp.path();
   std::string bytes;
   const float ok_values[] = {1, 2, 3, 4};
   AppendTFRecord(EncodeExample(ok_values, 4, 1, {2, 2}), &bytes);

@@ -1,6 +1,6 @@
 #pragma once
 
-// Helpers shared by the data tests: temp dirs, files, IDX and gzip builders.
+// Helpers shared by the data tests: files, IDX and gzip builders.
 
 #include <zlib.h>
 
@@ -13,16 +13,6 @@
 #include "gtest/gtest.h"
 
 namespace kubetrain::runtime::data::testing {
-
-// A fresh directory under the test temp dir, unique per call.
-inline std::string MakeTempDir() {
-  std::string pattern = ::testing::TempDir() + "kubetrain_data_XXXXXX";
-  if (mkdtemp(pattern.data()) == nullptr) {
-    ADD_FAILURE() << "mkdtemp failed for " << pattern;
-    return ::testing::TempDir();
-  }
-  return pattern;
-}
 
 inline void WriteFile(const std::string& path, const std::string& bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);

@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "common/testing/temp_dir.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "trainer-runtime/data/crc32c.h"
@@ -11,7 +12,6 @@
 namespace kubetrain::runtime::data {
 namespace {
 
-using ::kubetrain::runtime::data::testing::MakeTempDir;
 using ::kubetrain::runtime::data::testing::ReadAll;
 using ::kubetrain::runtime::data::testing::WriteFile;
 using ::testing::HasSubstr;
@@ -58,7 +58,8 @@ TEST(TFRecordTest, FramingIsTensorFlows) {
 }
 
 TEST(TFRecordTest, FileRoundTripMatchesInMemoryEncoding) {
-  const std::string path = MakeTempDir() + "/r.tfrecord";
+  test_support::TempDir tmp;
+  const std::string path = tmp.path() + "/r.tfrecord";
   const std::string bytes = WriteRecords(path);
   std::string expected;
   for (const std::string& r : kRecords) AppendTFRecord(r, &expected);
@@ -84,7 +85,8 @@ TEST(TFRecordTest, FileRoundTripMatchesInMemoryEncoding) {
 }
 
 TEST(TFRecordTest, AppendModeContinuesTheFile) {
-  const std::string path = MakeTempDir() + "/a.tfrecord";
+  test_support::TempDir tmp;
+  const std::string path = tmp.path() + "/a.tfrecord";
   WriteRecords(path);
   auto writer = TFRecordWriter::Open(path, /*append=*/true);
   ASSERT_TRUE(writer.ok());
@@ -109,7 +111,8 @@ struct Corruption {
 };
 
 TEST(TFRecordTest, CorruptionNamesFileAndOffset) {
-  const std::string dir = MakeTempDir();
+  test_support::TempDir tmp;
+  const std::string dir = tmp.path();
   const std::string good = WriteRecords(dir + "/good.tfrecord");
   const Corruption cases[] = {
       {"length", 1, "corrupt record at byte offset 37: length CRC mismatch"},
@@ -143,7 +146,8 @@ TEST(TFRecordTest, CorruptionNamesFileAndOffset) {
 }
 
 TEST(TFRecordTest, TruncationAtEveryPointIsAnErrorOrACleanEnd) {
-  const std::string dir = MakeTempDir();
+  test_support::TempDir tmp;
+  const std::string dir = tmp.path();
   const std::string good = WriteRecords(dir + "/good.tfrecord");
   const std::vector<size_t> boundaries = {0, 21, 37, 1053, good.size()};
   for (size_t cut = 0; cut <= good.size(); cut += (cut < 60 || cut > good.size() - 60) ? 1 : 97) {
@@ -181,7 +185,8 @@ TEST(TFRecordTest, TruncatedHeaderMessage) {
 }
 
 TEST(TFRecordTest, ReaderSeesRecordsAppendedAfterEof) {
-  const std::string path = MakeTempDir() + "/grow.tfrecord";
+  test_support::TempDir tmp;
+  const std::string path = tmp.path() + "/grow.tfrecord";
   auto writer = TFRecordWriter::Open(path);
   ASSERT_TRUE(writer.ok());
   ASSERT_TRUE((*writer)->Write("one").ok());
@@ -209,7 +214,8 @@ TEST(TFRecordTest, OpenErrorsNameThePath) {
 }
 
 TEST(TFRecordTest, WriteAfterCloseFails) {
-  auto writer = TFRecordWriter::Open(MakeTempDir() + "/c.tfrecord");
+  test_support::TempDir tmp;
+  auto writer = TFRecordWriter::Open(tmp.path() + "/c.tfrecord");
   ASSERT_TRUE(writer.ok());
   ASSERT_TRUE((*writer)->Close().ok());
   EXPECT_TRUE((*writer)->Close().ok());

@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "common/testing/temp_dir.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -10,13 +11,6 @@ namespace kubetrain::runtime::engine {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string TempDir(const std::string& name) {
-  fs::path p = fs::path(::testing::TempDir()) / (name + "-" + std::to_string(::getpid()));
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p.string();
-}
 
 v1::Checkpoint At(int64_t step) {
   v1::Checkpoint c;
@@ -26,7 +20,8 @@ v1::Checkpoint At(int64_t step) {
 }
 
 TEST(CheckpointTest, SavesIndexAndKeepsTheNewest) {
-  std::string dir = TempDir("ckpt");
+  test_support::TempDir dir_folder("kubetrain-ckpt");
+  std::string dir = dir_folder.path();
   EXPECT_FALSE(LatestCheckpoint(dir)->has_value());
   for (int64_t step : {10, 20, 30, 40}) ASSERT_TRUE(SaveCheckpoint(dir, At(step), 3).ok());
   auto latest = LatestCheckpoint(dir);
@@ -48,7 +43,8 @@ TEST(CheckpointTest, SavesIndexAndKeepsTheNewest) {
 }
 
 TEST(CheckpointTest, WithoutIndexFindsHighestStep) {
-  std::string dir = TempDir("ckpt-noindex");
+  test_support::TempDir dir_folder("kubetrain-ckpt-noindex");
+  std::string dir = dir_folder.path();
   ASSERT_TRUE(SaveCheckpoint(dir, At(5)).ok());
   ASSERT_TRUE(SaveCheckpoint(dir, At(12)).ok());
   fs::remove(fs::path(dir) / "checkpoint");
@@ -58,7 +54,8 @@ TEST(CheckpointTest, WithoutIndexFindsHighestStep) {
 }
 
 TEST(CheckpointTest, CorruptFileIsDataLoss) {
-  std::string dir = TempDir("ckpt-corrupt");
+  test_support::TempDir dir_folder("kubetrain-ckpt-corrupt");
+  std::string dir = dir_folder.path();
   std::string path = (fs::path(dir) / "model.ckpt-3").string();
   std::ofstream(path) << "\xff\xff\xff garbage";
   auto read = ReadCheckpoint(path);
@@ -88,7 +85,8 @@ v1::Checkpoint OwnedAt(int64_t step, const v1::CheckpointOwner& owner) {
 }
 
 TEST(OutputFolderTest, AnEmptyFolderIsTheRunsOwn) {
-  std::string dir = TempDir("owner-empty");
+  test_support::TempDir dir_folder("kubetrain-owner-empty");
+  std::string dir = dir_folder.path();
   auto folder = ResolveOutputFolder(dir, Owner("uid-a", "a", "1"));
   ASSERT_TRUE(folder.ok()) << folder.status();
   EXPECT_EQ(folder->path, dir);
@@ -101,7 +99,8 @@ TEST(OutputFolderTest, AnEmptyFolderIsTheRunsOwn) {
 }
 
 TEST(OutputFolderTest, TheSameJobsTrialResumesFromItsOwnCheckpoint) {
-  std::string dir = TempDir("owner-same");
+  test_support::TempDir dir_folder("kubetrain-owner-same");
+  std::string dir = dir_folder.path();
   const v1::CheckpointOwner me = Owner("uid-a", "a", "3");
   ASSERT_TRUE(SaveCheckpoint(dir, OwnedAt(40, me)).ok());
   auto folder = ResolveOutputFolder(dir, me);
@@ -112,7 +111,8 @@ TEST(OutputFolderTest, TheSameJobsTrialResumesFromItsOwnCheckpoint) {
 }
 
 TEST(OutputFolderTest, AnotherJobsCheckpointSendsTheRunToItsOwnSubfolder) {
-  std::string dir = TempDir("owner-other-job");
+  test_support::TempDir dir_folder("kubetrain-owner-other-job");
+  std::string dir = dir_folder.path();
   const v1::CheckpointOwner earlier = Owner("11111111-aaaa", "fmnist", "3");
   ASSERT_TRUE(SaveCheckpoint(dir, OwnedAt(785, earlier)).ok());
   // Another job (even of the same name, even with the same model), the same
@@ -143,7 +143,8 @@ TEST(OutputFolderTest, AnotherJobsCheckpointSendsTheRunToItsOwnSubfolder) {
   ASSERT_TRUE(theirs.ok() && theirs->has_value());
   EXPECT_EQ(fs::path(**theirs).filename(), "model.ckpt-785");
 
-  std::string ownerless = TempDir("owner-none");
+  test_support::TempDir ownerless_folder("kubetrain-owner-none");
+  std::string ownerless = ownerless_folder.path();
   ASSERT_TRUE(SaveCheckpoint(ownerless, At(7)).ok());
   auto folder = ResolveOutputFolder(ownerless, me);
   ASSERT_TRUE(folder.ok()) << folder.status();
@@ -152,7 +153,8 @@ TEST(OutputFolderTest, AnotherJobsCheckpointSendsTheRunToItsOwnSubfolder) {
 }
 
 TEST(OutputFolderTest, AJobsOwnCheckpointOfAnotherModelIsAnError) {
-  std::string dir = TempDir("owner-model-changed");
+  test_support::TempDir dir_folder("kubetrain-owner-model-changed");
+  std::string dir = dir_folder.path();
   ASSERT_TRUE(SaveCheckpoint(dir, OwnedAt(5, Owner("uid-a", "a", "1", "1111"))).ok());
   auto folder = ResolveOutputFolder(dir, Owner("uid-a", "a", "1", "2222"));
   ASSERT_FALSE(folder.ok());
@@ -167,7 +169,8 @@ TEST(OutputFolderTest, AJobsOwnCheckpointOfAnotherModelIsAnError) {
 
 TEST(OutputFolderTest, ARunByHandResumesOnlyItsOwnModel) {
   const v1::CheckpointOwner by_hand = Owner("", "", "", "00000000000000aa");
-  std::string dir = TempDir("owner-hand");
+  test_support::TempDir dir_folder("kubetrain-owner-hand");
+  std::string dir = dir_folder.path();
   ASSERT_TRUE(SaveCheckpoint(dir, OwnedAt(9, by_hand)).ok());
   auto same = ResolveOutputFolder(dir, by_hand);
   ASSERT_TRUE(same.ok()) << same.status();
@@ -180,7 +183,8 @@ TEST(OutputFolderTest, ARunByHandResumesOnlyItsOwnModel) {
   EXPECT_THAT(other_model.status().message(), HasSubstr("--output_path " + dir));
   EXPECT_THAT(other_model.status().message(), HasSubstr("not of this model"));
 
-  std::string job_dir = TempDir("owner-hand-job");
+  test_support::TempDir job_dir_folder("kubetrain-owner-hand-job");
+  std::string job_dir = job_dir_folder.path();
   ASSERT_TRUE(SaveCheckpoint(job_dir, OwnedAt(9, Owner("uid-j", "tuned", "2"))).ok());
   auto jobs = ResolveOutputFolder(job_dir, by_hand);
   ASSERT_FALSE(jobs.ok());
@@ -188,7 +192,8 @@ TEST(OutputFolderTest, ARunByHandResumesOnlyItsOwnModel) {
 
   // Checkpoints from before owners were recorded: resumed (their shapes are
   // still checked when restored).
-  std::string old = TempDir("owner-hand-old");
+  test_support::TempDir old_folder("kubetrain-owner-hand-old");
+  std::string old = old_folder.path();
   ASSERT_TRUE(SaveCheckpoint(old, At(3)).ok());
   auto legacy = ResolveOutputFolder(old, by_hand);
   ASSERT_TRUE(legacy.ok()) << legacy.status();

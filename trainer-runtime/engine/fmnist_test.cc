@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "common/testing/temp_dir.h"
 #include "gtest/gtest.h"
 #include "trainer-runtime/engine/trainer.h"
 
@@ -91,9 +92,8 @@ TEST(FashionMnistTest, CnnCheckpointsRestoreOnTheOtherKernelPath) {
     GTEST_SKIP() << "Fashion-MNIST is not installed";
   }
   if (!OneDnnAvailable()) GTEST_SKIP() << "this build has no oneDNN kernels";
-  const std::filesystem::path dir =
-      std::filesystem::path(::testing::TempDir()) / absl::StrCat("cnn_checkpoints_", getpid());
-  std::filesystem::remove_all(dir);
+  test_support::TempDir folder("kubetrain-cnn-checkpoints");
+  const std::filesystem::path dir = folder.path();
   TrainerOptions o = CnnRun();
   o.batch_size = 32;
   o.max_steps = 20;

@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "common/flags/flags.h"
+#include "common/testing/temp_dir.h"
 #include "gtest/gtest.h"
 #include "trainer-runtime/engine/checkpoint.h"
 #include "trainer-runtime/engine/executor.h"
@@ -22,13 +23,6 @@ namespace kubetrain::runtime::engine {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string TempDir(const std::string& name) {
-  fs::path p = fs::path(::testing::TempDir()) / (name + "-" + std::to_string(::getpid()));
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p.string();
-}
 
 // Three Gaussian blobs in 4 dimensions, as CSV (label last).
 std::string WriteBlobs(const std::string& dir, const std::string& name, int n, uint32_t seed) {
@@ -225,7 +219,8 @@ TEST(ExitCodesTest, RetryableIsAtLeast128) {
 }
 
 TEST(TrainerTest, TrainsLogsEvaluatesAndWritesOutputs) {
-  std::string dir = TempDir("train");
+  test_support::TempDir dir_folder("kubetrain-train");
+  std::string dir = dir_folder.path();
   TrainerOptions o = SmallRun(dir);
   o.output_path = (fs::path(dir) / "out").string();
   o.num_epochs = 3;  // 19 batches per epoch -> 57 steps
@@ -288,7 +283,8 @@ TEST(TrainerTest, TrainsLogsEvaluatesAndWritesOutputs) {
 // from step 10 and ends with exactly the weights and optimizer state of an
 // uninterrupted run.
 TEST(TrainerTest, ResumeAfterCrashEqualsUninterruptedRun) {
-  std::string dir = TempDir("resume");
+  test_support::TempDir dir_folder("kubetrain-resume");
+  std::string dir = dir_folder.path();
   TrainerOptions o = SmallRun(dir);
   o.max_steps = 30;
   o.save_checkpoints_steps = 5;
@@ -349,7 +345,8 @@ TEST(TrainerTest, ResumeAfterCrashEqualsUninterruptedRun) {
 // 300 training examples in batches of 16), the last one marked final; the
 // values are exact counts and float-precision losses, not float noise.
 TEST(TrainerTest, EvaluatesOnAStepScheduleAndMarksTheLastReportFinal) {
-  std::string dir = TempDir("schedule");
+  test_support::TempDir dir_folder("kubetrain-schedule");
+  std::string dir = dir_folder.path();
   for (const bool by_epochs : {false, true}) {
     SCOPED_TRACE(by_epochs ? "--eval_every_epochs=1" : "--eval_every_steps=19");
     TrainerOptions o = SmallRun(dir);
@@ -417,7 +414,8 @@ class NotChiefStrategy final : public TrainingStrategy {
 };
 
 TEST(TrainerTest, OnlyTheChiefEvaluates) {
-  std::string dir = TempDir("not-chief");
+  test_support::TempDir dir_folder("kubetrain-not-chief");
+  std::string dir = dir_folder.path();
   TrainerOptions o = SmallRun(dir);
   o.max_steps = 20;
   o.eval_every_steps = 5;
@@ -463,7 +461,8 @@ std::map<std::string, std::string> FileBytes(const std::string& dir) {
 // subfolder, leaves the first job's files as they were, and its own restart
 // resumes from its own checkpoint.
 TEST(TrainerTest, AnotherJobsCheckpointsAreNeverRestored) {
-  std::string dir = TempDir("foreign");
+  test_support::TempDir dir_folder("kubetrain-foreign");
+  std::string dir = dir_folder.path();
   const std::string trial_dir = (fs::path(dir) / "out" / "1").string();
   TrainerOptions first = SmallRun(dir);
   first.max_steps = 20;
@@ -517,7 +516,8 @@ TEST(TrainerTest, AnotherJobsCheckpointsAreNeverRestored) {
 // succeed silently: the second job's weights equal those of the same run in
 // an empty folder, so nothing of the first job's was restored.
 TEST(TrainerTest, SameShapesFromAnotherJobAreNotRestoredEither) {
-  std::string dir = TempDir("foreign-lr");
+  test_support::TempDir dir_folder("kubetrain-foreign-lr");
+  std::string dir = dir_folder.path();
   TrainerOptions first = SmallRun(dir);
   first.max_steps = 20;
   first.save_checkpoints_steps = 5;
@@ -557,7 +557,8 @@ TEST(TrainerTest, SameShapesFromAnotherJobAreNotRestoredEither) {
 // By hand (no job): resuming the same model is TensorFlow's habit; another
 // model's checkpoint is a usage error naming the folder, not a crash.
 TEST(TrainerTest, ByHandAnotherModelsCheckpointIsAUsageError) {
-  std::string dir = TempDir("by-hand");
+  test_support::TempDir dir_folder("kubetrain-by-hand");
+  std::string dir = dir_folder.path();
   TrainerOptions o = SmallRun(dir);
   o.max_steps = 10;
   o.save_checkpoints_steps = 5;
@@ -590,7 +591,8 @@ TEST(TrainerTest, ByHandAnotherModelsCheckpointIsAUsageError) {
 }
 
 TEST(TrainerTest, DivergingLossExitsWithCode4) {
-  std::string dir = TempDir("nan");
+  test_support::TempDir dir_folder("kubetrain-nan");
+  std::string dir = dir_folder.path();
   TrainerOptions o = SmallRun(dir);
   o.optimizer = "sgd";
   o.learning_rate = 1e30;
@@ -605,7 +607,8 @@ TEST(TrainerTest, DivergingLossExitsWithCode4) {
 }
 
 TEST(TrainerTest, MissingDataAndBadModelFileAreBadInput) {
-  std::string dir = TempDir("bad");
+  test_support::TempDir dir_folder("kubetrain-bad");
+  std::string dir = dir_folder.path();
   TrainerOptions o = SmallRun(dir);
   o.train_data_paths = (fs::path(dir) / "nope-images-idx3-ubyte.gz").string();
   std::ostringstream log;
@@ -708,7 +711,8 @@ void ExpectSameCheckpoints(const std::string& a_path, const std::string& b_path)
 // resume and export all work on a device whose memory is not host memory,
 // and give exactly the CPU device's results.
 TEST(TrainerTest, NonHostDeviceTrainsResumesAndExportsLikeCpu) {
-  std::string dir = TempDir("nonhost");
+  test_support::TempDir dir_folder("kubetrain-nonhost");
+  std::string dir = dir_folder.path();
   TrainerOptions o = SmallRun(dir);
   o.max_steps = 30;
   o.save_checkpoints_steps = 10;
@@ -769,7 +773,8 @@ TEST(TrainerTest, NonHostDeviceTrainsResumesAndExportsLikeCpu) {
 }
 
 TEST(TrainerTest, GpuPlacementWithoutCudaIsUsageErrorBeforeLoadingData) {
-  std::string dir = TempDir("nogpu");
+  test_support::TempDir dir_folder("kubetrain-nogpu");
+  std::string dir = dir_folder.path();
   TrainerOptions o = SmallRun(dir);
   o.device = "gpu";
   // Missing data would be exit code 3: the device is checked first.
@@ -792,7 +797,8 @@ TEST(TrainerTest, GpuPlacementWithoutCudaIsUsageErrorBeforeLoadingData) {
 }
 
 TEST(TrainerTest, DefaultDeviceFactoryIsReplaceable) {
-  std::string dir = TempDir("factory");
+  test_support::TempDir dir_folder("kubetrain-factory");
+  std::string dir = dir_folder.path();
   TrainerOptions o = SmallRun(dir);
   o.max_steps = 3;
   std::ostringstream log;
@@ -827,7 +833,8 @@ class HostOnlyStrategy final : public TrainingStrategy {
 };
 
 TEST(TrainerTest, HostMemoryStrategyStaysOnCpu) {
-  std::string dir = TempDir("hostonly");
+  test_support::TempDir dir_folder("kubetrain-hostonly");
+  std::string dir = dir_folder.path();
   TrainerOptions o = SmallRun(dir);
   o.max_steps = 3;
   std::ostringstream log;

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/testing/temp_dir.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "trainer-runtime/data/tfrecord.h"
@@ -17,12 +18,6 @@ namespace {
 using ::testing::HasSubstr;
 using v1::tensorboard::Event;
 using v1::tensorboard::Summary;
-
-std::string MakeTempDir() {
-  std::string pattern = ::testing::TempDir() + "kubetrain_summary_XXXXXX";
-  if (mkdtemp(pattern.data()) == nullptr) ADD_FAILURE() << "mkdtemp failed";
-  return pattern;
-}
 
 TEST(EventFileNameTest, IsTensorFlowsPattern) {
   EXPECT_EQ(EventFileName(1525851440, "worker-0"), "events.out.tfevents.1525851440.worker-0");
@@ -50,7 +45,8 @@ TEST(EventWriterTest, ScalarEventHasTensorFlowsWireFormat) {
 }
 
 TEST(EventWriterTest, WritesVersionThenScalarsReadableThroughTFRecord) {
-  const std::string dir = MakeTempDir() + "/logs/train";  // created by the writer
+  test_support::TempDir tmp;
+  const std::string dir = tmp.path() + "/logs/train";  // created by the writer
   auto writer = EventWriter::Create(dir, 1700000000.25, "host-a");
   ASSERT_TRUE(writer.ok()) << writer.status();
   EXPECT_EQ((*writer)->path(), dir + "/events.out.tfevents.1700000000.host-a");
@@ -98,7 +94,8 @@ TEST(EventWriterTest, WritesVersionThenScalarsReadableThroughTFRecord) {
 }
 
 TEST(EventWriterTest, FlushMakesEventsVisibleBeforeClose) {
-  auto writer = EventWriter::Create(MakeTempDir(), 1700000000, "h");
+  test_support::TempDir tmp;
+  auto writer = EventWriter::Create(tmp.path(), 1700000000, "h");
   ASSERT_TRUE(writer.ok());
   ASSERT_TRUE((*writer)->WriteScalar("loss", 1, 1.0f, 1700000001).ok());
   ASSERT_TRUE((*writer)->Flush().ok());
@@ -108,7 +105,8 @@ TEST(EventWriterTest, FlushMakesEventsVisibleBeforeClose) {
 }
 
 TEST(EventWriterTest, SecondWriterInTheSameSecondDoesNotOverwrite) {
-  const std::string dir = MakeTempDir();
+  test_support::TempDir tmp;
+  const std::string dir = tmp.path();
   auto first = EventWriter::Create(dir, 1700000000, "h");
   ASSERT_TRUE(first.ok());
   ASSERT_TRUE((*first)->WriteScalar("loss", 1, 1.0f, 1700000000).ok());
@@ -122,7 +120,8 @@ TEST(EventWriterTest, SecondWriterInTheSameSecondDoesNotOverwrite) {
 }
 
 TEST(EventWriterTest, ConcurrentWritersLoseNothing) {
-  auto writer = EventWriter::Create(MakeTempDir(), 1700000000, "h");
+  test_support::TempDir tmp;
+  auto writer = EventWriter::Create(tmp.path(), 1700000000, "h");
   ASSERT_TRUE(writer.ok());
   std::vector<std::thread> threads;
   for (int t = 0; t < 4; ++t) {
@@ -140,7 +139,8 @@ TEST(EventWriterTest, ConcurrentWritersLoseNothing) {
 }
 
 TEST(EventWriterTest, WriteAfterCloseFails) {
-  auto writer = EventWriter::Create(MakeTempDir(), 1700000000, "h");
+  test_support::TempDir tmp;
+  auto writer = EventWriter::Create(tmp.path(), 1700000000, "h");
   ASSERT_TRUE(writer.ok());
   ASSERT_TRUE((*writer)->Close().ok());
   const absl::Status s = (*writer)->WriteScalar("loss", 1, 1.0f, 1);
@@ -149,7 +149,8 @@ TEST(EventWriterTest, WriteAfterCloseFails) {
 }
 
 TEST(ReadEventFileTest, NonEventRecordNamesOffset) {
-  const std::string path = MakeTempDir() + "/events.out.tfevents.1.h";
+  test_support::TempDir tmp;
+  const std::string path = tmp.path() + "/events.out.tfevents.1.h";
   auto records = data::TFRecordWriter::Open(path);
   ASSERT_TRUE(records.ok());
   Event ok;
