@@ -17,6 +17,7 @@
 #include "absl/time/time.h"
 #include "common/observability/http_get.h"
 #include "common/testing/child_process.h"
+#include "common/testing/wait_until.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "operator/kube/test_objects.h"
@@ -193,28 +194,28 @@ TEST(OperatorHttpEndpointTest, ServesMetricsHealthAndReadiness) {
 
   // Poll (the deadline bounds it) until the endpoint answers as a ready leader
   // that has reconciled the job.
-  const absl::Time deadline = absl::Now() + absl::Seconds(60);
   std::optional<int> port;
   std::string metrics, last = "not listening";
   bool healthy = false, ready = false;
-  while (absl::Now() < deadline && !op.Exited()) {
-    if (!port) port = test_support::ListeningPort(op.pid());
-    if (port) {
-      auto live = observability::HttpGet("127.0.0.1", *port, "/healthz");
-      auto readyz = observability::HttpGet("127.0.0.1", *port, "/readyz");
-      auto scrape = observability::HttpGet("127.0.0.1", *port, "/metrics");
-      healthy = live.ok() && live->status == 200;
-      ready = readyz.ok() && readyz->status == 200;
-      metrics = scrape.ok() && scrape->status == 200 ? scrape->body : "";
-      last = absl::StrCat("healthz ", healthy, " readyz ", ready, " metrics ", metrics.size(), "B");
-      if (healthy && ready && SampleValue(metrics, "kubetrain_operator_leader") == 1 &&
-          SampleValue(metrics, "kubetrain_operator_reconcile_total{result=\"success\"}") >= 1 &&
-          SampleValue(metrics, "kubetrain_operator_jobs{state=\"PREPARING\"}") == 1) {
-        break;
-      }
-    }
-    absl::SleepFor(absl::Milliseconds(100));  // between polls
-  }
+  test_support::WaitUntil(
+      [&] {
+        if (op.Exited()) return true;
+        if (!port) port = test_support::ListeningPort(op.pid());
+        if (!port) return false;
+        auto live = observability::HttpGet("127.0.0.1", *port, "/healthz");
+        auto readyz = observability::HttpGet("127.0.0.1", *port, "/readyz");
+        auto scrape = observability::HttpGet("127.0.0.1", *port, "/metrics");
+        healthy = live.ok() && live->status == 200;
+        ready = readyz.ok() && readyz->status == 200;
+        metrics = scrape.ok() && scrape->status == 200 ? scrape->body : "";
+        last =
+            absl::StrCat("healthz ", healthy, " readyz ", ready, " metrics ", metrics.size(), "B");
+        return healthy && ready && SampleValue(metrics, "kubetrain_operator_leader") == 1 &&
+               SampleValue(metrics, "kubetrain_operator_reconcile_total{result=\"success\"}") >=
+                   1 &&
+               SampleValue(metrics, "kubetrain_operator_jobs{state=\"PREPARING\"}") == 1;
+      },
+      absl::Seconds(60), absl::Milliseconds(100));
   EXPECT_TRUE(healthy) << last << "\n" << op.Log();
   EXPECT_TRUE(ready) << last;
   EXPECT_EQ(SampleValue(metrics, "kubetrain_operator_leader"), 1) << metrics;

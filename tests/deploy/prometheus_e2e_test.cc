@@ -16,6 +16,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/testing/child_process.h"
+#include "common/testing/wait_until.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/deploy/prometheus_server.h"
@@ -103,12 +104,14 @@ TEST_F(PrometheusE2eTest, ScrapesTheRealOperatorAndARuntimeTask) {
 
   // Both print the address they bound.
   std::optional<int> op_port, task_port;
-  for (const absl::Time deadline = absl::Now() + absl::Seconds(60);
-       (!op_port || !task_port) && absl::Now() < deadline && !op.Exited() && !task.Exited();) {
-    if (!op_port) op_port = PrintedPort(op, "serving http on ");
-    if (!task_port) task_port = PrintedPort(task, "serving metrics on ");
-    if (!op_port || !task_port) absl::SleepFor(absl::Milliseconds(50));
-  }
+  test_support::WaitUntil(
+      [&] {
+        if (op.Exited() || task.Exited()) return true;
+        if (!op_port) op_port = PrintedPort(op, "serving http on ");
+        if (!task_port) task_port = PrintedPort(task, "serving metrics on ");
+        return op_port && task_port;
+      },
+      absl::Seconds(60), absl::Milliseconds(50));
   ASSERT_TRUE(op_port.has_value()) << op.Log();
   ASSERT_TRUE(task_port.has_value()) << task.Log();
 

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/observability/http_get.h"
+#include "common/testing/wait_until.h"
 
 namespace kubetrain::deploy_testing {
 namespace {
@@ -74,11 +75,13 @@ absl::StatusOr<std::unique_ptr<PrometheusServer>> PrometheusServer::Start(
   // Started on port 0, it logs the address it bound in no stable format:
   // /proc tells which port it listens on.
   std::optional<int> port;
-  for (const absl::Time deadline = absl::Now() + absl::Seconds(60);
-       !port && absl::Now() < deadline && !server->process_.Exited();) {
-    port = test_support::ListeningPort(server->process_.pid());
-    if (!port) absl::SleepFor(absl::Milliseconds(50));  // between polls; the deadline bounds it
-  }
+  test_support::WaitUntil(
+      [&] {
+        if (server->process_.Exited()) return true;
+        port = test_support::ListeningPort(server->process_.pid());
+        return port.has_value();
+      },
+      absl::Seconds(60), absl::Milliseconds(50));
   if (!port) {
     return absl::UnavailableError(
         absl::StrCat("Prometheus did not listen; ", dir, "/prometheus.log:\n", server->Log()));

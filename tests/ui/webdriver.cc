@@ -13,6 +13,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/testing/wait_until.h"
 
 namespace kubetrain::ui_testing {
 namespace {
@@ -59,13 +60,14 @@ absl::StatusOr<std::unique_ptr<Browser>> Browser::Start(const std::string& work_
       std::vector<std::string>{kChromeDriver, "--port=0"}, log);
   if (!browser->driver_->Start().ok()) return absl::UnavailableError("cannot start chromedriver");
   std::optional<int> port;
-  const absl::Time deadline = absl::Now() + absl::Seconds(60);
-  while (!(port = DriverPort(browser->driver_->Log()))) {
-    if (browser->driver_->Exited() || absl::Now() > deadline) {
-      return absl::UnavailableError("chromedriver did not start: " + browser->driver_->Log());
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
+  test_support::WaitUntil(
+      [&] {
+        port = DriverPort(browser->driver_->Log());
+        return port.has_value() || browser->driver_->Exited();
+      },
+      absl::Seconds(60), absl::Milliseconds(50));
+  if (!port)
+    return absl::UnavailableError("chromedriver did not start: " + browser->driver_->Log());
   ::web::http::client::http_client_config config;
   config.set_timeout(std::chrono::seconds(120));
   browser->client_ = std::make_unique<::web::http::client::http_client>(
