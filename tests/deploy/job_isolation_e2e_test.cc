@@ -51,6 +51,7 @@ class JobIsolationE2eTest : public ::testing::Test {
         {.bookmark_interval = absl::Milliseconds(200), .bearer_token = kToken}, "job_isolation");
     ASSERT_TRUE(cluster.ok()) << cluster.status();
     server_ = std::move(cluster->server);
+    folder_.emplace(std::move(cluster->folder));
     dir_ = cluster->dir;
     {
       std::mt19937 rng(3);
@@ -212,6 +213,7 @@ class JobIsolationE2eTest : public ::testing::Test {
   }
 
   std::unique_ptr<FakeApiServer> server_;
+  std::optional<test_support::TempDir> folder_;  // the cluster's, removed after the operator stops
   std::string dir_;
   std::unique_ptr<test_support::ChildProcess> op_;
   std::string metrics_address_;
