@@ -9,13 +9,13 @@
 #include <cstdio>
 #include <iostream>
 #include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "common/flags/flags.h"
 #include "trainer-runtime/dist/collectives.h"
 #include "trainer-runtime/dist/grpc/grpc_transport.h"
 #include "trainer-runtime/dist/shm/shm_transport.h"
@@ -39,33 +39,35 @@ int main(int argc, char** argv) {
   int rank = 0, size = 2;
   ShmTransport::Options shm_options;
   std::vector<size_t> sizes = {4 << 10, 256 << 10, 4 << 20, 64 << 20};
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    auto value = [&](const std::string& flag) -> std::optional<std::string> {
-      if (arg.rfind(flag + "=", 0) == 0) return arg.substr(flag.size() + 1);
-      return std::nullopt;
-    };
-    if (auto v = value("--transport"))
-      transport_name = *v;
-    else if (auto v = value("--group"))
-      group = *v;
-    else if (auto v = value("--rank"))
-      rank = std::stoi(*v);
-    else if (auto v = value("--size"))
-      size = std::stoi(*v);
-    else if (auto v = value("--addresses"))
-      addresses_flag = *v;
-    else if (auto v = value("--ring_bytes"))
-      shm_options.ring_bytes = std::stoul(*v);
-    else if (auto v = value("--spin_iterations"))
-      shm_options.spin_iterations = std::stoi(*v);
-    else if (auto v = value("--bytes")) {
-      sizes.clear();
-      for (absl::string_view s : absl::StrSplit(*v, ','))
-        sizes.push_back(std::stoul(std::string(s)));
-    } else {
-      std::cerr << "unknown flag " << arg << std::endl;
-      return 2;
+  std::string bytes_flag;
+  CLI::App app{"usage: allreduce_bench [flags]"};
+  kubetrain::flags::Configure(app);
+  app.add_option("--transport", transport_name, "grpc or shm")->capture_default_str();
+  app.add_option("--group", group, "the shm group's name")->capture_default_str();
+  app.add_option("--rank", rank, "this process's rank")->capture_default_str();
+  app.add_option("--size", size, "how many ranks")->capture_default_str();
+  app.add_option("--addresses", addresses_flag, "grpc: host:port of every rank, comma-separated");
+  app.add_option("--ring_bytes", shm_options.ring_bytes, "ShmTransport::Options::ring_bytes")
+      ->capture_default_str();
+  app.add_option("--spin_iterations", shm_options.spin_iterations,
+                 "ShmTransport::Options::spin_iterations")
+      ->capture_default_str();
+  app.add_option("--bytes", bytes_flag, "buffer sizes to measure, comma-separated");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    std::cerr << kubetrain::flags::Describe(app, e) << std::endl;
+    return 2;
+  }
+  if (!bytes_flag.empty()) {
+    sizes.clear();
+    for (absl::string_view s : absl::StrSplit(bytes_flag, ',')) {
+      size_t bytes = 0;
+      if (!absl::SimpleAtoi(s, &bytes)) {
+        std::cerr << "--bytes: " << s << " is not a size in bytes" << std::endl;
+        return 2;
+      }
+      sizes.push_back(bytes);
     }
   }
   const absl::Time connect_deadline = absl::Now() + absl::Seconds(60);

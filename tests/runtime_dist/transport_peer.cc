@@ -11,12 +11,12 @@
 
 #include <cstdio>
 #include <iostream>
-#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "common/flags/flags.h"
 #include "trainer-runtime/dist/collectives.h"
 #include "trainer-runtime/dist/grpc/grpc_transport.h"
 #include "trainer-runtime/dist/shm/shm_transport.h"
@@ -43,33 +43,21 @@ int main(int argc, char** argv) {
   size_t count = 1000;
   bool stall = false;
   double timeout_s = 30;
-  for (int i = 1; i < argc; ++i) {
-    std::string_view arg = argv[i];
-    auto value = [&](std::string_view flag) -> std::optional<std::string> {
-      std::string prefix = std::string(flag) + "=";
-      if (arg.substr(0, prefix.size()) == prefix) return std::string(arg.substr(prefix.size()));
-      return std::nullopt;
-    };
-    if (auto v = value("--transport"))
-      transport_name = *v;
-    else if (auto v = value("--group"))
-      group = *v;
-    else if (auto v = value("--rank"))
-      rank = std::stoi(*v);
-    else if (auto v = value("--size"))
-      size = std::stoi(*v);
-    else if (auto v = value("--iters"))
-      iters = std::stoi(*v);
-    else if (auto v = value("--count"))
-      count = std::stoul(*v);
-    else if (auto v = value("--timeout_s"))
-      timeout_s = std::stod(*v);
-    else if (arg == "--stall")
-      stall = true;
-    else {
-      std::cerr << "unknown flag " << arg << std::endl;
-      return 1;
-    }
+  CLI::App app{"usage: runtime_dist_transport_peer [flags]"};
+  kubetrain::flags::Configure(app);
+  app.add_option("--transport", transport_name, "grpc or shm")->capture_default_str();
+  app.add_option("--group", group, "the group's name")->capture_default_str();
+  app.add_option("--rank", rank, "this process's rank")->capture_default_str();
+  app.add_option("--size", size, "how many ranks")->capture_default_str();
+  app.add_option("--iters", iters, "all-reduces to run")->capture_default_str();
+  app.add_option("--count", count, "floats per all-reduce")->capture_default_str();
+  app.add_option("--timeout_s", timeout_s, "deadline for the whole run")->capture_default_str();
+  app.add_flag("--stall", stall, "connect, then wait without reducing");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    std::cerr << kubetrain::flags::Describe(app, e) << std::endl;
+    return 1;
   }
   const absl::Time deadline = absl::Now() + absl::Seconds(timeout_s);
 
