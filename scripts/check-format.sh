@@ -47,9 +47,10 @@ fi
 # that would change.
 report=$(printf '%s\0' "${files[@]}" |
   xargs -0 -n 100 "$formatter" --style=file --dry-run -ferror-limit=1 2>&1) || true
+violations=$(grep -E '^[^ ].*: (error|warning):' <<<"$report" | sed 's/ \[-Wclang-format-violations\]//' || true)
 if [[ -n $report ]]; then
-  echo "$report" | grep -E '^[^ ].*: (error|warning):' | sed 's/ \[-Wclang-format-violations\]//'
-  count=$(echo "$report" | grep -E '^[^ ].*: (error|warning):' | cut -d: -f1 | sort -u | wc -l)
+  echo "${violations:-$report}"
+  count=$(cut -d: -f1 <<<"$violations" | sort -u | grep -c . || true)
   echo "check-format: $count of ${#files[@]} files are not formatted (clang-format-14 would" \
     "change them at the lines above); run scripts/check-format.sh --fix"
   exit 1
