@@ -1,13 +1,13 @@
 #include "cli/cli.h"
 
 #include <algorithm>
-#include <optional>
+#include <map>
 #include <ostream>
 #include <utility>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/str_join.h"
 #include "cli/commands.h"
+#include "common/flags/flags.h"
 
 namespace kubetrain::cli {
 
@@ -23,20 +23,96 @@ namespace {
 // Single-dash names kubectl users type, for the long flags they stand for.
 constexpr std::pair<char, const char*> kShortFlags[] = {{'n', "namespace"}};
 
-// "-n NS", "-n=NS" and "-nNS" (pflag's forms) as "--namespace ...", when the
-// command takes that flag; nullopt for anything else.
-std::optional<std::string> LongFormOfShortFlag(const std::string& arg,
-                                               const std::vector<std::string>& value_flags) {
-  if (arg.size() < 2 || arg[0] != '-' || arg[1] == '-') return std::nullopt;
+bool Listed(const std::vector<std::string>& names, const std::string& name) {
+  return std::find(names.begin(), names.end(), name) != names.end();
+}
+
+bool StartsWithDashes(const std::string& word) { return word.compare(0, 2, "--") == 0; }
+
+// The long flag a word names: "--job-dir=/out" and "--job-dir" name
+// "job-dir", "-n" and "-nml" name "namespace" where the command takes it
+// (pflag's short forms); "" for anything else.
+std::string FlagNamed(const std::string& word, const std::vector<std::string>& value_flags) {
+  if (word.size() > 2 && StartsWithDashes(word)) return word.substr(2, word.find('=') - 2);
+  if (word.size() < 2 || word[0] != '-') return "";
   for (const auto& [letter, name] : kShortFlags) {
-    if (arg[1] != letter ||
-        std::find(value_flags.begin(), value_flags.end(), name) == value_flags.end()) {
-      continue;
-    }
-    if (arg.size() == 2) return std::string("--") + name;
-    return std::string("--") + name + "=" + arg.substr(arg[2] == '=' ? 3 : 2);
+    if (word[1] == letter && Listed(value_flags, name)) return name;
   }
-  return std::nullopt;
+  return "";
+}
+
+// The words CLI11 is to read, and what to report where they stop short.
+struct Words {
+  std::vector<std::string> words;
+  std::vector<std::string> after_double_dash;
+  // Said when CLI11 reads `words` without error, or reports the last word
+  // (a value flag) as missing its value.
+  std::string problem;
+};
+
+// A value flag and its value as one word CLI11 reads whatever the value
+// starts with ("--job-dir=-x", "-n-x"), or as two where the value is empty
+// (CLI11 reads "--job-dir=" as the flag alone).
+void PushFlagWithValue(const std::string& flag, const std::string& value,
+                       std::vector<std::string>& words) {
+  if (value.empty()) {
+    words.push_back(flag);
+    words.push_back(value);
+  } else {
+    words.push_back(flag + (StartsWithDashes(flag) ? "=" : "") + value);
+  }
+}
+
+// The command lines' own rules, which CLI11 does not know, applied before it
+// reads the words: "--" ends the flags (the trainer's own follow); a value
+// flag followed by a word starting with "--" is a forgotten value, not a
+// folder named "--stream-logs", so a value starting with "--" is given as
+// --name=value; a bool flag's value is true or false; "-n=NS" is pflag's
+// spelling of "-nNS". The words stop at the first problem, so that CLI11
+// still reports one found earlier on the line.
+Words SplitWords(const std::vector<std::string>& args, const std::vector<std::string>& value_flags,
+                 const std::vector<std::string>& bool_flags) {
+  Words split;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& word = args[i];
+    if (word == "--") {
+      split.after_double_dash.assign(args.begin() + i + 1, args.end());
+      break;
+    }
+    if (word.compare(0, 3, "---") == 0) {  // CLI11 would take it for an argument
+      split.problem = "unknown flag " + word.substr(0, word.find('='));
+      break;
+    }
+    const std::string name = FlagNamed(word, value_flags);
+    const bool long_form = StartsWithDashes(word);
+    const size_t eq = word.find('=');
+    if (Listed(bool_flags, name) && long_form && eq != std::string::npos) {
+      const std::string value = word.substr(eq + 1);
+      if (value != "true" && value != "false") {
+        split.problem = "flag --" + name + " takes true or false, got \"" + value + "\"";
+        break;
+      }
+      split.words.push_back(word);
+    } else if (!Listed(value_flags, name)) {
+      split.words.push_back(word);  // a positional argument, a bool flag, an unknown flag
+    } else if (long_form ? eq != std::string::npos : word.size() > 2) {
+      // --name=VALUE, -nVALUE, -n=VALUE
+      const size_t value_at = long_form ? eq + 1 : word[2] == '=' ? 3 : 2;
+      PushFlagWithValue(word.substr(0, long_form ? eq : 2), word.substr(value_at), split.words);
+    } else if (i + 1 == args.size()) {
+      split.words.push_back(word);  // CLI11 reports the missing value
+    } else if (StartsWithDashes(args[i + 1])) {
+      const std::string& next = args[i + 1];
+      split.words.push_back(word);
+      split.problem = "flag --" + name + " needs a value, got " +
+                      (next == "--" ? std::string("\"--\"") : "flag " + next) + " (write --" +
+                      name + "=VALUE for a value that starts with --)";
+      break;
+    } else {
+      PushFlagWithValue(word, args[++i], split.words);
+    }
+  }
+  return split;
 }
 
 }  // namespace
@@ -45,58 +121,54 @@ ParsedArgs ParseArgs(const std::vector<std::string>& args,
                      const std::vector<std::string>& value_flags,
                      const std::vector<std::string>& bool_flags) {
   ParsedArgs parsed;
-  auto known = [](const std::vector<std::string>& list, const std::string& name) {
-    return std::find(list.begin(), list.end(), name) != list.end();
-  };
-  for (size_t i = 0; i < args.size(); ++i) {
-    std::string arg = args[i];
-    if (std::optional<std::string> long_form = LongFormOfShortFlag(arg, value_flags)) {
-      arg = *std::move(long_form);
-    } else if (arg.size() >= 2 && arg[0] == '-' && arg[1] != '-' && absl::ascii_isalpha(arg[1])) {
-      parsed.error = "unknown flag " + arg.substr(0, 2);
-      return parsed;
+  Words split = SplitWords(args, value_flags, bool_flags);
+  parsed.after_double_dash = std::move(split.after_double_dash);
+
+  CLI::App app;
+  flags::Configure(app);
+  app.set_help_flag();  // RunCli answers --help before a command runs
+  // Every occurrence is kept: commands read the last (Flag) or all (--labels).
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  for (const std::string& name : value_flags) {
+    std::string names = "--" + name;
+    for (const auto& [letter, long_name] : kShortFlags) {
+      if (name == long_name) names = std::string{'-', letter} + "," + names;
     }
-    if (arg == "--") {
-      parsed.after_double_dash.assign(args.begin() + i + 1, args.end());
-      break;
-    }
-    if (arg.size() < 3 || arg.compare(0, 2, "--") != 0) {
-      parsed.positional.push_back(arg);
-      continue;
-    }
-    const size_t eq = arg.find('=');
-    const std::string name = arg.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
-    if (known(bool_flags, name)) {
-      if (eq != std::string::npos) {
-        const std::string value = arg.substr(eq + 1);
-        if (value != "true" && value != "false") {
-          parsed.error = "flag --" + name + " takes true or false, got \"" + value + "\"";
-          return parsed;
-        }
-        parsed.flags.emplace_back(name, value);
-      } else {
-        parsed.flags.emplace_back(name, "true");
-      }
-    } else if (known(value_flags, name)) {
-      if (eq != std::string::npos) {
-        parsed.flags.emplace_back(name, arg.substr(eq + 1));
-      } else if (i + 1 < args.size() && args[i + 1].compare(0, 2, "--") != 0) {
-        parsed.flags.emplace_back(name, args[++i]);
-      } else if (i + 1 < args.size()) {
-        // `--job-dir --stream-logs` is a forgotten value, not a folder named
-        // "--stream-logs"; a value that starts with "--" is given as --name=value.
-        parsed.error = "flag --" + name + " needs a value, got " +
-                       (args[i + 1] == "--" ? std::string("\"--\"") : "flag " + args[i + 1]) +
-                       " (write --" + name + "=VALUE for a value that starts with --)";
-        return parsed;
-      } else {
-        parsed.error = "flag --" + name + " needs a value";
-        return parsed;
-      }
+    app.add_option(names)->type_size(1);
+  }
+  for (const std::string& name : bool_flags) app.add_flag("--" + name);
+  app.add_option("ARGS", parsed.positional);
+
+  std::vector<std::string> reversed(split.words.rbegin(), split.words.rend());
+  try {
+    app.parse(reversed);
+  } catch (const CLI::ParseError& error) {
+    parsed.positional.clear();
+    // The line's first problem: an unknown flag before the one CLI11 stopped at.
+    const std::vector<std::string> unknown = app.remaining(true);
+    const flags::ParseProblem problem = flags::Classify(app, error);
+    if (!unknown.empty() && unknown.front().size() > 1 && unknown.front()[0] == '-') {
+      const std::string& flag = unknown.front();
+      parsed.error = "unknown flag " +
+                     (StartsWithDashes(flag) ? flag.substr(0, flag.find('=')) : flag.substr(0, 2));
+    } else if (problem.kind == flags::ParseProblem::Kind::kMissingValue) {
+      parsed.error =
+          split.problem.empty() ? "flag " + problem.subject + " needs a value" : split.problem;
     } else {
-      parsed.error = "unknown flag --" + name;
-      return parsed;
+      parsed.error = problem.subject;
     }
+    return parsed;
+  }
+  if (!split.problem.empty()) {
+    parsed.positional.clear();
+    parsed.error = split.problem;
+    return parsed;
+  }
+  // The flags in the order given: each occurrence takes its option's next value.
+  std::map<const CLI::Option*, size_t> taken;
+  for (const CLI::Option* option : app.parse_order()) {
+    if (option->get_lnames().empty()) continue;  // ARGS
+    parsed.flags.emplace_back(option->get_lnames().front(), option->results()[taken[option]++]);
   }
   return parsed;
 }

@@ -113,6 +113,66 @@ TEST(ParseArgsTest, NamespaceHasKubectlsShortForms) {
             (std::vector<std::string>{"-n", "3"}));
 }
 
+TEST(ParseArgsTest, ARepeatedFlagKeepsEveryValueInOrderAndTheLastWins) {
+  ParsedArgs parsed = ParseArgs({"--labels", "a=1", "--namespace=x", "job", "--labels=b=2", "-n",
+                                 "y", "--local", "--local=false"},
+                                {"labels", "namespace"}, {"local"});
+  EXPECT_EQ(parsed.error, "");
+  EXPECT_EQ(parsed.flags, (std::vector<std::pair<std::string, std::string>>{{"labels", "a=1"},
+                                                                            {"namespace", "x"},
+                                                                            {"labels", "b=2"},
+                                                                            {"namespace", "y"},
+                                                                            {"local", "true"},
+                                                                            {"local", "false"}}));
+  EXPECT_EQ(*parsed.Flag("namespace"), "y");
+  EXPECT_EQ(*parsed.Flag("local"), "false");
+  EXPECT_EQ(parsed.positional, std::vector<std::string>{"job"});
+}
+
+TEST(ParseArgsTest, AValueMayStartWithADashOrBeEmpty) {
+  ParsedArgs parsed =
+      ParseArgs({"--job-dir", "-x", "-n-y", "--lr", "-5", "-"}, {"job-dir", "namespace", "lr"}, {});
+  EXPECT_EQ(parsed.error, "");
+  EXPECT_EQ(*parsed.Flag("job-dir"), "-x");
+  EXPECT_EQ(*parsed.Flag("namespace"), "-y");
+  EXPECT_EQ(*parsed.Flag("lr"), "-5");
+  EXPECT_EQ(parsed.positional, std::vector<std::string>{"-"});
+  parsed = ParseArgs({"--job-dir=", "job", "-n="}, {"job-dir", "namespace"}, {});
+  EXPECT_EQ(parsed.error, "");
+  EXPECT_EQ(*parsed.Flag("job-dir"), "");
+  EXPECT_EQ(*parsed.Flag("namespace"), "");
+  EXPECT_EQ(parsed.positional, std::vector<std::string>{"job"});
+  parsed = ParseArgs({"-n", "--local"}, {"namespace"}, {"local"});
+  EXPECT_EQ(parsed.error,
+            "flag --namespace needs a value, got flag --local (write --namespace=VALUE for a "
+            "value that starts with --)");
+}
+
+TEST(ParseArgsTest, ABoolFlagTakesTrueOrFalseOnlyAfterAnEqualsSign) {
+  ParsedArgs parsed = ParseArgs({"--local", "true"}, {}, {"local"});
+  EXPECT_EQ(parsed.error, "");
+  EXPECT_EQ(*parsed.Flag("local"), "true");
+  EXPECT_EQ(parsed.positional, std::vector<std::string>{"true"});
+  EXPECT_EQ(ParseArgs({"--local=yes"}, {}, {"local"}).error,
+            "flag --local takes true or false, got \"yes\"");
+  EXPECT_EQ(ParseArgs({"--local="}, {}, {"local"}).error,
+            "flag --local takes true or false, got \"\"");
+}
+
+TEST(ParseArgsTest, TheFirstProblemOnTheLineIsTheOneReported) {
+  EXPECT_EQ(ParseArgs({"--bogus=1", "--job-dir"}, {"job-dir"}, {}).error, "unknown flag --bogus");
+  EXPECT_EQ(ParseArgs({"-xyz", "--job-dir", "--local"}, {"job-dir"}, {"local"}).error,
+            "unknown flag -x");
+  EXPECT_EQ(ParseArgs({"job", "---x=1", "--bogus"}, {}, {}).error, "unknown flag ---x");
+  EXPECT_EQ(ParseArgs({"--local=no", "--bogus"}, {}, {"local"}).error,
+            "flag --local takes true or false, got \"no\"");
+  EXPECT_EQ(ParseArgs({"--bogus", "--local=no"}, {}, {"local"}).error, "unknown flag --bogus");
+  // What follows "--" is the trainer's, however it looks.
+  ParsedArgs parsed = ParseArgs({"job", "--", "--bogus", "--"}, {}, {});
+  EXPECT_EQ(parsed.error, "");
+  EXPECT_EQ(parsed.after_double_dash, (std::vector<std::string>{"--bogus", "--"}));
+}
+
 TEST(SubmitCommandTest, PackagePathIsCheckedBeforeAnythingIsSubmitted) {
   const std::string package =
       (std::filesystem::path(::testing::TempDir()) / "trainer").lexically_normal().string();
