@@ -1,7 +1,6 @@
 // `kubetrain local serve` (the local controller) and `kubetrain local train`
 // (gcloud's local training: the cluster as processes on this machine).
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -17,6 +16,7 @@
 #include "api/validation.h"
 #include "cli/commands.h"
 #include "cli/local_backend.h"
+#include "common/process/process.h"
 #include "operator/core/reconciler.h"
 #include "operator/local/process_launcher.h"
 
@@ -181,7 +181,6 @@ int Train(const std::vector<std::string>& args, std::ostream& out, std::ostream&
   sigaction(SIGINT, &action, nullptr);
   sigaction(SIGTERM, &action, nullptr);
   const std::string runtime = RuntimeBinary();
-  const pid_t parent = getpid();
   for (const core::DesiredReplica& replica : replicas) {
     std::vector<std::string> argv;
     std::vector<std::pair<std::string, std::string>> env = replica.env;
@@ -209,27 +208,23 @@ int Train(const std::vector<std::string>& args, std::ostream& out, std::ostream&
     for (const auto& [k, v] : env) merged[k] = v;
     std::vector<std::string> env_strings;
     for (const auto& [k, v] : merged) env_strings.push_back(k + "=" + v);
-    std::vector<char*> argv_ptrs, env_ptrs;
-    for (std::string& s : argv) argv_ptrs.push_back(s.data());
-    argv_ptrs.push_back(nullptr);
-    for (std::string& s : env_strings) env_ptrs.push_back(s.data());
-    env_ptrs.push_back(nullptr);
     out << "kubetrain local train: starting " << local::LogTaskName(replica.key) << " on "
         << options.address(replica.name, replica.key, replica.port) << std::endl;
-    pid_t pid = fork();
-    if (pid == 0) {
-      // Children die with this command, whatever ends it.
-      prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (getppid() != parent) _exit(1);
-      execve(executable->c_str(), argv_ptrs.data(), env_ptrs.data());
-      _exit(127);
-    }
-    if (pid < 0) {
-      err << "kubetrain local train: fork: " << std::strerror(errno) << "\n";
+    // As FindExecutable found it: on our PATH, unless the replica's
+    // environment sets its own.
+    absl::StatusOr<pid_t> pid = process::Spawn({
+        .argv = argv,
+        .env = env_strings,
+        .search_path = true,
+        // Children die with this command, whatever ends it.
+        .parent_death_signal = SIGKILL,
+    });
+    if (!pid.ok()) {
+      err << "kubetrain local train: " << pid.status().message() << "\n";
       for (const Child& c : children) kill(c.pid, SIGTERM);
       return kExitFailed;
     }
-    children.push_back({pid, local::LogTaskName(replica.key)});
+    children.push_back({*pid, local::LogTaskName(replica.key)});
   }
   // The exit code is the master's; the others are stopped when it ends.
   int master_code = 1;

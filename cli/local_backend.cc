@@ -1,14 +1,10 @@
 #include "cli/local_backend.h"
 
-#include <fcntl.h>
 #include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
-#include <cerrno>
 #include <cstdlib>
-#include <cstring>
 #include <filesystem>
 #include <ostream>
 #include <thread>
@@ -16,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "api/storage_uri.h"
+#include "common/process/process.h"
 #include "operator/tuner/tuner.h"
 
 namespace kubetrain::cli {
@@ -185,24 +182,17 @@ absl::Status EnsureLocalController(const std::string& home) {
   if (self.empty())
     return absl::InternalError("cannot find the kubetrain executable (/proc/self/exe)");
   const std::string log = home + "/controller.log";
-  pid_t helper = fork();
-  if (helper < 0) return absl::UnavailableError(absl::StrCat("fork: ", std::strerror(errno)));
-  if (helper == 0) {
-    setsid();
-    if (fork() != 0) _exit(0);
-    int null_fd = open("/dev/null", O_RDONLY);
-    int log_fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-    if (null_fd >= 0) dup2(null_fd, 0);
-    if (log_fd >= 0) {
-      dup2(log_fd, 1);
-      dup2(log_fd, 2);
-    }
-    execl(self.c_str(), self.c_str(), "local", "serve", "--exit-when-idle", "--quiet-if-running",
-          static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  int status = 0;
-  while (waitpid(helper, &status, 0) < 0 && errno == EINTR) {
+  // A daemon: in a session of its own, not this command's child, so that it
+  // outlives the command and no terminal's signals reach it.
+  absl::Status started = process::SpawnDetached({
+      .argv = {self, "local", "serve", "--exit-when-idle", "--quiet-if-running"},
+      .in = process::Stream::DevNull(),
+      .out = process::Stream::File(log, /*append=*/true),
+      .err = process::Stream::SameAsStdout(),
+  });
+  if (!started.ok()) {
+    return absl::Status(started.code(),
+                        absl::StrCat("cannot start the local controller: ", started.message()));
   }
   // Wait (briefly) until it holds the lock, so that the next command sees it.
   const absl::Time deadline = absl::Now() + absl::Seconds(10);

@@ -1,10 +1,8 @@
 #include "cli/package_build.h"
 
 #include <fcntl.h>
-#include <spawn.h>
 #include <stdlib.h>
 #include <sys/file.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -13,14 +11,14 @@
 #include <fstream>
 #include <iterator>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-
-extern char** environ;
+#include "common/process/process.h"
 
 namespace kubetrain::cli {
 namespace {
@@ -53,28 +51,16 @@ struct TempDir {
 // Runs `argv` in `cwd`, stdout and stderr into `log`; its exit code (128+N
 // after signal N), or an error when it cannot be started.
 absl::StatusOr<int> Run(std::vector<std::string> argv, const fs::path& cwd, const fs::path& log) {
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addchdir_np(&actions, cwd.c_str());
-  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log.c_str(),
-                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
-  posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-  std::vector<char*> ptrs;
-  for (std::string& arg : argv) ptrs.push_back(arg.data());
-  ptrs.push_back(nullptr);
-  pid_t pid = 0;
-  const int error = posix_spawnp(&pid, ptrs[0], &actions, nullptr, ptrs.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  if (error != 0) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(argv[0], ": ", error == ENOENT ? "command not found" : std::strerror(error)));
-  }
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0) {
-    if (errno != EINTR) return absl::InternalError(absl::StrCat("waitpid: ", std::strerror(errno)));
-  }
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  absl::StatusOr<process::ExitStatus> status = process::RunToExit({
+      .argv = std::move(argv),
+      .search_path = true,
+      .cwd = cwd.string(),
+      .in = process::Stream::DevNull(),
+      .out = process::Stream::File(log.string()),
+      .err = process::Stream::SameAsStdout(),
+  });
+  if (!status.ok()) return absl::FailedPreconditionError(status.status().message());
+  return status->code();
 }
 
 // Copies the Python packages under `from` (folders and .py files; no

@@ -41,7 +41,6 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdlib.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -64,6 +63,7 @@
 #include "absl/time/time.h"
 #include "common/flags/flags.h"
 #include "common/hypertune/hypertune.h"
+#include "common/process/process.h"
 #include "trainer-runtime/cmd/command_error.h"
 #include "trainer-runtime/cmd/packages.h"
 #include "trainer-runtime/cmd/subcommand.h"
@@ -193,6 +193,12 @@ int CannotRun(const std::string& command, int error) {
   return error == ENOENT ? kExitCommandNotFound : kExitCannotExecute;
 }
 
+// A spawn error names the command and what failed.
+int CannotRun(const absl::Status& status) {
+  std::cerr << "kubetrain-runtime exec: " << status.message() << std::endl;
+  return absl::IsNotFound(status) ? kExitCommandNotFound : kExitCannotExecute;
+}
+
 std::vector<char*> Argv(std::vector<std::string>& strings) {
   std::vector<char*> argv;
   for (std::string& s : strings) argv.push_back(s.data());
@@ -226,15 +232,6 @@ void SetVariables(std::vector<std::string>& env,
     std::erase_if(env, [&](const std::string& entry) { return absl::StartsWith(entry, prefix); });
     env.push_back(absl::StrCat(prefix, value));
   }
-}
-
-// The first executable `name` in the folders of `path`, as execvp finds it.
-std::optional<std::string> FindOnPath(const std::string& name, const std::string& path) {
-  for (absl::string_view folder : absl::StrSplit(path, ':')) {
-    const std::string candidate = absl::StrCat(folder.empty() ? "." : folder, "/", name);
-    if (access(candidate.c_str(), X_OK) == 0) return candidate;
-  }
-  return std::nullopt;
 }
 
 std::string GetEnv(const char* name) {
@@ -369,7 +366,7 @@ int FinishReporting(TrialReporter& reporter, int child_code, int signals, int te
 // Runs the command as our child: installs its packages first, then forwards
 // its reports when there is a reporter, and termination signals either way.
 int RunAsChild(ExecArgs& exec, const PackagePlan& plan, TrialReporter* reporter) {
-  std::vector<std::string>& command = exec.command;
+  const std::vector<std::string>& command = exec.command;
   absl::StatusOr<std::filesystem::path> dir = MakePrivateDir();
   if (!dir.ok()) return Fail(dir.status());
   TempDir cleanup{*dir};
@@ -384,20 +381,12 @@ int RunAsChild(ExecArgs& exec, const PackagePlan& plan, TrialReporter* reporter)
   absl::StatusOr<int> signals = CatchSignals();
   if (!signals.ok()) return Fail(signals.status());
 
-  std::vector<char*> envp = Argv(env_strings);
-  std::vector<char*> argv = Argv(command);
-  pid_t child = 0;
   // Looked up on the child's PATH, which may lead with the packages'
-  // environment (posix_spawnp would search ours).
-  for (const auto& [name, value] : *package_vars) {
-    if (name != "PATH" || command[0].find('/') != std::string::npos) continue;
-    std::optional<std::string> found = FindOnPath(command[0], value);
-    if (!found) return CannotRun(command[0], ENOENT);
-    command[0] = *std::move(found);
-    argv[0] = command[0].data();
-  }
-  const int spawn_error = posix_spawnp(&child, argv[0], nullptr, nullptr, argv.data(), envp.data());
-  if (spawn_error != 0) return CannotRun(command[0], spawn_error);
+  // environment.
+  absl::StatusOr<pid_t> spawned =
+      process::Spawn({.argv = command, .env = env_strings, .search_path = true});
+  if (!spawned.ok()) return CannotRun(spawned.status());
+  const pid_t child = *spawned;
 
   const int interval_ms =
       static_cast<int>(std::max<int64_t>(absl::ToInt64Milliseconds(exec.poll_interval), 1));

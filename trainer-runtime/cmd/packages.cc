@@ -1,16 +1,12 @@
 #include "trainer-runtime/cmd/packages.h"
 
-#include <spawn.h>
-#include <sys/wait.h>
-
-#include <cerrno>
-#include <cstring>
 #include <system_error>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "api/packages.h"
 #include "api/storage_uri.h"
+#include "common/process/process.h"
 #include "trainer-runtime/exit_codes.h"
 
 namespace kubetrain::runtime::cmd {
@@ -28,27 +24,13 @@ absl::Status BadInput(const std::string& message) {
 // Runs `argv` with `env` to its end; its exit code, or 128+N after signal N.
 absl::StatusOr<int> RunToEnd(const std::vector<std::string>& argv,
                              const std::vector<std::string>& env) {
-  std::vector<std::string> args = argv, vars = env;
-  std::vector<char*> argv_ptrs, env_ptrs;
-  for (std::string& a : args) argv_ptrs.push_back(a.data());
-  argv_ptrs.push_back(nullptr);
-  for (std::string& v : vars) env_ptrs.push_back(v.data());
-  env_ptrs.push_back(nullptr);
-  pid_t pid = 0;
-  if (int error =
-          posix_spawnp(&pid, argv_ptrs[0], nullptr, nullptr, argv_ptrs.data(), env_ptrs.data());
-      error != 0) {
-    return BadInput(
-        absl::StrCat(argv[0], ": ", error == ENOENT ? "command not found" : std::strerror(error)));
+  absl::StatusOr<process::ExitStatus> status =
+      process::RunToExit({.argv = argv, .env = env, .search_path = true});
+  if (!status.ok()) {
+    if (absl::IsInternal(status.status())) return status.status();  // waiting for it
+    return BadInput(std::string(status.status().message()));
   }
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0) {
-    if (errno != EINTR) {
-      return absl::InternalError(absl::StrCat("waiting for ", argv[0], ": ", std::strerror(errno)));
-    }
-  }
-  if (WIFEXITED(status)) return WEXITSTATUS(status);
-  return 128 + WTERMSIG(status);
+  return status->code();
 }
 
 }  // namespace
