@@ -39,6 +39,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "operator/local/process_table.h"
 
 namespace kubetrain::local {
 
@@ -122,16 +123,6 @@ class RealProcessLauncher : public ProcessLauncher {
   // is, to the supervisor, a controller killed before it has reported.
   std::function<void(int report_fd)> before_fork_for_test;
 };
-
-// The start time of `pid` in clock ticks since boot (/proc/<pid>/stat field
-// 22); nullopt when there is no such process or it is a zombie.
-std::optional<uint64_t> ProcessStartTicks(int pid);
-
-// True when `pid` runs and, if `start_ticks` is not 0, started then.
-bool ProcessAlive(int pid, uint64_t start_ticks);
-
-// Finds an executable: a name with a '/' as is (if executable), else on $PATH.
-std::optional<std::string> FindExecutable(const std::string& name);
 
 // One line of a replica log as the supervisor writes it.
 struct LogLine {
