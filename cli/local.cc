@@ -241,7 +241,7 @@ int Train(const std::vector<std::string>& args, std::ostream& out, std::ostream&
       if (errno == EINTR) continue;
       break;
     }
-    const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    const int code = process::DecodeWaitStatus(status).code();
     for (const Child& c : children) {
       if (c.pid == done && done != master) {
         out << "kubetrain local train: " << c.task << " exited with code " << code << std::endl;

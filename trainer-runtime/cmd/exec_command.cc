@@ -274,12 +274,6 @@ void Forward(hypertune::HypertuneFileFollower& follower, const std::string& path
   }
 }
 
-int ExitCodeOf(int wait_status) {
-  if (WIFEXITED(wait_status)) return WEXITSTATUS(wait_status);
-  if (WIFSIGNALED(wait_status)) return 128 + WTERMSIG(wait_status);
-  return kExitInternal;
-}
-
 // The write end of the pipe the signal handler writes to.
 int signal_pipe = -1;
 
@@ -423,8 +417,9 @@ int RunAsChild(ExecArgs& exec, const PackagePlan& plan, TrialReporter* reporter)
           absl::StrCat("waiting for ", command[0], ": ", std::strerror(wait_errno))));
     }
   }
-  if (reporter == nullptr) return ExitCodeOf(wait_status);
-  return FinishReporting(*reporter, ExitCodeOf(wait_status), *signals, termination, *dir);
+  const int child_code = process::DecodeWaitStatus(wait_status).code();
+  if (reporter == nullptr) return child_code;
+  return FinishReporting(*reporter, child_code, *signals, termination, *dir);
 }
 
 // Whether this replica's reports count: the chief's of the cluster TF_CONFIG
