@@ -11,6 +11,7 @@
 #include <string>
 
 #include "common/testing/temp_dir.h"
+#include "common/testing/wait_until.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -193,8 +194,8 @@ TEST(SpawnDetachedTest, TheDaemonRunsInASessionOfItsOwnAndIsNotOurChild) {
   options.out = Stream::File(log, /*append=*/true);
   options.err = Stream::SameAsStdout();
   ASSERT_TRUE(SpawnDetached(options).ok());
-  for (int i = 0; i < 1000 && access(done.c_str(), F_OK) != 0; ++i) usleep(10000);
-  ASSERT_EQ(access(done.c_str(), F_OK), 0) << ReadFile(log);
+  ASSERT_TRUE(test_support::WaitUntil([&] { return access(done.c_str(), F_OK) == 0; }))
+      << ReadFile(log);
   std::istringstream words(ReadFile(log));
   pid_t pid = 0, ppid = 0, sid = 0;
   words >> pid >> ppid >> sid;
