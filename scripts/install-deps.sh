@@ -13,7 +13,7 @@ mapfile -t packages < <(sed -e 's/#.*//' "$build_list" | tr -s ' \t' '\n' | sed 
 if [[ ${#packages[@]} -eq 0 ]]; then echo "install-deps: no packages read from $build_list" >&2; exit 1; fi
 packages+=(
   git
-  clang-14 libclang-rt-14-dev libomp-14-dev lld-14 clang-format clang-tidy
+  clang-14 libclang-rt-14-dev libomp-14-dev lld-14 lld clang-format clang-tidy
   libbenchmark-dev
   dataset-fashion-mnist
   python3 python3-pip prometheus procps
