@@ -307,8 +307,10 @@ TEST_F(OperatorIntegrationTest, NeverPolicyFailsOnAnyFailure) {
 
 TEST_F(OperatorIntegrationTest, ActiveDeadlineFailsTheJobWithNoOtherEvent) {
   auto op = StartOperator("op");
+  // Long enough that the job is RUNNING before it runs out, even when every
+  // process runs under ThreadSanitizer on a loaded machine.
   ASSERT_TRUE(
-      server_->Create("trainingjobs", "ns1", Job("d", "Never", {{"activeDeadlineSeconds", 2}}))
+      server_->Create("trainingjobs", "ns1", Job("d", "Never", {{"activeDeadlineSeconds", 10}}))
           .ok());
   ASSERT_TRUE(WaitForReplicas(8)) << op->Log();
   SetAllRunning();
