@@ -62,11 +62,18 @@ class PackageWorkflowTest : public ::testing::Test {
 
   // Runs `argv` as a replica's container would: in `dir_`, with nothing of
   // the test's environment but Debian's PATH (its python3 has pip and
-  // setuptools) and `env`. Its exit code; output in log_.
+  // setuptools) and `env`. Its exit code; output in log_. A sanitizer
+  // build's options go through too: they belong to the instrumented binary
+  // (its suppressions, where its reports go), not to the replica.
   int RunReplica(const std::vector<std::string>& argv,
                  const std::vector<std::pair<std::string, std::string>>& env) {
     std::string command = absl::StrCat("cd ", Quote(dir_.string()), " && env -i PATH=/usr/bin:/bin",
                                        " HOME=", Quote(dir_.string()));
+    for (const char* name : {"TSAN_OPTIONS", "ASAN_OPTIONS", "UBSAN_OPTIONS", "LSAN_OPTIONS"}) {
+      if (const char* value = std::getenv(name)) {
+        absl::StrAppend(&command, " ", name, "=", Quote(value));
+      }
+    }
     for (const auto& [name, value] : env) absl::StrAppend(&command, " ", name, "=", Quote(value));
     for (const std::string& arg : argv) absl::StrAppend(&command, " ", Quote(arg));
     absl::StrAppend(&command, " > ", Quote(log_.string()), " 2>&1");
