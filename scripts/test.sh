@@ -10,8 +10,7 @@
 #                                 printed at the end, suppressions in
 #                                 scripts/tsan-suppressions.txt say why each is there)
 #   scripts/test.sh --tsan --build-only
-#                                 only its build (.ci/run starts it early, in the
-#                                 background, at the lowest priority)
+#                                 only its build
 #   scripts/test.sh --images      the container images (scripts/build-images.sh, archives
 #                                 in out/images/), then their smoke tests (label image).
 #                                 The Dockerfile's build stage compiles the binaries: run
@@ -107,7 +106,7 @@ if [[ $mode == tsan ]]; then
   export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:log_path=$reports/race:suppressions=$PWD/scripts/tsan-suppressions.txt"
   status=0
   # Left out, because under ThreadSanitizer they take longer than the rest
-  # together (stage one of .ci/run runs them all):
+  # together (the default mode runs them all):
   # - the Fashion-MNIST accuracy runs: an epoch of a CNN on each kernel path,
   #   ten minutes here; the engine's unit tests run the same kernels and
   #   executor in seconds;
