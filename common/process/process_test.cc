@@ -20,12 +20,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
+using test_support::ReadFile;
 
 SpawnOptions Shell(const std::string& script) { return {.argv = {"/bin/sh", "-c", script}}; }
 

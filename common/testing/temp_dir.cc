@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <system_error>
 #include <utility>
 
@@ -43,6 +45,13 @@ void TempDir::Remove() {
   std::error_code ec;  // best effort: a folder a test made read-only stays
   std::filesystem::remove_all(path_, ec);
   path_.clear();
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
 }
 
 }  // namespace kubetrain::test_support

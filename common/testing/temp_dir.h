@@ -28,4 +28,8 @@ class TempDir {
   std::string path_;
 };
 
+// The whole of the file at `path`; empty when it cannot be read (a test
+// compares it with what it expects, which then names the difference).
+std::string ReadFile(const std::string& path);
+
 }  // namespace kubetrain::test_support

@@ -24,12 +24,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using test_support::ReadFile;
 
 LaunchRequest ShellRequest(const test_support::TempDir& dir, const std::string& script) {
   LaunchRequest r;
