@@ -9,8 +9,6 @@
 #                                 integration tests; any race fails it (reports are
 #                                 printed at the end, suppressions in
 #                                 scripts/tsan-suppressions.txt say why each is there)
-#   scripts/test.sh --tsan --build-only
-#                                 only its build
 #   scripts/test.sh --images      the container images (scripts/build-images.sh, archives
 #                                 in out/images/), then their smoke tests (label image).
 #                                 The Dockerfile's build stage compiles the binaries: run
@@ -32,8 +30,6 @@ case "${1:-}" in
   --images-from-build) mode=images; images_from_build=true ;;
   --tsan) mode=tsan ;;
 esac
-build_only=false
-[[ ${2:-} == --build-only ]] && build_only=true
 jobs=$(nproc)
 
 if [[ $mode == images ]]; then
@@ -98,7 +94,6 @@ if [[ $mode == tsan ]]; then
     "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -gline-tables-only" "-DCMAKE_C_FLAGS_DEBUG=-O1 -gline-tables-only" \
     -DKUBETRAIN_TEST_CXX_FLAGS=-O0 "${clang_linker[@]}"
   cmake --build build-tsan -j "$jobs" --target unit_tests integration_tests kubetrain kubetrain-runtime
-  $build_only && exit 0
   # Every instrumented process (the tests and the binaries they start) writes
   # its report to a file: a child's stderr may not reach the test's output.
   reports=$PWD/build-tsan/tsan-reports
