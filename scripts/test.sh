@@ -146,9 +146,12 @@ ctest --test-dir build-asan --output-on-failure -j "$jobs" -L unit --timeout 600
 # the other parsers a shorter run each. Each run is bounded three ways: a
 # per-input time limit (a hang is a finding), an RSS limit (so is runaway
 # memory), and a wall-clock kill, because after an out-of-memory finding the
-# sanitizer's heap report can take longer than the whole CI run.
+# sanitizer's heap report can take longer than the whole CI run. A fuzzer keeps
+# one core busy, so they run $jobs at a time, each for its whole time; each
+# prints its result when it ends.
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:malloc_context_size=10
-for fuzzer in $(find build-asan -type f -name '*_fuzzer' -perm -u+x | sort); do
+run_fuzzer() {
+  local fuzzer=$1 name seconds work src_corpus status=0
   name=$(basename "$fuzzer")
   seconds=${FUZZ_SECONDS_OTHERS:-20}
   [[ $name == training_job_fuzzer ]] && seconds=${FUZZ_SECONDS:-60}
@@ -160,19 +163,30 @@ for fuzzer in $(find build-asan -type f -name '*_fuzzer' -perm -u+x | sort); do
   elif [[ -n "$src_corpus" && -d "$src_corpus/fuzz/corpus" ]]; then
     cp -r "$src_corpus/fuzz/corpus/." "$work/"
   fi
-  echo "fuzz: $name for ${seconds}s"
-  status=0
   timeout -s KILL $((seconds + 120)) "$fuzzer" -max_total_time="$seconds" -timeout=10 \
     -rss_limit_mb=2048 -max_len=16384 -print_final_stats=1 -artifact_prefix="$work/finding-" \
     "$work" >"$work/log" 2>&1 || status=$?
-  if [[ $status -ne 0 ]]; then
-    tail -n 80 "$work/log"
-    for finding in "$work"/finding-*; do
-      [[ -f $finding ]] && { echo "input that failed ($finding), base64:"; base64 -w0 "$finding"; echo; }
-    done
-    echo "fuzz: $name failed (exit $status)"
-    exit 1
-  fi
-  tail -n 12 "$work/log"
-  rm -rf "$work"
-done
+  {
+    echo "fuzz: $name for ${seconds}s"
+    if [[ $status -ne 0 ]]; then
+      tail -n 80 "$work/log"
+      for finding in "$work"/finding-*; do
+        [[ -f $finding ]] && { echo "input that failed ($finding), base64:"; base64 -w0 "$finding"; echo; }
+      done
+      echo "fuzz: $name failed (exit $status)"
+    else
+      tail -n 12 "$work/log"
+    fi
+  } >"$work/result" 2>&1
+  # Printed whole when it ends, not line by line beside the other running fuzzer.
+  cat "$work/result"
+  [[ $status -eq 0 ]] && rm -rf "$work"
+  return "$status"
+}
+export -f run_fuzzer
+export FUZZ_SECONDS FUZZ_SECONDS_OTHERS
+fuzzers=$(find build-asan -type f -name '*_fuzzer' -perm -u+x | sort)
+if ! xargs -r -P "$jobs" -n 1 bash -c 'run_fuzzer "$1"' run_fuzzer <<<"$fuzzers"; then
+  echo "fuzz: a fuzzer failed (above)"
+  exit 1
+fi
