@@ -81,11 +81,11 @@ class PodFollower {
       done_ = true;
     });
   }
-  // Ends the follow: an open read is cancelled, a wait cut short.
+  // Ends the follow: open reads are cancelled, a wait cut short.
   void Stop() {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
-    if (stream_ != nullptr) stream_->Cancel();
+    for (kube::LogStream* stream : streams_) stream->Cancel();
   }
   bool done() const { return done_.load(); }
 
@@ -133,10 +133,11 @@ class PodFollower {
   }
 
   // Reads the previous or the current run and prints the lines not printed
-  // before. Returns how the request was answered: OK when the log ended,
-  // NotFound for a pod that is gone, InvalidArgument (400) for a container
-  // without such a run, Unavailable for a dropped connection.
-  absl::Status ReadRun(bool previous, bool* printed) {
+  // before; a read of the previous run stops before the first line stamped
+  // `until` or later. Returns how the request was answered: OK when the log
+  // ended, NotFound for a pod that is gone, InvalidArgument (400) for a
+  // container without such a run, Unavailable for a dropped connection.
+  absl::Status ReadRun(bool previous, bool* printed, absl::Time until = absl::InfiniteFuture()) {
     kube::LogOptions options;
     options.container = core::kContainerName;
     options.previous = previous;
@@ -151,8 +152,13 @@ class PodFollower {
     {
       absl::MutexLock lock(&mu_);
       if (stopping_) return absl::CancelledError("stopped");
-      stream_ = stream->get();
+      streams_.insert(stream->get());
     }
+    // The run before this one was read up to the last printed line, but the
+    // container may have restarted between that read and this request. Its
+    // remaining lines are older than any of this run's, so they are printed
+    // first: the previous run is read again before this run's first new line.
+    bool previous_run_read = previous;
     absl::Status result;
     for (;;) {
       absl::StatusOr<std::optional<std::string>> line = (*stream)->NextLine();
@@ -170,10 +176,23 @@ class PodFollower {
           !absl::ParseTime(absl::RFC3339_full, text.substr(0, space), &time, &error)) {
         continue;  // not a line of the log: nothing the API server sends
       }
+      if (time >= until) break;
       if (time < resume) continue;
       if (time == resume && to_skip > 0) {
         --to_skip;
         continue;
+      }
+      if (!previous_run_read) {
+        previous_run_read = true;
+        absl::Status rest = ReadRun(/*previous=*/true, printed, /*until=*/time);
+        // Without a previous run (400), or a pod (404), there is nothing
+        // more to read. Anything else (a dropped connection, a stop) ends
+        // this read before its line is printed, so that the next one tries
+        // again.
+        if (!rest.ok() && !absl::IsInvalidArgument(rest) && !absl::IsNotFound(rest)) {
+          result = rest;
+          break;
+        }
       }
       if (time == last_time_) {
         ++printed_at_last_;
@@ -188,7 +207,7 @@ class PodFollower {
       *printed = true;
     }
     absl::MutexLock lock(&mu_);
-    stream_ = nullptr;
+    streams_.erase(stream->get());
     return result;
   }
 
@@ -206,7 +225,9 @@ class PodFollower {
 
   absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  kube::LogStream* stream_ ABSL_GUARDED_BY(mu_) = nullptr;
+  // The open reads: the current run's, and the previous run's while it is
+  // read again from inside it.
+  std::set<kube::LogStream*> streams_ ABSL_GUARDED_BY(mu_);
 };
 
 class JobLogFollower {

@@ -17,6 +17,10 @@
 //     timestamps; after the first read every request asks for sinceTime = the
 //     last line's stamp and drops what it has printed, so a reconnect (a
 //     dropped connection, the container restarted in place) repeats nothing.
+//     Before the first new line of a current run is printed, the previous
+//     run is read again up to that line: the container may have restarted
+//     between the two requests, and what its earlier run wrote last comes
+//     first.
 //  3. When a read ends the follower looks at the pod: gone (or another
 //     uid), or Succeeded/Failed, and it is done; else the container will run
 //     again, and it reads again after the polling interval. A container
@@ -27,9 +31,9 @@
 // Lines of one replica are printed in the order written; replicas interleave
 // as their lines arrive. The API merges stdout and stderr, so a line's
 // severity is judged as if it came from stderr (an error report reads as
-// ERROR wherever it was written). A restart that comes and goes between two
-// reads (two restarts in one polling interval) loses that run's lines: the
-// kubelet keeps only the last terminated run.
+// ERROR wherever it was written). A run that starts and ends between two
+// reads (two restarts between them) loses its lines: the kubelet keeps only
+// the last terminated run.
 //
 // RBAC: the user needs get/list on trainingjobs, pods and events and get on
 // pods/log in the namespace; the operator needs none of it.

@@ -407,6 +407,10 @@ class FakeApiServer::Impl {
     std::lock_guard<std::mutex> lock(mu_);
     latency_ = latency;
   }
+  void BeforeLogRequests(FakeApiServer::LogRequestHook hook) {
+    std::lock_guard<std::mutex> lock(mu_);
+    before_log_request_ = std::move(hook);
+  }
   void CompactHistory() {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -1082,6 +1086,12 @@ class FakeApiServer::Impl {
   // GET pods/NAME/log (pod_logs.h). Returns false when the connection must
   // be closed (after a streamed answer).
   bool ServeLog(int fd, const std::string& ns, const std::string& name, const HttpRequest& req) {
+    FakeApiServer::LogRequestHook hook;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      hook = before_log_request_;
+    }
+    if (hook) hook(name, req.query);  // unlocked: it may call back into the server
     Reply pod = Get(*FindResource("pods"), ns, name);
     if (pod.code != 200) return SendReply(fd, pod);
     std::optional<PodLogs::Error> error = logs_.Serve(
@@ -1254,6 +1264,7 @@ class FakeApiServer::Impl {
   int fail_next_ = 0;
   int fail_code_ = 500;
   absl::Duration latency_ = absl::ZeroDuration();
+  FakeApiServer::LogRequestHook before_log_request_;
   int open_watches_ = 0;
   std::map<std::string, int64_t> request_counts_;
   struct ServedCrd {
@@ -1308,6 +1319,9 @@ std::string FakeApiServer::url() const { return absl::StrCat("http://127.0.0.1:"
 void FakeApiServer::DropWatches() { impl_->DropWatches(); }
 void FakeApiServer::FailNextRequests(int n, int code) { impl_->FailNextRequests(n, code); }
 void FakeApiServer::SetLatency(absl::Duration latency) { impl_->SetLatency(latency); }
+void FakeApiServer::BeforeLogRequests(LogRequestHook hook) {
+  impl_->BeforeLogRequests(std::move(hook));
+}
 void FakeApiServer::CompactHistory() { impl_->CompactHistory(); }
 absl::Status FakeApiServer::ServeCrd(const nlohmann::json& crd) { return impl_->ServeCrd(crd); }
 std::map<std::string, int64_t> FakeApiServer::RequestCounts() const {

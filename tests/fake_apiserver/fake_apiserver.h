@@ -126,6 +126,14 @@ class FakeApiServer {
 
   // Ends every open pods/log stream now; the logs stay (a dropped connection).
   void DropLogStreams();
+  // Calls `hook` with the pod's name and the request's parameters as each
+  // pods/log request arrives, before it is answered: what a container does
+  // between two requests of a client (it writes, crashes, restarts) happens
+  // there, at that exact point. The hook may call this server's container
+  // and store methods; an empty function removes it.
+  using LogRequestHook =
+      std::function<void(const std::string& pod, const std::map<std::string, std::string>& query)>;
+  void BeforeLogRequests(LogRequestHook hook);
 
   // --- Custom resource definitions ---
   // Serves a CRD for its resource, which must be one this server stores

@@ -100,8 +100,11 @@ class ClusterLogsTest : public ::testing::Test {
     ASSERT_TRUE(client.ok()) << client.status();
     jobs_ = std::make_unique<ClusterJobs>(*std::move(client), kNs);
   }
-  void TearDown() {
-    if (follow_.joinable()) follow_.join();
+  void TearDown() override {
+    if (!follow_.joinable()) return;
+    // A failed assertion left the follow open: ending the job ends it.
+    if (!follow_done_) SetState(followed_id_, "CANCELLED");
+    follow_.join();
   }
 
   // The job as `jobs submit` creates it, RUNNING as the operator would say.
@@ -159,6 +162,7 @@ class ClusterLogsTest : public ::testing::Test {
 
   // Follows `id` on a thread; the result lands in `followed_`.
   void Follow(const std::string& id, ClusterLogOptions options) {
+    followed_id_ = id;
     follow_ = std::thread([this, id, options] {
       std::ostream out(&output_);
       followed_ = jobs_->FollowLogs(id, options, out);
@@ -175,6 +179,7 @@ class ClusterLogsTest : public ::testing::Test {
   std::unique_ptr<ClusterJobs> jobs_;
   SharedOutput output_;
   std::thread follow_;
+  std::string followed_id_;
   std::atomic<bool> follow_done_{false};
   absl::StatusOr<v1::TrainingJob> followed_ = absl::UnknownError("not run");
 };
@@ -257,6 +262,49 @@ TEST_F(ClusterLogsTest, EveryReplicaInOrderThroughRestartsAndNewPodsUntilTheJobE
         << e.message;
   }
   EXPECT_EQ(Entries(text).size(), 11u) << text;  // nothing else, nothing twice
+}
+
+// The follower reads the previous run (none), then asks to follow the
+// current one; in between, the container writes, crashes and is restarted.
+// The follow request then reads the new run, and the end of the old one
+// must still come first.
+TEST_F(ClusterLogsTest, ARestartBetweenTwoReadsLosesNothingOfTheEarlierRun) {
+  SubmitJob("restarts");
+  CreatePod("restarts", {"", api::Role::kWorker, 0});
+  Start("restarts-worker-0");
+  SetPhase("restarts-worker-0", "Running");
+  Log("restarts-worker-0", "run 1 line 1");
+  Follow("restarts", Fast());
+  ASSERT_TRUE(Printed("worker-replica-0", 1)) << Text();
+
+  std::atomic<bool> restarted{false};
+  server_->BeforeLogRequests(
+      [&](const std::string& pod, const std::map<std::string, std::string>& query) {
+        auto follow = query.find("follow");
+        if (pod != "restarts-worker-0" || follow == query.end() || follow->second != "true" ||
+            restarted.exchange(true)) {
+          return;
+        }
+        Log("restarts-worker-0", "run 1 line 2\nTraceback (most recent call last):");
+        Start("restarts-worker-0");
+        Log("restarts-worker-0", "run 2 line 1");
+      });
+  server_->DropLogStreams();  // the follower reconnects: previous, then follow
+  ASSERT_TRUE(Printed("worker-replica-0", 4)) << Text();
+  EXPECT_TRUE(restarted);
+  server_->BeforeLogRequests(nullptr);
+
+  Log("restarts-worker-0", "run 2 line 2");
+  Stop("restarts-worker-0");
+  SetPhase("restarts-worker-0", "Succeeded");
+  SetState("restarts", "SUCCEEDED");
+  ASSERT_TRUE(test_support::WaitUntil([&] { return follow_done_.load(); }, absl::Seconds(30)))
+      << Text();
+  follow_.join();
+  ASSERT_TRUE(followed_.ok()) << followed_.status();
+  EXPECT_THAT(Messages(Text(), "worker-replica-0"),
+              ElementsAre("run 1 line 1", "run 1 line 2",
+                          "Traceback (most recent call last):", "run 2 line 1", "run 2 line 2"));
 }
 
 TEST_F(ClusterLogsTest, TaskAndTrialFiltersPickTheReplicas) {
