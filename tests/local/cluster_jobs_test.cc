@@ -7,6 +7,7 @@
 #include <iostream>
 #include <random>
 #include <sstream>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -169,6 +170,37 @@ TEST_F(ClusterJobsTest, CliWithoutLocalUsesTheKubeconfig) {
   auto [ccode, cancel] = run("jobs cancel cli_job");
   EXPECT_EQ(ccode, 0) << cancel;
   EXPECT_EQ((*server_->Get("trainingjobs", "team-a", "cli-job"))["spec"]["cancel"], true);
+}
+
+// `cancel --wait` on a cluster: the cancel is asked for, then the command
+// waits for the operator to end the job and says how it ended.
+TEST_F(ClusterJobsTest, CancelWaitWaitsForTheOperatorToEndTheJob) {
+  test_support::TempDir dir;
+  ASSERT_TRUE(jobs_->Create(Job("waited_job")).ok());
+  ASSERT_TRUE(server_
+                  ->MergePatch("trainingjobs", "team-a", "waited-job",
+                               {{"status", {{"state", "RUNNING"}}}}, "status")
+                  .ok());
+  // The operator's part: once the cancel is asked for, the job ends.
+  std::thread operator_side([&] {
+    const bool asked = test_support::WaitUntil([&] {
+      auto job = server_->Get("trainingjobs", "team-a", "waited-job");
+      return job.ok() && (*job)["spec"].value("cancel", false);
+    });
+    if (!asked) return;
+    (void)server_->MergePatch("trainingjobs", "team-a", "waited-job",
+                              {{"status", {{"state", "CANCELLED"}}}}, "status");
+  });
+  auto [code, out] = RunCli(dir, "jobs cancel waited_job --wait");
+  operator_side.join();
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_THAT(out, HasSubstr("Cancelled job [waited_job].\n"));
+  EXPECT_THAT(out, HasSubstr("Job [waited_job] is CANCELLED.\n"));
+
+  // An ended job is not cancelled again.
+  std::tie(code, out) = RunCli(dir, "jobs cancel waited_job --wait");
+  EXPECT_EQ(code, 1) << out;
+  EXPECT_THAT(out, HasSubstr("job [waited_job] has already ended CANCELLED; nothing to cancel"));
 }
 
 // Object-store URIs are refused at submit on both backends, with the field

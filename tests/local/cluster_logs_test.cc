@@ -169,6 +169,13 @@ class ClusterLogsTest : public ::testing::Test {
       follow_done_ = true;
     });
   }
+  // The job has ended: the follow returns, with the job.
+  void JoinFollow() {
+    ASSERT_TRUE(test_support::WaitUntil([&] { return follow_done_.load(); }, absl::Seconds(30)))
+        << Text();
+    follow_.join();
+    ASSERT_TRUE(followed_.ok()) << followed_.status();
+  }
   bool Printed(const std::string& task, size_t lines, const std::string& trial = "") {
     return test_support::WaitUntil(
         [&] { return Messages(output_.Text(), task, trial).size() >= lines; });
@@ -237,10 +244,7 @@ TEST_F(ClusterLogsTest, EveryReplicaInOrderThroughRestartsAndNewPodsUntilTheJobE
   Stop("mnist-logs-master-0");
   SetPhase("mnist-logs-master-0", "Succeeded");
   SetState("mnist_logs", "SUCCEEDED");
-  ASSERT_TRUE(test_support::WaitUntil([&] { return follow_done_.load(); }, absl::Seconds(30)))
-      << Text();
-  follow_.join();
-  ASSERT_TRUE(followed_.ok()) << followed_.status();
+  ASSERT_NO_FATAL_FAILURE(JoinFollow());
   EXPECT_EQ(followed_->status().state(), v1::SUCCEEDED);
 
   const std::string text = Text();
@@ -298,10 +302,7 @@ TEST_F(ClusterLogsTest, ARestartBetweenTwoReadsLosesNothingOfTheEarlierRun) {
   Stop("restarts-worker-0");
   SetPhase("restarts-worker-0", "Succeeded");
   SetState("restarts", "SUCCEEDED");
-  ASSERT_TRUE(test_support::WaitUntil([&] { return follow_done_.load(); }, absl::Seconds(30)))
-      << Text();
-  follow_.join();
-  ASSERT_TRUE(followed_.ok()) << followed_.status();
+  ASSERT_NO_FATAL_FAILURE(JoinFollow());
   EXPECT_THAT(Messages(Text(), "worker-replica-0"),
               ElementsAre("run 1 line 1", "run 1 line 2",
                           "Traceback (most recent call last):", "run 2 line 1", "run 2 line 2"));
@@ -371,10 +372,7 @@ TEST_F(ClusterLogsTest, ACrashLoopShowsEachRunOnce) {
   Stop("crashy-master-0");
   SetPhase("crashy-master-0", "Failed");
   SetState("crashy", "FAILED");
-  ASSERT_TRUE(test_support::WaitUntil([&] { return follow_done_.load(); }, absl::Seconds(30)))
-      << Text();
-  follow_.join();
-  ASSERT_TRUE(followed_.ok()) << followed_.status();
+  ASSERT_NO_FATAL_FAILURE(JoinFollow());
   EXPECT_EQ(followed_->status().state(), v1::FAILED);
   EXPECT_THAT(Messages(Text(), "master-replica-0"),
               ElementsAre("run 2", "run 3", "ValueError: bad flag", "run 4"));
