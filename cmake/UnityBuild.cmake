@@ -22,5 +22,5 @@ _kubetrain_unity_alone(operator/kube leader_election_test.cc)
 _kubetrain_unity_alone(operator/local process_launcher.cc)
 # Fail(), as in exec_command.cc.
 _kubetrain_unity_alone(trainer-runtime/cmd train_command.cc)
-# BindAddress() as in parameter_server.cc; Soon() as in collectives_test.cc.
-_kubetrain_unity_alone(trainer-runtime/dist strategy/task_runner.cc shm/shm_transport_test.cc)
+# Soon(), as in collectives_test.cc.
+_kubetrain_unity_alone(trainer-runtime/dist shm/shm_transport_test.cc)

@@ -448,6 +448,20 @@ absl::StatusOr<std::unique_ptr<GrpcTransport>> GrpcTransport::Listen(
   return std::unique_ptr<GrpcTransport>(std::move(transport));
 }
 
+absl::StatusOr<std::unique_ptr<GrpcTransport>> GrpcTransport::Join(
+    const std::vector<std::string>& addresses, int rank, const Options& options,
+    absl::Time deadline) {
+  if (rank < 0 || rank >= static_cast<int>(addresses.size())) {
+    return absl::InvalidArgumentError(absl::StrCat("rank ", rank, " of ", addresses.size()));
+  }
+  const std::string& own = addresses[rank];
+  const std::string bind_address = absl::StrCat("0.0.0.0:", own.substr(own.rfind(':') + 1));
+  ASSIGN_OR_RETURN(std::unique_ptr<GrpcTransport> transport,
+                   Listen(rank, static_cast<int>(addresses.size()), bind_address, options));
+  RETURN_IF_ERROR(transport->Connect(addresses, deadline));
+  return transport;
+}
+
 GrpcTransport::~GrpcTransport() = default;
 
 }  // namespace kubetrain::dist

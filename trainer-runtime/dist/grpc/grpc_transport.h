@@ -53,6 +53,14 @@ class GrpcTransport : public Transport {
     return Listen(rank, size, bind_address, Options());
   }
 
+  // Joins the group of `addresses` ("host:port", indexed by rank) as rank
+  // `rank`: listens on every interface at the port of its own address (the
+  // host there may be a service name that resolves to this pod only from
+  // outside), then Connect()s by `deadline`.
+  static absl::StatusOr<std::unique_ptr<GrpcTransport>> Join(
+      const std::vector<std::string>& addresses, int rank, const Options& options,
+      absl::Time deadline);
+
   // Closes: BYE to every peer, then stops the server.
   ~GrpcTransport() override;
 

@@ -88,19 +88,11 @@ std::vector<std::string> GroupAddresses(const ClusterSpec& cluster) {
   return addresses;
 }
 
-std::string BindAddress(const std::string& address) {
-  return absl::StrCat("0.0.0.0:", address.substr(address.rfind(':') + 1));
-}
-
 absl::StatusOr<std::unique_ptr<GrpcTransport>> Join(const ClusterSpec& cluster, int rank,
                                                     absl::Duration timeout) {
-  const std::vector<std::string> addresses = GroupAddresses(cluster);
   GrpcTransport::Options options;
   options.group = "kubetrain-ps";
-  ASSIGN_OR_RETURN(auto t, GrpcTransport::Listen(rank, static_cast<int>(addresses.size()),
-                                                 BindAddress(addresses[rank]), options));
-  RETURN_IF_ERROR(t->Connect(addresses, absl::Now() + timeout));
-  return t;
+  return GrpcTransport::Join(GroupAddresses(cluster), rank, options, absl::Now() + timeout);
 }
 
 // ---------------------------------------------------------------------------

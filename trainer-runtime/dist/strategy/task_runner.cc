@@ -41,30 +41,15 @@ std::string HostOf(const std::string& address) {
   return host;
 }
 
-// "0.0.0.0:<port>": the TF_CONFIG host may be a service name that only
-// resolves to this pod from outside.
-std::string BindAddress(const std::string& address) {
-  return absl::StrCat("0.0.0.0:", address.substr(address.rfind(':') + 1));
-}
-
-absl::StatusOr<std::unique_ptr<GrpcTransport>> ConnectGrpc(
-    const std::vector<std::string>& addresses, int rank, const std::string& group,
-    absl::Time deadline) {
-  GrpcTransport::Options options;
-  options.group = group;
-  ASSIGN_OR_RETURN(auto transport, GrpcTransport::Listen(rank, static_cast<int>(addresses.size()),
-                                                         BindAddress(addresses[rank]), options));
-  RETURN_IF_ERROR(transport->Connect(addresses, deadline));
-  return transport;
-}
-
 absl::StatusOr<std::unique_ptr<runtime::engine::TrainingStrategy>> MakeAllReduce(
     const ClusterSpec& cluster, const DistributedFlags& flags) {
   const absl::Time deadline = absl::Now() + flags.connect_timeout;
   const std::vector<std::string> addresses = cluster.ReplicaAddresses();
   const int rank = *cluster.ReplicaRank();
+  GrpcTransport::Options grpc_options;
+  grpc_options.group = "kubetrain-allreduce";
   ASSIGN_OR_RETURN(std::unique_ptr<GrpcTransport> grpc,
-                   ConnectGrpc(addresses, rank, "kubetrain-allreduce", deadline));
+                   GrpcTransport::Join(addresses, rank, grpc_options, deadline));
   bool same_host = true;
   for (const auto& a : addresses) same_host &= HostOf(a) == HostOf(addresses[0]);
   const bool use_shm = flags.transport == "shm" || (flags.transport == "auto" && same_host);
