@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/testing/child_process.h"
+#include "common/testing/temp_dir.h"
 #include "common/testing/wait_until.h"
 #include "gtest/gtest.h"
 #include "kubetrain/v1/graph.pb.h"
@@ -37,12 +38,7 @@ using nlohmann::json;
 
 constexpr char kToken[] = "job-isolation-token";
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
+using test_support::ReadFile;
 
 class JobIsolationE2eTest : public ::testing::Test {
  protected:

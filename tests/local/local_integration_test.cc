@@ -37,12 +37,7 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using test_support::ReadFile;
 
 std::string Quote(const std::string& s) {
   std::string q = "'";

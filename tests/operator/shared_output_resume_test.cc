@@ -40,12 +40,7 @@ namespace fs = std::filesystem;
 using fake_apiserver::FakeApiServer;
 using nlohmann::json;
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using test_support::ReadFile;
 
 // The step of the latest checkpoint in `dir`, from the trainer's index
 // ("model_checkpoint_path: \"model.ckpt-200\""); -1 when there is none.

@@ -34,12 +34,7 @@ using ::testing::HasSubstr;
 // averaged, is off by more than 1e-2.
 constexpr double kLossTolerance = 1e-5;
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using test_support::ReadFile;
 
 std::string Quote(const std::string& s) {
   std::string q = "'";

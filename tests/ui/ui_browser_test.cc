@@ -46,12 +46,7 @@ constexpr char kFashionMnist[] = "/usr/share/datasets/fashion-mnist";
 constexpr char kScriptPayload[] = "<script>window.__xss=1</script>";
 constexpr char kImgPayload[] = "\"><img src=x onerror=window.__xss=2>";
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using test_support::ReadFile;
 
 std::string Quote(const std::string& s) {
   std::string q = "'";
