@@ -31,6 +31,11 @@ using nlohmann::json;
 // Errors reading the job or its pods that are retried before giving up.
 constexpr int kMaxConsecutiveUnavailable = 10;
 
+// How long, after the job and a container have ended, its follower may take
+// to read what the container left: a bound against an API server that stops
+// answering mid-read, never reached otherwise.
+constexpr absl::Duration kEndedPodReadLimit = absl::Seconds(30);
+
 std::string Rfc3339Nano(absl::Time t) {
   return absl::FormatTime("%Y-%m-%d%ET%H:%M:%E*SZ", t, absl::UTCTimeZone());
 }
@@ -88,6 +93,7 @@ class PodFollower {
     for (kube::LogStream* stream : streams_) stream->Cancel();
   }
   bool done() const { return done_.load(); }
+  const std::string& pod_uid() const { return pod_.uid; }
 
  private:
   bool Stopping() {
@@ -381,15 +387,42 @@ class JobLogFollower {
     return absl::OkStatus();
   }
 
-  // Step 4 of the header.
+  // Step 4 of the header. A container that has ended has all its lines
+  // there to read, however long the reads take (a loaded API server); one
+  // still running (a parameter server under cleanPodPolicy None) may write
+  // for `drain` more, and is then cut off.
   void Drain() {
-    const absl::Time deadline = absl::Now() + options_.drain;
+    AwaitFollowers(absl::Now() + options_.drain);
+    const std::set<std::string> ended = EndedPods();
+    for (auto& f : followers_) {
+      if (ended.count(f->pod_uid()) == 0) f->Stop();
+    }
+    AwaitFollowers(absl::Now() + kEndedPodReadLimit);
+    StopAll();
+  }
+
+  void AwaitFollowers(absl::Time deadline) {
     while (absl::Now() < deadline &&
            std::any_of(followers_.begin(), followers_.end(),
                        [](const std::unique_ptr<PodFollower>& f) { return !f->done(); })) {
       absl::SleepFor(absl::Milliseconds(20));
     }
-    StopAll();
+  }
+
+  // The uids of the job's pods that have ended (Succeeded or Failed); none
+  // when they cannot be listed.
+  std::set<std::string> EndedPods() {
+    kube::ListOptions list;
+    list.label_selector = core::JobSelector(job_object_name_);
+    absl::StatusOr<json> pods = client_.List(kube::kPods, ns_, list);
+    std::set<std::string> ended;
+    if (!pods.ok()) return ended;
+    for (const json& pod : pods->value("items", json::array())) {
+      if (!pod.is_object() || !pod.contains("status") || !pod["status"].is_object()) continue;
+      const std::string phase = pod["status"].value("phase", "");
+      if (phase == "Succeeded" || phase == "Failed") ended.insert(Meta(pod, "uid"));
+    }
+    return ended;
   }
 
   void StopAll() {

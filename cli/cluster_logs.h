@@ -25,8 +25,9 @@
 //     uid), or Succeeded/Failed, and it is done; else the container will run
 //     again, and it reads again after the polling interval. A container
 //     that has not started (400 "waiting to start") is retried likewise.
-//  4. Once the job has ended, followers of containers that ended finish
-//     on their own; those still running (a parameter server under
+//  4. Once the job has ended, followers of pods that ended (Succeeded,
+//     Failed) read all their containers left, however slow the API server
+//     (up to 30 s); those of pods still running (a parameter server under
 //     cleanPodPolicy None) are stopped after `drain`.
 // Lines of one replica are printed in the order written; replicas interleave
 // as their lines arrive. The API merges stdout and stderr, so a line's

@@ -351,6 +351,33 @@ TEST_F(ClusterLogsTest, TaskAndTrialFiltersPickTheReplicas) {
   EXPECT_THAT(missing.status().message(), HasSubstr("job [nope] not found in namespace team-a"));
 }
 
+// Pods that ended have all their lines there to read: a slow API server
+// (each request longer than the drain) loses none of them; only containers
+// still running are cut off after the drain.
+TEST_F(ClusterLogsTest, EndedPodsArePrintedWholeFromASlowApiServer) {
+  SubmitJob("slow");
+  CreatePod("slow", {"", api::Role::kMaster, 0});
+  CreatePod("slow", {"", api::Role::kWorker, 0});
+  for (const std::string pod : {"slow-master-0", "slow-worker-0"}) {
+    Start(pod);
+    Log(pod, pod + " line 1\n" + pod + " line 2");
+    Stop(pod);
+    SetPhase(pod, "Succeeded");
+  }
+  SetState("slow", "SUCCEEDED");
+  server_->SetLatency(absl::Milliseconds(300));
+
+  ClusterLogOptions options = Fast();
+  options.drain = absl::Milliseconds(100);
+  std::ostringstream out;
+  auto job = jobs_->FollowLogs("slow", options, out);
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_THAT(Messages(out.str(), "master-replica-0"),
+              ElementsAre("slow-master-0 line 1", "slow-master-0 line 2"));
+  EXPECT_THAT(Messages(out.str(), "worker-replica-0"),
+              ElementsAre("slow-worker-0 line 1", "slow-worker-0 line 2"));
+}
+
 TEST_F(ClusterLogsTest, ACrashLoopShowsEachRunOnce) {
   SubmitJob("crashy");
   CreatePod("crashy", {"", api::Role::kMaster, 0});
