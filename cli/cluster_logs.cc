@@ -48,6 +48,14 @@ std::string Meta(const json& object, const char* field) {
   return md.contains(field) && md[field].is_string() ? md[field].get<std::string>() : "";
 }
 
+// Whether the pod has ended: Succeeded or Failed, its containers will not
+// run again.
+bool PodEnded(const json& pod) {
+  if (!pod.is_object() || !pod.contains("status") || !pod["status"].is_object()) return false;
+  const std::string phase = pod["status"].value("phase", "");
+  return phase == "Succeeded" || phase == "Failed";
+}
+
 // One writer at a time, a whole line at a time.
 class Printer {
  public:
@@ -126,10 +134,7 @@ class PodFollower {
         if (absl::IsNotFound(pod.status())) return;
         if (pod.ok()) {
           if (Meta(*pod, "uid") != pod_.uid) return;  // another pod of that name
-          const std::string phase = pod->contains("status") && (*pod)["status"].is_object()
-                                        ? (*pod)["status"].value("phase", "")
-                                        : "";
-          if (phase == "Succeeded" || phase == "Failed") return;
+          if (PodEnded(*pod)) return;
         }
       }
       // A read that brought nothing waits before the next one; one cut
@@ -392,7 +397,10 @@ class JobLogFollower {
   // still running (a parameter server under cleanPodPolicy None) may write
   // for `drain` more, and is then cut off.
   void Drain() {
-    AwaitFollowers(absl::Now() + options_.drain);
+    if (AwaitFollowers(absl::Now() + options_.drain)) {
+      StopAll();  // every container's log was read whole: nothing to ask
+      return;
+    }
     const std::set<std::string> ended = EndedPods();
     for (auto& f : followers_) {
       if (ended.count(f->pod_uid()) == 0) f->Stop();
@@ -401,12 +409,17 @@ class JobLogFollower {
     StopAll();
   }
 
-  void AwaitFollowers(absl::Time deadline) {
-    while (absl::Now() < deadline &&
-           std::any_of(followers_.begin(), followers_.end(),
-                       [](const std::unique_ptr<PodFollower>& f) { return !f->done(); })) {
+  // Whether every follower was done by `deadline`.
+  bool AwaitFollowers(absl::Time deadline) {
+    auto all_done = [&] {
+      return std::all_of(followers_.begin(), followers_.end(),
+                         [](const std::unique_ptr<PodFollower>& f) { return f->done(); });
+    };
+    while (!all_done()) {
+      if (absl::Now() >= deadline) return false;
       absl::SleepFor(absl::Milliseconds(20));
     }
+    return true;
   }
 
   // The uids of the job's pods that have ended (Succeeded or Failed); none
@@ -418,9 +431,7 @@ class JobLogFollower {
     std::set<std::string> ended;
     if (!pods.ok()) return ended;
     for (const json& pod : pods->value("items", json::array())) {
-      if (!pod.is_object() || !pod.contains("status") || !pod["status"].is_object()) continue;
-      const std::string phase = pod["status"].value("phase", "");
-      if (phase == "Succeeded" || phase == "Failed") ended.insert(Meta(pod, "uid"));
+      if (PodEnded(pod)) ended.insert(Meta(pod, "uid"));
     }
     return ended;
   }
