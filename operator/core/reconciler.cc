@@ -1,7 +1,9 @@
 #include "operator/core/reconciler.h"
 
 #include <algorithm>
+#include <optional>
 #include <set>
+#include <string>
 #include <utility>
 
 #include "api/field_error.h"
@@ -616,7 +618,28 @@ void DeleteFinishedOutputClaim(Context& c) {
 // Reconcile, in the context of one pass.
 ReconcileResult ReconcilePass(const v1::TrainingJob& job, const Observed& observed, absl::Time now,
                               const ReconcileOptions& options) {
-  Context c{job, observed, now, options, job, {}, JobObjectName(job), {}};
+  // Trials are archived before the status write that drops them from status.
+  // When that write fails (a 409, an operator stopped between the two), or
+  // the backend's copy of the job lags behind its archive, a trial is in
+  // both places. It is counted once, as status has it: completedTrialCount,
+  // the failed count and the tuner's history would otherwise hold it twice.
+  std::set<std::string> in_status;
+  for (const v1::HyperparameterOutput& t : job.status().training_output().trials()) {
+    in_status.insert(t.trial_id());
+  }
+  std::set<std::string> in_both;
+  for (const v1::HyperparameterOutput& t : observed.archived_trials) {
+    if (in_status.count(t.trial_id()) > 0) in_both.insert(t.trial_id());
+  }
+  std::optional<Observed> once;
+  if (!in_both.empty()) {
+    once = observed;
+    std::erase_if(once->archived_trials, [&](const v1::HyperparameterOutput& t) {
+      return in_both.count(t.trial_id()) > 0;
+    });
+  }
+  Context c{job, once ? *once : observed, now, options, job, {}, JobObjectName(job), {}};
+  c.archived_and_in_status = std::move(in_both);
   c.result.status = job.status();
   v1::TrainingJobStatus& s = c.status();
 

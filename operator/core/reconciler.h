@@ -67,7 +67,10 @@ struct Observed {
   // Trial id -> reports in arrival order. Only trials the backend still holds
   // reports for; a finished trial's status keeps its final metric.
   std::map<std::string, std::vector<MetricReport>> trial_metrics;
-  // Trials that left status earlier (ArchiveTrial), from the job store.
+  // Trials that left status earlier (ArchiveTrial), from the job store. One
+  // that is in the job's status too (the status write that was to drop it
+  // failed, or is not seen yet) counts once, as status has it, and is
+  // archived again once it has finished.
   std::vector<v1::HyperparameterOutput> archived_trials;
   // Read only when the spec names resumePreviousJobId; backends fill it then.
   PreviousStudy previous_study;

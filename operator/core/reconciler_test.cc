@@ -111,7 +111,7 @@ struct Harness {
             std::erase_if(observed.services, [&](const auto& x) { return x.name == ds->name; });
         ASSERT_EQ(n, 1u) << "deleted a service that is not there: " << ds->name;
       } else if (auto* ar = std::get_if<ArchiveTrial>(&a)) {
-        observed.archived_trials.push_back(ar->trial);
+        Archive(ar->trial);
       } else if (auto* cc = std::get_if<CreateClaim>(&a)) {
         ASSERT_THAT(observed.claims, testing::Not(testing::Contains(cc->name)))
             << "claim created twice";
@@ -120,6 +120,14 @@ struct Harness {
         ASSERT_EQ(std::erase(observed.claims, dc->name), 1u) << "deleted a claim not there";
       }
     }
+  }
+
+  // As both job stores keep archives: by trial id, a second write replacing
+  // the first.
+  void Archive(const v1::HyperparameterOutput& trial) {
+    std::erase_if(observed.archived_trials,
+                  [&](const auto& t) { return t.trial_id() == trial.trial_id(); });
+    observed.archived_trials.push_back(trial);
   }
 
   ReconcileResult Step() {
@@ -1505,6 +1513,115 @@ TEST(StudyTest, LongStudyKeepsStatusCappedAndTheTunerSeesEverything) {
   EXPECT_EQ(trials.size(), kMaxTrialsInStatus);
   EXPECT_EQ(trials[0].trial_id(), std::to_string(kTrials));  // best first
   EXPECT_EQ(trials[trials.size() - 1].trial_id(), "1");      // failed last
+}
+
+// No trial is both archived and in status at the end of a reconcile, and none
+// counts twice.
+void ExpectEachTrialOnRecordOnce(const Harness& h) {
+  for (const v1::HyperparameterOutput& t : h.observed.archived_trials) {
+    EXPECT_EQ(Trial(h, t.trial_id()), nullptr) << "trial " << t.trial_id() << " is in both";
+  }
+}
+
+// Trials are archived before the status write that drops them from status
+// (core::CarryOut). When that write fails (409: the job changed meanwhile),
+// the carry-out stops there, and the next reconcile sees those trials both
+// archived and in status, as it does when a backend's copy of the job lags
+// behind its archive. Here they were running in the status that was kept.
+TEST(StudyTest, TrialsArchivedByALostStatusWriteCountOnce) {
+  const int kTrials = kMaxTrialsInStatus + 2;
+  Harness h(Study(kTrials, kTrials - 1));
+  h.options.services = false;
+  h.Settle();
+  h.RunAll();
+  for (int i = 1; i < kTrials; ++i) {
+    Report(h, std::to_string(i), 1, i / 1000.0);  // higher id, better
+    h.Exit("mnist-t" + std::to_string(i) + "-master-0", 0);
+  }
+  // This reconcile finishes those trials, starts the last one and archives
+  // the two worst; only the archive is carried out.
+  const v1::TrainingJobStatus before = h.job.status();
+  const ReconcileResult lost = h.Reconcile();
+  *h.job.mutable_status() = before;
+  for (const Action& a : lost.actions) {
+    if (auto* ar = std::get_if<ArchiveTrial>(&a)) h.Archive(ar->trial);
+  }
+  std::vector<std::string> archived;
+  for (const auto& t : h.observed.archived_trials) archived.push_back(t.trial_id());
+  ASSERT_THAT(archived, ElementsAre("1", "2"));
+  ASSERT_NE(Trial(h, "1"), nullptr);
+
+  h.Step();
+  auto out = [&]() -> const v1::TrainingOutput& { return h.job.status().training_output(); };
+  EXPECT_EQ(out().completed_trial_count(), kTrials - 1);
+  EXPECT_EQ(h.job.status().trial_progress(),
+            std::to_string(kTrials - 1) + "/" + std::to_string(kTrials));
+  EXPECT_EQ(out().total_trial_count(), kTrials);
+  EXPECT_EQ(out().trials_size(), kMaxTrialsInStatus);
+  ExpectEachTrialOnRecordOnce(h);
+  std::vector<std::string> seen;
+  for (const tuner::TrialRecord& t : h.last_history) seen.push_back(t.trial_id);
+  std::vector<std::string> finished;
+  for (int i = 1; i < kTrials; ++i) finished.push_back(std::to_string(i));
+  EXPECT_THAT(seen, UnorderedElementsAreArray(finished));
+
+  h.Settle();
+  h.RunAll();
+  Report(h, std::to_string(kTrials), 1, 0.5);
+  h.Exit("mnist-t" + std::to_string(kTrials) + "-master-0", 0);
+  h.Settle();
+  EXPECT_EQ(h.job.status().state(), v1::SUCCEEDED);
+  EXPECT_EQ(out().completed_trial_count(), kTrials);
+  EXPECT_EQ(static_cast<size_t>(out().trials_size()) + h.observed.archived_trials.size(),
+            static_cast<size_t>(kTrials));
+  ExpectEachTrialOnRecordOnce(h);
+}
+
+// The same loss when the archived trial had finished already, and trials
+// that finished since rank below it, so that the cap alone would keep it in
+// status: it leaves status, as the lost write meant it to.
+TEST(StudyTest, AFinishedTrialArchivedByALostStatusWriteLeavesStatus) {
+  Harness h(Study(4, 2));
+  h.options.services = false;
+  h.Settle();
+  h.RunAll();
+  Report(h, "1", 1, 0.9);
+  Report(h, "2", 1, 0.8);
+  h.Exit("mnist-t1-master-0", 0);
+  h.Exit("mnist-t2-master-0", 0);
+  h.Settle();
+  ASSERT_EQ(h.job.status().training_output().completed_trial_count(), 2);
+  ASSERT_NE(Trial(h, "3"), nullptr);
+  h.Archive(*Trial(h, "1"));  // what the lost write left, the best so far
+
+  h.Step();
+  auto out = [&]() -> const v1::TrainingOutput& { return h.job.status().training_output(); };
+  EXPECT_EQ(out().completed_trial_count(), 2);
+  EXPECT_EQ(Trial(h, "1"), nullptr);
+  ASSERT_EQ(h.observed.archived_trials.size(), 1u);
+  EXPECT_EQ(h.observed.archived_trials[0].final_metric().objective_value(), 0.9);
+
+  h.RunAll();
+  Report(h, "3", 1, 0.1);
+  Report(h, "4", 1, 0.2);
+  h.Exit("mnist-t3-master-0", 0);
+  h.Exit("mnist-t4-master-0", 0);
+  h.Settle();
+  EXPECT_EQ(h.job.status().state(), v1::SUCCEEDED);
+  EXPECT_EQ(out().completed_trial_count(), 4);
+  std::vector<std::string> in_status;
+  for (const auto& t : out().trials()) in_status.push_back(t.trial_id());
+  EXPECT_THAT(in_status, ElementsAre("2", "4", "3"));
+  ExpectEachTrialOnRecordOnce(h);
+  // The best trial is named even though status no longer holds it.
+  bool said = false;
+  for (const v1::Condition& cond : h.job.status().conditions()) {
+    if (cond.type() == "Succeeded") {
+      said = true;
+      EXPECT_THAT(cond.message(), HasSubstr("; best trial 1: objective 0.9"));
+    }
+  }
+  EXPECT_TRUE(said);
 }
 
 // ---- Resumed studies (resumePreviousJobId) ---------------------------------

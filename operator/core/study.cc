@@ -2,7 +2,9 @@
 #include <climits>
 #include <cmath>
 #include <memory>
+#include <optional>
 #include <set>
+#include <string>
 #include <utility>
 
 #include "api/defaults.h"
@@ -175,19 +177,26 @@ std::string DescribeAssignment(const v1::HyperparameterSpec& spec,
 // Evicts the worst finished trials past kMaxTrialsInStatus. While the study
 // runs only trials with an objective leave (failed and metric-less trials
 // stay, so the failure count never depends on the job store); once it is
-// over, any finished trial may.
+// over, any finished trial may. A finished trial that is archived already
+// (the status write that was to drop it was lost) leaves whatever the count,
+// its archived copy replaced by this one, so that no trial stays in both.
 void CapTrials(Context& c, bool study_over) {
   auto* trials = c.status().mutable_training_output()->mutable_trials();
-  if (trials->size() <= kMaxTrialsInStatus) return;
+  if (trials->size() <= kMaxTrialsInStatus && c.archived_and_in_status.empty()) return;
   std::vector<v1::HyperparameterOutput> all(trials->begin(), trials->end());
+  std::set<size_t> evict;
   std::vector<size_t> candidates;
   for (size_t i = 0; i < all.size(); ++i) {
-    if (!TrialActive(all[i]) && (study_over || HasObjective(all[i]))) candidates.push_back(i);
+    if (TrialActive(all[i])) continue;
+    if (c.archived_and_in_status.count(all[i].trial_id()) > 0) {
+      evict.insert(i);
+    } else if (study_over || HasObjective(all[i])) {
+      candidates.push_back(i);
+    }
   }
   // Worst first.
   std::sort(candidates.begin(), candidates.end(),
             [&](size_t a, size_t b) { return TrialBefore(c.hp(), all[b], all[a]); });
-  std::set<size_t> evict;
   for (size_t i : candidates) {
     if (all.size() - evict.size() <= static_cast<size_t>(kMaxTrialsInStatus)) break;
     evict.insert(i);
@@ -487,6 +496,13 @@ void ReconcileStudy(Context& c) {
                      [&](const auto& a, const auto& b) { return TrialBefore(spec, a, b); });
     out->clear_trials();
     for (v1::HyperparameterOutput& t : sorted) *out->add_trials() = std::move(t);
+    // Status holds the best trials, but one that a lost status write
+    // archived early may be better than the first of them.
+    std::optional<v1::HyperparameterOutput> best;
+    if (!out->trials().empty()) best = out->trials(0);
+    for (const v1::HyperparameterOutput& t : c.observed.archived_trials) {
+      if (!best || TrialBefore(spec, t, *best)) best = t;
+    }
     CapTrials(c, /*study_over=*/true);
     const std::string ended =
         std::to_string(out->total_trial_count()) + " trials run" +
@@ -496,9 +512,8 @@ void ReconcileStudy(Context& c) {
       FailJob(c, "NoTrialCompleted",
               ended + ", none reported metric '" + spec.hyperparameter_metric_tag() + "'");
     } else {
-      const v1::HyperparameterOutput& best = out->trials(0);
-      SucceedJob(c, ended + "; best trial " + best.trial_id() + ": objective " +
-                        ObjectiveText(best.final_metric().objective_value()));
+      SucceedJob(c, ended + "; best trial " + best->trial_id() + ": objective " +
+                        ObjectiveText(best->final_metric().objective_value()));
     }
     return;
   }
