@@ -105,7 +105,7 @@ std::vector<Command> ValidateCommands() {
        "print the TrainingJob a Kubeflow TFJob or PyTorchJob runs as",
        Convert,
        "FILE"},
-      {{"version"}, "print the version", Version},
+      {{"version"}, "print the version", Version, ""},
   };
 }
 

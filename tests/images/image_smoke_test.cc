@@ -411,7 +411,9 @@ TEST_F(ImageTest, RuntimeImageStaysSmall) {
     int64_t bytes = 0;
     ASSERT_TRUE(absl::SimpleAtoi(absl::StripAsciiWhitespace(size.output), &bytes)) << size.output;
     std::cout << Image(name) << ": " << bytes / 1000000 << " MB\n";
-    if (std::string(name) == "kubetrain-runtime") EXPECT_LT(bytes, kRuntimeImageLimitBytes);
+    if (std::string(name) == "kubetrain-runtime") {
+      EXPECT_LT(bytes, kRuntimeImageLimitBytes);
+    }
   }
 }
 

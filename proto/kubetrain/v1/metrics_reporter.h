@@ -191,7 +191,6 @@ class QueuedMetricsReporter {
 
   mutable absl::Mutex mu_;
   std::deque<Pending> pending_ ABSL_GUARDED_BY(mu_);
-  bool sending_ ABSL_GUARDED_BY(mu_) = false;
   bool flushing_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   int64_t last_seq_ ABSL_GUARDED_BY(mu_) = 0;  // the newest report queued
