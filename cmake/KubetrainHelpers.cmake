@@ -29,6 +29,9 @@ set(KUBETRAIN_TEST_CXX_FLAGS "${_kubetrain_test_cxx_flags_default}" CACHE STRING
 function(kubetrain_test)
   cmake_parse_arguments(T "" "NAME;TIMEOUT" "LABELS;SOURCES;LIBS" ${ARGN})
   add_executable(${T_NAME} ${T_SOURCES})
+  # A test's files share gtest, gmock, protobuf and absl headers, which cost
+  # most of their compile time: compiled together they parse them once.
+  set_target_properties(${T_NAME} PROPERTIES UNITY_BUILD ON UNITY_BUILD_BATCH_SIZE 8)
   if("unit" IN_LIST T_LABELS)
     add_dependencies(unit_tests ${T_NAME})
   endif()

@@ -15,7 +15,7 @@ namespace {
 using api::Role;
 using nlohmann::json;
 
-v1::TrainingJob Job() {
+v1::TrainingJob GpuMasterJob() {
   v1::TrainingJob job;
   job.set_api_version("kubetrain.io/v1");
   job.set_kind("TrainingJob");
@@ -42,7 +42,7 @@ void SetStruct(const std::string& text, google::protobuf::Struct* out) {
 }
 
 TEST(KubeObjectsTest, PodCarriesLabelsOwnerResourcesAndEnv) {
-  const v1::TrainingJob job = Job();
+  const v1::TrainingJob job = GpuMasterJob();
   const auto replicas = DesiredReplicas(job, "", {}, Options());
   ASSERT_EQ(replicas.size(), 2u);
   const json pod = RenderPod(job, "team-a", replicas[0]);
@@ -81,7 +81,7 @@ TEST(KubeObjectsTest, PodCarriesLabelsOwnerResourcesAndEnv) {
 }
 
 TEST(KubeObjectsTest, ServiceIsHeadlessAndSelectsTheReplica) {
-  const v1::TrainingJob job = Job();
+  const v1::TrainingJob job = GpuMasterJob();
   const auto replicas = DesiredReplicas(job, "", {}, Options());
   const json svc = RenderService(job, "team-a", replicas[1]);
   EXPECT_EQ(svc["kind"], "Service");
@@ -95,7 +95,7 @@ TEST(KubeObjectsTest, ServiceIsHeadlessAndSelectsTheReplica) {
 }
 
 TEST(KubeObjectsTest, DefaultImageIsPulledIfNotPresent) {
-  v1::TrainingJob job = Job();
+  v1::TrainingJob job = GpuMasterJob();
   job.mutable_spec()->mutable_training_input()->mutable_worker_config()->set_image_uri(
       "registry.example.com/trainer:latest");
   auto replicas = DesiredReplicas(job, "", {}, Options());
@@ -117,7 +117,7 @@ TEST(KubeObjectsTest, DefaultImageIsPulledIfNotPresent) {
 }
 
 TEST(KubeObjectsTest, TemplatesMergeButCannotStealLabels) {
-  v1::TrainingJob job = Job();
+  v1::TrainingJob job = GpuMasterJob();
   SetStruct(R"({"metadata":{"labels":{"team":"a","kubetrain.io/replica-type":"hijack"}},
                 "spec":{"nodeSelector":{"pool":"gpu"},
                         "tolerations":[{"key":"gpu","operator":"Exists"}],
@@ -145,7 +145,7 @@ TEST(KubeObjectsTest, TemplatesMergeButCannotStealLabels) {
 }
 
 TEST(KubeObjectsTest, TemplatePortIsTheJobsPortUnlessSpecSaysOtherwise) {
-  v1::TrainingJob job = Job();
+  v1::TrainingJob job = GpuMasterJob();
   SetStruct(R"({"spec":{"containers":[{"ports":[{"containerPort":5000,"name":"grpc"}]}]}})",
             job.mutable_spec()->mutable_template_());
   EXPECT_EQ(TemplatePort(job), 5000);
@@ -161,7 +161,7 @@ TEST(KubeObjectsTest, TemplatePortIsTheJobsPortUnlessSpecSaysOtherwise) {
   job.mutable_spec()->set_port(6000);  // an explicit spec.port wins
   EXPECT_EQ(DesiredReplicas(job, "", {}, Options())[0].port, 6000);
 
-  v1::TrainingJob sidecar = Job();
+  v1::TrainingJob sidecar = GpuMasterJob();
   SetStruct(R"({"spec":{"containers":[{"name":"proxy","ports":[{"containerPort":80}]}]}})",
             sidecar.mutable_spec()->mutable_template_());
   EXPECT_EQ(TemplatePort(sidecar), std::nullopt);
@@ -176,7 +176,7 @@ TEST(KubeObjectsTest, RestartPolicyFollowsRunPolicy) {
   for (const Case& c :
        {Case{v1::RunPolicy::Never, "Never"}, Case{v1::RunPolicy::ExitCode, "Never"},
         Case{v1::RunPolicy::OnFailure, "OnFailure"}, Case{v1::RunPolicy::Always, "OnFailure"}}) {
-    v1::TrainingJob job = Job();
+    v1::TrainingJob job = GpuMasterJob();
     job.mutable_spec()->mutable_run_policy()->set_restart_policy(c.policy);
     const auto replicas = DesiredReplicas(job, "", {}, Options());
     EXPECT_EQ(RenderPod(job, "team-a", replicas[0])["spec"]["restartPolicy"], c.want)
@@ -248,7 +248,7 @@ TEST(KubeObjectsTest, ParsePodRejectsWhatIsNotAReplica) {
 }
 
 TEST(KubeObjectsTest, RenderedPodParsesBackToItsSlot) {
-  const v1::TrainingJob job = Job();
+  const v1::TrainingJob job = GpuMasterJob();
   for (const DesiredReplica& replica : DesiredReplicas(job, "3", {}, Options())) {
     absl::StatusOr<ObservedReplica> r = ParsePod(RenderPod(job, "team-a", replica));
     ASSERT_TRUE(r.ok()) << r.status();
@@ -261,7 +261,7 @@ TEST(KubeObjectsTest, RenderedPodParsesBackToItsSlot) {
 }
 
 TEST(KubeObjectsTest, RenderJobListsServiceThenPodPerReplica) {
-  v1::TrainingJob job = Job();
+  v1::TrainingJob job = GpuMasterJob();
   absl::StatusOr<std::vector<json>> objects = RenderJob(job, "ns1", 1, Options());
   ASSERT_TRUE(objects.ok()) << objects.status();
   ASSERT_EQ(objects->size(), 4u);
@@ -272,7 +272,7 @@ TEST(KubeObjectsTest, RenderJobListsServiceThenPodPerReplica) {
   EXPECT_THAT((*objects)[1]["spec"]["containers"][0]["env"][0]["value"].get<std::string>(),
               testing::HasSubstr("mnist-worker-0.ns1.svc:2222"));
 
-  v1::TrainingJob invalid = Job();
+  v1::TrainingJob invalid = GpuMasterJob();
   invalid.mutable_spec()->mutable_training_input()->set_master_type("");
   EXPECT_EQ(RenderJob(invalid, "ns1", 1, Options()).status().code(),
             absl::StatusCode::kInvalidArgument);
@@ -282,7 +282,7 @@ TEST(KubeObjectsTest, RenderJobListsServiceThenPodPerReplica) {
 // every pod: every role (the evaluator reads the master's checkpoints there)
 // and every trial (each in <jobDir>/<trialId>).
 TEST(KubeObjectsTest, OutputClaimIsMountedAtJobDirInEveryRoleAndTrial) {
-  v1::TrainingJob job = Job();
+  v1::TrainingJob job = GpuMasterJob();
   v1::TrainingInput* input = job.mutable_spec()->mutable_training_input();
   input->set_job_dir("/outputs");
   input->set_parameter_server_type("standard");
@@ -316,7 +316,7 @@ TEST(KubeObjectsTest, OutputClaimIsMountedAtJobDirInEveryRoleAndTrial) {
 }
 
 TEST(KubeObjectsTest, TemplateVolumeAndTemplateSecurityContextAreKept) {
-  v1::TrainingJob job = Job();
+  v1::TrainingJob job = GpuMasterJob();
   job.mutable_spec()->mutable_training_input()->set_job_dir("/outputs");
   job.mutable_spec()->mutable_output_storage()->set_volume_name("nfs");
   SetStruct(R"({"spec": {"securityContext": {"fsGroup": 2000},
@@ -333,7 +333,7 @@ TEST(KubeObjectsTest, TemplateVolumeAndTemplateSecurityContextAreKept) {
 }
 
 TEST(KubeObjectsTest, WithoutOutputStorageNothingIsMounted) {
-  v1::TrainingJob job = Job();
+  v1::TrainingJob job = GpuMasterJob();
   job.mutable_spec()->mutable_training_input()->set_job_dir("/outputs");
   const json pod = RenderPod(job, "team-a", DesiredReplicas(job, "", {}, Options())[0]);
   EXPECT_FALSE(pod["spec"].contains("volumes"));
@@ -342,7 +342,7 @@ TEST(KubeObjectsTest, WithoutOutputStorageNothingIsMounted) {
 }
 
 TEST(KubeObjectsTest, PerJobClaimIsOwnedByTheJobAndRenderedFirst) {
-  v1::TrainingJob job = Job();
+  v1::TrainingJob job = GpuMasterJob();
   job.mutable_spec()->mutable_training_input()->set_job_dir("/outputs");
   v1::NewOutputClaim* claim = job.mutable_spec()->mutable_output_storage()->mutable_new_claim();
   claim->set_size("20Gi");
@@ -374,7 +374,7 @@ TEST(KubeObjectsTest, PerJobClaimIsOwnedByTheJobAndRenderedFirst) {
 // Cloud ML's package workflow: every replica runs the module through exec,
 // which installs the packages first, in the Python runtime image.
 TEST(KubeObjectsTest, PythonModuleReplicasInstallThePackagesThenRunTheModule) {
-  v1::TrainingJob job = Job();
+  v1::TrainingJob job = GpuMasterJob();
   v1::TrainingInput* input = job.mutable_spec()->mutable_training_input();
   input->set_python_module("trainer.task");
   input->add_package_uris("configmap://mnist-package/trainer-0.0.0.tar.gz");
@@ -413,7 +413,7 @@ TEST(KubeObjectsTest, PythonModuleReplicasInstallThePackagesThenRunTheModule) {
 }
 
 TEST(KubeObjectsTest, PythonModuleKeepsARolesImageAndCommand) {
-  v1::TrainingJob job = Job();
+  v1::TrainingJob job = GpuMasterJob();
   v1::TrainingInput* input = job.mutable_spec()->mutable_training_input();
   input->set_python_module("trainer.task");
   input->mutable_master_config()->set_image_uri("registry.example.com/trainer:1");

@@ -15,7 +15,7 @@ using api::Role;
 
 // 1 master + `workers` workers (+ `ps` parameter servers, + `evaluators`),
 // CUSTOM, job "mnist" in namespace "default".
-v1::TrainingJob CustomJob(int workers, int ps = 0, int evaluators = 0) {
+v1::TrainingJob MasterWorkersJob(int workers, int ps = 0, int evaluators = 0) {
   v1::TrainingJob job;
   job.mutable_metadata()->set_name("mnist");
   job.mutable_metadata()->set_namespace_("default");
@@ -58,13 +58,13 @@ struct Case {
 };
 
 std::vector<Case> Cases() {
-  v1::TrainingJob three = CustomJob(2);
-  v1::TrainingJob with_ps = CustomJob(2, 1, 1);
-  v1::TrainingJob chief = CustomJob(2);
+  v1::TrainingJob three = MasterWorkersJob(2);
+  v1::TrainingJob with_ps = MasterWorkersJob(2, 1, 1);
+  v1::TrainingJob chief = MasterWorkersJob(2);
   chief.mutable_spec()->mutable_training_input()->set_use_chief_in_tf_config(true);
-  v1::TrainingJob port = CustomJob(1);
+  v1::TrainingJob port = MasterWorkersJob(1);
   port.mutable_spec()->set_port(23456);
-  v1::TrainingJob gpus = CustomJob(1);
+  v1::TrainingJob gpus = MasterWorkersJob(1);
   gpus.mutable_spec()
       ->mutable_training_input()
       ->mutable_master_config()
@@ -135,7 +135,7 @@ TEST(PyTorchEnvTest, Table) {
 
 // The local backend's addresses: rank 0's own port on 127.0.0.1.
 TEST(PyTorchEnvTest, LoopbackAddressesGiveTheMastersPort) {
-  const v1::TrainingJob job = CustomJob(2);
+  const v1::TrainingJob job = MasterWorkersJob(2);
   const std::map<std::string, int> ports = {
       {"mnist-master-0", 41001}, {"mnist-worker-0", 41002}, {"mnist-worker-1", 41003}};
   AddressFn address =
@@ -173,7 +173,7 @@ std::map<std::string, std::map<std::string, std::string>> RenderedEnv(const v1::
 // evaluator and (except for PYTORCH, which has none) a parameter server.
 v1::TrainingJob EveryRole(v1::TrainingInput::Framework framework) {
   const bool pytorch = framework == v1::TrainingInput::PYTORCH;
-  v1::TrainingJob job = CustomJob(2, pytorch ? 0 : 1, 1);
+  v1::TrainingJob job = MasterWorkersJob(2, pytorch ? 0 : 1, 1);
   v1::TrainingInput* input = job.mutable_spec()->mutable_training_input();
   input->set_framework(framework);
   for (v1::ReplicaConfig* config : {input->mutable_master_config(), input->mutable_worker_config(),

@@ -186,7 +186,7 @@ std::vector<std::string> Warnings(const ReconcileResult& r) {
 
 // master + 2 workers, restarted in place on failure (so a crash loop is the
 // kubelet's until backoffLimit).
-v1::TrainingJob Job() {
+v1::TrainingJob OnFailureJob() {
   v1::TrainingJob job;
   job.mutable_metadata()->set_name("mnist");
   job.mutable_metadata()->set_namespace_("default");
@@ -202,7 +202,7 @@ v1::TrainingJob Job() {
 }
 
 // A job whose replicas all exist, Pending: PREPARING.
-Cluster Prepared(v1::TrainingJob job = Job()) {
+Cluster Prepared(v1::TrainingJob job = OnFailureJob()) {
   Cluster c(std::move(job));
   c.Step();
   c.Step();
@@ -343,7 +343,7 @@ TEST(WaitingConditionTest, ReplicasWithOneCauseShareOneEntry) {
 }
 
 TEST(WaitingConditionTest, MaxWaitTimeNamesTheLastWaitingReason) {
-  v1::TrainingJob job = Job();
+  v1::TrainingJob job = OnFailureJob();
   job.mutable_spec()
       ->mutable_training_input()
       ->mutable_scheduling()
@@ -366,7 +366,7 @@ TEST(WaitingConditionTest, MaxWaitTimeNamesTheLastWaitingReason) {
 }
 
 TEST(WaitingConditionTest, MaxWaitTimeWithoutACauseSaysWhatItSaidBefore) {
-  v1::TrainingJob job = Job();
+  v1::TrainingJob job = OnFailureJob();
   job.mutable_spec()
       ->mutable_training_input()
       ->mutable_scheduling()
@@ -398,7 +398,7 @@ TEST(WaitingConditionTest, CancelAndSuspendClearIt) {
 }
 
 TEST(WaitingConditionTest, ATrialsReplicasAreNamedWithTheTrial) {
-  v1::TrainingJob job = Job();
+  v1::TrainingJob job = OnFailureJob();
   job.mutable_spec()->mutable_training_input()->clear_worker_type();
   job.mutable_spec()->mutable_training_input()->clear_worker_count();
   v1::HyperparameterSpec* hp =

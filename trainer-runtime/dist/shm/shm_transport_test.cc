@@ -21,7 +21,7 @@ std::string UniqueName(absl::string_view test) {
   return absl::StrCat("kubetrain-test-", getpid(), "-", test, "-", counter++);
 }
 
-absl::Time Soon() { return absl::Now() + absl::Seconds(30); }
+absl::Time Deadline() { return absl::Now() + absl::Seconds(30); }
 
 // Connects `n` ranks (one thread each, as separate processes would) and runs
 // fn(rank, transport) on each.
@@ -32,7 +32,7 @@ std::vector<absl::Status> RunGroup(int n, const ShmTransport::Options& options, 
   std::vector<std::thread> threads;
   for (int r = 0; r < n; ++r) {
     threads.emplace_back([&, r] {
-      auto t = ShmTransport::Connect(name, r, n, options, Soon());
+      auto t = ShmTransport::Connect(name, r, n, options, Deadline());
       if (!t.ok()) {
         statuses[r] = t.status();
         return;
@@ -63,8 +63,8 @@ TEST_P(ShmAllReduceTest, MatchesReferenceSum) {
     for (uint64_t op = 0; op < 3; ++op) {
       std::vector<float> v = data[r];
       // The ring, then the one-round exchange, then the ring again.
-      absl::Status s = op % 2 == 0 ? RingAllReduce(t, absl::MakeSpan(v), op, Soon())
-                                   : ExchangeAllReduce(t, absl::MakeSpan(v), op, Soon());
+      absl::Status s = op % 2 == 0 ? RingAllReduce(t, absl::MakeSpan(v), op, Deadline())
+                                   : ExchangeAllReduce(t, absl::MakeSpan(v), op, Deadline());
       if (!s.ok()) return s;
       if (v != expected) return absl::InternalError(absl::StrCat("rank ", r, ": wrong sum"));
     }
@@ -81,14 +81,14 @@ TEST(ShmTransportTest, MessagesWithOtherTagsWaitForTheirRecv) {
   auto statuses = RunGroup(2, ShmTransport::Options(), [](int r, Transport& t) -> absl::Status {
     std::vector<std::byte> a(100, std::byte{1}), b(7000, std::byte{2});
     if (r == 0) {
-      absl::Status s = t.Send(1, /*tag=*/1, a, Soon());
+      absl::Status s = t.Send(1, /*tag=*/1, a, Deadline());
       if (!s.ok()) return s;
-      return t.Send(1, /*tag=*/2, b, Soon());
+      return t.Send(1, /*tag=*/2, b, Deadline());
     }
     std::vector<std::byte> got_b(b.size()), got_a(a.size());
-    absl::Status s = t.Recv(0, 2, absl::MakeSpan(got_b), Soon());
+    absl::Status s = t.Recv(0, 2, absl::MakeSpan(got_b), Deadline());
     if (!s.ok()) return s;
-    s = t.Recv(0, 1, absl::MakeSpan(got_a), Soon());
+    s = t.Recv(0, 1, absl::MakeSpan(got_a), Deadline());
     if (!s.ok()) return s;
     if (got_a != a || got_b != b) return absl::InternalError("wrong bytes");
     return absl::OkStatus();
@@ -100,7 +100,7 @@ TEST(ShmTransportTest, ClosedPeerIsReportedNotAwaited) {
   auto statuses = RunGroup(2, ShmTransport::Options(), [](int r, Transport& t) -> absl::Status {
     if (r == 1) return absl::OkStatus();  // leaves: its transport closes
     std::vector<std::byte> buf(16);
-    return t.Recv(1, 1, absl::MakeSpan(buf), Soon());
+    return t.Recv(1, 1, absl::MakeSpan(buf), Deadline());
   });
   EXPECT_TRUE(statuses[1].ok());
   EXPECT_EQ(statuses[0].code(), absl::StatusCode::kUnavailable) << statuses[0];
@@ -110,8 +110,8 @@ TEST(ShmTransportTest, ClosedPeerIsReportedNotAwaited) {
 TEST(ShmTransportTest, SizeMismatchIsInvalidArgument) {
   auto statuses = RunGroup(2, ShmTransport::Options(), [](int r, Transport& t) -> absl::Status {
     std::vector<std::byte> buf(r == 0 ? 16 : 32);
-    if (r == 0) return t.Send(1, 1, buf, Soon());
-    return t.Recv(0, 1, absl::MakeSpan(buf), Soon());
+    if (r == 0) return t.Send(1, 1, buf, Deadline());
+    return t.Recv(0, 1, absl::MakeSpan(buf), Deadline());
   });
   EXPECT_EQ(statuses[1].code(), absl::StatusCode::kInvalidArgument) << statuses[1];
 }
