@@ -86,8 +86,9 @@ fi
 # builds: each target's files compile in batches of eight, so the headers they
 # share (gRPC, protobuf, abseil, GoogleTest) are parsed once a batch instead of
 # once a file, and .ci/run has time for both. The default mode compiles every
-# file on its own, so each still has to include what it uses; the files that
-# cannot share a batch are listed in cmake/UnityBuild.cmake.
+# library file on its own, so each still has to include what it uses (its test
+# targets are unity builds, as everywhere); the files that cannot share a batch
+# are listed in cmake/UnityBuild.cmake.
 clang_build=(-DCMAKE_EXE_LINKER_FLAGS=-fuse-ld=lld -DCMAKE_SHARED_LINKER_FLAGS=-fuse-ld=lld
              -DCMAKE_UNITY_BUILD=ON)
 
