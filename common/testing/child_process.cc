@@ -22,17 +22,10 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "common/process/process.h"
 
 namespace kubetrain::test_support {
 namespace {
-
-// What the child reports on the exec pipe when it cannot run the program.
-struct ChildFailure {
-  int stage;  // kChdir or kExec
-  int error;  // errno
-};
-constexpr int kChdir = 1;
-constexpr int kExec = 2;
 
 void CloseIfOpen(int& fd) {
   if (fd >= 0) close(fd);
@@ -61,95 +54,41 @@ absl::StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::Spawn(ChildOptions o
 }
 
 absl::Status ChildProcess::Start() {
-  const std::string what = absl::StrJoin(options_.argv, " ");
-  if (options_.argv.empty()) return absl::InvalidArgumentError("a child process needs argv");
-  if (pid_ > 0) return absl::FailedPreconditionError(absl::StrCat(what, " is running"));
-  // Everything the child needs is made here: between fork and exec it only
-  // calls async-signal-safe functions (the test has threads).
-  std::vector<char*> args;
-  for (std::string& a : options_.argv) args.push_back(a.data());
-  args.push_back(nullptr);
-  std::vector<char*> envp;
-  if (options_.env) {
-    for (std::string& e : *options_.env) envp.push_back(e.data());
-    envp.push_back(nullptr);
+  if (pid_ > 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(absl::StrJoin(options_.argv, " "), " is running"));
   }
-  int output_fd = -1;
+  // Nothing of the test's beyond stdin/stdout/stderr: listening sockets of
+  // servers in the test process, inherited without close-on-exec, would
+  // otherwise be the child's too.
+  process::SpawnOptions spawn{
+      .argv = options_.argv, .env = options_.env, .cwd = options_.cwd, .close_other_fds = true};
   if (!options_.output_path.empty()) {
-    const int mode = options_.append_output ? O_APPEND : O_TRUNC;
-    output_fd = open(options_.output_path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | mode, 0644);
-    if (output_fd < 0) {
-      return absl::InternalError(
-          absl::StrCat("open ", options_.output_path, ": ", std::strerror(errno)));
-    }
+    const process::Stream file =
+        process::Stream::File(options_.output_path, options_.append_output);
+    spawn.out = file;
+    spawn.err = options_.pipe_stdio ? file : process::Stream::SameAsStdout();
   }
   int in[2] = {-1, -1}, out[2] = {-1, -1};
-  if (options_.pipe_stdio && (pipe2(in, O_CLOEXEC) != 0 || pipe2(out, O_CLOEXEC) != 0)) {
-    const int error = errno;
-    for (int fd : {in[0], in[1], output_fd}) CloseIfOpen(fd);
-    return absl::InternalError(absl::StrCat("pipe: ", std::strerror(error)));
-  }
-  // Start() returns once the child has exec'd (the close-on-exec pipe
-  // closes) or failed to (it writes what failed): until then the child still
-  // holds the test's descriptors.
-  int exec_pipe[2];
-  if (pipe2(exec_pipe, O_CLOEXEC) != 0) {
-    const int error = errno;
-    for (int fd : {in[0], in[1], out[0], out[1], output_fd}) CloseIfOpen(fd);
-    return absl::InternalError(absl::StrCat("pipe: ", std::strerror(error)));
-  }
-  const char* cwd = options_.cwd.empty() ? nullptr : options_.cwd.c_str();
-  const pid_t pid = fork();
-  if (pid == 0) {
-    if (options_.pipe_stdio) {
-      dup2(in[0], STDIN_FILENO);
-      dup2(out[1], STDOUT_FILENO);
+  if (options_.pipe_stdio) {
+    if (pipe2(in, O_CLOEXEC) != 0 || pipe2(out, O_CLOEXEC) != 0) {
+      const int error = errno;
+      for (int& fd : in) CloseIfOpen(fd);
+      return absl::InternalError(absl::StrCat("pipe: ", std::strerror(error)));
     }
-    if (output_fd >= 0) {
-      if (!options_.pipe_stdio) dup2(output_fd, STDOUT_FILENO);
-      dup2(output_fd, STDERR_FILENO);
-    }
-    // Nothing else of ours: listening sockets of servers in the test
-    // process, inherited without close-on-exec, would otherwise be the
-    // child's too.
-    if (exec_pipe[1] != 3) {
-      dup2(exec_pipe[1], 3);  // dup2 clears close-on-exec: set it again
-      fcntl(3, F_SETFD, FD_CLOEXEC);
-    }
-    close_range(4, ~0U, 0);
-    ChildFailure failure{kChdir, 0};
-    if (cwd == nullptr || chdir(cwd) == 0) {
-      failure.stage = kExec;
-      if (options_.env) {
-        execve(args[0], args.data(), envp.data());
-      } else {
-        execv(args[0], args.data());
-      }
-    }
-    failure.error = errno;
-    (void)!write(3, &failure, sizeof(failure));
-    _exit(127);
+    spawn.in = process::Stream::Fd(in[0]);
+    spawn.out = process::Stream::Fd(out[1]);
   }
-  const int fork_error = errno;
-  for (int fd : {in[0], out[1], output_fd, exec_pipe[1]}) CloseIfOpen(fd);
-  if (pid < 0) {
-    for (int fd : {in[1], out[0], exec_pipe[0]}) CloseIfOpen(fd);
-    return absl::InternalError(absl::StrCat("fork for ", what, ": ", std::strerror(fork_error)));
+  absl::StatusOr<pid_t> pid = process::Spawn(spawn);
+  // The child has its copies (or never started): the test keeps its ends.
+  CloseIfOpen(in[0]);
+  CloseIfOpen(out[1]);
+  if (!pid.ok()) {
+    CloseIfOpen(in[1]);
+    CloseIfOpen(out[0]);
+    return pid.status();
   }
-  ChildFailure failure{0, 0};
-  ssize_t n;
-  do {
-    n = read(exec_pipe[0], &failure, sizeof(failure));
-  } while (n < 0 && errno == EINTR);
-  close(exec_pipe[0]);
-  if (n > 0) {  // the child could not exec and has exited
-    waitpid(pid, nullptr, 0);
-    for (int fd : {in[1], out[0]}) CloseIfOpen(fd);
-    return absl::InternalError(absl::StrCat(failure.stage == kChdir ? "chdir " : "exec ",
-                                            failure.stage == kChdir ? options_.cwd : what, ": ",
-                                            std::strerror(failure.error)));
-  }
-  pid_ = pid;
+  pid_ = *pid;
   stdin_fd_ = in[1];
   stdout_fd_ = out[0];
   buffer_.clear();
@@ -158,10 +97,11 @@ absl::Status ChildProcess::Start() {
   return absl::OkStatus();
 }
 
-void ChildProcess::Reaped(int status) {
+void ChildProcess::Reaped(int wait_status) {
+  const process::ExitStatus status = process::DecodeWaitStatus(wait_status);
   pid_ = -1;
-  killed_by_signal_ = WIFSIGNALED(status);
-  exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  killed_by_signal_ = !status.exited();
+  exit_code_ = status.code();
 }
 
 void ChildProcess::Signal(int signal) {

@@ -16,17 +16,17 @@ namespace kubetrain::test_support {
 
 struct ChildOptions {
   // argv[0] is the program's path (no PATH search).
-  std::vector<std::string> argv;
+  std::vector<std::string> argv{};
   // Where stdout and stderr go (stderr alone with pipe_stdio), truncated
   // unless append_output; "" leaves them the test's.
-  std::string output_path;
+  std::string output_path{};
   bool append_output = false;
   // stdin and stdout are pipes to the test: WriteLine and ReadLine.
   bool pipe_stdio = false;
   // "NAME=value" each; unset: the test's environment.
-  std::optional<std::vector<std::string>> env;
+  std::optional<std::vector<std::string>> env{};
   // The working directory; "" : the test's.
-  std::string cwd;
+  std::string cwd{};
   // How long Stop() (and so the destructor) waits after SIGTERM before it
   // sends SIGKILL; zero: SIGKILL at once.
   absl::Duration stop_grace = absl::ZeroDuration();
@@ -49,8 +49,9 @@ class ChildProcess {
   // Constructs and starts one.
   static absl::StatusOr<std::unique_ptr<ChildProcess>> Spawn(ChildOptions options);
 
-  // Returns once the child has exec'd; an error says what failed (the
-  // output file, the working directory, exec and its errno).
+  // Returns once the child has exec'd; an error is process::Spawn's, naming
+  // the program and what failed (the output file, the working directory,
+  // exec).
   absl::Status Start();
 
   // Sends `signal` (nothing once it has been reaped).

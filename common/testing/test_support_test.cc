@@ -163,14 +163,14 @@ TEST(ChildProcessTest, AProgramThatCannotRunIsAnErrorNamingIt) {
   TempDir dir;
   ChildProcess missing({dir.Path("no-such-program")}, dir.Path("log"));
   absl::Status started = missing.Start();
-  EXPECT_EQ(started.code(), absl::StatusCode::kInternal);
+  EXPECT_EQ(started.code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(std::string(started.message()), ::testing::HasSubstr("no-such-program"));
-  EXPECT_THAT(std::string(started.message()), ::testing::HasSubstr("No such file"));
+  EXPECT_THAT(std::string(started.message()), ::testing::HasSubstr("command not found"));
   EXPECT_FALSE(missing.running());
 
   ChildProcess elsewhere({.argv = {"/bin/true"}, .cwd = dir.Path("no-such-folder")});
   started = elsewhere.Start();
-  EXPECT_THAT(std::string(started.message()), ::testing::HasSubstr("chdir"));
+  EXPECT_THAT(std::string(started.message()), ::testing::HasSubstr("cannot enter"));
   EXPECT_THAT(std::string(started.message()), ::testing::HasSubstr("no-such-folder"));
 }
 
