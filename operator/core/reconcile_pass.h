@@ -70,7 +70,7 @@ struct Context {
   ReconcileResult result;
   // Trials both archived and in the stored status: `observed` leaves out
   // their archived copies, and CapTrials archives them again once finished.
-  std::set<std::string> archived_and_in_status;
+  std::set<std::string> archived_and_in_status{};
 
   v1::TrainingJobStatus& status() { return result.status; }
 

@@ -1934,7 +1934,9 @@ TEST(ReconcileTest, RandomWalksKeepTheInvariants) {
       const v1::State after = h.job.status().state();
       EXPECT_GE(rank(after), last_rank)
           << v1::State_Name(before) << " -> " << v1::State_Name(after);
-      if (IsTerminal(before)) EXPECT_EQ(after, before);
+      if (IsTerminal(before)) {
+        EXPECT_EQ(after, before);
+      }
       last_rank = rank(after);
     }
     // Let time pass (backoffs, grace periods, the deadline), then settle.

@@ -30,15 +30,15 @@ inline const Resource kLeases{"apis/coordination.k8s.io/v1", "leases", "Lease",
                               "coordination.k8s.io/v1"};
 
 struct ListOptions {
-  std::string label_selector;
-  std::string field_selector;
+  std::string label_selector{};
+  std::string field_selector{};
   int64_t limit = 0;  // 0: everything in one page
-  std::string continue_token;
+  std::string continue_token{};
 };
 
 struct WatchOptions {
-  std::string label_selector;
-  std::string resource_version;  // watch changes after this version
+  std::string label_selector{};
+  std::string resource_version{};  // watch changes after this version
   bool allow_bookmarks = true;
   int timeout_seconds = 0;  // server-side watch timeout; 0: the server's default
 };
@@ -63,11 +63,11 @@ class WatchStream {
 
 // A container's log (GET pods/NAME/log).
 struct LogOptions {
-  std::string container;    // "": the pod's only container
-  bool follow = false;      // keep the answer open while the container writes
-  bool previous = false;    // the last terminated run, after a restart
-  bool timestamps = false;  // each line starts "<RFC 3339 time> "
-  std::string since_time;   // RFC 3339: only lines stamped at or after it
+  std::string container{};   // "": the pod's only container
+  bool follow = false;       // keep the answer open while the container writes
+  bool previous = false;     // the last terminated run, after a restart
+  bool timestamps = false;   // each line starts "<RFC 3339 time> "
+  std::string since_time{};  // RFC 3339: only lines stamped at or after it
 };
 
 // An open log. Not thread-safe, except Cancel(), which may be called from

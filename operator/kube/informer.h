@@ -17,9 +17,9 @@ namespace kubetrain::kube {
 
 struct InformerOptions {
   Resource resource;
-  std::string ns;              // "" = all namespaces
-  std::string label_selector;  // only these objects are listed and watched
-  std::string index_label;     // ObjectCache index
+  std::string ns;                // "" = all namespaces
+  std::string label_selector{};  // only these objects are listed and watched
+  std::string index_label{};     // ObjectCache index
   int64_t page_size = 500;
   absl::Duration min_backoff = absl::Milliseconds(100);
   absl::Duration max_backoff = absl::Seconds(30);
@@ -27,7 +27,7 @@ struct InformerOptions {
   // Applied to every object before it is cached (client-go's TransformFunc):
   // drop what the controller never reads, so 8,000 pods with their TF_CONFIG
   // do not dominate the operator's memory.
-  std::function<void(nlohmann::json& object)> transform;
+  std::function<void(nlohmann::json& object)> transform{};
 };
 
 // Callbacks run on the informer's thread, in event order; keep them short

@@ -121,7 +121,9 @@ TEST_F(TrialArchiveTest, StoredTrialsAreReadByTheNextOperatorAndGoWithTheJob) {
   EXPECT_EQ(read->size(), 120u);
   EXPECT_EQ(server_->RequestCounts()["list configmaps"], 0);
   for (const v1::HyperparameterOutput& t : *read) {
-    if (t.trial_id() == "77") EXPECT_EQ(t.final_metric().objective_value(), 0.77);
+    if (t.trial_id() == "77") {
+      EXPECT_EQ(t.final_metric().objective_value(), 0.77);
+    }
   }
 
   // The garbage collector deletes them with the job.

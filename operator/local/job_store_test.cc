@@ -99,7 +99,9 @@ TEST(JobStoreTest, NamesOfTheSameObjectNameAreTheSameJob) {
     absl::Status dup = (*store)->CreateJob(Job(name));
     EXPECT_EQ(dup.code(), absl::StatusCode::kAlreadyExists) << name;
     EXPECT_THAT(dup.message(), HasSubstr("[" + name + "]"));
-    if (name != "Dup_x") EXPECT_THAT(dup.message(), HasSubstr("[Dup_x]"));
+    if (name != "Dup_x") {
+      EXPECT_THAT(dup.message(), HasSubstr("[Dup_x]"));
+    }
   }
   EXPECT_TRUE((*store)->CreateJob(Job("dup-y")).ok());
   auto jobs = (*store)->ListJobs();

@@ -18,7 +18,7 @@ struct MetricsReport {
   std::string trial;
   std::string task;
   int64_t step = 0;
-  std::map<std::string, double> values;
+  std::map<std::string, double> values{};
   bool final = false;  // the trainer's last evaluation (metrics.proto)
 };
 

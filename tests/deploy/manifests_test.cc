@@ -271,7 +271,9 @@ TEST(DockerfileTest, OperatorImageIsScratchWithoutShell) {
   EXPECT_EQ(op->base, "scratch");
   for (const Instruction& i : op->instructions) {
     EXPECT_NE(i.keyword, "RUN") << i.arguments;
-    if (i.keyword == "CMD") EXPECT_TRUE(absl::StartsWith(i.arguments, "[")) << i.arguments;
+    if (i.keyword == "CMD") {
+      EXPECT_TRUE(absl::StartsWith(i.arguments, "[")) << i.arguments;
+    }
   }
 }
 

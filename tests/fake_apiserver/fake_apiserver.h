@@ -101,7 +101,7 @@ class FakeApiServer {
     // ones are compacted away (-> 410 Gone).
     size_t history_limit = 200000;
     // When set, requests must carry "Authorization: Bearer <token>" (else 401).
-    std::string bearer_token;
+    std::string bearer_token{};
   };
 
   static absl::StatusOr<std::unique_ptr<FakeApiServer>> Start(Options options);

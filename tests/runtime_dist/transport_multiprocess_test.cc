@@ -113,7 +113,9 @@ TEST_P(KilledPeerTest, OthersExitRetryableNamingThePeer) {
     const std::string named = GetParam() == "grpc" ? cluster.address(2) : "peer rank 2";
     // Rank 0 hears of rank 2 directly; rank 1 may instead hear that rank 0
     // left, which names rank 0.
-    if (r == 0) EXPECT_THAT(cluster.child(r).Log(), HasSubstr(named));
+    if (r == 0) {
+      EXPECT_THAT(cluster.child(r).Log(), HasSubstr(named));
+    }
   }
 }
 

@@ -105,7 +105,7 @@ class Mailbox {
     size_t size;
     size_t received = 0;
     bool taken = false;
-    std::deque<std::string> frames;
+    std::deque<std::string> frames{};
   };
 
   absl::Status Gone(const std::string& peer, int self) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
