@@ -173,6 +173,48 @@ ParsedArgs ParseArgs(const std::vector<std::string>& args,
   return parsed;
 }
 
+ParsedArgs ParseArgs(const std::vector<std::string>& args, const std::vector<FlagSpec>& flags) {
+  std::vector<std::string> value_flags, bool_flags;
+  for (const FlagSpec& flag : flags)
+    (flag.value.empty() ? bool_flags : value_flags).push_back(flag.name);
+  return ParseArgs(args, value_flags, bool_flags);
+}
+
+std::vector<FlagSpec> BackendFlags() {
+  return {
+      {"local", "",
+       "the jobs of this machine ($KUBETRAIN_HOME), not a cluster's; also KUBETRAIN_BACKEND=local"},
+      {"namespace", "NS",
+       "the cluster namespace (default: the kubeconfig context's, else default)"},
+      {"context", "CONTEXT", "the kubeconfig context (default: its current-context)"},
+      {"kubeconfig", "FILE",
+       "the kubeconfig (default: $KUBECONFIG, else ~/.kube/config, else the pod's service "
+       "account)"},
+  };
+}
+
+std::string FlagsHelp(const std::vector<FlagSpec>& flags) {
+  if (flags.empty()) return "";
+  std::vector<std::pair<std::string, const std::string*>> lines;
+  size_t width = 0;
+  for (const FlagSpec& flag : flags) {
+    std::string names = "    --" + flag.name;
+    for (const auto& [letter, long_name] : kShortFlags) {
+      if (flag.name == long_name && !flag.value.empty())
+        names = std::string{'-', letter} + ", --" + flag.name;
+    }
+    if (!flag.value.empty()) names += " " + flag.value;
+    width = std::max(width, names.size());
+    lines.emplace_back(std::move(names), &flag.help);
+  }
+  std::string text = "Flags:\n";
+  for (auto& [names, help] : lines) {
+    names.resize(width + 2, ' ');
+    text += "  " + names + *help + "\n";
+  }
+  return text;
+}
+
 namespace {
 
 std::vector<Command> AllCommands() {
@@ -254,6 +296,7 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
       out << "Usage: " << program << " " << absl::StrJoin(best->words, " ")
           << (best->synopsis.empty() ? "" : " ") << best->synopsis << "\n\n"
           << best->summary << "\n";
+      if (!best->flags.empty()) out << "\n" << FlagsHelp(best->flags);
       return kExitOk;
     }
   }

@@ -3,8 +3,11 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <set>
 #include <sstream>
 
 #include "cli/commands.h"
@@ -333,6 +336,93 @@ TEST(CliTest, EveryCommandTakesHelp) {
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(r.out,
               ::testing::StartsWith("Usage: kubetrain jobs submit training JOB [--config FILE]"));
+}
+
+std::vector<Command> EveryCommand() {
+  std::vector<Command> commands;
+  for (auto list : {ValidateCommands, JobsCommands, LocalCommands, RenderCommands, UiCommands}) {
+    for (Command& command : list()) commands.push_back(std::move(command));
+  }
+  return commands;
+}
+
+std::string Words(const Command& command) {
+  std::string words;
+  for (const std::string& w : command.words) words += (words.empty() ? "" : " ") + w;
+  return words;
+}
+
+// The flag as a command line spells it: a value flag with a value.
+std::string Spelled(const FlagSpec& flag) {
+  return "--" + flag.name + (flag.value.empty() ? "" : "=x");
+}
+
+// Help and parser read one list: each command's --help lists every flag it
+// takes, with what it is for, and the command takes exactly those flags.
+// Every run below also has three positional arguments, which each command
+// refuses after reading its flags, so that nothing is started.
+TEST(CliTest, EachCommandsHelpListsExactlyTheFlagsItTakes) {
+  const std::vector<Command> commands = EveryCommand();
+  std::map<std::string, FlagSpec> every_flag;
+  for (const Command& command : commands) {
+    for (const FlagSpec& flag : command.flags) every_flag.emplace(flag.name, flag);
+  }
+  ASSERT_GT(every_flag.size(), 20u);
+  for (const Command& command : commands) {
+    const std::string words = Words(command);
+    std::vector<std::string> help_args = command.words;
+    help_args.push_back("--help");
+    Result help = RunKubetrain(help_args);
+    EXPECT_EQ(help.code, 0) << words;
+    EXPECT_EQ(help.out.find("Flags:") != std::string::npos, !command.flags.empty()) << words;
+    std::set<std::string> taken;
+    for (const FlagSpec& flag : command.flags) {
+      taken.insert(flag.name);
+      EXPECT_FALSE(flag.help.empty()) << words << " --" << flag.name;
+      const std::string names = "--" + flag.name + (flag.value.empty() ? "" : " " + flag.value);
+      EXPECT_THAT(help.out, ::testing::HasSubstr(names)) << words;
+      EXPECT_THAT(help.out, ::testing::HasSubstr(flag.help + "\n")) << words;
+      std::vector<std::string> args = command.words;
+      args.push_back(Spelled(flag));
+      args.insert(args.end(), {"a", "b", "c"});
+      Result r = RunKubetrain(args);
+      EXPECT_EQ(r.code, 2) << words << " " << args[command.words.size()] << ": " << r.err;
+      EXPECT_THAT(r.err, ::testing::Not(::testing::HasSubstr("unknown flag"))) << words;
+    }
+    if (command.words == std::vector<std::string>{"version"}) continue;  // takes no arguments
+    for (const auto& [name, flag] : every_flag) {
+      if (taken.count(name) > 0) continue;
+      std::vector<std::string> args = command.words;
+      args.push_back(Spelled(flag));
+      args.insert(args.end(), {"a", "b", "c"});
+      Result r = RunKubetrain(args);
+      EXPECT_EQ(r.code, 2) << words << " --" << name;
+      EXPECT_THAT(r.err, ::testing::HasSubstr("unknown flag --" + name)) << words;
+    }
+  }
+  // The short form stands before the long one; a switch has no value.
+  Result r = RunKubetrain({"jobs", "cancel", "--help"});
+  EXPECT_THAT(r.out, ::testing::HasSubstr("\n  -n, --namespace NS "));
+  EXPECT_THAT(r.out, ::testing::HasSubstr("\n      --wait "));
+  r = RunKubetrain({"local", "train", "--help"});
+  EXPECT_THAT(r.out, ::testing::HasSubstr("--worker-count N "));
+  EXPECT_THAT(r.out, ::testing::HasSubstr("(default 2)"));
+}
+
+// --local=false is the cluster's backend, as no --local is: here the
+// namespace is not refused as the local backend's, and the kubeconfig the
+// command was given is the one it could not read.
+TEST(JobsFlagsTest, LocalFalseMeansTheCluster) {
+  unsetenv("KUBETRAIN_BACKEND");
+  const std::string kubeconfig = ::testing::TempDir() + "/no-such-kubeconfig";
+  Result r = RunKubetrain(
+      {"jobs", "describe", "some_job", "--local=false", "-n", "ml", "--kubeconfig", kubeconfig});
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_THAT(r.err, ::testing::HasSubstr("no-such-kubeconfig"));
+  EXPECT_THAT(r.err, ::testing::Not(::testing::HasSubstr("names a Kubernetes namespace")));
+  r = RunKubetrain({"jobs", "describe", "some_job", "--local=true", "-n", "ml"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, ::testing::HasSubstr("names a Kubernetes namespace"));
 }
 
 TEST(RenderCommandTest, UsesTheManifestsNamespaceAsKubectlApplyDoes) {

@@ -11,6 +11,14 @@ inline constexpr int kExitOk = 0;
 inline constexpr int kExitFailed = 1;
 inline constexpr int kExitUsage = 2;
 
+// One flag a command takes: ParseArgs reads it and `--help` lists it, so the
+// two cannot disagree.
+struct FlagSpec {
+  std::string name;   // the long name, without "--"
+  std::string value;  // the value's name in help ("DIR"); "" for a true/false switch
+  std::string help;   // one line; says the default where there is one
+};
+
 // One command of the `kubetrain` tool, found by its words ("jobs describe").
 struct Command {
   std::vector<std::string> words;
@@ -19,6 +27,8 @@ struct Command {
       run;
   // What follows the words: arguments and flags, for `--help`.
   std::string synopsis;
+  // Every flag it takes, in the order `--help` lists them.
+  std::vector<FlagSpec> flags{};
 };
 
 // Each file of commands exports its list; cli.cc joins them.
@@ -37,9 +47,24 @@ struct ParsedArgs {
   std::string error;
   const std::string* Flag(const std::string& name) const;  // last value given
   bool Has(const std::string& name) const { return Flag(name) != nullptr; }
+  // A true/false flag: its last occurrence is --name or --name=true.
+  bool Switch(const std::string& name) const {
+    const std::string* value = Flag(name);
+    return value != nullptr && *value == "true";
+  }
 };
 ParsedArgs ParseArgs(const std::vector<std::string>& args,
                      const std::vector<std::string>& value_flags,
                      const std::vector<std::string>& bool_flags);
+// The same with a command's flags.
+ParsedArgs ParseArgs(const std::vector<std::string>& args, const std::vector<FlagSpec>& flags);
+
+// The flags that pick where jobs are, as kubectl's do: --local, -n/--namespace,
+// --context, --kubeconfig.
+std::vector<FlagSpec> BackendFlags();
+
+// The "Flags:" section of a command's `--help`: one line each, aligned, the
+// short form before the long one; "" when it takes none.
+std::string FlagsHelp(const std::vector<FlagSpec>& flags);
 
 }  // namespace kubetrain::cli

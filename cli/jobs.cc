@@ -38,7 +38,7 @@ int Failed(const std::string& command, const absl::Status& status, std::ostream&
 // refused rather than ignored.
 std::optional<int> RefuseNamespaceOnLocal(const std::string& command, const ParsedArgs& parsed,
                                           std::ostream& err) {
-  if (!parsed.Has("namespace") || !UseLocalBackend(parsed.Has("local"))) return std::nullopt;
+  if (!parsed.Has("namespace") || !UseLocalBackend(parsed.Switch("local"))) return std::nullopt;
   return UsageError(command,
                     "-n/--namespace names a Kubernetes namespace; the local backend (--local or "
                     "KUBETRAIN_BACKEND=local) has none",
@@ -48,7 +48,7 @@ std::optional<int> RefuseNamespaceOnLocal(const std::string& command, const Pars
 // The backend that --local, $KUBETRAIN_BACKEND and kubectl's flags choose,
 // not yet opened.
 std::unique_ptr<JobsBackend> ChooseBackend(const ParsedArgs& parsed) {
-  if (UseLocalBackend(parsed.Has("local"))) return LocalJobsBackend();
+  if (UseLocalBackend(parsed.Switch("local"))) return LocalJobsBackend();
   ClusterTarget target;
   if (const std::string* ns = parsed.Flag("namespace")) target.namespace_name = *ns;
   if (const std::string* context = parsed.Flag("context")) target.context = *context;
@@ -74,13 +74,73 @@ void KeepMoving(JobsBackend& backend, const std::string& command, std::ostream& 
   }
 }
 
+// ---- the flags of each command, which ParseArgs reads and --help lists
+
+std::vector<FlagSpec> WithBackendFlags(std::vector<FlagSpec> flags) {
+  for (FlagSpec& flag : BackendFlags()) flags.push_back(std::move(flag));
+  return flags;
+}
+
+std::vector<FlagSpec> StreamLogsFlags() {
+  return WithBackendFlags({
+      {"task-name", "TASK", "only this replica's lines (master-replica-0, worker-replica-1, ...)"},
+      {"trial", "N", "only this trial's lines"},
+      {"polling-interval", "SECONDS",
+       "whole seconds between polls (default: 0.3 s on the local backend; on a cluster 1 s for "
+       "logs, 2 s for the job's state)"},
+      {"allow-multiline-logs", "",
+       "gcloud's; accepted, and each line is printed as the replica wrote it"},
+  });
+}
+
+std::vector<FlagSpec> SubmitFlags() {
+  return WithBackendFlags({
+      {"config", "FILE",
+       "a Cloud ML config.yaml, a TrainingJob, or a Kubeflow TFJob or PyTorchJob; the flags below "
+       "override it"},
+      {"scale-tier", "TIER",
+       "BASIC, STANDARD_1, PREMIUM_1, BASIC_GPU or CUSTOM (or basic-gpu, ...)"},
+      {"module-name", "MODULE", "the Python module the replicas run (python3 -m MODULE)"},
+      {"package-path", "DIR", "the folder of the trainer package, shipped with the job"},
+      {"job-dir", "DIR", "where the job writes its outputs; the trainer is given --job-dir DIR"},
+      {"region", "REGION", "recorded in the job; the job runs where the cluster is"},
+      {"labels", "KEY=VALUE,...", "the job's labels; may be repeated"},
+      {"runtime-version", "V",
+       "the runtime whose image runs a --module-name package (default: the newest)"},
+      {"python-version", "V", "the runtime's Python (default: its first)"},
+      {"master-image-uri", "IMAGE", "the master's container image"},
+      {"stream-logs", "", "follow the job's logs until it ends; the exit code says how it ended"},
+      {"wait", "", "wait for the job to end, printing its progress; the exit code says how"},
+      {"async", "", "return once the job is submitted (the default)"},
+  });
+}
+
+std::vector<FlagSpec> DescribeFlags() {
+  return WithBackendFlags({
+      {"format", "FORMAT", "yaml (the default) or json"},
+      {"summarize", "", "tables: overview, input, output and trials"},
+  });
+}
+
+std::vector<FlagSpec> ListFlags() {
+  return WithBackendFlags({
+      {"filter", "EXPRESSION",
+       "terms that must all hold: state=S, jobId=NAME, jobId:TEXT, labels.KEY=VALUE"},
+      {"limit", "N", "at most N jobs"},
+      {"page-size", "N", "gcloud's; accepted, and the list is printed whole"},
+      {"sort-by", "FIELD", "gcloud's; accepted, and the list keeps its order"},
+  });
+}
+
+std::vector<FlagSpec> CancelFlags() {
+  return WithBackendFlags({{"wait", "", "wait until the job has ended, printing its progress"}});
+}
+
 // ---- stream-logs
 
 int StreamLogs(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   const std::string command = "jobs stream-logs";
-  ParsedArgs parsed = ParseArgs(
-      args, {"task-name", "trial", "polling-interval", "namespace", "context", "kubeconfig"},
-      {"local", "allow-multiline-logs"});
+  ParsedArgs parsed = ParseArgs(args, StreamLogsFlags());
   if (!parsed.error.empty()) return UsageError(command, parsed.error, err);
   if (std::optional<int> code = RefuseNamespaceOnLocal(command, parsed, err)) return *code;
   if (parsed.positional.size() != 1)
@@ -132,11 +192,7 @@ int PrintFinal(const v1::TrainingJob& job, const std::string& command, std::ostr
 
 int SubmitTraining(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   const std::string command = "jobs submit training";
-  ParsedArgs parsed = ParseArgs(args,
-                                {"config", "scale-tier", "module-name", "package-path", "job-dir",
-                                 "region", "labels", "runtime-version", "python-version",
-                                 "master-image-uri", "namespace", "context", "kubeconfig"},
-                                {"stream-logs", "local", "wait", "async"});
+  ParsedArgs parsed = ParseArgs(args, SubmitFlags());
   if (!parsed.error.empty()) return UsageError(command, parsed.error, err);
   if (std::optional<int> code = RefuseNamespaceOnLocal(command, parsed, err)) return *code;
   if (parsed.positional.size() != 1) {
@@ -220,8 +276,8 @@ int SubmitTraining(const std::vector<std::string>& args, std::ostream& out, std:
     return kExitUsage;
   }
   (void)bare_config;
-  const bool stream = parsed.Has("stream-logs") && *parsed.Flag("stream-logs") == "true";
-  const bool wait = parsed.Has("wait") && *parsed.Flag("wait") == "true";
+  const bool stream = parsed.Switch("stream-logs");
+  const bool wait = parsed.Switch("wait");
   if (absl::Status s = backend->Open(); !s.ok()) return Failed(command, s, err);
   if (absl::Status s = backend->Submit(job, stream, out); !s.ok()) return Failed(command, s, err);
   if (!stream && !wait) return kExitOk;
@@ -237,8 +293,7 @@ int SubmitTraining(const std::vector<std::string>& args, std::ostream& out, std:
 
 int Describe(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   const std::string command = "jobs describe";
-  ParsedArgs parsed =
-      ParseArgs(args, {"format", "namespace", "context", "kubeconfig"}, {"summarize", "local"});
+  ParsedArgs parsed = ParseArgs(args, DescribeFlags());
   if (!parsed.error.empty()) return UsageError(command, parsed.error, err);
   if (std::optional<int> code = RefuseNamespaceOnLocal(command, parsed, err)) return *code;
   if (parsed.positional.size() != 1)
@@ -260,7 +315,7 @@ int Describe(const std::vector<std::string>& args, std::ostream& out, std::ostre
       JobResource(*job, archived.ok() ? *archived : std::vector<v1::HyperparameterOutput>{});
   // On a cluster, the job's recent Events follow, as `kubectl describe` ends.
   std::optional<absl::StatusOr<std::vector<JobEvent>>> events = backend->Events(*job);
-  const bool summarize = parsed.Has("summarize") && *parsed.Flag("summarize") == "true";
+  const bool summarize = parsed.Switch("summarize");
   if (events && format == "json" && !summarize) {
     // Machine-readable like the rest: an array, or why there is none.
     if (events->ok()) {
@@ -291,9 +346,7 @@ int Describe(const std::vector<std::string>& args, std::ostream& out, std::ostre
 
 int List(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   const std::string command = "jobs list";
-  ParsedArgs parsed = ParseArgs(
-      args, {"filter", "limit", "page-size", "sort-by", "namespace", "context", "kubeconfig"},
-      {"local"});
+  ParsedArgs parsed = ParseArgs(args, ListFlags());
   if (!parsed.error.empty()) return UsageError(command, parsed.error, err);
   if (std::optional<int> code = RefuseNamespaceOnLocal(command, parsed, err)) return *code;
   if (!parsed.positional.empty()) return UsageError(command, "takes no positional arguments", err);
@@ -343,7 +396,7 @@ int List(const std::vector<std::string>& args, std::ostream& out, std::ostream& 
 
 int Cancel(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   const std::string command = "jobs cancel";
-  ParsedArgs parsed = ParseArgs(args, {"namespace", "context", "kubeconfig"}, {"local", "wait"});
+  ParsedArgs parsed = ParseArgs(args, CancelFlags());
   if (!parsed.error.empty()) return UsageError(command, parsed.error, err);
   if (std::optional<int> code = RefuseNamespaceOnLocal(command, parsed, err)) return *code;
   if (parsed.positional.size() != 1)
@@ -360,7 +413,7 @@ int Cancel(const std::vector<std::string>& args, std::ostream& out, std::ostream
   }
   if (absl::Status s = backend->Cancel(name); !s.ok()) return Failed(command, s, err);
   out << "Cancelled job [" << name << "].\n";
-  if (parsed.Has("wait") && *parsed.Flag("wait") == "true") {
+  if (parsed.Switch("wait")) {
     FollowOptions follow;
     follow.progress = true;
     absl::StatusOr<v1::TrainingJob> final_job = backend->Follow(name, follow, out);
@@ -380,21 +433,29 @@ std::vector<Command> JobsCommands() {
        "JOB [--config FILE] [--scale-tier TIER] [--module-name MODULE --package-path DIR] "
        "[--job-dir DIR] [--region REGION] [--labels KEY=VALUE,...] [--runtime-version V] "
        "[--python-version V] [--master-image-uri IMAGE] [--stream-logs | --wait | --async] "
-       "[--local | -n, --namespace NS] [-- TRAINER_ARGS...]"},
+       "[--local | -n, --namespace NS] [-- TRAINER_ARGS...]",
+       SubmitFlags()},
       {{"jobs", "describe"},
        "show a job as YAML (--format json, --summarize)",
        Describe,
-       "JOB [--format yaml|json] [--summarize] [--local | -n, --namespace NS]"},
+       "JOB [--format yaml|json] [--summarize] [--local | -n, --namespace NS]",
+       DescribeFlags()},
       {{"jobs", "list"},
        "list jobs: JOB_ID STATUS CREATED (--filter, --limit)",
        List,
-       "[--filter EXPRESSION] [--limit N] [--local | -n, --namespace NS]"},
-      {{"jobs", "cancel"}, "cancel a job", Cancel, "JOB [--wait] [--local | -n, --namespace NS]"},
+       "[--filter EXPRESSION] [--limit N] [--local | -n, --namespace NS]",
+       ListFlags()},
+      {{"jobs", "cancel"},
+       "cancel a job",
+       Cancel,
+       "JOB [--wait] [--local | -n, --namespace NS]",
+       CancelFlags()},
       {{"jobs", "stream-logs"},
        "follow a job's logs (--task-name, --trial)",
        StreamLogs,
        "JOB [--task-name TASK] [--trial N] [--polling-interval SECONDS] "
-       "[--local | -n, --namespace NS]"},
+       "[--local | -n, --namespace NS]",
+       StreamLogsFlags()},
   };
 }
 

@@ -25,8 +25,15 @@ extern char** environ;
 namespace kubetrain::cli {
 namespace {
 
+std::vector<FlagSpec> ServeFlags() {
+  return {
+      {"exit-when-idle", "", "exit once no job has needed the controller for a few seconds"},
+      {"quiet-if-running", "", "when another local controller already runs, exit 0 saying nothing"},
+  };
+}
+
 int Serve(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
-  ParsedArgs parsed = ParseArgs(args, {}, {"exit-when-idle", "quiet-if-running"});
+  ParsedArgs parsed = ParseArgs(args, ServeFlags());
   if (!parsed.error.empty()) {
     err << "kubetrain local serve: " << parsed.error << "\n";
     return kExitUsage;
@@ -36,9 +43,8 @@ int Serve(const std::vector<std::string>& args, std::ostream& out, std::ostream&
     return kExitUsage;
   }
   ServeOptions options;
-  options.exit_when_idle = parsed.Has("exit-when-idle") && *parsed.Flag("exit-when-idle") == "true";
-  options.quiet_if_running =
-      parsed.Has("quiet-if-running") && *parsed.Flag("quiet-if-running") == "true";
+  options.exit_when_idle = parsed.Switch("exit-when-idle");
+  options.quiet_if_running = parsed.Switch("quiet-if-running");
   return ServeLocalController(KubetrainHome(), options, out, err);
 }
 
@@ -71,11 +77,34 @@ bool ParsePort(const ParsedArgs& parsed, const std::string& flag, int64_t fallba
 volatile sig_atomic_t g_interrupted = 0;
 void OnInterrupt(int) { g_interrupted = 1; }
 
+constexpr int64_t kDefaultWorkers = 2;
+constexpr int64_t kDefaultParameterServers = 2;
+constexpr int64_t kDefaultEvaluators = 0;
+constexpr int64_t kDefaultStartPort = 27182;
+
+std::vector<FlagSpec> TrainFlags() {
+  return {
+      {"module-name", "MODULE",
+       "the Python module to run (python3 -m MODULE); without it, kubetrain-runtime's trainer"},
+      {"package-path", "DIR", "the folder of the module's package"},
+      {"job-dir", "DIR", "where the job writes its outputs; the trainer is given --job-dir DIR"},
+      {"distributed", "", "a master, workers and parameter servers, each its own process"},
+      {"worker-count", "N",
+       absl::StrCat("workers, with --distributed (default ", kDefaultWorkers, ")")},
+      {"parameter-server-count", "N",
+       absl::StrCat("parameter servers, with --distributed (default ", kDefaultParameterServers,
+                    ")")},
+      {"evaluator-count", "N",
+       absl::StrCat("evaluators, with --distributed (default ", kDefaultEvaluators, ")")},
+      {"start-port", "PORT",
+       absl::StrCat("the first of the replicas' consecutive ports (default ", kDefaultStartPort,
+                    ")")},
+      {"use-chief-in-tf-config", "", "name the master \"chief\" in TF_CONFIG, not \"master\""},
+  };
+}
+
 int Train(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
-  ParsedArgs parsed = ParseArgs(args,
-                                {"module-name", "package-path", "job-dir", "worker-count",
-                                 "parameter-server-count", "evaluator-count", "start-port"},
-                                {"distributed", "use-chief-in-tf-config"});
+  ParsedArgs parsed = ParseArgs(args, TrainFlags());
   if (!parsed.error.empty()) {
     err << "kubetrain local train: " << parsed.error << "\n";
     return kExitUsage;
@@ -85,12 +114,12 @@ int Train(const std::vector<std::string>& args, std::ostream& out, std::ostream&
         << "\"; trainer arguments go after --\n";
     return kExitUsage;
   }
-  const bool distributed = parsed.Has("distributed") && *parsed.Flag("distributed") == "true";
+  const bool distributed = parsed.Switch("distributed");
   int64_t workers = 0, ps = 0, evaluators = 0, start_port = 0;
-  if (!ParseCount(parsed, "worker-count", 2, &workers, err) ||
-      !ParseCount(parsed, "parameter-server-count", 2, &ps, err) ||
-      !ParseCount(parsed, "evaluator-count", 0, &evaluators, err) ||
-      !ParsePort(parsed, "start-port", 27182, &start_port, err)) {
+  if (!ParseCount(parsed, "worker-count", kDefaultWorkers, &workers, err) ||
+      !ParseCount(parsed, "parameter-server-count", kDefaultParameterServers, &ps, err) ||
+      !ParseCount(parsed, "evaluator-count", kDefaultEvaluators, &evaluators, err) ||
+      !ParsePort(parsed, "start-port", kDefaultStartPort, &start_port, err)) {
     return kExitUsage;
   }
   if (!distributed && (parsed.Has("worker-count") || parsed.Has("parameter-server-count") ||
@@ -123,8 +152,7 @@ int Train(const std::vector<std::string>& args, std::ostream& out, std::ostream&
       input->set_evaluator_count(evaluators);
     }
   }
-  input->set_use_chief_in_tf_config(parsed.Has("use-chief-in-tf-config") &&
-                                    *parsed.Flag("use-chief-in-tf-config") == "true");
+  input->set_use_chief_in_tf_config(parsed.Switch("use-chief-in-tf-config"));
   if (const std::string* module = parsed.Flag("module-name")) input->set_python_module(*module);
   std::string package_parent;
   if (const std::string* package = parsed.Flag("package-path")) {
@@ -265,14 +293,16 @@ std::vector<Command> LocalCommands() {
       {{"local", "serve"},
        "run the local controller in the foreground (--exit-when-idle)",
        Serve,
-       "[--exit-when-idle] [--quiet-if-running]"},
+       "[--exit-when-idle] [--quiet-if-running]",
+       ServeFlags()},
       {{"local", "train"},
        "train on this machine (--distributed --worker-count --parameter-server-count ...)",
        Train,
        "[--module-name MODULE --package-path DIR] [--job-dir DIR] [--distributed [--worker-count "
        "N] "
        "[--parameter-server-count N] [--evaluator-count N] [--start-port PORT] "
-       "[--use-chief-in-tf-config]] [-- TRAINER_ARGS...]"},
+       "[--use-chief-in-tf-config]] [-- TRAINER_ARGS...]",
+       TrainFlags()},
   };
 }
 

@@ -17,8 +17,16 @@
 namespace kubetrain::cli {
 namespace {
 
+std::vector<FlagSpec> RenderFlags() {
+  return {
+      {"namespace", "NS",
+       "the objects' namespace where the manifest names none (default: default)"},
+      {"trial", "N", "a tuning job's objects for trial N (default 1)"},
+  };
+}
+
 int Render(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
-  ParsedArgs parsed = ParseArgs(args, {"namespace", "trial"}, {});
+  ParsedArgs parsed = ParseArgs(args, RenderFlags());
   if (!parsed.error.empty()) {
     err << "kubetrain render: " << parsed.error << "\n";
     return kExitUsage;
@@ -87,7 +95,8 @@ std::vector<Command> RenderCommands() {
   return {{{"render"},
            "print the Kubernetes objects of a job (--namespace, --trial)",
            Render,
-           "FILE [--namespace NS] [--trial N]"}};
+           "FILE [--namespace NS] [--trial N]",
+           RenderFlags()}};
 }
 
 }  // namespace kubetrain::cli

@@ -3,6 +3,8 @@
 #include <signal.h>
 
 #include <ostream>
+#include <string>
+#include <vector>
 
 #include "cli/commands.h"
 #include "cli/jobs_cluster.h"
@@ -41,8 +43,18 @@ class StopSignals {
   sigset_t previous_;
 };
 
+constexpr char kDefaultAddress[] = "127.0.0.1:0";
+
+std::vector<FlagSpec> UiFlags() {
+  std::vector<FlagSpec> flags = BackendFlags();
+  flags.push_back(
+      {"address", "HOST:PORT",
+       std::string("where the page is served (default ") + kDefaultAddress + ": a free port)"});
+  return flags;
+}
+
 int RunUi(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
-  ParsedArgs parsed = ParseArgs(args, {"address", "namespace", "context", "kubeconfig"}, {"local"});
+  ParsedArgs parsed = ParseArgs(args, UiFlags());
   if (!parsed.error.empty()) {
     err << kCommand << ": " << parsed.error << "\n";
     return kExitUsage;
@@ -51,8 +63,8 @@ int RunUi(const std::vector<std::string>& args, std::ostream& out, std::ostream&
     err << kCommand << ": takes no positional arguments (got \"" << parsed.positional[0] << "\")\n";
     return kExitUsage;
   }
-  const std::string address = parsed.Flag("address") ? *parsed.Flag("address") : "127.0.0.1:0";
-  const bool local = UseLocalBackend(parsed.Has("local") && *parsed.Flag("local") == "true");
+  const std::string address = parsed.Flag("address") ? *parsed.Flag("address") : kDefaultAddress;
+  const bool local = UseLocalBackend(parsed.Switch("local"));
   for (const char* flag : {"namespace", "context", "kubeconfig"}) {
     if (local && parsed.Has(flag)) {
       err << kCommand << ": --" << flag << " is for a cluster; the local backend has none\n";
@@ -110,7 +122,8 @@ std::vector<Command> UiCommands() {
       {{"ui"},
        "a read-only web page of the jobs and their studies, on 127.0.0.1 (--local, --address)",
        RunUi,
-       "[--local | [--namespace NS] [--context CTX] [--kubeconfig FILE]] [--address HOST:PORT]"},
+       "[--local | [--namespace NS] [--context CTX] [--kubeconfig FILE]] [--address HOST:PORT]",
+       UiFlags()},
   };
 }
 
