@@ -183,7 +183,8 @@ ParsedArgs ParseArgs(const std::vector<std::string>& args, const std::vector<Fla
 std::vector<FlagSpec> BackendFlags() {
   return {
       {"local", "",
-       "the jobs of this machine ($KUBETRAIN_HOME), not a cluster's; also KUBETRAIN_BACKEND=local"},
+       "the jobs of this machine ($KUBETRAIN_HOME), not a cluster's (default: true when "
+       "KUBETRAIN_BACKEND=local)"},
       {"namespace", "NS",
        "the cluster namespace (default: the kubeconfig context's, else default)"},
       {"context", "CONTEXT", "the kubeconfig context (default: its current-context)"},

@@ -423,6 +423,18 @@ TEST(JobsFlagsTest, LocalFalseMeansTheCluster) {
   r = RunKubetrain({"jobs", "describe", "some_job", "--local=true", "-n", "ml"});
   EXPECT_EQ(r.code, 2);
   EXPECT_THAT(r.err, ::testing::HasSubstr("names a Kubernetes namespace"));
+
+  // The flag, when given, overrides KUBETRAIN_BACKEND=local; without it the
+  // environment picks the local backend.
+  setenv("KUBETRAIN_BACKEND", "local", 1);
+  r = RunKubetrain(
+      {"jobs", "describe", "some_job", "--local=false", "-n", "ml", "--kubeconfig", kubeconfig});
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_THAT(r.err, ::testing::HasSubstr("no-such-kubeconfig"));
+  r = RunKubetrain({"jobs", "describe", "some_job", "-n", "ml"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, ::testing::HasSubstr("names a Kubernetes namespace"));
+  unsetenv("KUBETRAIN_BACKEND");
 }
 
 TEST(RenderCommandTest, UsesTheManifestsNamespaceAsKubectlApplyDoes) {

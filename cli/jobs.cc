@@ -38,7 +38,7 @@ int Failed(const std::string& command, const absl::Status& status, std::ostream&
 // refused rather than ignored.
 std::optional<int> RefuseNamespaceOnLocal(const std::string& command, const ParsedArgs& parsed,
                                           std::ostream& err) {
-  if (!parsed.Has("namespace") || !UseLocalBackend(parsed.Switch("local"))) return std::nullopt;
+  if (!parsed.Has("namespace") || !UseLocalBackend(parsed)) return std::nullopt;
   return UsageError(command,
                     "-n/--namespace names a Kubernetes namespace; the local backend (--local or "
                     "KUBETRAIN_BACKEND=local) has none",
@@ -48,7 +48,7 @@ std::optional<int> RefuseNamespaceOnLocal(const std::string& command, const Pars
 // The backend that --local, $KUBETRAIN_BACKEND and kubectl's flags choose,
 // not yet opened.
 std::unique_ptr<JobsBackend> ChooseBackend(const ParsedArgs& parsed) {
-  if (UseLocalBackend(parsed.Switch("local"))) return LocalJobsBackend();
+  if (UseLocalBackend(parsed)) return LocalJobsBackend();
   ClusterTarget target;
   if (const std::string* ns = parsed.Flag("namespace")) target.namespace_name = *ns;
   if (const std::string* context = parsed.Flag("context")) target.context = *context;

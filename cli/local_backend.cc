@@ -60,8 +60,8 @@ absl::StatusOr<std::unique_ptr<local::JobStore>> OpenLocalStore(const std::strin
   return local::JobStore::Open(home + "/jobs.db");
 }
 
-bool UseLocalBackend(bool local_flag) {
-  if (local_flag) return true;
+bool UseLocalBackend(const ParsedArgs& parsed) {
+  if (parsed.Has("local")) return parsed.Switch("local");
   const char* backend = std::getenv("KUBETRAIN_BACKEND");
   return backend != nullptr && std::string(backend) == "local";
 }

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "cli/commands.h"
 #include "operator/local/controller.h"
 #include "operator/local/job_store.h"
 
@@ -18,9 +19,10 @@ std::string KubetrainHome();
 // Opens (creating) $KUBETRAIN_HOME/jobs.db.
 absl::StatusOr<std::unique_ptr<local::JobStore>> OpenLocalStore(const std::string& home);
 
-// True when the command asks for the local backend: --local, or
-// KUBETRAIN_BACKEND=local.
-bool UseLocalBackend(bool local_flag);
+// True when the command asks for the local backend: --local (or
+// --local=true); without the flag, KUBETRAIN_BACKEND=local. --local=false is
+// the cluster whatever the environment says.
+bool UseLocalBackend(const ParsedArgs& parsed);
 
 // The `kubetrain-runtime` binary replicas run: $KUBETRAIN_RUNTIME, else next to
 // this executable, else in the build tree beside it, else "kubetrain-runtime"

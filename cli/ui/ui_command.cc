@@ -64,7 +64,7 @@ int RunUi(const std::vector<std::string>& args, std::ostream& out, std::ostream&
     return kExitUsage;
   }
   const std::string address = parsed.Flag("address") ? *parsed.Flag("address") : kDefaultAddress;
-  const bool local = UseLocalBackend(parsed.Switch("local"));
+  const bool local = UseLocalBackend(parsed);
   for (const char* flag : {"namespace", "context", "kubeconfig"}) {
     if (local && parsed.Has(flag)) {
       err << kCommand << ": --" << flag << " is for a cluster; the local backend has none\n";
