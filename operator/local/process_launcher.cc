@@ -241,7 +241,22 @@ int PumpAndWait(pid_t child, int out_fd, int err_fd, int log_fd) {
 // `started_fd` receives the supervisor's pid once it leads its own process
 // group: only then may the launcher hand the pid out, since a Kill of the
 // group before setsid() would find no group and leave the replica running.
+// Closes every descriptor from `lowest` up.
+void CloseFrom(unsigned lowest) {
+  if (syscall(SYS_close_range, lowest, ~0U, 0U) != 0) {
+    for (int fd = static_cast<int>(lowest); fd < 4096; ++fd) close(fd);
+  }
+}
+
 [[noreturn]] void RunSupervisor(const SupervisorPlan& plan, int started_fd) {
+  // First of all, let go of the controller's descriptors: its lock above
+  // all, which a controller started after this one was killed must be able
+  // to take at once, not after this supervisor has written its pid file.
+  if (started_fd != 3) {
+    dup2(started_fd, 3);
+    started_fd = 3;
+  }
+  CloseFrom(4);
   setsid();
   // Before the pid is handed out (a Kill may follow at once), and replacing
   // any handler inherited from the controller. No SA_RESTART: a stop request
@@ -277,9 +292,7 @@ int PumpAndWait(pid_t child, int out_fd, int err_fd, int log_fd) {
   // stays ignored across exec.
   signal(SIGPIPE, SIG_DFL);
   // Nothing of the controller (its database, its sockets) reaches the replica.
-  if (syscall(SYS_close_range, 3U, ~0U, 0U) != 0) {
-    for (int fd = 3; fd < 4096; ++fd) close(fd);
-  }
+  CloseFrom(3);
   int log_fd = open(plan.log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   int backoff_ms = kInitialBackoffMs;
   int restarts = 0;
