@@ -216,8 +216,6 @@ std::string FlagsHelp(const std::vector<FlagSpec>& flags) {
   return text;
 }
 
-namespace {
-
 std::vector<Command> AllCommands() {
   std::vector<Command> commands;
   for (auto list : {ValidateCommands, JobsCommands, LocalCommands, RenderCommands, UiCommands}) {
@@ -225,6 +223,8 @@ std::vector<Command> AllCommands() {
   }
   return commands;
 }
+
+namespace {
 
 void PrintUsage(const std::vector<Command>& commands, const std::string& program, std::ostream& out,
                 const std::string& group = "") {

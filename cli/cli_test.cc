@@ -10,6 +10,7 @@
 #include <set>
 #include <sstream>
 
+#include "absl/strings/str_join.h"
 #include "cli/commands.h"
 
 namespace kubetrain::cli {
@@ -338,19 +339,7 @@ TEST(CliTest, EveryCommandTakesHelp) {
               ::testing::StartsWith("Usage: kubetrain jobs submit training JOB [--config FILE]"));
 }
 
-std::vector<Command> EveryCommand() {
-  std::vector<Command> commands;
-  for (auto list : {ValidateCommands, JobsCommands, LocalCommands, RenderCommands, UiCommands}) {
-    for (Command& command : list()) commands.push_back(std::move(command));
-  }
-  return commands;
-}
-
-std::string Words(const Command& command) {
-  std::string words;
-  for (const std::string& w : command.words) words += (words.empty() ? "" : " ") + w;
-  return words;
-}
+std::string Words(const Command& command) { return absl::StrJoin(command.words, " "); }
 
 // The flag as a command line spells it: a value flag with a value.
 std::string Spelled(const FlagSpec& flag) {
@@ -362,7 +351,7 @@ std::string Spelled(const FlagSpec& flag) {
 // Every run below also has three positional arguments, which each command
 // refuses after reading its flags, so that nothing is started.
 TEST(CliTest, EachCommandsHelpListsExactlyTheFlagsItTakes) {
-  const std::vector<Command> commands = EveryCommand();
+  const std::vector<Command> commands = AllCommands();
   std::map<std::string, FlagSpec> every_flag;
   for (const Command& command : commands) {
     for (const FlagSpec& flag : command.flags) every_flag.emplace(flag.name, flag);

@@ -37,6 +37,8 @@ std::vector<Command> JobsCommands();      // jobs submit training/describe/list/
 std::vector<Command> LocalCommands();     // local serve, local train
 std::vector<Command> RenderCommands();    // render
 std::vector<Command> UiCommands();        // ui
+// All of them, in that order.
+std::vector<Command> AllCommands();
 
 // Splits "--name=value" / "--name value" flags from positional arguments.
 // `bool_flags` take no value. Unknown flags are errors naming the flag.
