@@ -161,9 +161,12 @@ TEST(CrdTest, ExplainShowsTheProtoCommentsWithEnumValues) {
   EXPECT_THAT(workers, HasSubstr("Cloud ML's API printed it as a string"));
 }
 
-// int64 fields are integers, so `kubectl explain` shows their type rather than
-// <Object> (which it shows for x-kubernetes-int-or-string).
-TEST(CrdTest, Int64FieldsAreIntegers) {
+// int64 fields take a number or a string of digits: Cloud ML's API printed
+// them as strings ("workerCount: '2'"), and configs copied from it must pass
+// the API server's schema check. int-or-string is the one structural type that
+// takes both; the pattern keeps the strings to digits, and the description
+// says so.
+TEST(CrdTest, Int64FieldsTakeNumbersAndStringsOfDigits) {
   const nlohmann::json schema = OpenApi();
   for (const char* path :
        {"spec.trainingInput.workerCount", "spec.trainingInput.parameterServerCount",
@@ -174,11 +177,18 @@ TEST(CrdTest, Int64FieldsAreIntegers) {
         "status.trainingOutput.trials.finalMetric.trainingStep"}) {
     const nlohmann::json* node = At(schema, path);
     ASSERT_NE(node, nullptr) << path;
-    EXPECT_EQ((*node)["type"], "integer") << path;
-    EXPECT_EQ((*node)["format"], "int64") << path;
-    EXPECT_FALSE(node->contains("x-kubernetes-int-or-string")) << path;
+    EXPECT_FALSE(node->contains("type")) << path;
+    EXPECT_EQ((*node)["x-kubernetes-int-or-string"], true) << path;
+    EXPECT_EQ((*node)["anyOf"], nlohmann::json::parse(R"([{"type":"integer"},{"type":"string"}])"))
+        << path;
+    EXPECT_EQ((*node)["pattern"], "^-?[0-9]+$") << path;
+    EXPECT_THAT(node->value("description", ""),
+                ::testing::EndsWith("Takes a number or a string of digits (\"2\")."))
+        << path;
   }
   EXPECT_EQ(At(schema, "status.bestObjectiveValue")->value("type", ""), "number");
+  EXPECT_EQ(At(schema, "spec.trainingInput.hyperparameters.maxTrials")->value("type", ""),
+            "integer");
 }
 
 TEST(CrdTest, PrinterColumnsAndCategory) {

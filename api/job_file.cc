@@ -6,9 +6,11 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <tuple>
 
 #include "absl/status/status.h"
 #include "api/codec.h"
+#include "api/training_job_schema.h"
 #include "api/validation.h"
 
 namespace kubetrain::api {
@@ -50,6 +52,20 @@ CheckedJob CheckTrainingJob(std::string_view text, bool require_name) {
   options.bare_config = decoded.bare_config;
   checked.errors = Validate(decoded.job, options);
   decoded.Locate(&checked.errors);
+  if (!decoded.bare_config) {
+    // A manifest goes to the API server as written (`kubectl apply`), so it
+    // must also pass the CRD's schema, which is stricter about types than
+    // the decoder (`minValue: "0.1"`, `categoricalValues: [1, 2]`). A bare
+    // config never reaches the server as written: kubetrain builds the
+    // TrainingJob from what it decoded.
+    DecodedDocument document = DecodeDocument(text);
+    for (FieldError& error : CheckAgainstCrdSchema(document.value)) {
+      if (auto at = document.positions.find(error.path); at != document.positions.end()) {
+        std::tie(error.line, error.column) = at->second;
+      }
+      checked.errors.push_back(std::move(error));
+    }
+  }
   // Errors in file order read best; validation found them field by field.
   std::stable_sort(checked.errors.begin(), checked.errors.end(),
                    [](const FieldError& a, const FieldError& b) {

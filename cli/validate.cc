@@ -80,7 +80,9 @@ int Convert(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   for (const api::MappedField& field : checked.mapped) {
     out << "#   " << field.from << " -> " << field.to << "\n";
   }
-  out << api::EncodeYaml(checked.job);
+  // int64 fields as numbers, as a Kubernetes manifest writes them (the CRD
+  // takes the string form too; numbers read as what they are).
+  out << api::EncodeYaml(api::EncodeKubernetesJson(checked.job));
   return kExitOk;
 }
 

@@ -305,8 +305,12 @@ TEST_F(KubectlPluginTest, KubectlGetAndExplainUseTheGeneratedCrd) {
 
   CommandResult count = Kubectl("explain trainingjob.spec.trainingInput.workerCount");
   ASSERT_EQ(count.exit_code, 0) << count.output;
-  EXPECT_THAT(count.output, HasSubstr("FIELD: workerCount <integer>"));
-  EXPECT_THAT(count.output, HasSubstr("How many workers"));
+  // int-or-string (a number, or Cloud ML's string of digits) has no single
+  // OpenAPI type, so kubectl labels it <Object>; the description says what
+  // it takes.
+  EXPECT_THAT(count.output, HasSubstr("FIELD: workerCount <Object>"));
+  EXPECT_THAT(count.output, HasSubstr("How many workers (integer, 0 to 1000"));
+  EXPECT_THAT(count.output, HasSubstr("Takes a number or a string of"));
 
   CommandResult hyperparameters = Kubectl("explain trainingjob.spec.trainingInput.hyperparameters");
   ASSERT_EQ(hyperparameters.exit_code, 0) << hyperparameters.output;
