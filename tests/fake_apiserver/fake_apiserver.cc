@@ -25,8 +25,11 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "api/crd.h"
+#include "api/structural_schema.h"
 #include "tests/fake_apiserver/discovery.h"
 #include "tests/fake_apiserver/label_selector.h"
 #include "tests/fake_apiserver/pod_logs.h"
@@ -586,11 +589,43 @@ class FakeApiServer::Impl {
     watch_cv_.notify_all();
   }
 
-  // What the real server's decoding and validation refuse of an object's
-  // content, for the kinds where tests lean on it: a ConfigMap's data must
-  // map valid keys to strings, and hold at most 1 MiB.
-  std::optional<Reply> Invalid(const ResourceInfo& res, const json& obj,
-                               const std::string& name) const {
+  // What the real server's decoding and validation do to an object's
+  // content before it stores it, for the kinds where tests lean on it: a
+  // custom resource whose CRD is served is pruned and validated against the
+  // CRD's openAPIV3Schema (structural_schema.h), as kube-apiserver does for
+  // every write, status included; a ConfigMap's data must map valid keys to
+  // strings, and hold at most 1 MiB. Called with mu_ held.
+  std::optional<Reply> Admit(const ResourceInfo& res, json* obj, const std::string& name) const {
+    if (auto crd = served_crds_.find(res.plural);
+        crd != served_crds_.end() && !crd->second.schema.is_null()) {
+      api::SchemaCheck check = api::PruneAndValidate(crd->second.schema, obj);
+      if (!check.ok()) return SchemaRefusal(res, name, check);
+      return std::nullopt;
+    }
+    return InvalidConfigMap(res, *obj, name);
+  }
+
+  // 422 Invalid as kube-apiserver words it: `Kind.group "name" is invalid:`
+  // then the violation, or the violations in brackets, and one cause each.
+  static Reply SchemaRefusal(const ResourceInfo& res, const std::string& name,
+                             const api::SchemaCheck& check) {
+    const std::string group_version = res.api_version;
+    const std::string group = group_version.substr(0, group_version.find('/'));
+    std::vector<std::string> messages;
+    json causes = json::array();
+    for (const api::SchemaViolation& v : check.violations) {
+      messages.push_back(v.message);
+      causes.push_back({{"reason", v.reason}, {"message", v.detail}, {"field", v.field}});
+    }
+    std::string joined =
+        messages.size() == 1 ? messages[0] : absl::StrCat("[", absl::StrJoin(messages, ", "), "]");
+    return Error(422, "Invalid",
+                 absl::StrCat(res.kind, ".", group, " \"", name, "\" is invalid: ", joined),
+                 {{"name", name}, {"group", group}, {"kind", res.kind}, {"causes", causes}});
+  }
+
+  std::optional<Reply> InvalidConfigMap(const ResourceInfo& res, const json& obj,
+                                        const std::string& name) const {
     if (absl::string_view(res.plural) != "configmaps") return std::nullopt;
     size_t bytes = 0;
     for (const char* field : {"data", "binaryData"}) {
@@ -649,7 +684,7 @@ class FakeApiServer::Impl {
                    "the namespace of the provided object does not match the namespace sent on "
                    "the request");
     }
-    if (std::optional<Reply> invalid = Invalid(res, obj, name)) return *invalid;
+    if (std::optional<Reply> invalid = Admit(res, &obj, name)) return *invalid;
     auto& objects = store_.at(std::string(res.plural));
     std::string key = Key(ns, name);
     if (objects.count(key)) {
@@ -718,8 +753,8 @@ class FakeApiServer::Impl {
       }
       next["apiVersion"] = res.api_version;
       next["kind"] = res.kind;
-      if (std::optional<Reply> invalid = Invalid(res, next, name)) return *invalid;
     }
+    if (std::optional<Reply> invalid = Admit(res, &next, name)) return *invalid;
     next["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"];
     if (next == old) return Reply{200, old};  // a no-op write changes nothing, as upstream
     if (!status && next.value("spec", json()) != old.value("spec", json())) {
@@ -1049,8 +1084,9 @@ class FakeApiServer::Impl {
             SelectSimpleJsonPath(json::object(), c.value("jsonPath", ""));
         if (!valid.ok()) return valid.status();
       }
+      const json schema = version.value("/schema/openAPIV3Schema"_json_pointer, json());
       std::lock_guard<std::mutex> lock(mu_);
-      served_crds_[plural] = ServedCrd{crd, columns};
+      served_crds_[plural] = ServedCrd{crd, columns, schema};
       return absl::OkStatus();
     }
     return absl::InvalidArgumentError(absl::StrCat("the CRD of ", plural, " has no version v1"));
@@ -1270,6 +1306,7 @@ class FakeApiServer::Impl {
   struct ServedCrd {
     json crd;
     json printer_columns;  // version v1's
+    json schema;           // version v1's openAPIV3Schema; null: none to check
   };
   std::map<std::string, ServedCrd> served_crds_;  // by plural, from ServeCrd
 
@@ -1309,6 +1346,10 @@ FakeApiServer::~FakeApiServer() = default;
 
 absl::StatusOr<std::unique_ptr<FakeApiServer>> FakeApiServer::Start(Options options) {
   auto impl = std::make_unique<Impl>(options);
+  if (options.serve_training_job_crd) {
+    absl::Status served = impl->ServeCrd(api::TrainingJobCrd());
+    if (!served.ok()) return served;
+  }
   absl::Status s = impl->Listen();
   if (!s.ok()) return s;
   return std::unique_ptr<FakeApiServer>(new FakeApiServer(std::move(impl)));

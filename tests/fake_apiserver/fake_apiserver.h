@@ -66,11 +66,18 @@ namespace kubetrain::fake_apiserver {
 //    and /openapi/v3[/apis/GROUP/VERSION] the OpenAPI of CRDs given to
 //    ServeCrd (discovery.h), so kubectl get and kubectl explain work against it.
 //
+//  - a custom resource whose CRD is served (the TrainingJob CRD is, from the
+//    start: Options::serve_training_job_crd) is pruned and validated against
+//    the CRD's openAPIV3Schema on every write, status included, as
+//    kube-apiserver does for structural schemas (api/structural_schema.h
+//    says what of OpenAPI is checked); a refusal is 422 Invalid with the
+//    server's message and one cause per field;
+//
 // Not implemented (on purpose; documented so tests do not rely on it):
-//  - authentication other than one bearer token, authorization, TLS, admission, schema validation
-//  of spec
-//    fields (a claim's spec is not checked, nor made immutable), defaulting
-//    other than pod and claim phase, the kubernetes.io/pvc-protection finalizer;
+//  - authentication other than one bearer token, authorization, TLS, admission,
+//    validation of built-in kinds' specs (a pod's or a claim's spec is not
+//    checked, nor made immutable), defaulting other than pod and claim phase,
+//    the kubernetes.io/pvc-protection finalizer;
 //  - strategic-merge-patch, JSON patch, server-side apply, dryRun;
 //  - graceful deletion: DELETE removes the object at once (no
 //    deletionTimestamp, no finalizers). Owner-referenced dependents in the same
@@ -102,6 +109,12 @@ class FakeApiServer {
     size_t history_limit = 200000;
     // When set, requests must carry "Authorization: Bearer <token>" (else 401).
     std::string bearer_token{};
+    // Serve kubetrain's TrainingJob CRD (api/crd.h) from the start, as a
+    // cluster where kubetrain is installed does: every TrainingJob written is
+    // pruned and validated against its schema, and kubectl finds its printer
+    // columns and short name. False: trainingjobs are stored unchecked until
+    // a test calls ServeCrd (for tests of the fake server itself).
+    bool serve_training_job_crd = true;
   };
 
   static absl::StatusOr<std::unique_ptr<FakeApiServer>> Start(Options options);

@@ -151,6 +151,52 @@ TEST_F(FakeApiServerTest, StatusSubresourceSeparatesSpecAndStatus) {
   EXPECT_EQ(same.body["metadata"]["resourceVersion"], spec.body["metadata"]["resourceVersion"]);
 }
 
+// The TrainingJob CRD is served from the start, and every write of a
+// TrainingJob is pruned and validated against its schema, as kube-apiserver
+// does: wrong types are 422 Invalid with one cause per field, unknown fields
+// are dropped, and status writes are checked too.
+TEST_F(FakeApiServerTest, TrainingJobsAreCheckedAgainstTheCrdSchema) {
+  const std::string base = "/apis/kubetrain.io/v1/namespaces/ns1/trainingjobs";
+  json job = {{"apiVersion", "kubetrain.io/v1"},
+              {"kind", "TrainingJob"},
+              {"metadata", {{"name", "j1"}}},
+              {"spec",
+               {{"trainingInput",
+                 {{"scaleTier", "CUSTOM"},
+                  {"masterType", "standard"},
+                  {"workerCount", "2"},
+                  {"parameterServerCount", 1},
+                  {"typo", true}}}}}};
+  Response created = Call(http::methods::POST, base, job);
+  ASSERT_EQ(created.code, 201) << created.body;
+  EXPECT_EQ(created.body["spec"]["trainingInput"]["workerCount"], "2") << "stored as written";
+  EXPECT_FALSE(created.body["spec"]["trainingInput"].contains("typo")) << "pruned";
+
+  job["metadata"]["name"] = "j2";
+  job["spec"]["trainingInput"]["workerCount"] = "two";
+  job["spec"]["trainingInput"]["scaleTier"] = "HUGE";
+  Response refused = Call(http::methods::POST, base, job);
+  ASSERT_EQ(refused.code, 422) << refused.body;
+  EXPECT_EQ(refused.body["reason"], "Invalid");
+  EXPECT_EQ(refused.body["message"],
+            "TrainingJob.kubetrain.io \"j2\" is invalid: [spec.trainingInput.scaleTier: "
+            "Unsupported value: \"HUGE\": supported values: \"SCALE_TIER_UNSPECIFIED\", "
+            "\"BASIC\", \"STANDARD_1\", "
+            "\"PREMIUM_1\", \"BASIC_GPU\", \"BASIC_TPU\", \"CUSTOM\", "
+            "spec.trainingInput.workerCount: Invalid value: \"two\": "
+            "spec.trainingInput.workerCount in body should match '^-?[0-9]+$']");
+  ASSERT_EQ(refused.body["details"]["causes"].size(), 2u);
+  EXPECT_EQ(refused.body["details"]["causes"][1]["field"], "spec.trainingInput.workerCount");
+  EXPECT_EQ(refused.body["details"]["kind"], "TrainingJob");
+  EXPECT_EQ(server_->Count("trainingjobs"), 1u) << "nothing stored";
+
+  json status = created.body;
+  status["status"] = {{"state", "RUNNING"}, {"startTime", "not a time"}};
+  Response bad_status = Call(http::methods::PUT, base + "/j1/status", status);
+  ASSERT_EQ(bad_status.code, 422) << bad_status.body;
+  EXPECT_EQ(bad_status.body["details"]["causes"][0]["field"], "status.startTime");
+}
+
 TEST_F(FakeApiServerTest, MergePatchSetsPodPhase) {
   Call(http::methods::POST, "/api/v1/namespaces/ns1/pods", Pod("p1"));
   json patch = {{"status", {{"phase", "Running"}}}};
