@@ -252,7 +252,14 @@ class Converter {
         // What `kubectl get -o yaml` adds: the API server sets it again.
         Map(path, "left out: set by the API server");
       } else if (key == "generateName") {
-        Error(path, "no equivalent: a TrainingJob needs metadata.name");
+        if (!value.is_string()) {
+          Error(path, "expected a string, got " + Quoted(value));
+          continue;
+        }
+        meta->set_generate_name(value.get<std::string>());
+        Map(path,
+            "metadata.generateName (create the job with `kubectl create`; `kubectl "
+            "apply` needs a name)");
       } else {
         Error(path, "no TrainingJob equivalent");
       }

@@ -15,6 +15,7 @@ namespace kubetrain::api {
 namespace {
 
 using ::testing::Contains;
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 
@@ -277,6 +278,27 @@ spec:
               image: tensorflow/tensorflow:2.11.0
               command: [python, train.py]
 )";
+
+// generateName is kept for `kubectl create`, which has the server complete
+// it; the prefix must leave a valid name once the server appends 5 characters.
+TEST(KubeflowTest, GenerateNameIsKept) {
+  const std::string tf = absl::StrReplaceAll(kMinimalTfJob, {{"  name: small\n",
+                                                              "  generateName: "
+                                                              "mnist-\n"}});
+  CheckedJob checked = Check(tf);
+  ASSERT_TRUE(checked.ok()) << FormatErrors(checked.errors);
+  EXPECT_EQ(checked.job.metadata().name(), "");
+  EXPECT_EQ(checked.job.metadata().generate_name(), "mnist-");
+  EXPECT_THAT(Mapped(checked), Contains(HasSubstr("metadata.generateName -> "
+                                                  "metadata.generateName (create the job with "
+                                                  "`kubectl create`")));
+
+  CheckedJob bad = Check(absl::StrReplaceAll(tf, {{"mnist-", "9mnist-"}}));
+  EXPECT_THAT(Errors(bad.errors),
+              ElementsAre("metadata.generateName: must start with a letter (with the 5 "
+                          "characters the API server appends) (in the TrainingJob converted "
+                          "from the TFJob)"));
+}
 
 TEST(KubeflowTest, ManifestErrorsNameTheirField) {
   struct Case {

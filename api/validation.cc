@@ -529,7 +529,15 @@ std::vector<FieldError> Validate(const v1::TrainingJob& job, const ValidateOptio
   if (!job.kind().empty() && job.kind() != kKind) {
     validator.Error("kind", absl::StrCat("must be ", kKind, ", got \"", job.kind(), "\""));
   }
-  if (options.require_name || !job.metadata().name().empty()) {
+  const std::string& generate_name = job.metadata().generate_name();
+  if (job.metadata().name().empty() && !generate_name.empty()) {
+    // The API server appends five characters of [a-z0-9] to the prefix.
+    if (std::string reason = ValidateJobName(generate_name + "x0000"); !reason.empty()) {
+      validator.Error("metadata.generateName", reason +
+                                                   " (with the 5 characters the API "
+                                                   "server appends)");
+    }
+  } else if (options.require_name || !job.metadata().name().empty()) {
     if (std::string reason = ValidateJobName(job.metadata().name()); !reason.empty()) {
       validator.Error("metadata.name", reason);
     }
