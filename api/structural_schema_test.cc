@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "api/job_file.h"
 #include "api/training_job_schema.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -160,6 +161,58 @@ TEST(StructuralSchemaTest, TrainingJobSchemaTakesCloudMlInt64StringsAndRefusesWr
                   "value: \"integer\": "
                   "spec.trainingInput.hyperparameters.params[1].categoricalValues[0] in body "
                   "must be of type string: \"integer\""));
+}
+
+// Where a manifest enters (validate, render, submit), what the API server
+// would refuse is refused, at its line; a bare Cloud ML config with the same
+// values is taken, since kubetrain builds the TrainingJob from it itself.
+TEST(StructuralSchemaTest, AManifestTheServerWouldRefuseIsRefusedAtItsLine) {
+  const std::string manifest = R"(apiVersion: kubetrain.io/v1
+kind: TrainingJob
+metadata:
+  name: j
+spec:
+  trainingInput:
+    scaleTier: CUSTOM
+    masterType: standard
+    workerCount: '0'
+    hyperparameters:
+      goal: MAXIMIZE
+      maxTrials: 2
+      params:
+        - parameterName: lr
+          type: DOUBLE
+          minValue: "0.1"
+          maxValue: 0.5
+        - parameterName: k
+          type: CATEGORICAL
+          categoricalValues: [1, 2]
+)";
+  CheckedJob checked = CheckTrainingJob(manifest);
+  std::vector<std::string> errors;
+  for (const FieldError& e : checked.errors) errors.push_back(e.ToString());
+  EXPECT_THAT(
+      errors,
+      ElementsAre("16:11: spec.trainingInput.hyperparameters.params[0].minValue: the API server "
+                  "refuses this: Invalid value: \"string\": "
+                  "spec.trainingInput.hyperparameters.params[0].minValue in body must be of type "
+                  "number: \"string\"",
+                  "20:31: spec.trainingInput.hyperparameters.params[1].categoricalValues[0]: the "
+                  "API server refuses this: Invalid value: \"integer\": "
+                  "spec.trainingInput.hyperparameters.params[1].categoricalValues[0] in body must "
+                  "be of type string: \"integer\"",
+                  "20:34: spec.trainingInput.hyperparameters.params[1].categoricalValues[1]: the "
+                  "API server refuses this: Invalid value: \"integer\": "
+                  "spec.trainingInput.hyperparameters.params[1].categoricalValues[1] in body must "
+                  "be of type string: \"integer\""));
+
+  CheckedJob config = CheckTrainingJob(
+      "trainingInput:\n  scaleTier: CUSTOM\n  masterType: standard\n  workerCount: '0'\n  "
+      "hyperparameters:\n    goal: MAXIMIZE\n"
+      "    maxTrials: 2\n    params:\n      - {parameterName: lr, type: DOUBLE, minValue: \"0.1\", "
+      "maxValue: 0.5}\n      - {parameterName: k, type: CATEGORICAL, categoricalValues: [1, 2]}\n",
+      /*require_name=*/false);
+  EXPECT_TRUE(config.ok()) << FormatErrors(config.errors);
 }
 
 }  // namespace
