@@ -302,6 +302,12 @@ class Validator {
 
   void ValidateMachineType(const std::string& type, const std::string& path) {
     if (type.empty() || LookupMachineType(type)) return;
+    if (absl::StrContains(type, "tpu")) {
+      // Cloud ML's TPU workers (cloud_tpu, standard_tpu): refused as the
+      // BASIC_TPU tier is, rather than as a misspelling.
+      Error(path, "TPU machine type \"" + type + "\" is not supported: kubetrain has no TPUs");
+      return;
+    }
     std::vector<std::string> names;
     for (const auto& machine : MachineTypes()) names.push_back(machine.machine_type);
     Error(path,

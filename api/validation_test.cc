@@ -175,6 +175,11 @@ std::vector<InvalidCase> Cases() {
        "pod-template"},
       {"tpu_tier", Job("    scaleTier: BASIC_TPU\n"), "spec.trainingInput.scaleTier",
        "BASIC_TPU is not supported: kubetrain has no TPUs"},
+      {"tpu_worker",
+       Job("    scaleTier: CUSTOM\n    masterType: standard\n    workerType: cloud_tpu\n"
+           "    workerCount: 1\n"),
+       "spec.trainingInput.workerType",
+       "TPU machine type \"cloud_tpu\" is not supported: kubetrain has no TPUs"},
       {"accelerator_without_type", Job("    masterConfig:\n      acceleratorConfig: {count: 2}\n"),
        "spec.trainingInput.masterConfig.acceleratorConfig.type", "required when count is > 0"},
       {"accelerator_too_many",
