@@ -4,9 +4,6 @@
 #include <iostream>
 #include <vector>
 
-#include "absl/strings/ascii.h"
-#include "absl/strings/str_join.h"
-#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "api/codec.h"
 #include "api/defaults.h"
