@@ -33,6 +33,7 @@
 #include "tests/fake_apiserver/discovery.h"
 #include "tests/fake_apiserver/label_selector.h"
 #include "tests/fake_apiserver/pod_logs.h"
+#include "tests/fake_apiserver/pod_security.h"
 #include "tests/fake_apiserver/table.h"
 
 namespace kubetrain::fake_apiserver {
@@ -410,6 +411,10 @@ class FakeApiServer::Impl {
     std::lock_guard<std::mutex> lock(mu_);
     latency_ = latency;
   }
+  void LabelNamespace(const std::string& ns, std::map<std::string, std::string> labels) {
+    std::lock_guard<std::mutex> lock(mu_);
+    namespace_labels_[ns] = std::move(labels);
+  }
   void BeforeLogRequests(FakeApiServer::LogRequestHook hook) {
     std::lock_guard<std::mutex> lock(mu_);
     before_log_request_ = std::move(hook);
@@ -605,6 +610,22 @@ class FakeApiServer::Impl {
     return InvalidConfigMap(res, *obj, name);
   }
 
+  // The Pod Security admission of a pod created in a namespace whose labels
+  // enforce a level (pod_security.h): 403 Forbidden in the real server's
+  // words. Called with mu_ held.
+  std::optional<Reply> AdmitPodSecurity(const ResourceInfo& res, const std::string& ns,
+                                        const json& pod, const std::string& name) const {
+    if (absl::string_view(res.plural) != "pods") return std::nullopt;
+    auto labels = namespace_labels_.find(ns);
+    if (labels == namespace_labels_.end()) return std::nullopt;
+    std::optional<std::string> policy = EnforcedPodSecurityPolicy(labels->second);
+    if (!policy) return std::nullopt;
+    std::optional<std::string> violation = PodSecurityViolation(*policy, pod);
+    if (!violation) return std::nullopt;
+    return Error(403, "Forbidden", absl::StrCat("pods \"", name, "\" is forbidden: ", *violation),
+                 {{"name", name}, {"kind", "pods"}});
+  }
+
   // 422 Invalid as kube-apiserver words it: `Kind.group "name" is invalid:`
   // then the violation, or the violations in brackets, and one cause each.
   static Reply SchemaRefusal(const ResourceInfo& res, const std::string& name,
@@ -685,6 +706,7 @@ class FakeApiServer::Impl {
                    "the request");
     }
     if (std::optional<Reply> invalid = Admit(res, &obj, name)) return *invalid;
+    if (std::optional<Reply> forbidden = AdmitPodSecurity(res, ns, obj, name)) return *forbidden;
     auto& objects = store_.at(std::string(res.plural));
     std::string key = Key(ns, name);
     if (objects.count(key)) {
@@ -1309,6 +1331,8 @@ class FakeApiServer::Impl {
     json schema;           // version v1's openAPIV3Schema; null: none to check
   };
   std::map<std::string, ServedCrd> served_crds_;  // by plural, from ServeCrd
+  // Namespaces are not objects here: their labels, from LabelNamespace.
+  std::map<std::string, std::map<std::string, std::string>> namespace_labels_;
 
  public:
   PodLogs logs_;  // its own lock; may be called with mu_ held
@@ -1360,6 +1384,10 @@ std::string FakeApiServer::url() const { return absl::StrCat("http://127.0.0.1:"
 void FakeApiServer::DropWatches() { impl_->DropWatches(); }
 void FakeApiServer::FailNextRequests(int n, int code) { impl_->FailNextRequests(n, code); }
 void FakeApiServer::SetLatency(absl::Duration latency) { impl_->SetLatency(latency); }
+void FakeApiServer::LabelNamespace(absl::string_view ns,
+                                   std::map<std::string, std::string> labels) {
+  impl_->LabelNamespace(std::string(ns), std::move(labels));
+}
 void FakeApiServer::BeforeLogRequests(LogRequestHook hook) {
   impl_->BeforeLogRequests(std::move(hook));
 }

@@ -66,6 +66,9 @@ namespace kubetrain::fake_apiserver {
 //    and /openapi/v3[/apis/GROUP/VERSION] the OpenAPI of CRDs given to
 //    ServeCrd (discovery.h), so kubectl get and kubectl explain work against it.
 //
+//  - a pod created in a namespace labelled pod-security.kubernetes.io/enforce
+//    (LabelNamespace) passes the Pod Security admission of that level, or is
+//    refused 403 Forbidden in the real server's words (pod_security.h);
 //  - a custom resource whose CRD is served (the TrainingJob CRD is, from the
 //    start: Options::serve_training_job_crd) is pruned and validated against
 //    the CRD's openAPIV3Schema on every write, status included, as
@@ -74,7 +77,8 @@ namespace kubetrain::fake_apiserver {
 //    server's message and one cause per field;
 //
 // Not implemented (on purpose; documented so tests do not rely on it):
-//  - authentication other than one bearer token, authorization, TLS, admission,
+//  - authentication other than one bearer token, authorization, TLS, admission
+//    other than schema checks and Pod Security,
 //    validation of built-in kinds' specs (a pod's or a claim's spec is not
 //    checked, nor made immutable), defaulting other than pod and claim phase,
 //    the kubernetes.io/pvc-protection finalizer;
@@ -89,7 +93,8 @@ namespace kubetrain::fake_apiserver {
 //    only drops the dangling reference), and an object created with owners
 //    that are all gone already stays (the collector deletes it a while later);
 //  - resourceVersion on a list (lists always read the latest state);
-//  - cluster-scoped resources and namespaces as objects;
+//  - cluster-scoped resources and namespaces as objects (a namespace's labels
+//    are set with LabelNamespace);
 //  - consistent list snapshots across pages (each page reads the current
 //    state; the continue token is the last name returned);
 //  - resourceVersionMatch, sendInitialEvents, timeouts other than
@@ -147,6 +152,12 @@ class FakeApiServer {
   using LogRequestHook =
       std::function<void(const std::string& pod, const std::map<std::string, std::string>& query)>;
   void BeforeLogRequests(LogRequestHook hook);
+
+  // --- Namespaces ---
+  // Sets the labels of namespace `ns` (replacing any), as `kubectl label ns`
+  // does; what the Pod Security admission reads (pod_security.h). Pods
+  // already there stay, as on a real cluster.
+  void LabelNamespace(absl::string_view ns, std::map<std::string, std::string> labels);
 
   // --- Custom resource definitions ---
   // Serves a CRD for its resource, which must be one this server stores
