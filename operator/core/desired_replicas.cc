@@ -73,7 +73,10 @@ DesiredReplica MakeReplica(const v1::TrainingJob& job, const std::vector<api::Re
   r.labels = ReplicaLabels(job_name, r.key, use_chief);
   r.port = job.spec().has_port() ? job.spec().port() : api::kDefaultPort;
   r.image = group.config.image_uri().empty() ? options.default_image : group.config.image_uri();
-  if (group.config.image_uri().empty()) r.image_pull_policy = "IfNotPresent";
+  if (group.config.image_uri().empty()) {
+    r.image_pull_policy = "IfNotPresent";
+    r.image_runs_as_non_root = true;
+  }
   if (group.config.container_command_size() > 0) {
     r.command.assign(group.config.container_command().begin(),
                      group.config.container_command().end());

@@ -267,6 +267,10 @@ json RenderPod(const v1::TrainingJob& job, const std::string& namespace_name,
         {"securityContext", {{"seccompProfile", {{"type", "RuntimeDefault"}}}}},
         {"containers", json::array({container})}}},
   };
+  // kubetrain's images run as uid 65532; saying so lets the pod into a
+  // namespace that enforces Pod Security "restricted". A user's image may
+  // run as root: that is the user's to declare (spec.template).
+  if (replica.image_runs_as_non_root) pod["spec"]["securityContext"]["runAsNonRoot"] = true;
   if (!replica.image_pull_policy.empty()) {
     pod["spec"]["containers"][0]["imagePullPolicy"] = replica.image_pull_policy;
   }
@@ -280,6 +284,13 @@ json RenderPod(const v1::TrainingJob& job, const std::string& namespace_name,
     role_template = templates.find("chief");
   }
   if (role_template != templates.end()) ApplyTemplate(pod, StructToJson(role_template->second));
+  // Training never calls the API: no credentials, unless a template names a
+  // service account (or says otherwise), which is then the user's choice.
+  json& spec = pod["spec"];
+  if (!spec.contains("automountServiceAccountToken") && !spec.contains("serviceAccountName") &&
+      !spec.contains("serviceAccount")) {
+    spec["automountServiceAccountToken"] = false;
+  }
   // Never overridable: what the operator selects and garbage-collects by.
   pod["metadata"]["name"] = replica.name;
   pod["metadata"]["namespace"] = namespace_name;

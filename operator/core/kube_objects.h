@@ -26,7 +26,9 @@ inline constexpr char kContainerName[] = "kubetrain";
 // - one container "kubetrain": image, command, args, env, port, resources
 //   (cpu/memory requests, memory and nvidia.com/gpu limits), a restricted
 //   securityContext (no privilege escalation, all capabilities dropped,
-//   RuntimeDefault seccomp) and restartPolicy from replica.restart_policy;
+//   RuntimeDefault seccomp; runAsNonRoot for kubetrain's own images, see
+//   DesiredReplica::image_runs_as_non_root) and restartPolicy from
+//   replica.restart_policy: what Pod Security "restricted" asks;
 // - for each of replica.package_mounts, a configMap volume holding that one
 //   key, mounted read-only at its mount_path;
 // - then spec.template and spec.replicaTemplates[role] merged over it: both
@@ -36,6 +38,8 @@ inline constexpr char kContainerName[] = "kubetrain";
 //   containerPort; others added),
 //   volumes/tolerations/initContainers appended. The kubetrain.io labels and
 //   the ownerReference cannot be overridden;
+// - then automountServiceAccountToken false (training never calls the API),
+//   unless the templates set it or name a serviceAccountName;
 // - with spec.outputStorage (output_storage.h), before the templates: the
 //   claim's volume (kOutputVolumeName; none for a template's volumeName),
 //   its mount at jobDir (with subPath) in the training container, and, unless

@@ -332,6 +332,61 @@ TEST(KubeObjectsTest, TemplateVolumeAndTemplateSecurityContextAreKept) {
   EXPECT_EQ(pod["spec"]["securityContext"]["seccompProfile"]["type"], "RuntimeDefault");
 }
 
+TEST(KubeObjectsTest, OwnImagesSayTheyRunAsNonRoot) {
+  v1::TrainingJob job = GpuMasterJob();
+  job.mutable_spec()->mutable_training_input()->mutable_worker_config()->set_image_uri(
+      "tensorflow/tensorflow:2.15.0");
+  const auto replicas = DesiredReplicas(job, "", {}, Options());
+  ASSERT_EQ(replicas.size(), 2u);
+  const json master = RenderPod(job, "team-a", replicas[0]);
+  EXPECT_EQ(master["spec"]["securityContext"]["runAsNonRoot"], true);
+  EXPECT_EQ(master["spec"]["securityContext"]["seccompProfile"]["type"], "RuntimeDefault");
+  const json& sc = master["spec"]["containers"][0]["securityContext"];
+  EXPECT_EQ(sc["allowPrivilegeEscalation"], false);
+  EXPECT_EQ(sc["capabilities"]["drop"], json({"ALL"}));
+  // A user's image may run as root: the pod does not claim otherwise.
+  const json worker = RenderPod(job, "team-a", replicas[1]);
+  EXPECT_EQ(worker["spec"]["containers"][0]["image"], "tensorflow/tensorflow:2.15.0");
+  EXPECT_FALSE(worker["spec"]["securityContext"].contains("runAsNonRoot"));
+
+  // The Python runtime images are kubetrain's too.
+  v1::TrainingJob package = GpuMasterJob();
+  package.mutable_spec()->mutable_training_input()->set_python_module("trainer.task");
+  package.mutable_spec()->mutable_training_input()->add_package_uris(
+      "configmap://trainer-package/trainer-0.1.tar.gz");
+  const json python = RenderPod(package, "team-a", DesiredReplicas(package, "", {}, Options())[0]);
+  EXPECT_EQ(python["spec"]["containers"][0]["command"][0], "kubetrain-runtime");
+  EXPECT_EQ(python["spec"]["securityContext"]["runAsNonRoot"], true);
+
+  // A template that asks for root gets it (the namespace's admission decides).
+  SetStruct(R"({"spec": {"securityContext": {"runAsUser": 0, "runAsNonRoot": false}}})",
+            job.mutable_spec()->mutable_template_());
+  const json root = RenderPod(job, "team-a", DesiredReplicas(job, "", {}, Options())[0]);
+  EXPECT_EQ(root["spec"]["securityContext"]["runAsUser"], 0);
+  EXPECT_EQ(root["spec"]["securityContext"]["runAsNonRoot"], false);
+}
+
+TEST(KubeObjectsTest, PodsGetNoApiCredentialsUnlessAServiceAccountIsNamed) {
+  v1::TrainingJob job = GpuMasterJob();
+  const json plain = RenderPod(job, "team-a", DesiredReplicas(job, "", {}, Options())[0]);
+  EXPECT_EQ(plain["spec"]["automountServiceAccountToken"], false);
+
+  // Named: the service account's own setting applies.
+  SetStruct(R"({"spec": {"serviceAccountName": "trainer"}})",
+            job.mutable_spec()->mutable_template_());
+  const json named = RenderPod(job, "team-a", DesiredReplicas(job, "", {}, Options())[0]);
+  EXPECT_EQ(named["spec"]["serviceAccountName"], "trainer");
+  EXPECT_FALSE(named["spec"].contains("automountServiceAccountToken"));
+
+  // Asked for outright, on one role.
+  v1::TrainingJob asked = GpuMasterJob();
+  SetStruct(R"({"spec": {"automountServiceAccountToken": true}})",
+            &(*asked.mutable_spec()->mutable_replica_templates())["worker"]);
+  const auto replicas = DesiredReplicas(asked, "", {}, Options());
+  EXPECT_EQ(RenderPod(asked, "team-a", replicas[0])["spec"]["automountServiceAccountToken"], false);
+  EXPECT_EQ(RenderPod(asked, "team-a", replicas[1])["spec"]["automountServiceAccountToken"], true);
+}
+
 TEST(KubeObjectsTest, WithoutOutputStorageNothingIsMounted) {
   v1::TrainingJob job = GpuMasterJob();
   job.mutable_spec()->mutable_training_input()->set_job_dir("/outputs");

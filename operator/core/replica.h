@@ -60,6 +60,10 @@ struct DesiredReplica {
   // nodes or pulled once); "" for an imageUri, which keeps Kubernetes' default
   // for its tag.
   std::string image_pull_policy;
+  // The image is kubetrain's own (the runtime image or a Python runtime
+  // image, no imageUri), which runs as uid 65532: the pod says
+  // runAsNonRoot, as Pod Security "restricted" asks.
+  bool image_runs_as_non_root = false;
   // containerCommand when given; else, for pythonModule, `kubetrain-runtime
   // exec ... -- python3 -m MODULE` (python_module.h); else
   // {"kubetrain-runtime", "train"}.
@@ -115,6 +119,15 @@ struct ObservedReplica {
 struct ObservedService {
   std::string name;
   ReplicaKey key;
+};
+
+// A replica whose pod the API server refused to create (admission: Pod
+// Security, a quota, a webhook; or an invalid pod), as the backend saw on
+// its last attempt; it tries again with backoff.
+struct RefusedCreation {
+  std::string name;
+  ReplicaKey key;
+  std::string message;  // the server's words
 };
 
 }  // namespace kubetrain::core
