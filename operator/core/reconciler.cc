@@ -309,6 +309,11 @@ void UpdateWaitingCondition(Context& c) {
   std::sort(waiting.begin(), waiting.end(),
             [](const ObservedReplica* a, const ObservedReplica* b) { return a->key < b->key; });
   std::vector<WaitingReplica> replicas;
+  for (const RefusedCreation& refused : c.observed.refused_creations) {
+    if (current.count(refused.key.trial_id) == 0) continue;
+    replicas.push_back({TaskName(refused.key, c.use_chief()),
+                        {.reason = std::string(kFailedCreateReason), .message = refused.message}});
+  }
   for (const ObservedReplica* r : waiting) {
     replicas.push_back({TaskName(r->key, c.use_chief()), *r->waiting});
   }

@@ -77,6 +77,9 @@ struct Observed {
   // Names of the PersistentVolumeClaims the job owns (Kubernetes only): its
   // per-job output claim once it exists.
   std::vector<std::string> claims;
+  // Pods of the job the API server refused to create on the backend's last
+  // attempt (Kubernetes only); named in the ReplicasWaiting condition.
+  std::vector<RefusedCreation> refused_creations;
 };
 
 // ---- Actions. Carry them out in this order: store ArchiveTrials, write

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
@@ -44,13 +45,13 @@ bool ImagePullReason(const std::string& reason) {
 // One line, trimmed, at most kMaxDetailLength characters: the start of it,
 // or for a crash's termination message (a traceback ends with its point) the
 // end.
-std::string Clip(std::string text, bool keep_end = false) {
+std::string Clip(std::string text, bool keep_end = false, size_t max_length = kMaxDetailLength) {
   std::replace(text.begin(), text.end(), '\n', ' ');
   std::replace(text.begin(), text.end(), '\r', ' ');
   text = std::string(absl::StripAsciiWhitespace(text));
-  if (text.size() <= kMaxDetailLength) return text;
-  if (keep_end) return "..." + text.substr(text.size() - kMaxDetailLength);
-  return text.substr(0, kMaxDetailLength) + "...";
+  if (text.size() <= max_length) return text;
+  if (keep_end) return "..." + text.substr(text.size() - max_length);
+  return text.substr(0, max_length) + "...";
 }
 
 struct CauseText {
@@ -62,6 +63,18 @@ CauseText Describe(const ReplicaWaiting& w) {
   if (w.reason == "Unschedulable") {
     std::string text =
         "cannot be scheduled: " + (w.message.empty() ? "no node fits it" : Clip(w.message));
+    return {text, text};
+  }
+  if (w.reason == kFailedCreateReason) {
+    // `pods "NAME" is forbidden: ` repeats what the replica's name says; an
+    // admission's reasons (Pod Security lists each rule) get room.
+    std::string words = w.message;
+    const std::string forbidden = " is forbidden: ";
+    if (size_t at = words.find(forbidden);
+        absl::StartsWith(words, "pods \"") && at != std::string::npos) {
+      words = words.substr(at + forbidden.size());
+    }
+    std::string text = "cannot be created: " + Clip(words, false, 2 * kMaxDetailLength);
     return {text, text};
   }
   std::string who;

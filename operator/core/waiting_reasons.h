@@ -4,6 +4,8 @@
 // job's ReplicasWaiting condition. Pure: JSON and values in, values out.
 //
 // A replica waits for a reason worth telling when
+//   - the API server refuses to create its pod (reason FailedCreate:
+//     admission such as Pod Security or a quota, in the server's words), or
 //   - the scheduler cannot place it (PodScheduled False, reason
 //     Unschedulable: "0/1 nodes are available: 1 Insufficient cpu."), or
 //   - one of its containers (init containers first) waits for anything but
@@ -31,11 +33,14 @@
 namespace kubetrain::core {
 
 inline constexpr char kReplicasWaitingCondition[] = "ReplicasWaiting";
+// The reason of a replica whose pod the API server refused (as Kubernetes'
+// own controllers name it).
+inline constexpr char kFailedCreateReason[] = "FailedCreate";
 
 // What keeps one replica from running, as its pod says.
 struct ReplicaWaiting {
-  // "Unschedulable", or the container's waiting reason ("ErrImagePull",
-  // "CrashLoopBackOff", ...).
+  // "Unschedulable", kFailedCreateReason, or the container's waiting
+  // reason ("ErrImagePull", "CrashLoopBackOff", ...).
   std::string reason;
   std::string message;  // the scheduler's or the kubelet's words
   // The waiting container when it is not the training container (an init

@@ -40,6 +40,7 @@ absl::Status StatusFromHttp(int http_code, const nlohmann::json& body, absl::str
   }
   absl::Status status(code, text);
   status.SetPayload(kHttpCodePayload, absl::Cord(std::to_string(http_code)));
+  if (!message.empty()) status.SetPayload(kServerMessagePayload, absl::Cord(message));
   return status;
 }
 
@@ -48,6 +49,11 @@ int HttpCode(const absl::Status& status) {
   int code = 0;
   if (!payload || !absl::SimpleAtoi(std::string(*payload), &code)) return 0;
   return code;
+}
+
+std::string ServerMessage(const absl::Status& status) {
+  auto payload = status.GetPayload(kServerMessagePayload);
+  return payload ? std::string(*payload) : std::string(status.message());
 }
 
 bool IsGone(const absl::Status& status) { return HttpCode(status) == 410; }

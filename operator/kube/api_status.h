@@ -23,9 +23,14 @@ namespace kubetrain::kube {
 absl::Status StatusFromHttp(int http_code, const nlohmann::json& body, absl::string_view context);
 
 inline constexpr char kHttpCodePayload[] = "kubetrain.io/http-code";
+// The server's own message (the Status body's), when it gave one.
+inline constexpr char kServerMessagePayload[] = "kubetrain.io/server-message";
 
 // The HTTP code a status came from; 0 when it did not come from an answer.
 int HttpCode(const absl::Status& status);
+// The server's words for a refusal (`pods "x" is forbidden: ...`), without
+// the client's context; the status's message when the server gave none.
+std::string ServerMessage(const absl::Status& status);
 bool IsGone(const absl::Status& status);
 bool IsConflict(const absl::Status& status);  // 409 Conflict (not AlreadyExists)
 // Worth retrying as is: 429, 5xx, connection failures (Unavailable,

@@ -40,5 +40,14 @@ TEST(ApiStatusTest, MapsCodes) {
   EXPECT_EQ(HttpCode(absl::UnavailableError("no answer")), 0);
 }
 
+TEST(ApiStatusTest, KeepsTheServersWordsApart) {
+  absl::Status refused = StatusFromHttp(403, StatusBody(403, "Forbidden"), "POST /api/v1/pods");
+  EXPECT_EQ(refused.message(), "POST /api/v1/pods: 403 Forbidden: pods \"a\" x");
+  EXPECT_EQ(ServerMessage(refused), "pods \"a\" x");
+  // No body: the whole message is all there is to tell.
+  absl::Status bare = StatusFromHttp(502, json(), "GET /x");
+  EXPECT_EQ(ServerMessage(bare), "GET /x: 502");
+}
+
 }  // namespace
 }  // namespace kubetrain::kube

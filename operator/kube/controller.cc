@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <iostream>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <type_traits>
 #include <utility>
@@ -364,6 +365,24 @@ std::vector<ObjectPtr> Controller::Owned(const ObjectCache& cache, const json& j
   return out;
 }
 
+std::vector<core::RefusedCreation> Controller::RefusedCreations(const std::string& job_key,
+                                                                const std::string& uid) const {
+  std::lock_guard<std::mutex> lock(refused_mu_);
+  auto it = refused_creations_.find(job_key);
+  // Another uid: an earlier job of the same name.
+  if (it == refused_creations_.end() || it->second.uid != uid) return {};
+  return it->second.creations;
+}
+
+void Controller::SetRefusedCreations(const std::string& job_key, JobRefusals refusals) {
+  std::lock_guard<std::mutex> lock(refused_mu_);
+  if (refusals.creations.empty()) {
+    refused_creations_.erase(job_key);
+  } else {
+    refused_creations_[job_key] = std::move(refusals);
+  }
+}
+
 absl::Status Controller::WriteStatus(json job_object, const v1::TrainingJobStatus& status) {
   job_object["status"] = StatusToJson(status);
   return client_
@@ -396,6 +415,10 @@ class Controller::JobSink : public core::ResultSink {
   // Whether the status write failed with 409 Conflict (the job changed since
   // the cache saw it).
   bool status_conflicted() const { return status_conflicted_; }
+  // Whether creates were attempted, and which of them the server refused
+  // (admission, an invalid object): what the next reconcile tells the user.
+  bool attempted_creates() const { return attempted_creates_; }
+  const std::vector<core::RefusedCreation>& refused_creations() const { return refused_; }
 
   absl::Status Archive(const std::vector<v1::HyperparameterOutput>& trials) override {
     absl::Status archived = c_->archive_.Archive(job_, trials);
@@ -456,6 +479,7 @@ class Controller::JobSink : public core::ResultSink {
           absl::StrCat(Target(creation).first->plural, "/", Target(creation).second));
     }
     c_->expectations_.ExpectCreations(uid_, expected, now_);
+    attempted_creates_ = true;
     absl::Status first_error;
     std::vector<std::string> created_pods;
     for (const core::Creation& creation : creations) {
@@ -507,6 +531,10 @@ class Controller::JobSink : public core::ResultSink {
       // Stop at the first failure (quota, admission, outage): one failed
       // call rather than one per replica; the job is requeued with backoff.
       first_error = failed;
+      if (const int code = HttpCode(failed); code == 400 || code == 403 || code == 422) {
+        refused_.push_back(
+            {.name = name, .key = ReplicaOf(creation), .message = ServerMessage(failed)});
+      }
     }
     if (!created_pods.empty()) {
       c_->recorder_.Record(
@@ -527,6 +555,11 @@ class Controller::JobSink : public core::ResultSink {
   }
 
  private:
+  static core::ReplicaKey ReplicaOf(const core::Creation& creation) {
+    if (auto* c = std::get_if<core::CreateReplica>(&creation)) return c->replica.key;
+    if (auto* c = std::get_if<core::CreateService>(&creation)) return c->replica.key;
+    return core::ReplicaKey{};
+  }
   static std::pair<const Resource*, std::string> Target(const core::Creation& creation) {
     if (auto* c = std::get_if<core::CreateReplica>(&creation)) return {&kPods, c->replica.name};
     if (auto* c = std::get_if<core::CreateService>(&creation)) {
@@ -543,13 +576,18 @@ class Controller::JobSink : public core::ResultSink {
   const absl::Time now_;
   bool ended_early_ = false;
   bool status_conflicted_ = false;
+  bool attempted_creates_ = false;
+  std::vector<core::RefusedCreation> refused_;
 };
 
 absl::Status Controller::SyncJob(const std::string& key, bool* requeued) {
   ++syncs_;
   const absl::Time now = options_.clock();
   ObjectPtr job_object = jobs_->cache().Get(key);
-  if (job_object == nullptr) return absl::OkStatus();  // deleted (see the jobs informer)
+  if (job_object == nullptr) {  // deleted (see the jobs informer)
+    SetRefusedCreations(key, {});
+    return absl::OkStatus();
+  }
   const std::string uid = MetaString(*job_object, "uid");
   if (!expectations_.Satisfied(uid, now)) {
     // Our own creates/deletes are not in the cache yet; their events requeue
@@ -582,6 +620,13 @@ absl::Status Controller::SyncJob(const std::string& key, bool* requeued) {
   }
   for (const ObjectPtr& claim : Owned(claims_->cache(), *job_object)) {
     observed.claims.push_back(MetaString(*claim, "name"));
+  }
+  for (core::RefusedCreation& refused : RefusedCreations(key, uid)) {
+    // One created since (the cause went away) is no longer refused.
+    if (std::none_of(observed.replicas.begin(), observed.replicas.end(),
+                     [&](const core::ObservedReplica& r) { return r.name == refused.name; })) {
+      observed.refused_creations.push_back(std::move(refused));
+    }
   }
   if (studies_ != nullptr) observed.trial_metrics = studies_->TrialMetrics(uid);
   // Every trial ever started is in status or archived.
@@ -643,6 +688,7 @@ absl::Status Controller::SyncJob(const std::string& key, bool* requeued) {
   // Carry it out in the core's order (core::CarryOut).
   JobSink sink(this, *job, *job_object, now);
   absl::Status carried = core::CarryOut(result, sink);
+  if (sink.attempted_creates()) SetRefusedCreations(key, {uid, sink.refused_creations()});
   if (sink.status_conflicted()) {
     // Someone changed the job since our cache saw it (nothing after the
     // status write has happened): re-read, reconcile against the fresh
@@ -657,6 +703,9 @@ absl::Status Controller::SyncJob(const std::string& key, bool* requeued) {
     result = core::Reconcile(*fresh_job, observed, now, reconcile);
     JobSink fresh_sink(this, *fresh_job, *fresh, now);
     carried = core::CarryOut(result, fresh_sink);
+    if (fresh_sink.attempted_creates()) {
+      SetRefusedCreations(key, {uid, fresh_sink.refused_creations()});
+    }
     if (fresh_sink.ended_early()) return carried;
   } else if (sink.ended_early()) {
     return carried;

@@ -4,6 +4,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
@@ -112,6 +113,15 @@ class Controller {
   void OnReplicaEvent(const ObjectPtr& object, bool added, bool deleted, const std::string& kind);
   std::vector<ObjectPtr> Owned(const ObjectCache& cache, const nlohmann::json& job) const;
   absl::Status WriteStatus(nlohmann::json job_object, const v1::TrainingJobStatus& status);
+  // What the server refused on a job's last attempt to create replicas
+  // (core::Observed::refused_creations), by job key, for the job's uid.
+  struct JobRefusals {
+    std::string uid;
+    std::vector<core::RefusedCreation> creations;
+  };
+  std::vector<core::RefusedCreation> RefusedCreations(const std::string& job_key,
+                                                      const std::string& uid) const;
+  void SetRefusedCreations(const std::string& job_key, JobRefusals refusals);
 
   ClusterClient* const client_;
   const ControllerOptions options_;
@@ -126,6 +136,8 @@ class Controller {
   absl::Notification stopping_;
   std::atomic<int64_t> syncs_{0};
   std::atomic<bool> stopped_{false};
+  mutable std::mutex refused_mu_;
+  std::map<std::string, JobRefusals> refused_creations_;  // guarded by refused_mu_
 };
 
 // Reads a TrainingJob object from the API into the schema. Unknown fields
