@@ -172,6 +172,48 @@ TEST_F(ClusterJobsTest, CliWithoutLocalUsesTheKubeconfig) {
   EXPECT_EQ((*server_->Get("trainingjobs", "team-a", "cli-job"))["spec"]["cancel"], true);
 }
 
+// A job whose template asks for root, submitted to a namespace that enforces
+// Pod Security "restricted": the real controller's pods are refused, and
+// `jobs describe` says so in the API server's words.
+TEST_F(ClusterJobsTest, DescribeShowsThePodSecurityRefusal) {
+  server_->LabelNamespace("team-a", {{"pod-security.kubernetes.io/enforce", "restricted"}});
+  kube::ClusterConfig config;
+  config.server = server_->url();
+  auto client = kube::RestClusterClient::Create(config);
+  ASSERT_TRUE(client.ok()) << client.status();
+  kube::InMemoryStudyStore studies;
+  kube::ControllerOptions options;
+  options.ns = "team-a";
+  kube::Controller controller(client->get(), options, &studies);
+  ASSERT_TRUE(controller.Start(absl::Seconds(30)));
+
+  test_support::TempDir dir;
+  const std::string manifest = dir.path() + "/job.yaml";
+  std::ofstream(manifest) << "apiVersion: kubetrain.io/v1\nkind: TrainingJob\n"
+                             "metadata: {name: as-root}\n"
+                             "spec:\n  trainingInput: {scaleTier: BASIC}\n"
+                             "  template: {spec: {securityContext: {runAsUser: 0}}}\n";
+  auto [code, out] = RunCli(dir, "jobs submit training as_root --config " + manifest);
+  ASSERT_EQ(code, 0) << out;
+  ASSERT_TRUE(server_->WaitUntil([&] {
+    auto job = server_->Get("trainingjobs", "team-a", "as-root");
+    return job.ok() && job->contains("status") &&
+           (*job)["status"]
+                   .value("conditions", nlohmann::json::array())
+                   .dump()
+                   .find("FailedCreate") != std::string::npos;
+  }));
+  controller.Stop();
+  std::tie(code, out) = RunCli(dir, "jobs describe as_root");
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_THAT(out, HasSubstr("state: QUEUED\n"));
+  EXPECT_THAT(out, HasSubstr("waiting:\n  message: 'master-0 cannot be created: violates "
+                             "PodSecurity \"restricted:latest\": runAsUser=0 (pod must not set "
+                             "runAsUser=0)'\n  reason: FailedCreate\n"))
+      << out;
+  EXPECT_EQ(server_->Count("pods"), 0u);
+}
+
 // `cancel --wait` on a cluster: the cancel is asked for, then the command
 // waits for the operator to end the job and says how it ended.
 TEST_F(ClusterJobsTest, CancelWaitWaitsForTheOperatorToEndTheJob) {
