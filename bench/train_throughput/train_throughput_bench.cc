@@ -8,9 +8,15 @@
 //   cnn: examples/models/cnn.yaml's layers (conv32-pool-conv64-pool-
 //        dense128-dropout-dense10), Adam lr 0.001, batch 128, float32
 //
-//   train_throughput_bench --model=mlp|cnn --threads=N [--steps=S]
+//   train_throughput_bench --model=mlp|cnn --threads=N|auto|all [--steps=S]
 //       [--cpu_kernels=onednn|blas] [--data=IMAGES.gz]
 //   train_throughput_bench --peak --threads=N
+//
+// --threads=auto sizes the pool as kubetrain-runtime does by default (the
+// container's CPU budget, common/cpu_budget/cpu_budget.h); --threads=all
+// takes every core the node has (std::thread::hardware_concurrency), as
+// kubetrain-runtime did before it read its budget (cpu_quota.sh compares
+// the three under a CPU limit).
 //
 // Output: one "key=value ..." line per measurement, parsed by run.sh.
 #include <cblas.h>
@@ -26,6 +32,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/cpu_budget/cpu_budget.h"
 #include "trainer-runtime/data/batch_iterator.h"
 #include "trainer-runtime/data/dataset.h"
 #include "trainer-runtime/engine/trainer.h"
@@ -123,7 +130,11 @@ int Main(int argc, char** argv) {
   std::string data = "/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz";
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    if (a.rfind("--threads=", 0) == 0) {
+    if (a == "--threads=auto") {
+      threads = cpu_budget::DetectCpuBudget().threads;
+    } else if (a == "--threads=all") {
+      threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    } else if (a.rfind("--threads=", 0) == 0) {
       threads = std::stoi(a.substr(10));
     } else if (a.rfind("--steps=", 0) == 0) {
       steps = std::stoll(a.substr(8));

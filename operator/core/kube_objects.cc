@@ -12,6 +12,7 @@
 #include "api/defaults.h"
 #include "api/field_error.h"
 #include "api/validation.h"
+#include "common/cpu_budget/cpu_budget.h"
 #include "google/protobuf/util/json_util.h"
 #include "operator/core/output_storage.h"
 
@@ -229,6 +230,13 @@ json RenderPod(const v1::TrainingJob& job, const std::string& namespace_name,
                const DesiredReplica& replica) {
   json env = json::array();
   for (const auto& [name, value] : replica.env) env.push_back({{"name", name}, {"value", value}});
+  // The runtime sizes its thread pool to the container (cpu_budget.h): its
+  // CPU request, as the pod finally has it, templates included.
+  env.push_back(
+      {{"name", cpu_budget::kCpuRequestEnv},
+       {"valueFrom",
+        {{"resourceFieldRef",
+          {{"containerName", kContainerName}, {"resource", "requests.cpu"}, {"divisor", "1m"}}}}}});
   json requests = json::object(), limits = json::object();
   if (replica.resources.cpu > 0) requests["cpu"] = CpuQuantity(replica.resources.cpu);
   if (replica.resources.memory_mib > 0) {

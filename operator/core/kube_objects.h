@@ -23,7 +23,8 @@ inline constexpr char kContainerName[] = "kubetrain";
 // - labels, and an ownerReference to the TrainingJob (controller: true,
 //   blockOwnerDeletion: true; uid from job.metadata.uid);
 // - hostname = the replica name, so the pod knows its own address;
-// - one container "kubetrain": image, command, args, env, port, resources
+// - one container "kubetrain": image, command, args, env (then
+//   cpu_budget::kCpuRequestEnv from the downward API), port, resources
 //   (cpu/memory requests, memory and nvidia.com/gpu limits), a restricted
 //   securityContext (no privilege escalation, all capabilities dropped,
 //   RuntimeDefault seccomp; runAsNonRoot for kubetrain's own images, see

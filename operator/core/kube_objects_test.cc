@@ -67,6 +67,10 @@ TEST(KubeObjectsTest, PodCarriesLabelsOwnerResourcesAndEnv) {
   EXPECT_EQ(c["resources"]["requests"]["memory"], "30720Mi");
   EXPECT_EQ(c["resources"]["limits"]["nvidia.com/gpu"], "1");
   EXPECT_EQ(c["securityContext"]["allowPrivilegeEscalation"], false);
+  // The runtime's thread budget: the container's CPU request, as the pod has it.
+  EXPECT_EQ(c["env"].back(), json::parse(R"({"name": "KUBETRAIN_CPU_REQUEST_MILLICORES",
+      "valueFrom": {"resourceFieldRef": {"containerName": "kubetrain",
+                                         "resource": "requests.cpu", "divisor": "1m"}}})"));
   bool has_tf_config = false;
   for (const json& e : c["env"]) {
     if (e["name"] == "TF_CONFIG") {
@@ -460,7 +464,7 @@ TEST(KubeObjectsTest, PythonModuleReplicasInstallThePackagesThenRunTheModule) {
                                  [{"key": "trainer-0.0.0.tar.gz",
                                    "path": "trainer-0.0.0.tar.gz"}]}}])"));
     std::map<std::string, std::string> env;
-    for (const json& e : c["env"]) env[e["name"]] = e["value"];
+    for (const json& e : c["env"]) env[e["name"]] = e.value("value", "");
     EXPECT_EQ(env["CLOUD_ML_JOB_ID"], "mnist");
     EXPECT_EQ(env["CLOUD_ML_TRIAL_ID"], "3");
     EXPECT_THAT(env["TF_CONFIG"], testing::HasSubstr("\"trial\":\"3\""));

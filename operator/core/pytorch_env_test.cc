@@ -163,7 +163,7 @@ std::map<std::string, std::map<std::string, std::string>> RenderedEnv(const v1::
     if (object["kind"] != "Pod") continue;
     auto& env = pods[object["metadata"]["name"].get<std::string>()];
     for (const nlohmann::json& e : object["spec"]["containers"][0]["env"]) {
-      env[e["name"].get<std::string>()] = e["value"].get<std::string>();
+      if (e.contains("value")) env[e["name"].get<std::string>()] = e["value"].get<std::string>();
     }
   }
   return pods;

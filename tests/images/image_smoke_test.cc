@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
@@ -350,10 +351,20 @@ TEST_F(ImageTest, PythonImageInstallsAPackagedModuleWhoseReportsArrive) {
   ASSERT_EQ(volumes, 1) << container.dump();
   absl::StrAppend(&run_args, " -v ", outputs, ":/outputs");
   for (const json& e : container["env"]) {
-    ASSERT_TRUE(e.contains("value")) << e.dump();
-    absl::StrAppend(
-        &run_args, " -e ",
-        ShellQuote(absl::StrCat(e["name"].get<std::string>(), "=", e["value"].get<std::string>())));
+    std::string value;
+    if (e.contains("value")) {
+      value = e["value"].get<std::string>();
+    } else {
+      // The one downward-API value kubetrain asks for, as the kubelet
+      // resolves it: the container's CPU request in millicores.
+      ASSERT_EQ(e["valueFrom"]["resourceFieldRef"]["resource"], "requests.cpu") << e.dump();
+      ASSERT_EQ(e["valueFrom"]["resourceFieldRef"]["divisor"], "1m") << e.dump();
+      const std::string cpu = container["resources"]["requests"].value("cpu", "0");
+      value = absl::EndsWith(cpu, "m") ? cpu.substr(0, cpu.size() - 1)
+                                       : std::to_string(std::lround(std::stod(cpu) * 1000));
+    }
+    absl::StrAppend(&run_args, " -e ",
+                    ShellQuote(absl::StrCat(e["name"].get<std::string>(), "=", value)));
   }
   // The image's entry replaced by the container's command, as Kubernetes does.
   absl::StrAppend(&run_args, " --entrypoint ", ShellQuote(container["command"].dump()), " ",

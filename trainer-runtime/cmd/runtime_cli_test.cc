@@ -1,9 +1,21 @@
 // Runs the kubetrain-runtime binary as a replica would: exit codes, and a
 // restart that resumes from the latest checkpoint and ends with the same
 // weights as an uninterrupted run.
-#include <filesystem>
-#include <string>
+#include <sched.h>
+#include <unistd.h>
 
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/cpu_budget/cpu_budget.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "trainer-runtime/cmd/device_factory.h"
 #include "trainer-runtime/cmd/runtime_cli_test_util.h"
@@ -16,6 +28,7 @@ namespace {
 namespace fs = std::filesystem;
 using cli_test::RunBinary;
 using cli_test::Slurp;
+using ::testing::HasSubstr;
 
 class RuntimeCliTest : public ::testing::Test {
  protected:
@@ -154,6 +167,159 @@ TEST_F(RuntimeCliTest, RestartResumesFromLatestCheckpoint) {
     EXPECT_EQ(a->variables(i).value().data(), b->variables(i).value().data())
         << a->variables(i).name();
   }
+}
+
+// ---- Threads that fit the container (engine/cpu_budget.h) -----------------
+
+// Training flags without --threads, on the CPU.
+std::string UnpinnedTrainArgs(const fs::path& data) {
+  return "train --train_data_paths=" + data.string() +
+         " --max_steps=3 --batch_size=20 --hidden1=8 --hidden2=4 --seed=5 --eval_every_secs=0 "
+         "--device=cpu";
+}
+
+// The CPUs this process may run on.
+std::vector<int> AllowedCpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  std::vector<int> cpus;
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return cpus;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (CPU_ISSET(cpu, &set)) cpus.push_back(cpu);
+  }
+  return cpus;
+}
+
+// The start-up line a run with `budget` prints.
+std::string ThreadsLine(const cpu_budget::CpuBudget& budget) {
+  return absl::StrCat(budget.threads,
+                      budget.threads == 1 ? " compute thread (" : " compute threads (",
+                      budget.source, ")");
+}
+
+TEST_F(RuntimeCliTest, ThreadsFollowTheFlagTheRequestAndTheAffinity) {
+  const std::string log = (dir_ / "log").string();
+  const std::string args = UnpinnedTrainArgs(dir_ / "train.csv");
+  // This test's own cgroup may limit it already; its children inherit that.
+  const std::optional<double> limit = cpu_budget::ReadCgroupCpuLimit();
+  const int cpus = static_cast<int>(AllowedCpus().size());
+
+  ASSERT_EQ(RunBinary(args + " --threads=3", log), kExitOk) << Slurp(log);
+  EXPECT_THAT(Slurp(log), HasSubstr("), 3 compute threads (--threads)"));
+
+  ASSERT_EQ(RunBinary(args, log), kExitOk) << Slurp(log);
+  EXPECT_THAT(Slurp(log),
+              HasSubstr(ThreadsLine(cpu_budget::ChooseCpuBudget(limit, std::nullopt, cpus))));
+
+  // One CPU of affinity: one thread, whatever the machine has.
+  const std::string pinned = "taskset -c " + std::to_string(AllowedCpus().front());
+  ASSERT_EQ(RunBinary(args, log, pinned), kExitOk) << Slurp(log);
+  EXPECT_THAT(Slurp(log),
+              HasSubstr(ThreadsLine(cpu_budget::ChooseCpuBudget(limit, std::nullopt, 1))));
+  EXPECT_THAT(Slurp(log), HasSubstr(", 1 compute thread ("));
+
+  // The request the operator passes (downward API, millicores).
+  ASSERT_EQ(RunBinary(args, log, std::string(cpu_budget::kCpuRequestEnv) + "=1000"), kExitOk)
+      << Slurp(log);
+  EXPECT_THAT(Slurp(log), HasSubstr(ThreadsLine(cpu_budget::ChooseCpuBudget(limit, 1.0, cpus))));
+}
+
+// A child cgroup of this process's own with a CPU limit, where the machine
+// lets a test make one (root, a writable cpu controller: cgroup v1's
+// cfs quota, or v2's cpu.max); removed with the object.
+class CpuLimitedCgroup {
+ public:
+  static std::unique_ptr<CpuLimitedCgroup> Make(double cpus, std::string* why) {
+    std::ifstream membership("/proc/self/cgroup");
+    std::string line, v1_path, v2_path;
+    bool v1_cpu = false;
+    while (std::getline(membership, line)) {
+      std::vector<std::string> parts = absl::StrSplit(line, absl::MaxSplits(':', 2));
+      if (parts.size() != 3) continue;
+      if (parts[0] == "0" && parts[1].empty()) v2_path = parts[2];
+      for (absl::string_view c : absl::StrSplit(parts[1], ',')) {
+        if (c == "cpu") {
+          v1_cpu = true;
+          v1_path = parts[2];
+        }
+      }
+    }
+    static int made = 0;
+    const std::string name = absl::StrCat("kubetrain-cpu-test-", ::getpid(), "-", ++made);
+    const long quota = std::lround(cpus * 100000);
+    std::error_code error;
+    if (v1_cpu) {
+      for (const char* mount : {"/sys/fs/cgroup/cpu", "/sys/fs/cgroup/cpu,cpuacct"}) {
+        if (!fs::is_directory(mount, error)) continue;
+        auto group = std::unique_ptr<CpuLimitedCgroup>(
+            new CpuLimitedCgroup(fs::path(std::string(mount) + v1_path) / name));
+        if (!fs::create_directory(group->dir_, error)) {
+          *why = "cannot make " + group->dir_.string() + ": " + error.message();
+          group->dir_.clear();
+          return nullptr;
+        }
+        if (!group->Write("cpu.cfs_period_us", "100000") ||
+            !group->Write("cpu.cfs_quota_us", std::to_string(quota))) {
+          *why = "cannot set the CFS quota of " + group->dir_.string();
+          return nullptr;
+        }
+        return group;
+      }
+    }
+    const fs::path parent = fs::path("/sys/fs/cgroup" + v2_path);
+    if (!fs::exists(parent / "cgroup.subtree_control", error)) {
+      *why = "no cgroup v1 cpu controller and no cgroup v2 hierarchy at /sys/fs/cgroup";
+      return nullptr;
+    }
+    auto group = std::unique_ptr<CpuLimitedCgroup>(new CpuLimitedCgroup(parent / name));
+    if (!fs::create_directory(group->dir_, error)) {
+      *why = "cannot make " + group->dir_.string() + ": " + error.message();
+      group->dir_.clear();
+      return nullptr;
+    }
+    if (!group->Write("cpu.max", std::to_string(quota) + " 100000")) {
+      *why = "the cpu controller is not enabled for " + group->dir_.string() +
+             " (its parent's cgroup.subtree_control lacks cpu)";
+      return nullptr;
+    }
+    return group;
+  }
+  ~CpuLimitedCgroup() {
+    std::error_code error;
+    if (!dir_.empty()) fs::remove(dir_, error);  // rmdir: empty once its process exited
+  }
+  // What to put before a command so that it runs in this cgroup.
+  std::string Prefix() const {
+    return "sh -c 'echo $$ > " + (dir_ / "cgroup.procs").string() + " && exec \"$0\" \"$@\"'";
+  }
+
+ private:
+  explicit CpuLimitedCgroup(fs::path dir) : dir_(std::move(dir)) {}
+  bool Write(const std::string& file, const std::string& value) const {
+    std::ofstream out(dir_ / file);
+    out << value << std::flush;
+    return static_cast<bool>(out);
+  }
+  fs::path dir_;
+};
+
+TEST_F(RuntimeCliTest, ThreadsFitTheCgroupCpuLimit) {
+  std::string why;
+  std::unique_ptr<CpuLimitedCgroup> one_cpu = CpuLimitedCgroup::Make(1.0, &why);
+  if (one_cpu == nullptr) GTEST_SKIP() << "no cgroup with a CPU limit can be made here: " << why;
+  const std::string log = (dir_ / "log").string();
+  const std::string args = UnpinnedTrainArgs(dir_ / "train.csv");
+  ASSERT_EQ(RunBinary(args, log, one_cpu->Prefix()), kExitOk) << Slurp(log);
+  EXPECT_THAT(Slurp(log), HasSubstr(", 1 compute thread (cgroup CPU limit ")) << Slurp(log);
+  if (cpu_budget::ReadCgroupCpuLimit()) GTEST_SKIP() << "this test's own cgroup has a CPU limit";
+  EXPECT_THAT(Slurp(log), HasSubstr(", 1 compute thread (cgroup CPU limit 1 CPU)"));
+
+  std::unique_ptr<CpuLimitedCgroup> one_and_a_half = CpuLimitedCgroup::Make(1.5, &why);
+  ASSERT_NE(one_and_a_half, nullptr) << why;
+  ASSERT_EQ(RunBinary(args, log, one_and_a_half->Prefix()), kExitOk) << Slurp(log);
+  const int cpus = static_cast<int>(AllowedCpus().size());
+  EXPECT_THAT(Slurp(log),
+              HasSubstr(ThreadsLine(cpu_budget::ChooseCpuBudget(1.5, std::nullopt, cpus))));
 }
 
 }  // namespace

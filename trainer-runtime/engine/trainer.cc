@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/cpu_budget/cpu_budget.h"
 #include "google/protobuf/text_format.h"
 #include "trainer-runtime/engine/checkpoint.h"
 #include "trainer-runtime/engine/model_yaml.h"
@@ -267,6 +268,14 @@ absl::Status BadInput(const absl::Status& s, absl::string_view what) {
 class Loop {
  public:
   Loop(const TrainerOptions& o, TrainerEnvironment env) : o_(o), env_(std::move(env)) {
+    if (o_.threads <= 0) {
+      // The container's share of the node, not the node (cpu_budget.h).
+      cpu_budget::CpuBudget budget = cpu_budget::DetectCpuBudget();
+      o_.threads = budget.threads;
+      threads_source_ = budget.source;
+    } else {
+      threads_source_ = "--threads";
+    }
     log_ = env_.log ? env_.log : &std::cout;
     if (!env_.now) env_.now = SystemNow;
     if (!env_.strategy) env_.strategy = std::make_unique<LocalStrategy>();
@@ -280,7 +289,8 @@ class Loop {
   absl::Status Checkpoint(TrainingContext& ctx, int64_t step);
   absl::Status Export(TrainingContext& ctx);
 
-  const TrainerOptions& o_;
+  TrainerOptions o_;  // threads resolved
+  std::string threads_source_;
   TrainerEnvironment env_;
   // Where this run's checkpoints, summaries and export go: o_.output_path,
   // or its own subfolder of it (ResolveOutputFolder); empty: nowhere.
@@ -402,7 +412,14 @@ absl::StatusOr<TrainResult> Loop::Run() {
                      ": this task's training strategy keeps its tensors in host memory"));
     device_ = std::unique_ptr<Device>(std::make_unique<CpuDevice>(o_.threads, o_.cpu_kernels));
   }
-  Log(absl::StrCat("Device: ", (*device_)->name(), " (--device=", o_.device, ")"));
+  if ((*device_)->type() == DeviceType::kCpu) {
+    const int threads = (*device_)->num_threads();
+    Log(absl::StrCat("Device: ", (*device_)->name(), " (--device=", o_.device, "), ", threads,
+                     threads == 1 ? " compute thread (" : " compute threads (", threads_source_,
+                     ")"));
+  } else {
+    Log(absl::StrCat("Device: ", (*device_)->name(), " (--device=", o_.device, ")"));
+  }
   absl::StatusOr<data::Dataset> train = data::LoadDataset(o_.train_data_paths);
   if (!train.ok()) return BadInput(train.status(), "--train_data_paths");
   train_ = std::make_shared<const data::Dataset>(*std::move(train));

@@ -40,7 +40,8 @@ struct TrainerOptions {
   int64_t save_checkpoints_steps = 0;  // > 0: by steps instead of seconds
   int keep_checkpoints = 5;
   uint64_t seed = 0;
-  int threads = 0;  // 0: all cores
+  // Compute threads; 0: the container's CPU budget (cpu_budget.h).
+  int threads = 0;
   // Where the graph runs: "cpu", "gpu" (a CUDA device; a usage error when
   // there is none) or "auto" (the GPU when one is visible and the build has
   // CUDA, else the CPU). See TrainerEnvironment::make_device.

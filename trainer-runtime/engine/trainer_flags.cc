@@ -86,7 +86,9 @@ const std::vector<FlagDef>& Flags() {
             "by steps instead of seconds", /*show_default=*/false),
       Field("keep_checkpoints", "N", &TrainerOptions::keep_checkpoints, ""),
       Field("seed", "N", &TrainerOptions::seed, ""),
-      Field("threads", "N", &TrainerOptions::threads, "compute threads (all cores)",
+      Field("threads", "N", &TrainerOptions::threads,
+            "compute threads (the container's CPUs: its cgroup limit, else its request, else its "
+            "CPU affinity)",
             /*show_default=*/false),
       FlagDef{"device", "PLACEMENT",
               [](TrainerOptions& o, const std::string& v) {
