@@ -145,8 +145,7 @@ TEST_F(PodSecurityTest, ATemplateAskingForRootIsRefusedInTheServersWords) {
   // The namespace relaxed (or the template fixed): the pods come, the
   // condition clears.
   server_->LabelNamespace("ns1", {{fake_apiserver::kPodSecurityEnforceLabel, "baseline"}});
-  ASSERT_TRUE(server_->WaitUntil([&] { return Replicas("root").size() == 5; },
-                                 absl::Seconds(60)));
+  ASSERT_TRUE(server_->WaitUntil([&] { return Replicas("root").size() == 5; }, absl::Seconds(60)));
   ASSERT_TRUE(server_->WaitUntil([&] {
     return Condition("root", "ReplicasWaiting").value("status", "") == "False";
   })) << Condition("root", "ReplicasWaiting");

@@ -58,8 +58,8 @@ std::string Containers(const std::vector<std::string>& names) {
 
 std::optional<Violation> BaselineCapabilities(const json& spec) {
   static const std::set<std::string> kAllowed = {
-      "AUDIT_WRITE", "CHOWN",  "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL",      "MKNOD",
-      "NET_BIND_SERVICE", "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT"};
+      "AUDIT_WRITE",      "CHOWN",   "DAC_OVERRIDE", "FOWNER",  "FSETID", "KILL",      "MKNOD",
+      "NET_BIND_SERVICE", "SETFCAP", "SETGID",       "SETPCAP", "SETUID", "SYS_CHROOT"};
   std::vector<std::string> containers;
   std::set<std::string> added;
   ForEachContainer(spec, [&](const json& c) {
@@ -119,11 +119,10 @@ std::optional<Violation> HostPorts(const json& spec) {
     if (bad) containers.push_back(Text(Member(c, "name")));
   });
   if (containers.empty()) return std::nullopt;
-  return Violation{"hostPort",
-                   absl::StrCat(Containers(containers), " ",
-                                Plural("uses", "use", containers.size()), " ",
-                                Plural("hostPort", "hostPorts", ports.size()), " ",
-                                absl::StrJoin(ports, ", "))};
+  return Violation{
+      "hostPort",
+      absl::StrCat(Containers(containers), " ", Plural("uses", "use", containers.size()), " ",
+                   Plural("hostPort", "hostPorts", ports.size()), " ", absl::StrJoin(ports, ", "))};
 }
 
 std::optional<Violation> Privileged(const json& spec) {
@@ -167,9 +166,9 @@ std::optional<Violation> AllowPrivilegeEscalation(const json& spec) {
     }
   });
   if (containers.empty()) return std::nullopt;
-  return Violation{
-      "allowPrivilegeEscalation != false",
-      absl::StrCat(Containers(containers), " must set securityContext.allowPrivilegeEscalation=false")};
+  return Violation{"allowPrivilegeEscalation != false",
+                   absl::StrCat(Containers(containers),
+                                " must set securityContext.allowPrivilegeEscalation=false")};
 }
 
 std::optional<Violation> RestrictedCapabilities(const json& spec) {
@@ -199,17 +198,17 @@ std::optional<Violation> RestrictedCapabilities(const json& spec) {
                                    " must set securityContext.capabilities.drop=[\"ALL\"]"));
   }
   if (!adding.empty()) {
-    details.push_back(absl::StrCat(Containers(adding), " must not include ",
-                                   JoinQuoted(forbidden), " in securityContext.capabilities.add"));
+    details.push_back(absl::StrCat(Containers(adding), " must not include ", JoinQuoted(forbidden),
+                                   " in securityContext.capabilities.add"));
   }
   if (details.empty()) return std::nullopt;
   return Violation{"unrestricted capabilities", absl::StrJoin(details, "; ")};
 }
 
 std::optional<Violation> RestrictedVolumes(const json& spec) {
-  static const std::set<std::string> kAllowed = {
-      "configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim",
-      "projected", "secret"};
+  static const std::set<std::string> kAllowed = {"configMap", "csi",       "downwardAPI",
+                                                 "emptyDir",  "ephemeral", "persistentVolumeClaim",
+                                                 "projected", "secret"};
   std::vector<std::string> volumes;
   std::set<std::string> types;
   const json& all = Member(spec, "volumes");
@@ -225,13 +224,12 @@ std::optional<Violation> RestrictedVolumes(const json& spec) {
     types.insert(type);
   }
   if (volumes.empty()) return std::nullopt;
-  return Violation{"restricted volume types",
-                   absl::StrCat(Plural("volume", "volumes", volumes.size()), " ",
-                                JoinQuoted(volumes), " ", Plural("uses", "use", volumes.size()),
-                                " ",
-                                Plural("restricted volume type", "restricted volume types",
-                                       types.size()),
-                                " ", JoinQuoted(types))};
+  return Violation{
+      "restricted volume types",
+      absl::StrCat(Plural("volume", "volumes", volumes.size()), " ", JoinQuoted(volumes), " ",
+                   Plural("uses", "use", volumes.size()), " ",
+                   Plural("restricted volume type", "restricted volume types", types.size()), " ",
+                   JoinQuoted(types))};
 }
 
 std::optional<Violation> RunAsNonRoot(const json& spec) {
@@ -278,7 +276,9 @@ std::optional<Violation> RunAsUser(const json& spec) {
 }
 
 std::optional<Violation> RestrictedSeccomp(const json& spec) {
-  auto valid = [](const std::string& type) { return type == "RuntimeDefault" || type == "Localhost"; };
+  auto valid = [](const std::string& type) {
+    return type == "RuntimeDefault" || type == "Localhost";
+  };
   auto has_profile = [](const json& object) {
     return !Member(SecurityContext(object), "seccompProfile").is_null();
   };
@@ -343,9 +343,9 @@ std::optional<std::string> PodSecurityViolation(const std::string& policy,
   checks.push_back(Privileged);
   if (!restricted) checks.push_back(BaselineSeccomp);
   if (restricted) {
-    for (const Check& check : {Check(AllowPrivilegeEscalation), Check(RestrictedCapabilities),
-                               Check(RestrictedVolumes), Check(RunAsNonRoot), Check(RunAsUser),
-                               Check(RestrictedSeccomp)}) {
+    for (const Check& check :
+         {Check(AllowPrivilegeEscalation), Check(RestrictedCapabilities), Check(RestrictedVolumes),
+          Check(RunAsNonRoot), Check(RunAsUser), Check(RestrictedSeccomp)}) {
       checks.push_back(check);
     }
   }

@@ -32,12 +32,11 @@ TEST(PodSecurityTest, PolicyComesFromTheNamespaceLabels) {
   EXPECT_EQ(EnforcedPodSecurityPolicy({{kPodSecurityEnforceLabel, "privileged"}}), std::nullopt);
   EXPECT_EQ(EnforcedPodSecurityPolicy({{kPodSecurityEnforceLabel, "restricted"}}),
             "restricted:latest");
-  EXPECT_EQ(EnforcedPodSecurityPolicy(
-                {{kPodSecurityEnforceLabel, "baseline"}, {kPodSecurityEnforceVersionLabel, "v1.30"}}),
+  EXPECT_EQ(EnforcedPodSecurityPolicy({{kPodSecurityEnforceLabel, "baseline"},
+                                       {kPodSecurityEnforceVersionLabel, "v1.30"}}),
             "baseline:v1.30");
   // A level the admission does not know is enforced as the strictest.
-  EXPECT_EQ(EnforcedPodSecurityPolicy({{kPodSecurityEnforceLabel, "strict"}}),
-            "restricted:latest");
+  EXPECT_EQ(EnforcedPodSecurityPolicy({{kPodSecurityEnforceLabel, "strict"}}), "restricted:latest");
 }
 
 TEST(PodSecurityTest, RestrictedRefusesABarePodInTheRealServersWords) {
