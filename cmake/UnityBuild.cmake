@@ -12,7 +12,5 @@ function(_kubetrain_unity_alone folder)
                               PROPERTIES SKIP_UNITY_BUILD_INCLUSION ON)
 endfunction()
 
-# ReadSmallFile(), as in controller.cc, with another return type.
-_kubetrain_unity_alone(operator/local process_launcher.cc)
 # Fail(), as in exec_command.cc.
 _kubetrain_unity_alone(trainer-runtime/cmd train_command.cc)

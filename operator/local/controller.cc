@@ -11,13 +11,10 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
-#include <sstream>
 #include <variant>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/strip.h"
 #include "api/storage_uri.h"
 #include "operator/core/carry_out.h"
 #include "operator/core/previous_study.h"
@@ -70,13 +67,6 @@ core::ObservedReplica Observe(const ReplicaRecord& record, const ProcessStatus& 
       break;
   }
   return observed;
-}
-
-std::string ReadSmallFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
 }
 
 // How long a replica recorded as starting may take to show its pid.
@@ -284,12 +274,10 @@ absl::StatusOr<bool> Controller::SyncJob(const std::string& name) {
       // runs), so one that never appears means that nothing ran: the record
       // goes and the replica is created again, never started twice behind
       // our back nor lost with its trial.
-      int pid = 0;
-      if (absl::SimpleAtoi(absl::StripAsciiWhitespace(ReadSmallFile(record.pid_path)), &pid) &&
-          pid > 0) {
+      if (std::optional<int> pid = ReadSupervisorPid(record.pid_path)) {
         ReplicaRecord adopted = record;
-        adopted.pid = pid;
-        adopted.start_ticks = ProcessStartTicks(pid).value_or(0);
+        adopted.pid = *pid;
+        adopted.start_ticks = ProcessStartTicks(*pid).value_or(0);
         if (absl::Status s = store_->PutReplica(adopted); !s.ok()) return s;
         status = launcher_->Probe({adopted.pid, adopted.start_ticks}, record.exit_path,
                                   record.state_path);

@@ -18,6 +18,7 @@
 #include <map>
 #include <sstream>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -379,6 +380,15 @@ std::optional<std::string> ReadSmallFile(const std::string& path) {
 }
 
 }  // namespace
+
+std::optional<int> ReadSupervisorPid(const std::string& pid_path) {
+  std::optional<std::string> text = ReadSmallFile(pid_path);
+  int pid = 0;
+  if (!text || !absl::SimpleAtoi(absl::StripAsciiWhitespace(*text), &pid) || pid <= 0) {
+    return std::nullopt;
+  }
+  return pid;
+}
 
 LogLine ParseLogLine(std::string_view line) {
   LogLine parsed;

@@ -61,6 +61,10 @@ struct LaunchRequest {
   bool restart_on_failure = false;
 };
 
+// The supervisor's pid that a LaunchRequest's pid_path holds; nullopt while
+// there is none (not written yet, or the supervisor never got that far).
+std::optional<int> ReadSupervisorPid(const std::string& pid_path);
+
 struct ProcessId {
   int pid = 0;               // the supervisor, leader of the replica's group
   uint64_t start_ticks = 0;  // 0 when unknown
