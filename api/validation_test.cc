@@ -58,7 +58,8 @@ TEST_P(InvalidInputTest, ReportsExactPathAndReason) {
   ASSERT_FALSE(checked.ok()) << "accepted:\n" << c.yaml;
   std::vector<std::string> got;
   for (const FieldError& e : checked.errors) got.push_back(e.path + ": " + e.reason);
-  EXPECT_THAT(got, ::testing::Contains(c.path + ": " + c.reason)) << c.yaml;
+  // The planted error, and nothing else: each case shows one rule alone.
+  EXPECT_THAT(got, ::testing::ElementsAre(c.path + ": " + c.reason)) << c.yaml;
   if (c.line > 0) {
     bool found_line = false;
     for (const FieldError& e : checked.errors) {
@@ -188,7 +189,8 @@ std::vector<InvalidCase> Cases() {
        "must be between 0 and 16, got 64"},
       {"package_without_module", Job("    packageUris: [trainer-0.1.tar.gz]\n"),
        "spec.trainingInput.pythonModule", "required when packageUris is set"},
-      {"bad_python_module", Job("    pythonModule: trainer/task.py\n"),
+      {"bad_python_module",
+       Job("    pythonModule: trainer/task.py\n    packageUris: [/pkgs/trainer-0.1.tar.gz]\n"),
        "spec.trainingInput.pythonModule",
        "must be a dotted Python module name such as trainer.task, got \"trainer/task.py\""},
       // Where a pythonModule's code comes from, and the runtime it runs in.
@@ -467,12 +469,17 @@ std::vector<InvalidCase> Cases() {
 INSTANTIATE_TEST_SUITE_P(Table, InvalidInputTest, ::testing::ValuesIn(Cases()),
                          [](const auto& info) { return info.param.name; });
 
-TEST(ValidationTest, TableHoldsAtLeastFortyCases) { EXPECT_GE(Cases().size(), 40u); }
-
 TEST(ValidationTest, ReportsEveryErrorNotJustTheFirst) {
   CheckedJob checked = CheckTrainingJob(Job(
       "    scaleTier: CUSTOM\n    workerCount: -3\n    hyperparameters:\n      maxTrials: 0\n"));
-  EXPECT_EQ(checked.errors.size(), 4u) << FormatErrors(checked.errors);
+  // In the order of the file, each at its line, not just the first.
+  EXPECT_EQ(
+      FormatErrors(checked.errors),
+      "6:3: spec.trainingInput.masterType: required when scaleTier is CUSTOM\n"
+      "8:5: spec.trainingInput.workerCount: must be >= 0, got -3\n"
+      "9:5: spec.trainingInput.hyperparameters.params: at least one parameter is required "
+      "for hyperparameter tuning\n"
+      "10:7: spec.trainingInput.hyperparameters.maxTrials: must be between 1 and 10000, got 0\n");
 }
 
 TEST(ValidationTest, ValidJobHasNoErrors) {

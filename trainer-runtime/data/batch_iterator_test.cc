@@ -1,8 +1,11 @@
 #include "trainer-runtime/data/batch_iterator.h"
 
 #include <algorithm>
+#include <chrono>
+#include <future>
 #include <memory>
 #include <set>
+#include <thread>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -179,9 +182,25 @@ TEST(BatchIteratorTest, InvalidOptionsGiveEmptyBatchesNotACrash) {
 
 TEST(BatchIteratorTest, DestroyingWithAFullPrefetchQueueReturns) {
   auto data = CountingDataset(1000);
+  const BatchOptions options{.batch_size = 7, .prefetch = 3};
+  BatchIterator reference(data, {.batch_size = 7, .prefetch = 0});
+  const Batch first = reference.Next();
   for (int i = 0; i < 20; ++i) {
-    BatchIterator it(data, {.batch_size = 7, .prefetch = 3});
-    if (i % 2 == 0) it.Next();
+    SCOPED_TRACE(i);
+    auto it = std::make_unique<BatchIterator>(data, options);
+    // Half of them are destroyed before anything was consumed, half after
+    // one batch, which is the batch an iterator without prefetching builds.
+    if (i % 2 == 0) ExpectSameBatch(it->Next(), first);
+    // Destroyed on another thread, so that a destructor that waits forever
+    // on the full queue fails here instead of hanging the test binary.
+    auto destroyed = std::make_shared<std::promise<void>>();
+    std::future<void> done = destroyed->get_future();
+    std::thread([it = std::move(it), destroyed]() mutable {
+      it.reset();
+      destroyed->set_value();
+    }).detach();
+    ASSERT_EQ(done.wait_for(std::chrono::seconds(30)), std::future_status::ready)
+        << "~BatchIterator did not return with " << options.prefetch << " batches prefetched";
   }
 }
 
