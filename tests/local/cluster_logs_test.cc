@@ -13,6 +13,7 @@
 #include <streambuf>
 #include <thread>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -435,6 +436,13 @@ TEST_F(ClusterLogsTest, TheCliStreamsAndSubmitStreamsOnACluster) {
                                  " --stream-logs"),
                     "submit.out");
   });
+  // A failed assertion below returns early: the job is ended then, so the
+  // streaming command returns and the test fails instead of waiting on it.
+  absl::Cleanup end_submit = [&] {
+    if (!submit.joinable()) return;
+    if (server_->Get("trainingjobs", kNs, "streamed").ok()) SetState("streamed", "CANCELLED");
+    submit.join();
+  };
   // What the command has printed so far: it streams, line by line.
   auto so_far = [&] {
     std::ifstream in(dir.path() + "/submit.out");
@@ -456,6 +464,7 @@ TEST_F(ClusterLogsTest, TheCliStreamsAndSubmitStreamsOnACluster) {
   Stop("streamed-master-0");
   SetPhase("streamed-master-0", "Succeeded");
   SetState("streamed", "SUCCEEDED");
+  std::move(end_submit).Cancel();
   submit.join();
   EXPECT_EQ(submitted.first, 0) << submitted.second;
   EXPECT_THAT(submitted.second, HasSubstr("Job [streamed] submitted successfully."));
