@@ -66,7 +66,7 @@ done
 python3 - "$RESULTS" "$LIMIT" "$(nproc)" <<'EOF'
 import statistics, sys
 rows = [line.split() for line in open(sys.argv[1])]
-print(f"CPU limit {sys.argv[2]} CPUs on a {sys.argv[3]}-CPU machine; samples/s (best, median)")
+print(f"CPU limit {sys.argv[2]} CPU(s) on a {sys.argv[3]}-CPU machine; samples/s (best, median)")
 for model in dict.fromkeys(r[0] for r in rows):
     rates = {}
     threads = {}
@@ -77,6 +77,6 @@ for model in dict.fromkeys(r[0] for r in rows):
     peer = max(rates["1"])
     for config in ("auto", "1", "all"):
         best = max(rates[config])
-        print(f"  {model:4s} {config:5s} ({threads[config]} threads): best {best:9.1f}  "
+        print(f"  {model:4s} {config:5s} ({threads[config]} thread(s)): best {best:9.1f}  "
               f"median {statistics.median(rates[config]):9.1f}  ratio to --threads=1 {best / peer:.2f}")
 EOF
