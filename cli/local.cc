@@ -1,20 +1,29 @@
 // `kubetrain local serve` (the local controller) and `kubetrain local train`
 // (gcloud's local training: the cluster as processes on this machine).
+#include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <ostream>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "api/defaults.h"
 #include "api/validation.h"
 #include "cli/commands.h"
+#include "cli/jobs_format.h"
 #include "cli/local_backend.h"
 #include "common/process/process.h"
 #include "operator/core/reconciler.h"
@@ -76,6 +85,136 @@ bool ParsePort(const ParsedArgs& parsed, const std::string& flag, int64_t fallba
 
 volatile sig_atomic_t g_interrupted = 0;
 void OnInterrupt(int) { g_interrupted = 1; }
+
+// How long the other replicas of `local train` have to end by themselves
+// once the master has succeeded: workers finish their last step, parameter
+// servers wait a few seconds for them (ParameterServerOptions::finish_grace).
+constexpr absl::Duration kFinishGrace = absl::Seconds(30);
+
+// One replica of `local train`: its process and the pipes of its output.
+struct LocalChild {
+  pid_t pid = 0;
+  std::string task;
+  struct Stream {
+    int fd = -1;  // our read end; -1 once it is at its end
+    bool is_stderr = false;
+    std::string partial;  // a line not ended yet
+  };
+  std::array<Stream, 2> streams;
+  bool exited = false;
+};
+
+// Prints each complete line of `text` (and, at the end of the stream, the
+// rest) as a `stream-logs` line of `task`.
+void PrintLines(const std::string& task, LocalChild::Stream& stream, absl::string_view text,
+                bool at_end, std::ostream& out) {
+  stream.partial.append(text.data(), text.size());
+  size_t start = 0;
+  for (size_t newline; (newline = stream.partial.find('\n', start)) != std::string::npos;
+       start = newline + 1) {
+    const std::string line = stream.partial.substr(start, newline - start);
+    out << FormatLogEntry(LogSeverity(stream.is_stderr, line),
+                          absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()), task, "", line)
+        << "\n";
+  }
+  stream.partial.erase(0, start);
+  if (at_end && !stream.partial.empty()) {
+    out << FormatLogEntry(LogSeverity(stream.is_stderr, stream.partial),
+                          absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()), task, "",
+                          stream.partial)
+        << "\n";
+    stream.partial.clear();
+  }
+  out.flush();
+}
+
+// Runs until every replica has ended, printing their lines as they come;
+// returns the master's exit code (children.front() is the master). A master
+// that fails stops the others at once; one that succeeds leaves them
+// kFinishGrace to end on their own (they are stopped after it). SIGINT and
+// SIGTERM stop every replica.
+int SuperviseLocalTraining(std::vector<LocalChild>& children, std::ostream& out) {
+  int master_code = 1;
+  std::optional<absl::Time> stop_others_at;
+  bool others_stopped = false;
+  auto stop = [&](bool master_too) {
+    for (size_t i = master_too ? 0 : 1; i < children.size(); ++i) {
+      if (!children[i].exited) kill(children[i].pid, SIGTERM);
+    }
+  };
+  auto running = [&] {
+    return std::any_of(children.begin(), children.end(),
+                       [](const LocalChild& c) { return !c.exited; });
+  };
+  // Once every replica has ended, what their pipes still hold is read until
+  // an empty wait (a process they started may keep a pipe open).
+  for (bool draining = false;;) {
+    std::vector<pollfd> fds;
+    std::vector<std::pair<LocalChild*, LocalChild::Stream*>> owners;
+    for (LocalChild& c : children) {
+      for (LocalChild::Stream& stream : c.streams) {
+        if (stream.fd < 0) continue;
+        fds.push_back({.fd = stream.fd, .events = POLLIN, .revents = 0});
+        owners.emplace_back(&c, &stream);
+      }
+    }
+    if (draining && fds.empty()) break;
+    const int ready = poll(fds.data(), fds.size(), 100);
+    if (ready < 0 && errno != EINTR) break;
+    if (draining && ready == 0) break;
+    for (size_t i = 0; ready > 0 && i < fds.size(); ++i) {
+      if (fds[i].revents == 0) continue;
+      auto [child, stream] = owners[i];
+      char buffer[65536];
+      const ssize_t n = read(stream->fd, buffer, sizeof(buffer));
+      if (n > 0) {
+        PrintLines(child->task, *stream, absl::string_view(buffer, static_cast<size_t>(n)), false,
+                   out);
+      } else if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
+        PrintLines(child->task, *stream, "", true, out);
+        close(stream->fd);
+        stream->fd = -1;
+      }
+    }
+    if (draining) continue;
+    if (g_interrupted) {
+      g_interrupted = 0;
+      stop(/*master_too=*/true);
+    }
+    int status = 0;
+    for (pid_t done; (done = waitpid(-1, &status, WNOHANG)) > 0;) {
+      const int code = process::DecodeWaitStatus(status).code();
+      for (LocalChild& c : children) {
+        if (c.pid != done) continue;
+        c.exited = true;
+        out << "kubetrain local train: " << c.task << " exited with code " << code << std::endl;
+      }
+      if (done != children.front().pid) continue;
+      master_code = code;
+      if (code == 0) {
+        stop_others_at = absl::Now() + kFinishGrace;
+      } else {
+        stop(/*master_too=*/false);
+      }
+    }
+    if (stop_others_at && !others_stopped && absl::Now() >= *stop_others_at) {
+      others_stopped = true;
+      for (size_t i = 1; i < children.size(); ++i) {
+        if (children[i].exited) continue;
+        out << "kubetrain local train: stopping " << children[i].task << ": still running "
+            << absl::FormatDuration(kFinishGrace) << " after the master ended" << std::endl;
+      }
+      stop(/*master_too=*/false);
+    }
+    if (!running()) draining = true;
+  }
+  for (LocalChild& c : children) {
+    for (LocalChild::Stream& stream : c.streams) {
+      if (stream.fd >= 0) close(stream.fd);
+    }
+  }
+  return master_code;
+}
 
 constexpr int64_t kDefaultWorkers = 2;
 constexpr int64_t kDefaultParameterServers = 2;
@@ -196,18 +335,17 @@ int Train(const std::vector<std::string>& args, std::ostream& out, std::ostream&
     return kExitUsage;
   }
 
-  struct Child {
-    pid_t pid;
-    std::string task;
-  };
-  std::vector<Child> children;
-  // Without SA_RESTART, so that the waitpid below returns on a signal and
-  // the replicas are stopped (signal() would restart it and wait for ever).
+  std::vector<LocalChild> children;
+  // Without SA_RESTART, so that poll() below returns on a signal and the
+  // replicas are stopped.
   struct sigaction action = {};
   action.sa_handler = OnInterrupt;
   sigemptyset(&action.sa_mask);
   sigaction(SIGINT, &action, nullptr);
   sigaction(SIGTERM, &action, nullptr);
+  auto stop_started = [&] {
+    for (const LocalChild& c : children) kill(c.pid, SIGTERM);
+  };
   const std::string runtime = RuntimeBinary();
   for (const core::DesiredReplica& replica : replicas) {
     std::vector<std::string> argv;
@@ -224,7 +362,7 @@ int Train(const std::vector<std::string>& args, std::ostream& out, std::ostream&
     std::optional<std::string> executable = local::FindExecutable(argv[0]);
     if (!executable.has_value()) {
       err << "kubetrain local train: \"" << argv[0] << "\" not found\n";
-      for (const Child& c : children) kill(c.pid, SIGTERM);
+      stop_started();
       return kExitFailed;
     }
     std::map<std::string, std::string> merged;
@@ -238,52 +376,43 @@ int Train(const std::vector<std::string>& args, std::ostream& out, std::ostream&
     for (const auto& [k, v] : merged) env_strings.push_back(k + "=" + v);
     out << "kubetrain local train: starting " << local::LogTaskName(replica.key) << " on "
         << options.address(replica.name, replica.key, replica.port) << std::endl;
+    // Each replica's stdout and stderr come through pipes of ours, so that
+    // its lines are printed with its task name, as `jobs stream-logs` does.
+    int out_pipe[2], err_pipe[2];
+    if (pipe2(out_pipe, O_CLOEXEC) != 0 || pipe2(err_pipe, O_CLOEXEC) != 0) {
+      err << "kubetrain local train: pipe: " << std::strerror(errno) << "\n";
+      stop_started();
+      return kExitFailed;
+    }
     // As FindExecutable found it: on our PATH, unless the replica's
     // environment sets its own.
     absl::StatusOr<pid_t> pid = process::Spawn({
         .argv = argv,
         .env = env_strings,
         .search_path = true,
+        .out = process::Stream::Fd(out_pipe[1]),
+        .err = process::Stream::Fd(err_pipe[1]),
         // Children die with this command, whatever ends it.
         .parent_death_signal = SIGKILL,
     });
+    close(out_pipe[1]);
+    close(err_pipe[1]);
     if (!pid.ok()) {
+      close(out_pipe[0]);
+      close(err_pipe[0]);
       err << "kubetrain local train: " << pid.status().message() << "\n";
-      for (const Child& c : children) kill(c.pid, SIGTERM);
+      stop_started();
       return kExitFailed;
     }
-    children.push_back({*pid, local::LogTaskName(replica.key)});
+    LocalChild child;
+    child.pid = *pid;
+    child.task = local::LogTaskName(replica.key);
+    child.streams[0].fd = out_pipe[0];
+    child.streams[1].fd = err_pipe[0];
+    child.streams[1].is_stderr = true;
+    children.push_back(std::move(child));
   }
-  // The exit code is the master's; the others are stopped when it ends.
-  int master_code = 1;
-  const pid_t master = children.front().pid;
-  for (;;) {
-    int status = 0;
-    pid_t done = waitpid(-1, &status, 0);
-    if (done < 0) {
-      if (errno == EINTR && g_interrupted) {
-        for (const Child& c : children) kill(c.pid, SIGTERM);
-        g_interrupted = 0;
-        continue;
-      }
-      if (errno == EINTR) continue;
-      break;
-    }
-    const int code = process::DecodeWaitStatus(status).code();
-    for (const Child& c : children) {
-      if (c.pid == done && done != master) {
-        out << "kubetrain local train: " << c.task << " exited with code " << code << std::endl;
-      }
-    }
-    if (done == master) {
-      master_code = code;
-      out << "kubetrain local train: master-replica-0 exited with code " << code << std::endl;
-      for (const Child& c : children) {
-        if (c.pid != master) kill(c.pid, SIGTERM);
-      }
-    }
-  }
-  return master_code;
+  return SuperviseLocalTraining(children, out);
 }
 
 }  // namespace

@@ -36,6 +36,7 @@ namespace {
 
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
+using ::testing::Not;
 
 using test_support::ReadFile;
 
@@ -562,6 +563,55 @@ std::vector<int> ChildrenOf(int parent) {
 // mid-training (SIGKILL, exit 137: retryable), the controller recreates it,
 // and the new process restores the last checkpoint from jobDir and trains on
 // from there to the end.
+// `local train --distributed`: every replica ends by itself once the
+// master has (none is sent SIGTERM: 143), and every line says whose it is.
+TEST_F(LocalBackendTest, LocalDistributedTrainingEndsEveryReplicaCleanly) {
+#ifndef KUBETRAIN_RUNTIME_BINARY
+  GTEST_SKIP() << "this build has no kubetrain-runtime";
+#else
+  const std::string data = work_.path() + "/train.csv";
+  {
+    std::ofstream out(data);
+    for (int i = 0; i < 400; ++i) {
+      const int label = i % 2;
+      out << (label ? 1.0 : -1.0) + 0.001 * (i % 97) << "," << 0.002 * (i % 89) << "," << label
+          << "\n";
+    }
+  }
+  const std::string runtime = absl::StrCat("KUBETRAIN_RUNTIME=", Quote(KUBETRAIN_RUNTIME_BINARY));
+  for (const char* sync : {"false", "true"}) {
+    SCOPED_TRACE(absl::StrCat("--sync_replicas=", sync));
+    RunResult r = Kubetrain(
+        {"local", "train", "--distributed", "--worker-count", "2", "--parameter-server-count", "1",
+         "--start-port", "27300", "--", "--train_data_paths=" + data, "--max_steps=300",
+         "--batch_size=20", "--hidden1=8", "--hidden2=4", "--threads=1", "--eval_every_secs=0",
+         absl::StrCat("--sync_replicas=", sync), "--output_path=" + work_.path() + "/out-" + sync},
+        runtime);
+    ASSERT_EQ(r.code, 0) << r.out << r.err;
+    for (const char* task :
+         {"master-replica-0", "worker-replica-0", "worker-replica-1", "ps-replica-0"}) {
+      EXPECT_THAT(r.out,
+                  HasSubstr(absl::StrCat("kubetrain local train: ", task, " exited with code 0\n")))
+          << r.out;
+    }
+    EXPECT_THAT(r.out, Not(HasSubstr("exited with code 143"))) << r.out;
+    // The replicas' own lines, as `jobs stream-logs` prints them: severity,
+    // time, task, trial, message.
+    bool worker_done = false, master_final = false;
+    for (absl::string_view line : absl::StrSplit(r.out, '\n', absl::SkipEmpty())) {
+      std::vector<std::string> fields = absl::StrSplit(line, absl::MaxSplits('\t', 4));
+      if (fields.size() != 5) continue;
+      worker_done = worker_done ||
+                    (fields[2] == "worker-replica-1" && absl::StartsWith(fields[4], "Done after "));
+      master_final = master_final || (fields[2] == "master-replica-0" &&
+                                      absl::StartsWith(fields[4], "Final metrics after "));
+    }
+    EXPECT_TRUE(worker_done) << r.out;
+    EXPECT_TRUE(master_final) << r.out;
+  }
+#endif
+}
+
 TEST_F(LocalBackendTest, ReplicaRecreatedMidTrainingResumesAtTheLastCheckpoint) {
 #ifndef KUBETRAIN_RUNTIME_BINARY
   GTEST_SKIP() << "this build has no kubetrain-runtime";
