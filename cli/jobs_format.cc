@@ -15,6 +15,7 @@
 #include "absl/time/time.h"
 #include "api/codec.h"
 #include "google/protobuf/util/time_util.h"
+#include "operator/core/reconciler.h"
 #include "operator/core/waiting_reasons.h"
 
 namespace kubetrain::cli {
@@ -100,6 +101,9 @@ nlohmann::json JobResource(const v1::TrainingJob& job,
       v1::State_Name(status.state() == v1::STATE_UNSPECIFIED ? v1::QUEUED : status.state());
   // Why replicas do not run (yet, or again), while the operator says so.
   for (const v1::Condition& c : status.conditions()) {
+    // Replicas that run without the GPUs they asked for.
+    if (c.type() == core::kNoGpuCondition && c.status() == "True")
+      resource["warning"] = c.message();
     if (c.type() != core::kReplicasWaitingCondition || c.status() != "True") continue;
     nlohmann::json waiting = ToJson(c);
     waiting.erase("type");
@@ -149,6 +153,7 @@ std::string SummarizeJob(const nlohmann::json& resource) {
     out += "WAITING: " + Str(resource["waiting"].value("reason", nlohmann::json())) + ": " +
            Str(resource["waiting"].value("message", nlohmann::json())) + "\n";
   }
+  if (resource.contains("warning")) out += "WARNING: " + Str(resource["warning"]) + "\n";
 
   const nlohmann::json input = resource.value("trainingInput", nlohmann::json::object());
   out += "\nTraining input\n";

@@ -89,6 +89,23 @@ TEST(JobResourceTest, SaysWhyReplicasWaitWhileTheyDo) {
   EXPECT_FALSE(JobResource(job).contains("waiting"));
 }
 
+TEST(JobResourceTest, WarnsOfReplicasRunningWithoutTheirGpus) {
+  v1::TrainingJob job = StudyWithTrials(v1::HyperparameterSpec::MAXIMIZE);
+  EXPECT_FALSE(JobResource(job).contains("warning"));
+  v1::Condition* c = job.mutable_status()->add_conditions();
+  c->set_type("NoGpu");
+  c->set_status("True");
+  c->set_reason("NotEnoughGpus");
+  c->set_message("master asks for 1 GPU; this machine has none: the replicas run on the CPU");
+  EXPECT_EQ(JobResource(job)["warning"],
+            "master asks for 1 GPU; this machine has none: the replicas run on the CPU");
+  EXPECT_THAT(SummarizeJob(JobResource(job)),
+              HasSubstr("WARNING: master asks for 1 GPU; this machine has none: the replicas run "
+                        "on the CPU\n"));
+  c->set_status("False");
+  EXPECT_FALSE(JobResource(job).contains("warning"));
+}
+
 TEST(JobResourceTest, SummaryHasTheTrialsTable) {
   const std::string summary =
       SummarizeJob(JobResource(StudyWithTrials(v1::HyperparameterSpec::MAXIMIZE)));

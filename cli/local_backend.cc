@@ -108,6 +108,7 @@ int ServeLocalController(const std::string& home, const ServeOptions& options, s
   controller_options.runtime_binary = RuntimeBinary();
   controller_options.tuner_factory = tuner::Tuner::Create;
   controller_options.stop_rule = tuner::ShouldStopEarly;
+  controller_options.machine_gpus = local::MachineGpuCount();
   local::Controller controller(store->get(), &launcher, controller_options);
 
   struct sigaction action {};

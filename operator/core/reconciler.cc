@@ -6,7 +6,10 @@
 #include <string>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "api/field_error.h"
+#include "api/roles.h"
 #include "api/scale_tiers.h"
 #include "api/validation.h"
 #include "google/protobuf/util/message_differencer.h"
@@ -579,6 +582,38 @@ bool ClaimObserved(const Context& c, const std::string& name) {
          c.observed.claims.end();
 }
 
+// NoGpu (ReconcileOptions::machine_gpus): the roles that ask for more GPUs
+// than the machine has, told once.
+void ReconcileGpus(Context& c) {
+  if (!c.options.machine_gpus) return;
+  const int have = std::max(0, *c.options.machine_gpus);
+  std::vector<std::string> short_of;
+  for (const api::ReplicaGroup& g : c.groups) {
+    const int64_t want = g.config.accelerator_config().has_count()
+                             ? g.config.accelerator_config().count()
+                             : g.resources.gpus;
+    if (want <= have) continue;
+    short_of.push_back(absl::StrCat(std::string(api::RoleName(g.role)), " asks for ", want,
+                                    want == 1 ? " GPU" : " GPUs"));
+  }
+  v1::TrainingJobStatus& s = c.status();
+  if (short_of.empty()) {
+    // Only a job that was short of GPUs (its spec has changed since) carries
+    // the condition.
+    if (FindCondition(&s, kNoGpuCondition) != nullptr) {
+      SetCondition(&s, kNoGpuCondition, false, "GpusAvailable", "", c.now);
+    }
+    return;
+  }
+  const std::string message =
+      absl::StrCat(absl::StrJoin(short_of, ", "), "; this machine has ",
+                   have == 0 ? std::string("none") : absl::StrCat(have),
+                   ": the replicas run on the CPU, without the GPUs asked for");
+  if (SetCondition(&s, kNoGpuCondition, true, "NotEnoughGpus", message, c.now)) {
+    c.Emit(EmitEvent::Type::kWarning, kNoGpuCondition, message);
+  }
+}
+
 // status.outputLocation, each trial's outputPath, OutputsEphemeral, and the
 // per-job claim while the job runs.
 void ReconcileOutputs(Context& c) {
@@ -695,6 +730,7 @@ ReconcileResult ReconcilePass(const v1::TrainingJob& job, const Observed& observ
       ReconcileJob(c);
     }
     ReconcileOutputs(c);  // after the study: its new trials get their folders
+    ReconcileGpus(c);
     if (!c.policy().suspend() && ConditionIsTrue(s, kSuspended)) {
       SetCondition(&s, kSuspended, false, "JobResumed", "runPolicy.suspend is false", now);
       c.Emit(EmitEvent::Type::kNormal, "Resumed", "the job was resumed; creating its replicas");

@@ -157,6 +157,10 @@ using StopRule =
 // --default-image; deploy/ and the Helm chart pass the same name.
 extern const char kDefaultRuntimeImage[];
 
+// The condition of a job whose replicas ask for more GPUs than the machine
+// they run on has (ReconcileOptions::machine_gpus).
+inline constexpr char kNoGpuCondition[] = "NoGpu";
+
 // Per-process configuration of the reconciler; the same for every job.
 struct ReconcileOptions {
   // How tasks reach each other (TF_CONFIG endpoints). Required.
@@ -183,6 +187,12 @@ struct ReconcileOptions {
   // pods): outputs need spec.outputStorage to survive, and without it the job
   // is told so (OutputsEphemeral). False: replicas share one disk (local).
   bool replicas_have_own_filesystems = false;
+  // The GPUs of the one machine every replica runs on (local backend), when
+  // known. A job whose replicas ask for more gets the kNoGpuCondition (True,
+  // with one Warning event): its replicas run, on the CPU. nullopt
+  // (Kubernetes): the scheduler places GPU replicas on GPU nodes, and one
+  // that no node fits waits, Unschedulable (ReplicasWaiting).
+  std::optional<int> machine_gpus;
 };
 
 // One reconcile. `job` is the TrainingJob as stored (not defaulted: the

@@ -709,6 +709,67 @@ TEST(ReconcileTest, ObjectStoreJobDirFailsTheJobNamingTheField) {
   h.Settle();
 }
 
+// ---- GPUs the machine does not have ----------------------------------------
+
+TEST(NoGpuTest, AGpuJobOnAMachineWithoutGpusRunsWithAWarningOnce) {
+  v1::TrainingJob job = Job(/*workers=*/0, /*ps=*/0);
+  job.mutable_spec()->mutable_training_input()->clear_master_type();
+  job.mutable_spec()->mutable_training_input()->set_scale_tier(v1::TrainingInput::BASIC_GPU);
+  Harness h(job);
+  h.options.machine_gpus = 0;
+  ReconcileResult r = h.Step();
+  EXPECT_THAT(Created(r), testing::SizeIs(1));  // it runs, on the CPU
+  const v1::Condition* c = h.Condition("NoGpu");
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(c->status(), "True");
+  EXPECT_EQ(c->reason(), "NotEnoughGpus");
+  EXPECT_EQ(c->message(),
+            "master asks for 1 GPU; this machine has none: the replicas run on the CPU, without "
+            "the GPUs asked for");
+  EXPECT_THAT(EventReasons(r), testing::Contains("NoGpu"));
+  h.RunAll();
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_THAT(EventReasons(h.Step()), testing::Not(testing::Contains("NoGpu")));
+  }
+  h.Settle();
+  EXPECT_EQ(h.Condition("NoGpu")->status(), "True");
+}
+
+TEST(NoGpuTest, EnoughGpusOrAnUnknownMachineSayNothing) {
+  v1::TrainingJob custom = Job(/*workers=*/1, /*ps=*/0);
+  v1::TrainingInput* input = custom.mutable_spec()->mutable_training_input();
+  input->set_master_type("complex_model_m_gpu");  // 4 GPUs
+  input->mutable_worker_config()->mutable_accelerator_config()->set_count(2);
+  input->mutable_worker_config()->mutable_accelerator_config()->set_type(
+      v1::AcceleratorConfig::NVIDIA_TESLA_T4);
+  {
+    Harness h(custom);
+    h.options.machine_gpus = 2;
+    h.Step();
+    ASSERT_NE(h.Condition("NoGpu"), nullptr);
+    EXPECT_EQ(h.Condition("NoGpu")->message(),
+              "master asks for 4 GPUs; this machine has 2: the replicas run on the CPU, without "
+              "the GPUs asked for");
+  }
+  {
+    Harness h(custom);
+    h.options.machine_gpus = 4;
+    h.Step();
+    EXPECT_EQ(h.Condition("NoGpu"), nullptr);
+  }
+  {
+    Harness h(custom);  // Kubernetes: the scheduler decides
+    h.Step();
+    EXPECT_EQ(h.Condition("NoGpu"), nullptr);
+  }
+  {
+    Harness h(Job());  // asks for none
+    h.options.machine_gpus = 0;
+    h.Step();
+    EXPECT_EQ(h.Condition("NoGpu"), nullptr);
+  }
+}
+
 // ---- Outputs ---------------------------------------------------------------
 
 TEST(OutputsTest, OnKubernetesAJobDirOnNoSharedStorageIsAWarningOnce) {

@@ -6,15 +6,20 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <optional>
 #include <variant>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "api/storage_uri.h"
 #include "operator/core/carry_out.h"
 #include "operator/core/previous_study.h"
@@ -352,6 +357,7 @@ absl::StatusOr<bool> Controller::SyncJob(const std::string& name) {
   absl::Status port_error;
   core::ReconcileOptions options;
   options.services = false;
+  options.machine_gpus = options_.machine_gpus;
   options.tuner_factory = options_.tuner_factory;
   options.stop_rule = options_.stop_rule;
   options.address = core::LoopbackAddresses([&](std::string_view replica) -> int {
@@ -523,5 +529,25 @@ bool ControllerLock::Held(const std::string& home) {
 }
 
 ControllerLock::~ControllerLock() { close(fd_); }
+
+int MachineGpuCount() {
+  std::error_code error;
+  int found = 0;
+  for (std::filesystem::directory_iterator it("/proc/driver/nvidia/gpus", error), end;
+       !error && it != end; it.increment(error)) {
+    ++found;
+  }
+  if (const char* visible = std::getenv("CUDA_VISIBLE_DEVICES"); visible != nullptr) {
+    // CUDA stops at the first entry it cannot read ("-1" hides the rest).
+    int listed = 0;
+    for (absl::string_view entry : absl::StrSplit(visible, ',')) {
+      entry = absl::StripAsciiWhitespace(entry);
+      if (entry.empty() || absl::StartsWith(entry, "-")) break;
+      ++listed;
+    }
+    found = std::min(found, listed);
+  }
+  return found;
+}
 
 }  // namespace kubetrain::local

@@ -41,6 +41,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -67,7 +68,16 @@ struct ControllerOptions {
   std::function<absl::StatusOr<int>()> allocate_port;
   core::TunerFactory tuner_factory;
   core::StopRule stop_rule;
+  // This machine's GPUs (MachineGpuCount()), for the NoGpu condition of
+  // jobs that ask for more (core::ReconcileOptions::machine_gpus); nullopt:
+  // not told.
+  std::optional<int> machine_gpus;
 };
+
+// The NVIDIA GPUs this machine shows its processes: one per entry of
+// /proc/driver/nvidia/gpus (0 without the driver), fewer when
+// CUDA_VISIBLE_DEVICES lists fewer (an empty list hides them all).
+int MachineGpuCount();
 
 class Controller {
  public:

@@ -16,6 +16,7 @@
 #include <sstream>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -180,6 +181,41 @@ TEST_F(LocalBackendTest, ReplicaFailingOnceUnderOnFailureIsRestartedAndTheJobSuc
   EXPECT_EQ(job.status().state(), v1::SUCCEEDED) << job.status().error_message();
   EXPECT_GE(job.status().restart_count(), 1);
   EXPECT_EQ(Runs().size(), 2u);  // the failed attempt and the restart
+}
+
+// A GPU job on a machine without a GPU runs, on the CPU, and says so: the
+// NoGpu condition, one Warning event, and a warning in `jobs describe`.
+TEST_F(LocalBackendTest, AGpuJobWithoutAGpuRunsWithAWarning) {
+  if (MachineGpuCount() > 0) GTEST_SKIP() << "this machine has a GPU";
+  const std::string config = WriteConfig(
+      "gpu.yaml", absl::StrCat("trainingInput:\n  scaleTier: BASIC_GPU\n"
+                               "  masterConfig: {containerCommand: [",
+                               FAKE_TRAINER, "]}\n  args: [--record_dir=", work_.path(), "]\n"));
+  RunResult r = Kubetrain(
+      {"jobs", "submit", "training", "gpu_job", "--local", "--config", config, "--stream-logs"});
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  v1::TrainingJob job = Job("gpu_job");
+  EXPECT_EQ(job.status().state(), v1::SUCCEEDED) << job.status().error_message();
+  const std::string warning =
+      "master asks for 1 GPU; this machine has none: the replicas run on the CPU, without the "
+      "GPUs asked for";
+  bool condition = false;
+  for (const v1::Condition& c : job.status().conditions()) {
+    condition =
+        condition || (c.type() == "NoGpu" && c.status() == "True" && c.message() == warning);
+  }
+  EXPECT_TRUE(condition) << job.status().DebugString();
+  RunResult describe = Kubetrain({"jobs", "describe", "gpu_job", "--local"});
+  ASSERT_EQ(describe.code, 0) << describe.err;
+  EXPECT_THAT(describe.out, HasSubstr("warning: 'master asks for 1 GPU; this machine has none:"))
+      << describe.out;
+  auto store = JobStore::Open(home_.path() + "/jobs.db");
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto events = (*store)->Events("gpu_job");
+  ASSERT_TRUE(events.ok()) << events.status();
+  int warnings = 0;
+  for (const StoredEvent& e : *events) warnings += e.type == "Warning" && e.reason == "NoGpu";
+  EXPECT_EQ(warnings, 1);
 }
 
 TEST_F(LocalBackendTest, CancelEndsCancelledWithNoChildProcessLeft) {
