@@ -70,12 +70,7 @@ class Printer {
   std::ostream& out_;  // written under mu_
 };
 
-struct PodRef {
-  std::string name;
-  std::string uid;
-  std::string task;   // "worker-replica-1", as the local backend names it
-  std::string trial;  // "" outside studies
-};
+using PodRef = ReplicaPod;
 
 // Follows one pod's training container: steps 2 and 3 of the header.
 class PodFollower {
@@ -361,23 +356,10 @@ class JobLogFollower {
 
   absl::Status FollowNewPods() {
     if (!WantsLogs()) return absl::OkStatus();
-    kube::ListOptions list;
-    list.label_selector = core::JobSelector(job_object_name_);
-    absl::StatusOr<json> pods = client_.List(kube::kPods, ns_, list);
+    absl::StatusOr<std::vector<ReplicaPod>> pods = ListReplicaPods(client_, ns_, job_object_name_);
     if (!pods.ok()) return pods.status();
-    for (const json& pod : pods->value("items", json::array())) {
-      PodRef ref{Meta(pod, "name"), Meta(pod, "uid"), "", ""};
-      if (ref.name.empty() || ref.uid.empty() || followed_.count(ref.uid) > 0) continue;
-      std::map<std::string, std::string> labels;
-      if (pod["metadata"].contains("labels") && pod["metadata"]["labels"].is_object()) {
-        for (const auto& [k, v] : pod["metadata"]["labels"].items()) {
-          if (v.is_string()) labels[k] = v.get<std::string>();
-        }
-      }
-      std::optional<core::ReplicaKey> key = core::ReplicaKeyFromLabels(labels);
-      if (!key) continue;  // not one of the job's replicas
-      ref.task = local::LogTaskName(*key);
-      ref.trial = key->trial_id;
+    for (const ReplicaPod& ref : *pods) {
+      if (followed_.count(ref.uid) > 0) continue;
       if (!options_.task_filter.empty() && ref.task != options_.task_filter) continue;
       if (!options_.trial_filter.empty() && ref.trial != options_.trial_filter) continue;
       followed_.insert(ref.uid);
@@ -456,6 +438,49 @@ class JobLogFollower {
 };
 
 }  // namespace
+
+absl::StatusOr<std::vector<ReplicaPod>> ListReplicaPods(kube::ClusterClient& client,
+                                                        const std::string& ns,
+                                                        const std::string& job_object_name) {
+  kube::ListOptions list;
+  list.label_selector = core::JobSelector(job_object_name);
+  absl::StatusOr<json> pods = client.List(kube::kPods, ns, list);
+  if (!pods.ok()) return pods.status();
+  std::vector<ReplicaPod> replicas;
+  for (const json& pod : pods->value("items", json::array())) {
+    ReplicaPod ref{Meta(pod, "name"), Meta(pod, "uid"), "", ""};
+    if (ref.name.empty() || ref.uid.empty()) continue;
+    std::map<std::string, std::string> labels;
+    if (pod["metadata"].contains("labels") && pod["metadata"]["labels"].is_object()) {
+      for (const auto& [k, v] : pod["metadata"]["labels"].items()) {
+        if (v.is_string()) labels[k] = v.get<std::string>();
+      }
+    }
+    std::optional<core::ReplicaKey> key = core::ReplicaKeyFromLabels(labels);
+    if (!key) continue;  // not one of the job's replicas
+    ref.task = local::LogTaskName(*key);
+    ref.trial = key->trial_id;
+    replicas.push_back(std::move(ref));
+  }
+  return replicas;
+}
+
+absl::StatusOr<std::string> ReadReplicaLog(kube::ClusterClient& client, const std::string& ns,
+                                           const std::string& pod) {
+  kube::LogOptions options;
+  options.container = core::kContainerName;
+  options.timestamps = true;
+  absl::StatusOr<std::unique_ptr<kube::LogStream>> stream = client.StreamLog(ns, pod, options);
+  if (!stream.ok()) return stream.status();
+  std::string text;
+  for (;;) {
+    absl::StatusOr<std::optional<std::string>> line = (*stream)->NextLine();
+    if (!line.ok()) return line.status();
+    if (!line->has_value()) break;
+    absl::StrAppend(&text, **line, "\n");
+  }
+  return text;
+}
 
 absl::StatusOr<v1::TrainingJob> FollowClusterLogs(
     kube::ClusterClient& client, const std::string& ns, const std::string& job_object_name,

@@ -42,6 +42,7 @@
 #include <functional>
 #include <ostream>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -74,5 +75,26 @@ absl::StatusOr<v1::TrainingJob> FollowClusterLogs(
     kube::ClusterClient& client, const std::string& ns, const std::string& job_object_name,
     const std::function<absl::StatusOr<v1::TrainingJob>()>& get_job,
     const ClusterLogOptions& options, std::ostream& out);
+
+// One replica's pod, as logs name it.
+struct ReplicaPod {
+  std::string name;
+  std::string uid;
+  std::string task;   // "worker-replica-1", as the local backend names it
+  std::string trial;  // "" outside studies
+};
+
+// The pods of the job whose object is `job_object_name` that are its
+// replicas (they carry the kubetrain.io role and index labels), in the
+// API server's order.
+absl::StatusOr<std::vector<ReplicaPod>> ListReplicaPods(kube::ClusterClient& client,
+                                                        const std::string& ns,
+                                                        const std::string& job_object_name);
+
+// The training container's current log as it stands (no follow), each line
+// "<RFC 3339 time> <message>\n", as the kubelet stamps it. 400 (a container
+// that has not started) and 404 (no such pod) come back as the API said.
+absl::StatusOr<std::string> ReadReplicaLog(kube::ClusterClient& client, const std::string& ns,
+                                           const std::string& pod);
 
 }  // namespace kubetrain::cli

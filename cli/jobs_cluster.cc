@@ -210,6 +210,14 @@ absl::StatusOr<v1::TrainingJob> ClusterJobs::FollowLogs(const std::string& job_i
       *client_, namespace_, api::KubernetesName(job_id), [&] { return Get(job_id); }, options, out);
 }
 
+absl::StatusOr<std::vector<ReplicaPod>> ClusterJobs::ReplicaPods(const std::string& job_id) {
+  return ListReplicaPods(*client_, namespace_, api::KubernetesName(job_id));
+}
+
+absl::StatusOr<std::string> ClusterJobs::ReplicaLog(const std::string& pod) {
+  return ReadReplicaLog(*client_, namespace_, pod);
+}
+
 absl::Status ClusterJobs::Cancel(const std::string& job_id) {
   absl::StatusOr<nlohmann::json> patched =
       client_->MergePatch(kube::kTrainingJobs, namespace_, api::KubernetesName(job_id),

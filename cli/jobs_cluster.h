@@ -87,6 +87,13 @@ class ClusterJobs {
   absl::StatusOr<v1::TrainingJob> FollowLogs(const std::string& job_id,
                                              const ClusterLogOptions& options, std::ostream& out);
 
+  // The job's replica pods, named as its logs are (cluster_logs.h
+  // ListReplicaPods).
+  absl::StatusOr<std::vector<ReplicaPod>> ReplicaPods(const std::string& job_id);
+  // A replica pod's training container log as it stands (cluster_logs.h
+  // ReadReplicaLog).
+  absl::StatusOr<std::string> ReplicaLog(const std::string& pod);
+
   const std::string& namespace_name() const { return namespace_; }
 
  private:

@@ -10,9 +10,11 @@
 namespace kubetrain::cli::ui {
 
 // The TrainingJobs of one namespace of a cluster, read with the user's own
-// credentials (ClusterJobs: the kubeconfig), and the Events of each job and
-// its pods, as `jobs describe` lists them (ClusterJobs::Events). Replica logs
-// are not read here (Unimplemented): `kubectl logs` shows them.
+// credentials (ClusterJobs: the kubeconfig), the Events of each job and its
+// pods, as `jobs describe` lists them (ClusterJobs::Events), and the replica
+// pods' logs through pods/log, as `jobs stream-logs` reads them
+// (cluster_logs.h): one stream per pod of the job, the current run of its
+// training container, each line with the kubelet's time.
 class ClusterJobSource : public JobSource {
  public:
   explicit ClusterJobSource(std::unique_ptr<ClusterJobs> jobs) : jobs_(std::move(jobs)) {}

@@ -5,10 +5,12 @@
 // changes or deletes a job, an event or a log.
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "cli/jobs_format.h"
 #include "kubetrain/v1/training_job.pb.h"
@@ -50,6 +52,20 @@ struct LogChunk {
   int64_t next_offset = 0;  // where the next read starts
   bool truncated = false;   // older lines were left out (a tail, or a large gap)
 };
+
+// A read never takes more than this from a log, so a huge log costs a
+// bounded amount per request.
+inline constexpr int64_t kMaxLogReadBytes = 1 << 20;
+
+// What JobSource::ReadLog answers from a log of `size` bytes whose bytes
+// from `start` on are `data` (at most kMaxLogReadBytes of them): whole lines
+// only, each read by `parse`. `tail` (the request's offset was < 0, or past
+// the end of a log that has started over) asks for the last `max_lines`
+// lines of `data`, which then starts at max(0, size - kMaxLogReadBytes);
+// else `data` starts at the request's offset. Pure: both backends' logs go
+// through it.
+LogChunk ChunkOfLog(absl::string_view data, int64_t start, bool tail, int max_lines,
+                    const std::function<LogLine(absl::string_view)>& parse);
 
 // Calls come from one thread at a time (UiServer serialises them), so an
 // implementation need not be thread-safe.

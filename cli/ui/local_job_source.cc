@@ -16,10 +16,6 @@
 namespace kubetrain::cli::ui {
 namespace {
 
-// A read never takes more than this from a log file, so a huge log costs a
-// bounded amount per request.
-constexpr int64_t kMaxReadBytes = 1 << 20;
-
 // How long a submitted job may wait for the local controller its submit
 // starts before the pages say that none runs.
 constexpr absl::Duration kControllerStartGrace = absl::Seconds(10);
@@ -126,9 +122,8 @@ absl::StatusOr<LogChunk> LocalJobSource::ReadLog(const std::string& job_id, cons
 }
 
 absl::StatusOr<LogChunk> ReadLogFile(const std::string& path, int64_t offset, int max_lines) {
-  LogChunk chunk;
   std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) return chunk;  // nothing written yet
+  if (!std::filesystem::exists(path, ec)) return LogChunk();  // nothing written yet
   std::ifstream in(path, std::ios::binary);
   if (!in) return absl::InternalError(absl::StrCat("cannot open ", path));
   in.seekg(0, std::ios::end);
@@ -136,41 +131,13 @@ absl::StatusOr<LogChunk> ReadLogFile(const std::string& path, int64_t offset, in
   // A log never shrinks; an offset past its end (another file of the same
   // name) starts over with a tail.
   const bool tail = offset < 0 || offset > size;
-  int64_t start = tail ? std::max<int64_t>(0, size - kMaxReadBytes) : offset;
-  const int64_t length = std::min<int64_t>(size - start, kMaxReadBytes);
+  int64_t start = tail ? std::max<int64_t>(0, size - kMaxLogReadBytes) : offset;
+  const int64_t length = std::min<int64_t>(size - start, kMaxLogReadBytes);
   std::string data(static_cast<size_t>(length), '\0');
   in.seekg(start);
   in.read(data.data(), length);
   data.resize(static_cast<size_t>(in.gcount()));
-
-  // Whole lines only; a tail that starts mid-file drops its first, partial one.
-  size_t begin = 0;
-  if (tail && start > 0) {
-    begin = data.find('\n');
-    begin = begin == std::string::npos ? data.size() : begin + 1;
-    chunk.truncated = true;
-  }
-  std::vector<std::pair<size_t, size_t>> lines;  // [from, to) within data, '\n' excluded
-  for (size_t at = begin; at < data.size();) {
-    const size_t end = data.find('\n', at);
-    if (end == std::string::npos) break;  // still being written
-    lines.emplace_back(at, end);
-    at = end + 1;
-  }
-  size_t first = 0, last = lines.size();
-  if (tail && lines.size() > static_cast<size_t>(max_lines)) {
-    first = lines.size() - static_cast<size_t>(max_lines);
-    chunk.truncated = true;
-  } else if (!tail && lines.size() > static_cast<size_t>(max_lines)) {
-    last = static_cast<size_t>(max_lines);
-  }
-  for (size_t i = first; i < last; ++i) {
-    chunk.lines.push_back(ToLogLine(
-        absl::string_view(data).substr(lines[i].first, lines[i].second - lines[i].first)));
-  }
-  chunk.next_offset = last > 0 ? start + static_cast<int64_t>(lines[last - 1].second) + 1
-                               : start + static_cast<int64_t>(begin);
-  return chunk;
+  return ChunkOfLog(data, start, tail, max_lines, ToLogLine);
 }
 
 }  // namespace kubetrain::cli::ui

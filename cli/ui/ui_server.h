@@ -7,7 +7,7 @@
 //   GET /static/NAME             its scripts and style sheet
 //   GET /api/jobs[?state=S]      ui_api.h JobListJson
 //   GET /api/jobs/ID             JobPageJson
-//   GET /api/jobs/ID/logs        LogStreamsJson (local backend; 501 on a cluster)
+//   GET /api/jobs/ID/logs        LogStreamsJson (either backend: a cluster's through pods/log)
 //   GET /api/jobs/ID/log?task=T[&trial=N][&offset=B][&lines=K]   LogChunkJson
 //
 // Nothing else: HttpServer answers every method but GET and HEAD with 405,

@@ -19,6 +19,7 @@
 #include "absl/strings/str_split.h"
 #include "api/validation.h"
 #include "cli/jobs_cluster.h"
+#include "cli/ui/cluster_job_source.h"
 #include "common/testing/temp_dir.h"
 #include "common/testing/wait_until.h"
 #include "gmock/gmock.h"
@@ -408,6 +409,57 @@ TEST_F(ClusterLogsTest, ACrashLoopShowsEachRunOnce) {
 
 // The real binary, as a user runs it: -n picks the namespace, submit
 // --stream-logs prints the job's state changes, events and logs.
+// `kubetrain ui` on a cluster reads the replicas' logs as stream-logs does:
+// one stream per replica pod (a study's by trial), the current run of its
+// container by byte offset, each line with the kubelet's time.
+TEST_F(ClusterLogsTest, TheDashboardReadsReplicaLogsThroughTheApi) {
+  SubmitJob("dash");
+  CreatePod("dash", {"", api::Role::kMaster, 0});
+  CreatePod("dash", {"", api::Role::kWorker, 0});
+  kube::ClusterConfig config;
+  config.server = server_->url();
+  auto client = kube::RestClusterClient::Create(config);
+  ASSERT_TRUE(client.ok()) << client.status();
+  ui::ClusterJobSource source(std::make_unique<ClusterJobs>(*std::move(client), kNs));
+
+  absl::StatusOr<std::vector<ui::LogStream>> streams = source.LogStreams("dash");
+  ASSERT_TRUE(streams.ok()) << streams.status();
+  EXPECT_EQ(*streams,
+            (std::vector<ui::LogStream>{{"", "master-replica-0"}, {"", "worker-replica-0"}}));
+
+  // Not started yet: nothing to read, not an error.
+  absl::StatusOr<ui::LogChunk> chunk = source.ReadLog("dash", {"", "master-replica-0"}, 0, 100);
+  ASSERT_TRUE(chunk.ok()) << chunk.status();
+  EXPECT_TRUE(chunk->lines.empty());
+
+  Start("dash-master-0");
+  Log("dash-master-0", "step 1: loss 2.3\nTraceback (most recent call last):");
+  chunk = source.ReadLog("dash", {"", "master-replica-0"}, 0, 100);
+  ASSERT_TRUE(chunk.ok()) << chunk.status();
+  ASSERT_EQ(chunk->lines.size(), 2u);
+  EXPECT_EQ(chunk->lines[0].message, "step 1: loss 2.3");
+  EXPECT_EQ(chunk->lines[0].severity, "INFO");
+  EXPECT_GT(chunk->lines[0].time, 1.7e9);  // the kubelet's stamp
+  EXPECT_EQ(chunk->lines[1].severity, "ERROR");
+  // From where it stopped: only what is new.
+  Log("dash-master-0", "step 2: loss 1.9");
+  absl::StatusOr<ui::LogChunk> next =
+      source.ReadLog("dash", {"", "master-replica-0"}, chunk->next_offset, 100);
+  ASSERT_TRUE(next.ok()) << next.status();
+  ASSERT_EQ(next->lines.size(), 1u);
+  EXPECT_EQ(next->lines[0].message, "step 2: loss 1.9");
+  // A tail.
+  absl::StatusOr<ui::LogChunk> tail = source.ReadLog("dash", {"", "master-replica-0"}, -1, 1);
+  ASSERT_TRUE(tail.ok()) << tail.status();
+  ASSERT_EQ(tail->lines.size(), 1u);
+  EXPECT_EQ(tail->lines[0].message, "step 2: loss 1.9");
+  EXPECT_TRUE(tail->truncated);
+
+  // Only the job's own replicas are read.
+  EXPECT_EQ(source.ReadLog("dash", {"", "evaluator-replica-0"}, 0, 10).status().code(),
+            absl::StatusCode::kNotFound);
+}
+
 TEST_F(ClusterLogsTest, TheCliStreamsAndSubmitStreamsOnACluster) {
   test_support::TempDir dir;
   const std::string kubeconfig = dir.path() + "/config";
