@@ -797,15 +797,24 @@ TEST_F(UiBrowserTest, ClusterJobsOnTheFakeApiServer) {
                             {"kind", "Pod"},
                             {"metadata",
                              {{"name", pod},
-                              {"labels", {{"kubetrain.io/job-name", "cluster-study"}}},
+                              {"labels",
+                               {{"kubetrain.io/job-name", "cluster-study"},
+                                {"kubetrain.io/replica-type", "master"},
+                                {"kubetrain.io/replica-index", "0"},
+                                {"kubetrain.io/trial-id", "3"}}},
                               {"ownerReferences",
                                {{{"apiVersion", "kubetrain.io/v1"},
                                  {"kind", "TrainingJob"},
                                  {"name", "cluster-study"},
                                  {"uid", uid},
                                  {"controller", true}}}}}},
-                            {"spec", {{"containers", {{{"name", "tensorflow"}, {"image", "x"}}}}}}})
+                            {"spec", {{"containers", {{{"name", "kubetrain"}, {"image", "x"}}}}}}})
                   .ok());
+  // Its training container has written a line, which the page reads through
+  // pods/log (as text: the payload is shown, not run).
+  ASSERT_TRUE((*server)->StartContainer("ns1", pod, "kubetrain").ok());
+  ASSERT_TRUE(
+      (*server)->AppendLog("ns1", pod, "kubetrain", std::string("step 1: ") + kScriptPayload).ok());
   ASSERT_TRUE(
       (*server)
           ->Create("events", "ns1",
@@ -916,8 +925,14 @@ TEST_F(UiBrowserTest, ClusterJobsOnTheFakeApiServer) {
     for (nlohmann::json& e : events) e.erase("trial");
     EXPECT_EQ(events, described["events"]);
   }
-  EXPECT_EQ(Js("return document.getElementById('logs').children.length;"),
-            0);  // no logs on a cluster
+  // The replica's log, read through the API server.
+  WaitJs("return document.querySelectorAll('#log-text .log-line').length > 0;");
+  EXPECT_EQ(Js("return Array.from(document.querySelectorAll('#log-stream option')).map((o) => "
+               "o.textContent);"),
+            nlohmann::json({"trial 3 · master-replica-0"}));
+  EXPECT_THAT(
+      Js("return document.querySelector('#log-text .log-line').textContent;").get<std::string>(),
+      HasSubstr(std::string("INFO step 1: ") + kScriptPayload));
   ExpectNothingInjected();
   Screenshot("cluster-job", /*full_page=*/true);
 

@@ -216,7 +216,7 @@
       if (main.firstChild && main.firstChild.tagName === 'P') main.firstChild.remove();
       backendNote.textContent = reply.body.backend;
       renderJob(reply.body, sections, state);
-      if (!state.logs && reply.body.backend === 'local') state.logs = logsPanel(id, sections.logs);
+      if (!state.logs) state.logs = logsPanel(id, sections.logs);
     });
     return {
       stop() {
@@ -484,7 +484,7 @@
     ];
   }
 
-  // ---- replica logs (local backend)
+  // ---- replica logs (either backend: a cluster's through pods/log)
 
   function logsPanel(id, section) {
     const select = h('select', { id: 'log-stream', 'data-key': 'log-stream' });
