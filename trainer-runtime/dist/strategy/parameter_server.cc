@@ -362,7 +362,7 @@ class ParameterShardServer {
 class ParameterServerStrategy final : public runtime::engine::TrainingStrategy {
  public:
   ParameterServerStrategy(const ClusterSpec& cluster, const ParameterServerOptions& options,
-                          std::unique_ptr<GrpcTransport> transport)
+                          std::unique_ptr<Transport> transport)
       : cluster_(cluster),
         options_(options),
         transport_(std::move(transport)),
@@ -538,7 +538,7 @@ class ParameterServerStrategy final : public runtime::engine::TrainingStrategy {
 
   const ClusterSpec cluster_;
   const ParameterServerOptions options_;
-  std::unique_ptr<GrpcTransport> transport_;
+  std::unique_ptr<Transport> transport_;
   const int replicas_;
   const int num_ps_;
   const int rank_;
@@ -573,7 +573,13 @@ absl::Status ServeParameters(const ClusterSpec& cluster,
   const int rank = cluster.NumReplicas() + cluster.task().index;
   ASSIGN_OR_RETURN(std::unique_ptr<GrpcTransport> transport,
                    Join(cluster, rank, ps_options.connect_timeout));
-  ParameterShardServer server(cluster, options, ps_options, *transport);
+  return ServeParametersOver(*transport, cluster, options, ps_options);
+}
+
+absl::Status ServeParametersOver(Transport& transport, const ClusterSpec& cluster,
+                                 const runtime::engine::TrainerOptions& options,
+                                 const ParameterServerOptions& ps_options) {
+  ParameterShardServer server(cluster, options, ps_options, transport);
   return server.Run();
 }
 
@@ -582,6 +588,12 @@ absl::StatusOr<std::unique_ptr<runtime::engine::TrainingStrategy>> MakeParameter
     const ParameterServerOptions& ps_options) {
   ASSIGN_OR_RETURN(std::unique_ptr<GrpcTransport> transport,
                    Join(cluster, *cluster.ReplicaRank(), ps_options.connect_timeout));
+  return MakeParameterServerStrategyOver(std::move(transport), cluster, ps_options);
+}
+
+std::unique_ptr<runtime::engine::TrainingStrategy> MakeParameterServerStrategyOver(
+    std::unique_ptr<Transport> transport, const ClusterSpec& cluster,
+    const ParameterServerOptions& ps_options) {
   return std::make_unique<ParameterServerStrategy>(cluster, ps_options, std::move(transport));
 }
 

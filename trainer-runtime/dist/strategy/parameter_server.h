@@ -7,6 +7,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "trainer-runtime/dist/cluster_spec.h"
+#include "trainer-runtime/dist/transport.h"
 #include "trainer-runtime/engine/trainer.h"
 
 namespace kubetrain::dist {
@@ -68,6 +69,15 @@ absl::Status ServeParameters(const ClusterSpec& cluster,
 // The replica side, for the training loop.
 absl::StatusOr<std::unique_ptr<runtime::engine::TrainingStrategy>> MakeParameterServerStrategy(
     const ClusterSpec& cluster, const runtime::engine::TrainerOptions& options,
+    const ParameterServerOptions& ps_options);
+
+// The two above over a transport the caller has joined already (rank: the
+// replicas first, then the ps tasks), as tests join an in-process hub.
+absl::Status ServeParametersOver(Transport& transport, const ClusterSpec& cluster,
+                                 const runtime::engine::TrainerOptions& options,
+                                 const ParameterServerOptions& ps_options);
+std::unique_ptr<runtime::engine::TrainingStrategy> MakeParameterServerStrategyOver(
+    std::unique_ptr<Transport> transport, const ClusterSpec& cluster,
     const ParameterServerOptions& ps_options);
 
 }  // namespace kubetrain::dist

@@ -1,10 +1,12 @@
 #include <atomic>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "trainer-runtime/dist/in_process_transport.h"
@@ -239,6 +241,89 @@ std::vector<ReplicaRun> Train(int n, bool overlap, int steps) {
   }
   for (std::thread& t : threads) t.join();
   return runs;
+}
+
+// A chief whose request payload reaches the ps only after the ps's poll for
+// request headers (once a second) has timed out: the ps waits for the
+// payload as long as for any request instead of giving up on it, and the
+// step completes. With request_timeout short, a ps that dropped the payload
+// fails the chief's request in seconds instead of hanging the test.
+class DelayedPayloadTransport : public Transport {
+ public:
+  DelayedPayloadTransport(Transport& inner, int peer, absl::Duration delay)
+      : inner_(inner), peer_(peer), delay_(delay) {}
+  int rank() const override { return inner_.rank(); }
+  int size() const override { return inner_.size(); }
+  absl::Status Send(int peer, Tag tag, absl::Span<const std::byte> data,
+                    absl::Time deadline) override {
+    if (peer == peer_) {
+      // Every request's header has the first tag sent; the first send with
+      // another tag is the first request's payload.
+      if (!first_tag_) first_tag_ = tag;
+      if (tag != *first_tag_ && !delayed_) {
+        delayed_ = true;
+        absl::SleepFor(delay_);
+      }
+    }
+    return inner_.Send(peer, tag, data, deadline);
+  }
+  absl::Status RecvInto(int peer, Tag tag, size_t size, PieceConsumer consume,
+                        absl::Time deadline) override {
+    return inner_.RecvInto(peer, tag, size, consume, deadline);
+  }
+  bool delayed() const { return delayed_; }
+
+ private:
+  Transport& inner_;
+  const int peer_;
+  const absl::Duration delay_;
+  std::optional<Tag> first_tag_;
+  bool delayed_ = false;
+};
+
+TEST(ParameterServerStrategyTest, APayloadArrivingAfterTheHeaderPollIsStillServed) {
+  constexpr char kCluster[] = R"("cluster":{"master":["m:1"],"ps":["p:1"]})";
+  auto chief =
+      ClusterSpec::FromTfConfig(absl::StrCat("{", kCluster, R"(,"task":{"type":"master"}})"));
+  auto ps =
+      ClusterSpec::FromTfConfig(absl::StrCat("{", kCluster, R"(,"task":{"type":"ps","index":0}})"));
+  ASSERT_TRUE(chief.ok() && ps.ok());
+  ParameterServerOptions ps_options;
+  ps_options.sync_replicas = true;
+  ps_options.connect_timeout = absl::Seconds(20);
+  ps_options.request_timeout = absl::Seconds(20);
+  ps_options.finish_grace = absl::Seconds(1);
+  engine::TrainerOptions trainer_options;
+  trainer_options.optimizer = "sgd";
+  trainer_options.learning_rate = 0.1;
+
+  InProcessHub hub(2);  // rank 0: the chief; rank 1: the ps
+  absl::Status served;
+  std::thread ps_task(
+      [&] { served = ServeParametersOver(hub.transport(1), *ps, trainer_options, ps_options); });
+  Replica replica(0);
+  auto owned = std::make_unique<DelayedPayloadTransport>(hub.transport(0), /*peer=*/1,
+                                                         absl::Milliseconds(1500));
+  DelayedPayloadTransport& transport = *owned;
+  std::unique_ptr<engine::TrainingStrategy> strategy =
+      MakeParameterServerStrategyOver(std::move(owned), *chief, ps_options);
+  absl::StatusOr<int64_t> start = strategy->Initialize(replica.ctx(), nullptr);
+  absl::Status trained = start.status();
+  int64_t step = start.ok() ? *start : 0;
+  for (int s = 0; trained.ok() && s < 3; ++s) {
+    auto result = strategy->Step(replica.ctx(), replica.BatchFor(s), step);
+    trained = result.status();
+    if (result.ok()) step = result->global_step;
+  }
+  if (trained.ok()) trained = strategy->Finish(replica.ctx());
+  // A chief that failed is gone: the ps sees it lost and ends, so the test
+  // fails here rather than waiting on the ps.
+  if (!trained.ok()) hub.Kill(0);
+  ps_task.join();
+  EXPECT_TRUE(transport.delayed()) << "no payload was held back: the test tests nothing";
+  EXPECT_TRUE(trained.ok()) << trained;
+  EXPECT_EQ(step, 3);
+  EXPECT_TRUE(served.ok()) << served;
 }
 
 TEST(AllReduceStrategyTest, OverlappedAndSequentialStepsGiveBitIdenticalVariables) {
