@@ -22,19 +22,15 @@ namespace {
 using nlohmann::json;
 
 json FourRoleJob(const std::string& name) {
-  return {{"apiVersion", "kubetrain.io/v1"},
-          {"kind", "TrainingJob"},
-          {"metadata", {{"name", name}}},
-          {"spec",
-           {{"trainingInput",
-             {{"scaleTier", "CUSTOM"},
-              {"masterType", "standard"},
-              {"workerType", "standard"},
-              {"workerCount", 2},
-              {"parameterServerType", "standard"},
-              {"parameterServerCount", 1},
-              {"evaluatorType", "standard"},
-              {"evaluatorCount", 1}}}}}};
+  return testing::TrainingJobObject(name, {{"trainingInput",
+                                            {{"scaleTier", "CUSTOM"},
+                                             {"masterType", "standard"},
+                                             {"workerType", "standard"},
+                                             {"workerCount", 2},
+                                             {"parameterServerType", "standard"},
+                                             {"parameterServerCount", 1},
+                                             {"evaluatorType", "standard"},
+                                             {"evaluatorCount", 1}}}});
 }
 
 class PodSecurityTest : public testing::ControllerOnFakeServerTest {

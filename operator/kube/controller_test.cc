@@ -24,12 +24,9 @@ using testing::TerminatedPodStatus;
 using testing::TuningJobObject;
 
 json StandardJob(const std::string& name) {
-  return {{"apiVersion", "kubetrain.io/v1"},
-          {"kind", "TrainingJob"},
-          {"metadata", {{"name", name}}},
-          {"spec",
-           {{"trainingInput", {{"scaleTier", "STANDARD_1"}, {"args", {"--max_steps=10"}}}},
-            {"runPolicy", {{"restartPolicy", "Never"}, {"cleanPodPolicy", "Running"}}}}}};
+  return testing::TrainingJobObject(
+      name, {{"trainingInput", {{"scaleTier", "STANDARD_1"}, {"args", {"--max_steps=10"}}}},
+             {"runPolicy", {{"restartPolicy", "Never"}, {"cleanPodPolicy", "Running"}}}});
 }
 
 class ControllerTest : public testing::ControllerOnFakeServerTest {

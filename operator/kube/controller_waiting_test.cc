@@ -22,16 +22,13 @@ using nlohmann::json;
 
 // A master and a worker, restarted in place on failure.
 json Job(const std::string& name) {
-  return {{"apiVersion", "kubetrain.io/v1"},
-          {"kind", "TrainingJob"},
-          {"metadata", {{"name", name}}},
-          {"spec",
-           {{"trainingInput",
-             {{"scaleTier", "CUSTOM"},
-              {"masterType", "standard"},
-              {"workerType", "standard"},
-              {"workerCount", "1"}}},
-            {"runPolicy", {{"restartPolicy", "OnFailure"}, {"backoffLimit", 10}}}}}};
+  return testing::TrainingJobObject(
+      name, {{"trainingInput",
+              {{"scaleTier", "CUSTOM"},
+               {"masterType", "standard"},
+               {"workerType", "standard"},
+               {"workerCount", "1"}}},
+             {"runPolicy", {{"restartPolicy", "OnFailure"}, {"backoffLimit", 10}}}});
 }
 
 json Unschedulable() {

@@ -12,6 +12,14 @@
 
 namespace kubetrain::kube::testing {
 
+// A TrainingJob named `name` with `spec`, as a user applies one.
+inline nlohmann::json TrainingJobObject(const std::string& name, nlohmann::json spec) {
+  return {{"apiVersion", "kubetrain.io/v1"},
+          {"kind", "TrainingJob"},
+          {"metadata", {{"name", name}}},
+          {"spec", std::move(spec)}};
+}
+
 // A BASIC tuning job maximising "accuracy" over one INTEGER parameter x in
 // [1, 100]; `resume` sets resumePreviousJobId when not empty.
 inline nlohmann::json TuningJobObject(const std::string& name, int max_trials,
@@ -27,12 +35,9 @@ inline nlohmann::json TuningJobObject(const std::string& name, int max_trials,
                                        {"maxValue", 100},
                                        {"scaleType", "UNIT_LINEAR_SCALE"}}}}};
   if (!resume.empty()) hyperparameters["resumePreviousJobId"] = resume;
-  return {{"apiVersion", "kubetrain.io/v1"},
-          {"kind", "TrainingJob"},
-          {"metadata", {{"name", name}}},
-          {"spec",
-           {{"trainingInput", {{"scaleTier", "BASIC"}, {"hyperparameters", hyperparameters}}},
-            {"runPolicy", {{"restartPolicy", "Never"}}}}}};
+  return TrainingJobObject(
+      name, {{"trainingInput", {{"scaleTier", "BASIC"}, {"hyperparameters", hyperparameters}}},
+             {"runPolicy", {{"restartPolicy", "Never"}}}});
 }
 
 // A pod status patch: `phase` with the container "kubetrain" terminated
