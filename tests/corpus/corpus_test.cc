@@ -94,6 +94,19 @@ void Report(const std::string& label, size_t accepted, size_t total,
   }
 }
 
+// How many files are refused for each field (the reason up to its first
+// ": "): what the corpus tests pin, so that a file refused anew, or one no
+// longer refused, shows as a change to look at (and the pin is updated with
+// it when the change is the intended one).
+std::map<std::string, size_t> RefusedByField(
+    const std::map<std::string, std::vector<std::string>>& refusals) {
+  std::map<std::string, size_t> counts;
+  for (const auto& [reason, files] : refusals) {
+    counts[reason.substr(0, reason.find(": "))] += files.size();
+  }
+  return counts;
+}
+
 class CorpusTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -182,6 +195,21 @@ TEST_F(CorpusTest, CloudMlConfigsThatValidateAcceptsTheApiServerStores) {
   }
   Report("cloudml", accepted, files.size(), refusals);
   EXPECT_EQ(server_->Count("trainingjobs"), accepted);
+  // Runtime versions wait for a catalog of runtime images; TPUs have no
+  // equivalent; the rest are errors in the files themselves.
+  EXPECT_EQ(RefusedByField(refusals),
+            (std::map<std::string, size_t>{
+                {"customCommands", 1},
+                {"trainingInput.hyperparameters.maxParallelTrials", 1},
+                {"trainingInput.hyperparameters.params", 1},
+                {"trainingInput.hyperparameters.params[N].parameterName", 1},
+                {"trainingInput.masterType", 3},
+                {"trainingInput.pythonVersion", 6},
+                {"trainingInput.runtimeVersion", 26},
+                {"trainingInput.scaleTier", 2},
+                {"trainingInput.workerConfig.acceleratorConfig.type", 2},
+                {"trainingInput.workerType", 5},
+            }));
 }
 
 // Kubeflow manifests: what `convert` prints, `kubectl apply` would store,
@@ -207,6 +235,17 @@ TEST_F(CorpusTest, KubeflowManifestsThatConvertConvertToWhatTheApiServerStores) 
     EXPECT_EQ(again.code, 0) << name << ": validate refuses what convert printed:\n" << again.out;
   }
   Report("kubeflow", converted, files.size(), refusals);
+  // Containers that run their image's entrypoint, elastic PyTorch jobs and
+  // files of several documents are not converted yet.
+  EXPECT_EQ(RefusedByField(refusals),
+            (std::map<std::string, size_t>{
+                {"expected one YAML document, found N (split them into files)", 3},
+                {"spec.elasticPolicy", 6},
+                {"spec.pytorchReplicaSpecs.Master.template.spec.containers[N].command", 10},
+                {"spec.tfReplicaSpecs.Chief.template.spec.containers[N].command", 1},
+                {"spec.tfReplicaSpecs.PS.template.spec.containers[N].command", 4},
+                {"spec.tfReplicaSpecs.Worker.template.spec.containers[N].command", 4},
+            }));
 }
 
 // Every example the project ships is a manifest the API server takes.
