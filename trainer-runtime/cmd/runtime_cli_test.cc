@@ -29,6 +29,7 @@ namespace fs = std::filesystem;
 using cli_test::RunBinary;
 using cli_test::Slurp;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 class RuntimeCliTest : public ::testing::Test {
  protected:
@@ -167,6 +168,35 @@ TEST_F(RuntimeCliTest, RestartResumesFromLatestCheckpoint) {
     EXPECT_EQ(a->variables(i).value().data(), b->variables(i).value().data())
         << a->variables(i).name();
   }
+}
+
+// A chief recreated after its job trained to the end (its checkpoints kept
+// on shared storage, its peers finished and gone) evaluates and exports
+// alone; one with steps left still needs its peers.
+TEST_F(RuntimeCliTest, AChiefWhoseCheckpointIsAtMaxStepsFinishesWithoutItsPeers) {
+  const std::string log = (dir_ / "log").string();
+  ASSERT_EQ(RunBinary(Flags("out", 5), log), kExitOk) << Slurp(log);
+  ASSERT_TRUE(fs::exists(dir_ / "out" / "model.ckpt-5")) << Slurp(log);
+  fs::remove_all(dir_ / "out" / "export");
+  // Its ps is nowhere: nothing listens on port 2.
+  const std::string chief_of_a_ps_cluster =
+      "TF_CONFIG='{\"cluster\":{\"master\":[\"127.0.0.1:1\"],\"ps\":[\"127.0.0.1:2\"]},"
+      "\"task\":{\"type\":\"master\",\"index\":0}}'";
+  ASSERT_EQ(RunBinary(Flags("out", 5) + " --connect_timeout_secs=3", log, chief_of_a_ps_cluster),
+            kExitOk)
+      << Slurp(log);
+  EXPECT_THAT(Slurp(log), HasSubstr("The latest checkpoint is at step 5 (--max_steps=5): "
+                                    "training is done; evaluating and exporting without the "
+                                    "other tasks"));
+  EXPECT_THAT(Slurp(log), HasSubstr("Restored checkpoint at step 5"));
+  EXPECT_THAT(Slurp(log), HasSubstr("Final metrics after 5 steps"));
+  EXPECT_TRUE(fs::exists(dir_ / "out" / "export")) << Slurp(log);
+  // Steps left: the peers are needed, and a chief that cannot reach them
+  // says so, retryably.
+  EXPECT_EQ(RunBinary(Flags("out", 8) + " --connect_timeout_secs=3", log, chief_of_a_ps_cluster),
+            kExitRetryable)
+      << Slurp(log);
+  EXPECT_THAT(Slurp(log), Not(HasSubstr("training is done")));
 }
 
 // ---- Threads that fit the container (engine/cpu_budget.h) -----------------
