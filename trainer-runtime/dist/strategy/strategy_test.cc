@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
@@ -256,29 +257,34 @@ class DelayedPayloadTransport : public Transport {
   int size() const override { return inner_.size(); }
   absl::Status Send(int peer, Tag tag, absl::Span<const std::byte> data,
                     absl::Time deadline) override {
+    bool hold_back = false;
     if (peer == peer_) {
       // Every request's header has the first tag sent; the first send with
       // another tag is the first request's payload.
+      absl::MutexLock lock(&mu_);
       if (!first_tag_) first_tag_ = tag;
-      if (tag != *first_tag_ && !delayed_) {
-        delayed_ = true;
-        absl::SleepFor(delay_);
-      }
+      hold_back = tag != *first_tag_ && !delayed_;
+      if (hold_back) delayed_ = true;
     }
+    if (hold_back) absl::SleepFor(delay_);
     return inner_.Send(peer, tag, data, deadline);
   }
   absl::Status RecvInto(int peer, Tag tag, size_t size, PieceConsumer consume,
                         absl::Time deadline) override {
     return inner_.RecvInto(peer, tag, size, consume, deadline);
   }
-  bool delayed() const { return delayed_; }
+  bool delayed() const {
+    absl::MutexLock lock(&mu_);
+    return delayed_;
+  }
 
  private:
   Transport& inner_;
   const int peer_;
   const absl::Duration delay_;
-  std::optional<Tag> first_tag_;
-  bool delayed_ = false;
+  mutable absl::Mutex mu_;
+  std::optional<Tag> first_tag_ ABSL_GUARDED_BY(mu_);
+  bool delayed_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 TEST(ParameterServerStrategyTest, APayloadArrivingAfterTheHeaderPollIsStillServed) {
