@@ -174,6 +174,30 @@ void AddOutputMount(json& pod, const v1::TrainingJob& job) {
   pod["spec"]["securityContext"]["fsGroupChangePolicy"] = "OnRootMismatch";
 }
 
+// kubetrain's images run as uid 65532: the training container says
+// runAsNonRoot, which lets the pod into a namespace that enforces Pod
+// Security "restricted". Not when the templates have put another image in
+// it, or ask for root or say otherwise themselves (the kubelet would refuse
+// to start a container both root and non-root); nor for containers the
+// templates add: what those run is the user's to declare.
+void MarkNonRoot(json& spec, const DesiredReplica& replica) {
+  if (!replica.image_runs_as_non_root) return;
+  json* container = nullptr;
+  for (json& c : spec["containers"]) {
+    if (c.value("name", "") == kContainerName) container = &c;
+  }
+  if (container == nullptr || container->value("image", "") != replica.image) return;
+  auto says = [](const json& object, const char* field) {
+    return object.contains("securityContext") && object["securityContext"].is_object() &&
+           object["securityContext"].contains(field);
+  };
+  if (says(spec, "runAsUser") || says(spec, "runAsNonRoot") || says(*container, "runAsUser") ||
+      says(*container, "runAsNonRoot")) {
+    return;
+  }
+  (*container)["securityContext"]["runAsNonRoot"] = true;
+}
+
 // The packages a pythonModule replica installs from ConfigMaps
 // (python_module.h): read-only volumes, each holding its package file only.
 void AddPackageMounts(json& pod, const DesiredReplica& replica) {
@@ -275,10 +299,6 @@ json RenderPod(const v1::TrainingJob& job, const std::string& namespace_name,
         {"securityContext", {{"seccompProfile", {{"type", "RuntimeDefault"}}}}},
         {"containers", json::array({container})}}},
   };
-  // kubetrain's images run as uid 65532; saying so lets the pod into a
-  // namespace that enforces Pod Security "restricted". A user's image may
-  // run as root: that is the user's to declare (spec.template).
-  if (replica.image_runs_as_non_root) pod["spec"]["securityContext"]["runAsNonRoot"] = true;
   if (!replica.image_pull_policy.empty()) {
     pod["spec"]["containers"][0]["imagePullPolicy"] = replica.image_pull_policy;
   }
@@ -295,6 +315,7 @@ json RenderPod(const v1::TrainingJob& job, const std::string& namespace_name,
   // Training never calls the API: no credentials, unless a template names a
   // service account (or says otherwise), which is then the user's choice.
   json& spec = pod["spec"];
+  MarkNonRoot(spec, replica);
   if (!spec.contains("automountServiceAccountToken") && !spec.contains("serviceAccountName") &&
       !spec.contains("serviceAccount")) {
     spec["automountServiceAccountToken"] = false;

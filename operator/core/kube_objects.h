@@ -27,9 +27,8 @@ inline constexpr char kContainerName[] = "kubetrain";
 //   cpu_budget::kCpuRequestEnv from the downward API), port, resources
 //   (cpu/memory requests, memory and nvidia.com/gpu limits), a restricted
 //   securityContext (no privilege escalation, all capabilities dropped,
-//   RuntimeDefault seccomp; runAsNonRoot for kubetrain's own images, see
-//   DesiredReplica::image_runs_as_non_root) and restartPolicy from
-//   replica.restart_policy: what Pod Security "restricted" asks;
+//   RuntimeDefault seccomp) and restartPolicy from replica.restart_policy:
+//   what Pod Security "restricted" asks;
 // - for each of replica.package_mounts, a configMap volume holding that one
 //   key, mounted read-only at its mount_path;
 // - then spec.template and spec.replicaTemplates[role] merged over it: both
@@ -39,7 +38,10 @@ inline constexpr char kContainerName[] = "kubetrain";
 //   containerPort; others added),
 //   volumes/tolerations/initContainers appended. The kubetrain.io labels and
 //   the ownerReference cannot be overridden;
-// - then automountServiceAccountToken false (training never calls the API),
+// - then, for kubetrain's own images (DesiredReplica::image_runs_as_non_root),
+//   runAsNonRoot on the training container, unless the templates replaced
+//   its image or set runAsUser or runAsNonRoot (pod or container);
+// - and automountServiceAccountToken false (training never calls the API),
 //   unless the templates set it or name a serviceAccountName;
 // - with spec.outputStorage (output_storage.h), before the templates: the
 //   claim's volume (kOutputVolumeName; none for a template's volumeName),

@@ -336,6 +336,12 @@ TEST(KubeObjectsTest, TemplateVolumeAndTemplateSecurityContextAreKept) {
   EXPECT_EQ(pod["spec"]["securityContext"]["seccompProfile"]["type"], "RuntimeDefault");
 }
 
+// A field of a rendered object, null when absent (a const json's operator[]
+// must not be asked for a key it lacks).
+json At(const json& object, const std::string& pointer) {
+  return object.value(json::json_pointer(pointer), json());
+}
+
 TEST(KubeObjectsTest, OwnImagesSayTheyRunAsNonRoot) {
   v1::TrainingJob job = GpuMasterJob();
   job.mutable_spec()->mutable_training_input()->mutable_worker_config()->set_image_uri(
@@ -343,15 +349,15 @@ TEST(KubeObjectsTest, OwnImagesSayTheyRunAsNonRoot) {
   const auto replicas = DesiredReplicas(job, "", {}, Options());
   ASSERT_EQ(replicas.size(), 2u);
   const json master = RenderPod(job, "team-a", replicas[0]);
-  EXPECT_EQ(master["spec"]["securityContext"]["runAsNonRoot"], true);
-  EXPECT_EQ(master["spec"]["securityContext"]["seccompProfile"]["type"], "RuntimeDefault");
-  const json& sc = master["spec"]["containers"][0]["securityContext"];
-  EXPECT_EQ(sc["allowPrivilegeEscalation"], false);
-  EXPECT_EQ(sc["capabilities"]["drop"], json({"ALL"}));
+  EXPECT_EQ(At(master, "/spec/containers/0/securityContext/runAsNonRoot"), true);
+  EXPECT_EQ(At(master, "/spec/securityContext/seccompProfile/type"), "RuntimeDefault");
+  EXPECT_EQ(At(master, "/spec/containers/0/securityContext/allowPrivilegeEscalation"), false);
+  EXPECT_EQ(At(master, "/spec/containers/0/securityContext/capabilities/drop"), json({"ALL"}));
   // A user's image may run as root: the pod does not claim otherwise.
   const json worker = RenderPod(job, "team-a", replicas[1]);
-  EXPECT_EQ(worker["spec"]["containers"][0]["image"], "tensorflow/tensorflow:2.15.0");
-  EXPECT_FALSE(worker["spec"]["securityContext"].contains("runAsNonRoot"));
+  EXPECT_EQ(At(worker, "/spec/containers/0/image"), "tensorflow/tensorflow:2.15.0");
+  EXPECT_EQ(At(worker, "/spec/containers/0/securityContext/runAsNonRoot"), nullptr);
+  EXPECT_EQ(At(worker, "/spec/securityContext/runAsNonRoot"), nullptr);
 
   // The Python runtime images are kubetrain's too.
   v1::TrainingJob package = GpuMasterJob();
@@ -359,15 +365,34 @@ TEST(KubeObjectsTest, OwnImagesSayTheyRunAsNonRoot) {
   package.mutable_spec()->mutable_training_input()->add_package_uris(
       "configmap://trainer-package/trainer-0.1.tar.gz");
   const json python = RenderPod(package, "team-a", DesiredReplicas(package, "", {}, Options())[0]);
-  EXPECT_EQ(python["spec"]["containers"][0]["command"][0], "kubetrain-runtime");
-  EXPECT_EQ(python["spec"]["securityContext"]["runAsNonRoot"], true);
+  EXPECT_EQ(At(python, "/spec/containers/0/command/0"), "kubetrain-runtime");
+  EXPECT_EQ(At(python, "/spec/containers/0/securityContext/runAsNonRoot"), true);
 
-  // A template that asks for root gets it (the namespace's admission decides).
-  SetStruct(R"({"spec": {"securityContext": {"runAsUser": 0, "runAsNonRoot": false}}})",
-            job.mutable_spec()->mutable_template_());
-  const json root = RenderPod(job, "team-a", DesiredReplicas(job, "", {}, Options())[0]);
-  EXPECT_EQ(root["spec"]["securityContext"]["runAsUser"], 0);
-  EXPECT_EQ(root["spec"]["securityContext"]["runAsNonRoot"], false);
+  // Templates that ask for root, or put another image in the training
+  // container, get what they ask for and no runAsNonRoot beside it (the
+  // kubelet would not start the container; the namespace's admission decides).
+  for (const char* spec_template :
+       {R"({"spec": {"securityContext": {"runAsUser": 0}}})",
+        R"({"spec": {"containers": [{"name": "kubetrain", "securityContext": {"runAsUser": 0}}]}})",
+        R"({"spec": {"securityContext": {"runAsNonRoot": false}}})",
+        R"({"spec": {"containers": [{"name": "kubetrain", "image": "root/trainer:1"}]}})"}) {
+    SCOPED_TRACE(spec_template);
+    v1::TrainingJob templated = GpuMasterJob();
+    SetStruct(spec_template, templated.mutable_spec()->mutable_template_());
+    const json pod =
+        RenderPod(templated, "team-a", DesiredReplicas(templated, "", {}, Options())[0]);
+    EXPECT_EQ(At(pod, "/spec/containers/0/securityContext/runAsNonRoot"), nullptr);
+    EXPECT_NE(At(pod, "/spec/securityContext/runAsNonRoot"), true);
+  }
+  // A sidecar a template adds is the user's to declare.
+  v1::TrainingJob sidecar = GpuMasterJob();
+  SetStruct(R"({"spec": {"containers": [{"name": "proxy", "image": "envoy"}]}})",
+            sidecar.mutable_spec()->mutable_template_());
+  const json with_sidecar =
+      RenderPod(sidecar, "team-a", DesiredReplicas(sidecar, "", {}, Options())[0]);
+  EXPECT_EQ(At(with_sidecar, "/spec/containers/0/securityContext/runAsNonRoot"), true);
+  EXPECT_EQ(At(with_sidecar, "/spec/containers/1/name"), "proxy");
+  EXPECT_EQ(At(with_sidecar, "/spec/containers/1/securityContext"), nullptr);
 }
 
 TEST(KubeObjectsTest, PodsGetNoApiCredentialsUnlessAServiceAccountIsNamed) {

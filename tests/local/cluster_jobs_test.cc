@@ -207,9 +207,11 @@ TEST_F(ClusterJobsTest, DescribeShowsThePodSecurityRefusal) {
   std::tie(code, out) = RunCli(dir, "jobs describe as_root");
   EXPECT_EQ(code, 0) << out;
   EXPECT_THAT(out, HasSubstr("state: QUEUED\n"));
-  EXPECT_THAT(out, HasSubstr("waiting:\n  message: 'master-0 cannot be created: violates "
-                             "PodSecurity \"restricted:latest\": runAsUser=0 (pod must not set "
-                             "runAsUser=0)'\n  reason: FailedCreate\n"))
+  EXPECT_THAT(out,
+              HasSubstr("waiting:\n  message: 'master-0 cannot be created: violates "
+                        "PodSecurity \"restricted:latest\": runAsNonRoot != true (pod or "
+                        "container \"kubetrain\" must set securityContext.runAsNonRoot=true), "
+                        "runAsUser=0 (pod must not set runAsUser=0)'\n  reason: FailedCreate\n"))
       << out;
   EXPECT_EQ(server_->Count("pods"), 0u);
 }
