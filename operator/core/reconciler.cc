@@ -314,6 +314,12 @@ void UpdateWaitingCondition(Context& c) {
   std::vector<WaitingReplica> replicas;
   for (const RefusedCreation& refused : c.observed.refused_creations) {
     if (current.count(refused.key.trial_id) == 0) continue;
+    // A replica the spec no longer asks for (a count lowered since) is not
+    // waited for.
+    const bool wanted = std::any_of(c.groups.begin(), c.groups.end(), [&](const auto& g) {
+      return g.role == refused.key.role && refused.key.index < g.count;
+    });
+    if (!wanted) continue;
     replicas.push_back({TaskName(refused.key, c.use_chief()),
                         {.reason = std::string(kFailedCreateReason), .message = refused.message}});
   }

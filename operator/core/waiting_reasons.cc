@@ -186,17 +186,23 @@ WaitingSummary SummarizeWaiting(const std::vector<WaitingReplica>& replicas,
   if (groups.empty()) return summary;
   summary.reason = groups.front().reason;
   std::vector<std::string> parts;
+  size_t length = 0;
   for (size_t i = 0; i < groups.size() && i < kMaxWaitingCauses; ++i) {
     const Group& g = groups[i];
     std::string part = absl::StrCat(JoinTasks(g.tasks), " ", g.cause.text);
+    // Whole causes only: one cut by the status's length limit would not be
+    // found in the next summary's previous message, and be reported again
+    // at every reconcile.
+    if (!parts.empty() && length + 2 + part.size() > kMaxWaitingMessageLength) break;
+    length += (parts.empty() ? 0 : 2) + part.size();
     if (previous_message.find(g.cause.key) == std::string::npos) {
       summary.new_causes.push_back({g.reason, part});
     }
     parts.push_back(std::move(part));
   }
   summary.message = absl::StrJoin(parts, "; ");
-  if (groups.size() > kMaxWaitingCauses) {
-    absl::StrAppend(&summary.message, "; and ", groups.size() - kMaxWaitingCauses, " more causes");
+  if (groups.size() > parts.size()) {
+    absl::StrAppend(&summary.message, "; and ", groups.size() - parts.size(), " more causes");
   }
   return summary;
 }

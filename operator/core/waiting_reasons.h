@@ -83,6 +83,9 @@ struct WaitingSummary {
 
 // At most this many causes are listed (and reported); the rest are counted.
 inline constexpr size_t kMaxWaitingCauses = 3;
+// And no more than fit in this many characters (whole causes; under the
+// status's message limit with room for the count of the rest).
+inline constexpr size_t kMaxWaitingMessageLength = 960;
 
 // `replicas` in slot order (the first cause names the condition's reason).
 // `previous_message`: the condition's message while it was True, else "".

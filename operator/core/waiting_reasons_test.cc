@@ -440,5 +440,36 @@ TEST(SummarizeWaitingTest, ListsAFewCausesAndCountsTheRest) {
   EXPECT_THAT(SummarizeWaiting(replicas, summary.message).new_causes, IsEmpty());
 }
 
+TEST(SummarizeWaitingTest, ARefusedPodIsToldInTheServersWordsAndOnce) {
+  ReplicaWaiting refused;
+  refused.reason = kFailedCreateReason;
+  // The pod's own name is left out: the replica's says it.
+  refused.message =
+      "pods \"mnist-master-0\" is forbidden: violates PodSecurity \"restricted:latest\": "
+      "runAsUser=0 (pod must not set runAsUser=0)";
+  WaitingSummary summary = SummarizeWaiting({{"master-0", refused}}, "");
+  EXPECT_EQ(summary.reason, "FailedCreate");
+  EXPECT_EQ(summary.message,
+            "master-0 cannot be created: violates PodSecurity \"restricted:latest\": runAsUser=0 "
+            "(pod must not set runAsUser=0)");
+
+  // The longest refusal beside two long causes: whole causes only, under the
+  // status's limit, and none told again at the next reconcile.
+  refused.message = "pods \"mnist-master-0\" is forbidden: " + std::string(700, 'r');
+  std::vector<WaitingReplica> replicas = {{"master-0", refused}};
+  for (int i = 0; i < 2; ++i) {
+    ReplicaWaiting w;
+    w.reason = "CreateContainerConfigError";
+    w.message = std::string(400, static_cast<char>('a' + i));
+    replicas.push_back({"worker-" + std::to_string(i), w});
+  }
+  summary = SummarizeWaiting(replicas, "");
+  EXPECT_LE(summary.message.size(), 1024u);
+  EXPECT_THAT(summary.message, testing::StartsWith("master-0 cannot be created: rrr"));
+  EXPECT_THAT(summary.message, testing::EndsWith("...; and 2 more causes"));
+  EXPECT_EQ(summary.new_causes.size(), 1u);
+  EXPECT_THAT(SummarizeWaiting(replicas, summary.message).new_causes, IsEmpty());
+}
+
 }  // namespace
 }  // namespace kubetrain::core

@@ -531,9 +531,13 @@ class Controller::JobSink : public core::ResultSink {
       // Stop at the first failure (quota, admission, outage): one failed
       // call rather than one per replica; the job is requeued with backoff.
       first_error = failed;
-      if (const int code = HttpCode(failed); code == 400 || code == 403 || code == 422) {
-        refused_.push_back(
-            {.name = name, .key = ReplicaOf(creation), .message = ServerMessage(failed)});
+      // A replica's pod or Service: the job's condition names the replica.
+      // (A refused output claim stays in the operator's log and the
+      // retries, as before.)
+      const int code = HttpCode(failed);
+      std::optional<core::ReplicaKey> replica = ReplicaOf(creation);
+      if (replica && (code == 400 || code == 403 || code == 422)) {
+        refused_.push_back({.name = name, .key = *replica, .message = ServerMessage(failed)});
       }
     }
     if (!created_pods.empty()) {
@@ -555,10 +559,10 @@ class Controller::JobSink : public core::ResultSink {
   }
 
  private:
-  static core::ReplicaKey ReplicaOf(const core::Creation& creation) {
+  static std::optional<core::ReplicaKey> ReplicaOf(const core::Creation& creation) {
     if (auto* c = std::get_if<core::CreateReplica>(&creation)) return c->replica.key;
     if (auto* c = std::get_if<core::CreateService>(&creation)) return c->replica.key;
-    return core::ReplicaKey{};
+    return std::nullopt;
   }
   static std::pair<const Resource*, std::string> Target(const core::Creation& creation) {
     if (auto* c = std::get_if<core::CreateReplica>(&creation)) return {&kPods, c->replica.name};
