@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/cpu_budget/cpu_budget.h"
 #include "common/status_macros.h"
 #include "trainer-runtime/data/dataset.h"
 #include "trainer-runtime/engine/checkpoint.h"
@@ -40,7 +41,15 @@ absl::Status RunEvaluator(const TrainerOptions& options, std::ostream& log, absl
   absl::StatusOr<Model> built = BuildModel(*spec, ds->example_shape, ds->num_classes);
   if (!built.ok()) return BadInput(built.status(), "model");
   Model model = *std::move(built);
-  CpuDevice device(options.threads, options.cpu_kernels);
+  // Without --threads, the container's CPU budget, as the trainer's.
+  int threads = options.threads;
+  if (threads <= 0) {
+    const cpu_budget::CpuBudget budget = cpu_budget::DetectCpuBudget();
+    threads = budget.threads;
+    log << "Evaluator: " << threads << (threads == 1 ? " compute thread (" : " compute threads (")
+        << budget.source << ")" << std::endl;
+  }
+  CpuDevice device(threads, options.cpu_kernels);
   OptimizerOptions oo;
   oo.learning_rate = options.learning_rate;
   ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> optimizer,
