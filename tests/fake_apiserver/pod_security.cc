@@ -5,6 +5,8 @@
 #include <set>
 #include <vector>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
@@ -104,7 +106,7 @@ std::optional<Violation> HostPathVolumes(const json& spec) {
 
 std::optional<Violation> HostPorts(const json& spec) {
   std::vector<std::string> containers;
-  std::vector<std::string> ports;
+  std::set<std::string> ports;  // as the admission's string set: once each, sorted as text
   ForEachContainer(spec, [&](const json& c) {
     bool bad = false;
     const json& list = Member(c, "ports");
@@ -113,7 +115,7 @@ std::optional<Violation> HostPorts(const json& spec) {
       const json& host_port = Member(port, "hostPort");
       if (host_port.is_number_integer() && host_port.get<int64_t>() != 0) {
         bad = true;
-        ports.push_back(std::to_string(host_port.get<int64_t>()));
+        ports.insert(std::to_string(host_port.get<int64_t>()));
       }
     }
     if (bad) containers.push_back(Text(Member(c, "name")));
@@ -325,9 +327,14 @@ std::optional<std::string> EnforcedPodSecurityPolicy(
     const std::map<std::string, std::string>& namespace_labels) {
   auto level = namespace_labels.find(kPodSecurityEnforceLabel);
   if (level == namespace_labels.end() || level->second == "privileged") return std::nullopt;
+  // A version that is not "latest" or "v1.N" is enforced as latest.
   auto version = namespace_labels.find(kPodSecurityEnforceVersionLabel);
-  return absl::StrCat(level->second == "baseline" ? "baseline" : "restricted", ":",
-                      version == namespace_labels.end() ? "latest" : version->second);
+  std::string named = "latest";
+  if (version != namespace_labels.end() && absl::StartsWith(version->second, "v1.")) {
+    int minor = 0;
+    if (absl::SimpleAtoi(version->second.substr(3), &minor) && minor >= 0) named = version->second;
+  }
+  return absl::StrCat(level->second == "baseline" ? "baseline" : "restricted", ":", named);
 }
 
 std::optional<std::string> PodSecurityViolation(const std::string& policy,

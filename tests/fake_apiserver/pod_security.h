@@ -17,7 +17,8 @@ namespace kubetrain::fake_apiserver {
 // ("privileged", "baseline" or "restricted"; a value that is none of them is
 // enforced as restricted, as the real admission does), and
 // `pod-security.kubernetes.io/enforce-version` the version it is named with
-// (default "latest"; every version is checked by today's rules).
+// ("v1.N"; "latest" when absent or not a version; every version is checked
+// by today's rules).
 //
 // Checks, in the order the real admission reports them (baseline's, then
 // restricted's, each by check name; a restricted check replaces the baseline

@@ -35,8 +35,12 @@ TEST(PodSecurityTest, PolicyComesFromTheNamespaceLabels) {
   EXPECT_EQ(EnforcedPodSecurityPolicy({{kPodSecurityEnforceLabel, "baseline"},
                                        {kPodSecurityEnforceVersionLabel, "v1.30"}}),
             "baseline:v1.30");
-  // A level the admission does not know is enforced as the strictest.
+  // A level the admission does not know is enforced as the strictest, a
+  // version it cannot read as the latest.
   EXPECT_EQ(EnforcedPodSecurityPolicy({{kPodSecurityEnforceLabel, "strict"}}), "restricted:latest");
+  EXPECT_EQ(EnforcedPodSecurityPolicy({{kPodSecurityEnforceLabel, "baseline"},
+                                       {kPodSecurityEnforceVersionLabel, "1.30"}}),
+            "baseline:latest");
 }
 
 TEST(PodSecurityTest, RestrictedRefusesABarePodInTheRealServersWords) {
@@ -103,6 +107,8 @@ TEST(PodSecurityTest, HostAccessIsRefusedFromBaselineUp) {
   host["spec"]["volumes"].push_back({{"name", "nvidia"}, {"hostPath", {{"path", "/dev"}}}});
   host["spec"]["containers"][0]["securityContext"]["privileged"] = true;
   host["spec"]["containers"][0]["ports"][0]["hostPort"] = 2222;
+  // The same host port twice is named once.
+  host["spec"]["containers"][0]["ports"].push_back({{"containerPort", 80}, {"hostPort", 2222}});
   EXPECT_EQ(PodSecurityViolation("baseline:latest", host),
             "violates PodSecurity \"baseline:latest\": host namespaces (hostNetwork=true), "
             "hostPath volumes (volume \"nvidia\"), hostPort (container \"kubetrain\" uses "
