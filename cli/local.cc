@@ -90,6 +90,8 @@ void OnInterrupt(int) { g_interrupted = 1; }
 // once the master has succeeded: workers finish their last step, parameter
 // servers wait a few seconds for them (ParameterServerOptions::finish_grace).
 constexpr absl::Duration kFinishGrace = absl::Seconds(30);
+// How long a replica sent SIGTERM has before SIGKILL.
+constexpr absl::Duration kStopGrace = absl::Seconds(10);
 
 // One replica of `local train`: its process and the pipes of its output.
 struct LocalChild {
@@ -137,10 +139,13 @@ int SuperviseLocalTraining(std::vector<LocalChild>& children, std::ostream& out)
   int master_code = 1;
   std::optional<absl::Time> stop_others_at;
   bool others_stopped = false;
+  // When the first SIGTERM went out: what is left SIGKILL'd kStopGrace later.
+  std::optional<absl::Time> kill_at;
   auto stop = [&](bool master_too) {
     for (size_t i = master_too ? 0 : 1; i < children.size(); ++i) {
       if (!children[i].exited) kill(children[i].pid, SIGTERM);
     }
+    if (!kill_at) kill_at = absl::Now() + kStopGrace;
   };
   auto running = [&] {
     return std::any_of(children.begin(), children.end(),
@@ -206,11 +211,20 @@ int SuperviseLocalTraining(std::vector<LocalChild>& children, std::ostream& out)
       }
       stop(/*master_too=*/false);
     }
+    if (kill_at && absl::Now() >= *kill_at) {
+      for (LocalChild& c : children) {
+        if (!c.exited) kill(c.pid, SIGKILL);
+      }
+    }
     if (!running()) draining = true;
   }
+  // Pipes a process the replicas started still holds: what they have of a
+  // line is printed, then they are let go.
   for (LocalChild& c : children) {
     for (LocalChild::Stream& stream : c.streams) {
-      if (stream.fd >= 0) close(stream.fd);
+      if (stream.fd < 0) continue;
+      PrintLines(c.task, stream, "", true, out);
+      close(stream.fd);
     }
   }
   return master_code;
@@ -355,6 +369,8 @@ int Train(const std::vector<std::string>& args, std::ostream& out, std::ostream&
       const char* existing = std::getenv("PYTHONPATH");
       env.emplace_back("PYTHONPATH",
                        package_parent + (existing && *existing ? std::string(":") + existing : ""));
+      // Its output comes through a pipe: line by line, as on a terminal.
+      env.emplace_back("PYTHONUNBUFFERED", "1");
     } else {
       argv = {runtime, "train"};
     }
@@ -379,8 +395,15 @@ int Train(const std::vector<std::string>& args, std::ostream& out, std::ostream&
     // Each replica's stdout and stderr come through pipes of ours, so that
     // its lines are printed with its task name, as `jobs stream-logs` does.
     int out_pipe[2], err_pipe[2];
-    if (pipe2(out_pipe, O_CLOEXEC) != 0 || pipe2(err_pipe, O_CLOEXEC) != 0) {
+    if (pipe2(out_pipe, O_CLOEXEC) != 0) {
       err << "kubetrain local train: pipe: " << std::strerror(errno) << "\n";
+      stop_started();
+      return kExitFailed;
+    }
+    if (pipe2(err_pipe, O_CLOEXEC) != 0) {
+      err << "kubetrain local train: pipe: " << std::strerror(errno) << "\n";
+      close(out_pipe[0]);
+      close(out_pipe[1]);
       stop_started();
       return kExitFailed;
     }

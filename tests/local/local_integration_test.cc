@@ -1,7 +1,9 @@
 // The local backend end to end: the real `kubetrain` CLI, its background
 // controller, supervisors and (fake) trainer processes, in a private
 // KUBETRAIN_HOME.
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -11,6 +13,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <random>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -595,10 +598,28 @@ std::vector<int> ChildrenOf(int parent) {
   return children;
 }
 
-// The real kubetrain-runtime under the ExitCode policy: the master is killed
-// mid-training (SIGKILL, exit 137: retryable), the controller recreates it,
-// and the new process restores the last checkpoint from jobDir and trains on
-// from there to the end.
+// The first of `n` consecutive TCP ports free on 127.0.0.1 now (each bound
+// and released: another process may still take one before the test does,
+// but not a fixed port every run of this test shares); 0 when none is found.
+int FreePorts(int n) {
+  std::mt19937 rng(static_cast<uint32_t>(getpid()));
+  for (int attempt = 0; attempt < 50; ++attempt) {
+    const int base = 20000 + static_cast<int>(rng() % 30000);
+    bool free = true;
+    for (int i = 0; i < n && free; ++i) {
+      const int fd = socket(AF_INET, SOCK_STREAM, 0);
+      sockaddr_in address{};
+      address.sin_family = AF_INET;
+      address.sin_port = htons(static_cast<uint16_t>(base + i));
+      address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      free = fd >= 0 && bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0;
+      if (fd >= 0) close(fd);
+    }
+    if (free) return base;
+  }
+  return 0;
+}
+
 // `local train --distributed`: every replica ends by itself once the
 // master has (none is sent SIGTERM: 143), and every line says whose it is.
 TEST_F(LocalBackendTest, LocalDistributedTrainingEndsEveryReplicaCleanly) {
@@ -617,11 +638,14 @@ TEST_F(LocalBackendTest, LocalDistributedTrainingEndsEveryReplicaCleanly) {
   const std::string runtime = absl::StrCat("KUBETRAIN_RUNTIME=", Quote(KUBETRAIN_RUNTIME_BINARY));
   for (const char* sync : {"false", "true"}) {
     SCOPED_TRACE(absl::StrCat("--sync_replicas=", sync));
+    const int start_port = FreePorts(4);
+    ASSERT_GT(start_port, 0) << "no 4 free consecutive ports";
     RunResult r = Kubetrain(
         {"local", "train", "--distributed", "--worker-count", "2", "--parameter-server-count", "1",
-         "--start-port", "27300", "--", "--train_data_paths=" + data, "--max_steps=300",
-         "--batch_size=20", "--hidden1=8", "--hidden2=4", "--threads=1", "--eval_every_secs=0",
-         absl::StrCat("--sync_replicas=", sync), "--output_path=" + work_.path() + "/out-" + sync},
+         "--start-port", std::to_string(start_port), "--", "--train_data_paths=" + data,
+         "--max_steps=300", "--batch_size=20", "--hidden1=8", "--hidden2=4", "--threads=1",
+         "--eval_every_secs=0", absl::StrCat("--sync_replicas=", sync),
+         "--output_path=" + work_.path() + "/out-" + sync},
         runtime);
     ASSERT_EQ(r.code, 0) << r.out << r.err;
     for (const char* task :
@@ -648,6 +672,10 @@ TEST_F(LocalBackendTest, LocalDistributedTrainingEndsEveryReplicaCleanly) {
 #endif
 }
 
+// The real kubetrain-runtime under the ExitCode policy: the master is killed
+// mid-training (SIGKILL, exit 137: retryable), the controller recreates it,
+// and the new process restores the last checkpoint from jobDir and trains on
+// from there to the end.
 TEST_F(LocalBackendTest, ReplicaRecreatedMidTrainingResumesAtTheLastCheckpoint) {
 #ifndef KUBETRAIN_RUNTIME_BINARY
   GTEST_SKIP() << "this build has no kubetrain-runtime";
