@@ -126,6 +126,19 @@ class LocalBackendTest : public ::testing::Test {
     return runs;
   }
 
+  // `n` rows "x,y,label" of two classes a model separates in a few steps,
+  // in work_/train.csv; returns its path.
+  std::string WriteSeparableData(int n) {
+    const std::string path = work_.path() + "/train.csv";
+    std::ofstream out(path);
+    for (int i = 0; i < n; ++i) {
+      const int label = i % 2;
+      out << (label ? 1.0 : -1.0) + 0.001 * (i % 97) << "," << 0.002 * (i % 89) << "," << label
+          << "\n";
+    }
+    return path;
+  }
+
   test_support::TempDir home_;
   test_support::TempDir work_;
 };
@@ -626,15 +639,7 @@ TEST_F(LocalBackendTest, LocalDistributedTrainingEndsEveryReplicaCleanly) {
 #ifndef KUBETRAIN_RUNTIME_BINARY
   GTEST_SKIP() << "this build has no kubetrain-runtime";
 #else
-  const std::string data = work_.path() + "/train.csv";
-  {
-    std::ofstream out(data);
-    for (int i = 0; i < 400; ++i) {
-      const int label = i % 2;
-      out << (label ? 1.0 : -1.0) + 0.001 * (i % 97) << "," << 0.002 * (i % 89) << "," << label
-          << "\n";
-    }
-  }
+  const std::string data = WriteSeparableData(400);
   const std::string runtime = absl::StrCat("KUBETRAIN_RUNTIME=", Quote(KUBETRAIN_RUNTIME_BINARY));
   for (const char* sync : {"false", "true"}) {
     SCOPED_TRACE(absl::StrCat("--sync_replicas=", sync));
@@ -680,15 +685,7 @@ TEST_F(LocalBackendTest, ReplicaRecreatedMidTrainingResumesAtTheLastCheckpoint) 
 #ifndef KUBETRAIN_RUNTIME_BINARY
   GTEST_SKIP() << "this build has no kubetrain-runtime";
 #else
-  const std::string data = work_.path() + "/train.csv";
-  {
-    std::ofstream out(data);
-    for (int i = 0; i < 1024; ++i) {
-      const int label = i % 2;
-      out << (label ? 1.0 : -1.0) + 0.001 * (i % 97) << "," << 0.002 * (i % 89) << "," << label
-          << "\n";
-    }
-  }
+  const std::string data = WriteSeparableData(1024);
   const std::string job_dir = work_.path() + "/out";
   constexpr int64_t kMaxSteps = 2000;
   // Steps big enough (2x256x256 per example, 256 a batch) that training
