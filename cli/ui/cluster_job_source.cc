@@ -1,9 +1,7 @@
 #include "cli/ui/cluster_job_source.h"
 
 #include <algorithm>
-#include <tuple>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "cli/cluster_logs.h"
@@ -51,13 +49,7 @@ absl::StatusOr<std::vector<LogStream>> ClusterJobSource::LogStreams(const std::s
   if (!pods.ok()) return pods.status();
   std::vector<LogStream> streams;
   for (const ReplicaPod& pod : *pods) streams.push_back({pod.trial, pod.task});
-  // As the local backend lists them: by trial number, then task.
-  std::sort(streams.begin(), streams.end(), [](const LogStream& a, const LogStream& b) {
-    int64_t x = -1, y = -1;
-    if (!absl::SimpleAtoi(a.trial, &x)) x = -1;
-    if (!absl::SimpleAtoi(b.trial, &y)) y = -1;
-    return std::tie(x, a.task) < std::tie(y, b.task);
-  });
+  SortLogStreams(streams);
   streams.erase(std::unique(streams.begin(), streams.end()), streams.end());
   return streams;
 }

@@ -1,8 +1,24 @@
 #include "cli/ui/job_source.h"
 
+#include <algorithm>
 #include <utility>
 
+#include "absl/strings/numbers.h"
+
 namespace kubetrain::cli::ui {
+
+void SortLogStreams(std::vector<LogStream>& streams) {
+  auto trial_number = [](const std::string& trial) {
+    int64_t n = -1;
+    return absl::SimpleAtoi(trial, &n) ? n : -1;
+  };
+  std::sort(streams.begin(), streams.end(), [&](const LogStream& a, const LogStream& b) {
+    const int64_t x = trial_number(a.trial), y = trial_number(b.trial);
+    if (x != y) return x < y;
+    if (a.trial != b.trial) return a.trial < b.trial;
+    return a.task < b.task;
+  });
+}
 
 LogChunk ChunkOfLog(absl::string_view data, int64_t start, bool tail, int max_lines,
                     const std::function<LogLine(absl::string_view)>& parse) {

@@ -67,6 +67,10 @@ inline constexpr int64_t kMaxLogReadBytes = 1 << 20;
 LogChunk ChunkOfLog(absl::string_view data, int64_t start, bool tail, int max_lines,
                     const std::function<LogLine(absl::string_view)>& parse);
 
+// Sorts `streams` as LogStreams lists them: by trial number (a trial id that
+// is not a number, "" outside studies, first), then trial id, then task.
+void SortLogStreams(std::vector<LogStream>& streams);
+
 // Calls come from one thread at a time (UiServer serialises them), so an
 // implementation need not be thread-safe.
 class JobSource {

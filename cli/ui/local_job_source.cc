@@ -4,7 +4,6 @@
 #include <filesystem>
 #include <fstream>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "cli/jobs_format.h"
@@ -19,11 +18,6 @@ namespace {
 // How long a submitted job may wait for the local controller its submit
 // starts before the pages say that none runs.
 constexpr absl::Duration kControllerStartGrace = absl::Seconds(10);
-
-int64_t TrialNumber(const std::string& trial) {
-  int64_t n = -1;
-  return absl::SimpleAtoi(trial, &n) ? n : -1;
-}
 
 LogLine ToLogLine(absl::string_view text) {
   local::LogLine parsed = local::ParseLogLine(std::string_view(text.data(), text.size()));
@@ -100,12 +94,7 @@ absl::StatusOr<std::vector<LogStream>> LocalJobSource::LogStreams(const std::str
   if (ec) {
     return absl::InternalError(absl::StrCat("reading ", logs.string(), ": ", ec.message()));
   }
-  std::sort(streams.begin(), streams.end(), [](const LogStream& a, const LogStream& b) {
-    const int64_t x = TrialNumber(a.trial), y = TrialNumber(b.trial);
-    if (x != y) return x < y;
-    if (a.trial != b.trial) return a.trial < b.trial;
-    return a.task < b.task;
-  });
+  SortLogStreams(streams);
   return streams;
 }
 
