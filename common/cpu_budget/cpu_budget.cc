@@ -36,24 +36,25 @@ std::optional<std::string> ReadCgroupFile(const std::string& path) {
   return text.str();
 }
 
+// The lower of two limits, either of which may be absent.
+std::optional<double> Lower(std::optional<double> a, std::optional<double> b) {
+  if (!a) return b;
+  if (!b) return a;
+  return std::min(*a, *b);
+}
+
 // The lowest limit `read_limit` finds in `base` + `path` and each ancestor
 // up to `base`. A path that is not under this mount (another cgroup
 // namespace's view) leaves `base` alone to read.
 template <typename ReadLimit>
 std::optional<double> LowestOnTheWayUp(const std::string& base, std::string path,
                                        const ReadLimit& read_limit) {
-  std::optional<double> lowest;
-  auto consider = [&](const std::string& dir) {
-    std::optional<double> limit = read_limit(dir);
-    if (limit && (!lowest || *limit < *lowest)) lowest = limit;
-  };
   // "/../.." is where another namespace's cgroup lies: not under `base`.
   if (path.find("..") != std::string::npos) path.clear();
-  while (!path.empty() && path != "/") {
-    consider(base + path);
-    path = path.substr(0, path.find_last_of('/'));
+  std::optional<double> lowest = read_limit(base);
+  for (; !path.empty() && path != "/"; path = path.substr(0, path.find_last_of('/'))) {
+    lowest = Lower(lowest, read_limit(base + path));
   }
-  consider(base);
   return lowest;
 }
 
@@ -131,19 +132,17 @@ std::optional<double> ReadCgroupCpuLimit(const std::string& proc_self_cgroup,
     }
   }
   std::optional<double> lowest;
-  auto keep_lowest = [&](std::optional<double> limit) {
-    if (limit && (!lowest || *limit < *lowest)) lowest = limit;
-  };
   if (has_v1_cpu) {
     for (const char* mount : {"/cpu", "/cpu,cpuacct", "/cpuacct,cpu"}) {
       const std::string base = cgroup_root + mount;
       std::error_code error;
       if (!std::filesystem::is_directory(base, error)) continue;
-      keep_lowest(LowestOnTheWayUp(base, v1_cpu_path, [](const std::string& dir) {
-        std::optional<std::string> quota = ReadCgroupFile(dir + "/cpu.cfs_quota_us");
-        std::optional<std::string> period = ReadCgroupFile(dir + "/cpu.cfs_period_us");
-        return quota && period ? ParseCfsQuota(*quota, *period) : std::nullopt;
-      }));
+      lowest = Lower(lowest, LowestOnTheWayUp(base, v1_cpu_path, [](const std::string& dir) {
+                       std::optional<std::string> quota = ReadCgroupFile(dir + "/cpu.cfs_quota_us");
+                       std::optional<std::string> period =
+                           ReadCgroupFile(dir + "/cpu.cfs_period_us");
+                       return quota && period ? ParseCfsQuota(*quota, *period) : std::nullopt;
+                     }));
       break;
     }
   }
@@ -151,10 +150,10 @@ std::optional<double> ReadCgroupCpuLimit(const std::string& proc_self_cgroup,
   for (const char* mount : {"", "/unified"}) {
     const std::string base = cgroup_root + mount;
     if (!ReadCgroupFile(base + "/cgroup.controllers")) continue;
-    keep_lowest(LowestOnTheWayUp(base, v2_path, [](const std::string& dir) {
-      std::optional<std::string> cpu_max = ReadCgroupFile(dir + "/cpu.max");
-      return cpu_max ? ParseCpuMax(*cpu_max) : std::nullopt;
-    }));
+    lowest = Lower(lowest, LowestOnTheWayUp(base, v2_path, [](const std::string& dir) {
+                     std::optional<std::string> cpu_max = ReadCgroupFile(dir + "/cpu.max");
+                     return cpu_max ? ParseCpuMax(*cpu_max) : std::nullopt;
+                   }));
     break;
   }
   return lowest;
