@@ -110,21 +110,20 @@ struct LocalChild {
 // rest) as a `stream-logs` line of `task`.
 void PrintLines(const std::string& task, LocalChild::Stream& stream, absl::string_view text,
                 bool at_end, std::ostream& out) {
+  auto print = [&](const std::string& line) {
+    out << FormatLogEntry(LogSeverity(stream.is_stderr, line),
+                          absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()), task, "", line)
+        << "\n";
+  };
   stream.partial.append(text.data(), text.size());
   size_t start = 0;
   for (size_t newline; (newline = stream.partial.find('\n', start)) != std::string::npos;
        start = newline + 1) {
-    const std::string line = stream.partial.substr(start, newline - start);
-    out << FormatLogEntry(LogSeverity(stream.is_stderr, line),
-                          absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()), task, "", line)
-        << "\n";
+    print(stream.partial.substr(start, newline - start));
   }
   stream.partial.erase(0, start);
   if (at_end && !stream.partial.empty()) {
-    out << FormatLogEntry(LogSeverity(stream.is_stderr, stream.partial),
-                          absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()), task, "",
-                          stream.partial)
-        << "\n";
+    print(stream.partial);
     stream.partial.clear();
   }
   out.flush();
