@@ -594,27 +594,33 @@ class FakeApiServer::Impl {
     watch_cv_.notify_all();
   }
 
-  // What the real server's decoding and validation do to an object's
-  // content before it stores it, for the kinds where tests lean on it: a
-  // custom resource whose CRD is served is pruned and validated against the
-  // CRD's openAPIV3Schema (structural_schema.h), as kube-apiserver does for
-  // every write, status included; a ConfigMap's data must map valid keys to
-  // strings, and hold at most 1 MiB. Called with mu_ held.
-  std::optional<Reply> Admit(const ResourceInfo& res, json* obj, const std::string& name) const {
+  enum class Write { kCreate, kUpdate };
+
+  // What the real server's decoding, validation and admission do to an
+  // object before it stores it, for the kinds where tests lean on it, in its
+  // order: a custom resource whose CRD is served is pruned and validated
+  // against the CRD's openAPIV3Schema (structural_schema.h), as
+  // kube-apiserver does for every write, status included; a ConfigMap's data
+  // must map valid keys to strings, and hold at most 1 MiB; a pod created in
+  // a namespace whose labels enforce a Pod Security level passes it
+  // (pod_security.h). Called with mu_ held.
+  std::optional<Reply> Admit(const ResourceInfo& res, const std::string& ns, json* obj,
+                             const std::string& name, Write write) const {
     if (auto crd = served_crds_.find(res.plural);
         crd != served_crds_.end() && !crd->second.schema.is_null()) {
       api::SchemaCheck check = api::PruneAndValidate(crd->second.schema, obj);
       if (!check.ok()) return SchemaRefusal(res, name, check);
       return std::nullopt;
     }
-    return InvalidConfigMap(res, *obj, name);
+    if (std::optional<Reply> invalid = InvalidConfigMap(res, *obj, name)) return invalid;
+    if (write == Write::kCreate) return PodSecurityRefusal(res, ns, *obj, name);
+    return std::nullopt;
   }
 
   // The Pod Security admission of a pod created in a namespace whose labels
-  // enforce a level (pod_security.h): 403 Forbidden in the real server's
-  // words. Called with mu_ held.
-  std::optional<Reply> AdmitPodSecurity(const ResourceInfo& res, const std::string& ns,
-                                        const json& pod, const std::string& name) const {
+  // enforce a level: 403 Forbidden in the real server's words.
+  std::optional<Reply> PodSecurityRefusal(const ResourceInfo& res, const std::string& ns,
+                                          const json& pod, const std::string& name) const {
     if (absl::string_view(res.plural) != "pods") return std::nullopt;
     auto labels = namespace_labels_.find(ns);
     if (labels == namespace_labels_.end()) return std::nullopt;
@@ -705,8 +711,7 @@ class FakeApiServer::Impl {
                    "the namespace of the provided object does not match the namespace sent on "
                    "the request");
     }
-    if (std::optional<Reply> invalid = Admit(res, &obj, name)) return *invalid;
-    if (std::optional<Reply> forbidden = AdmitPodSecurity(res, ns, obj, name)) return *forbidden;
+    if (std::optional<Reply> refused = Admit(res, ns, &obj, name, Write::kCreate)) return *refused;
     auto& objects = store_.at(std::string(res.plural));
     std::string key = Key(ns, name);
     if (objects.count(key)) {
@@ -776,7 +781,10 @@ class FakeApiServer::Impl {
       next["apiVersion"] = res.api_version;
       next["kind"] = res.kind;
     }
-    if (std::optional<Reply> invalid = Admit(res, &next, name)) return *invalid;
+    if (std::optional<Reply> refused =
+            Admit(res, StringAt(old, "metadata", "namespace"), &next, name, Write::kUpdate)) {
+      return *refused;
+    }
     next["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"];
     if (next == old) return Reply{200, old};  // a no-op write changes nothing, as upstream
     if (!status && next.value("spec", json()) != old.value("spec", json())) {
