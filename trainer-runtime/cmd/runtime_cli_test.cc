@@ -199,6 +199,32 @@ TEST_F(RuntimeCliTest, AChiefWhoseCheckpointIsAtMaxStepsFinishesWithoutItsPeers)
   EXPECT_THAT(Slurp(log), Not(HasSubstr("training is done")));
 }
 
+// A worker or ps started again beside such a chief (the operator brings
+// completed peers back for a restarted chief) ends at once, without waiting
+// for anyone; with steps left it waits for its peers.
+TEST_F(RuntimeCliTest, AWorkerOrPsOfAJobTrainedToTheEndEndsAtOnce) {
+  const std::string log = (dir_ / "log").string();
+  ASSERT_EQ(RunBinary(Flags("out", 5), log), kExitOk) << Slurp(log);
+  for (const char* task : {"worker", "ps"}) {
+    SCOPED_TRACE(task);
+    // No peer listens anywhere: waiting for one would fail after 3 s.
+    const std::string tf_config = absl::StrCat(
+        "TF_CONFIG='{\"cluster\":{\"master\":[\"127.0.0.1:1\"],\"worker\":[\"127.0.0.1:2\"],"
+        "\"ps\":[\"127.0.0.1:3\"]},\"task\":{\"type\":\"",
+        task, "\",\"index\":0}}'");
+    ASSERT_EQ(RunBinary(Flags("out", 5) + " --connect_timeout_secs=3", log, tf_config), kExitOk)
+        << Slurp(log);
+    EXPECT_THAT(Slurp(log), HasSubstr(absl::StrCat(
+                                "The latest checkpoint is at step 5 (--max_steps=5): training is "
+                                "done; nothing left for ",
+                                task, " 0 to do")));
+    EXPECT_EQ(RunBinary(Flags("out", 8) + " --connect_timeout_secs=3", log, tf_config),
+              kExitRetryable)
+        << Slurp(log);
+    EXPECT_THAT(Slurp(log), Not(HasSubstr("training is done")));
+  }
+}
+
 // ---- Threads that fit the container (engine/cpu_budget.h) -----------------
 
 // Training flags without --threads, on the CPU.

@@ -332,6 +332,73 @@ TEST(ParameterServerStrategyTest, APayloadArrivingAfterTheHeaderPollIsStillServe
   EXPECT_TRUE(served.ok()) << served;
 }
 
+// A ps outlives its workers while the chief may still need it: a chief lost
+// after every worker has finished and left (before it said DONE, so before
+// its final checkpoint) fails the ps retryably, naming the chief, instead of
+// ending it as a job that finished; the ps then runs again for the
+// chief's next run.
+TEST(ParameterServerStrategyTest, AChiefLostAfterTheWorkersLeftFailsThePs) {
+  constexpr char kCluster[] = R"("cluster":{"master":["m:1"],"worker":["w:1"],"ps":["p:1"]})";
+  auto spec = [&](const char* task) {
+    return ClusterSpec::FromTfConfig(absl::StrCat("{", kCluster, R"(,"task":)", task, "}"));
+  };
+  auto chief = spec(R"({"type":"master"})");
+  auto worker = spec(R"({"type":"worker","index":0})");
+  auto ps = spec(R"({"type":"ps","index":0})");
+  ASSERT_TRUE(chief.ok() && worker.ok() && ps.ok());
+  for (bool sync : {false, true}) {
+    SCOPED_TRACE(sync ? "sync" : "async");
+    ParameterServerOptions ps_options;
+    ps_options.sync_replicas = sync;
+    ps_options.connect_timeout = absl::Seconds(20);
+    ps_options.request_timeout = absl::Seconds(20);
+    ps_options.finish_grace = absl::Seconds(1);
+    engine::TrainerOptions trainer_options;
+    trainer_options.optimizer = "sgd";
+    trainer_options.learning_rate = 0.1;
+
+    InProcessHub hub(3);  // ranks: the chief, the worker, the ps
+    absl::Status served;
+    std::atomic<bool> ps_returned{false};
+    std::thread ps_task([&] {
+      served = ServeParametersOver(hub.transport(2), *ps, trainer_options, ps_options);
+      ps_returned = true;
+    });
+    // Both replicas train 3 steps; the worker says goodbye, the chief is
+    // lost before its end.
+    absl::Status replica_status[2];
+    std::vector<std::thread> replicas;
+    for (int rank : {0, 1}) {
+      replicas.emplace_back([&, rank] {
+        Replica replica(rank);
+        std::unique_ptr<engine::TrainingStrategy> strategy = MakeParameterServerStrategyOver(
+            std::make_unique<BorrowedTransport>(hub.transport(rank)), rank == 0 ? *chief : *worker,
+            ps_options);
+        absl::StatusOr<int64_t> start = strategy->Initialize(replica.ctx(), nullptr);
+        absl::Status status = start.status();
+        int64_t step = start.ok() ? *start : 0;
+        for (int s = 0; status.ok() && s < 3; ++s) {
+          auto result = strategy->Step(replica.ctx(), replica.BatchFor(s), step);
+          status = result.status();
+          if (result.ok()) step = result->global_step;
+        }
+        if (status.ok() && rank == 1) status = strategy->Finish(replica.ctx());
+        replica_status[rank] = status;
+      });
+    }
+    for (std::thread& t : replicas) t.join();
+    ASSERT_TRUE(replica_status[0].ok()) << replica_status[0];
+    ASSERT_TRUE(replica_status[1].ok()) << replica_status[1];
+    // The ps waits for the chief as long as the chief is there.
+    absl::SleepFor(absl::Milliseconds(1500));
+    EXPECT_FALSE(ps_returned) << "the ps ended with the chief still there: " << served;
+    hub.Kill(0);
+    ps_task.join();
+    EXPECT_EQ(served.code(), absl::StatusCode::kUnavailable) << served;
+    EXPECT_THAT(std::string(served.message()), HasSubstr("lost /job:master/task:0")) << served;
+  }
+}
+
 TEST(AllReduceStrategyTest, OverlappedAndSequentialStepsGiveBitIdenticalVariables) {
   for (int n : {1, 2, 3}) {
     SCOPED_TRACE(absl::StrCat(n, " replicas"));

@@ -205,21 +205,29 @@ absl::StatusOr<TrainResult> RunTask(const ClusterSpec& cluster, const Distribute
     RETURN_IF_ERROR(RunEvaluator(options, env.log != nullptr ? *env.log : std::cout));
     return TrainResult{};
   }
-  // A chief whose own latest checkpoint is at --max_steps or past it has
-  // nothing left to train: it evaluates and exports alone, as the local
+  // A job whose latest checkpoint is at --max_steps or past it has nothing
+  // left to train. Its chief evaluates and exports alone, as the local
   // strategy does, instead of waiting for peers that finished and left (a
-  // chief recreated at the end of a job, its checkpoints on shared storage).
-  if (cluster.IsChief() && strategy != "local" && options.max_steps > 0 &&
-      !options.output_path.empty()) {
+  // chief restarted at the end of a job, its checkpoints on shared storage);
+  // a worker or ps started again beside it (the operator brings completed
+  // peers back for a restarted chief that still needs them) ends at once.
+  if (strategy != "local" && options.max_steps > 0 && !options.output_path.empty()) {
     // The model fingerprint is not known before the model is built: Train
     // checks it when it restores.
     absl::StatusOr<runtime::engine::OutputFolder> folder =
         runtime::engine::ResolveOutputFolder(options.output_path, options.owner);
     if (folder.ok() && folder->latest && folder->latest->global_step() >= options.max_steps) {
-      (env.log != nullptr ? *env.log : std::cout)
-          << "The latest checkpoint is at step " << folder->latest->global_step()
-          << " (--max_steps=" << options.max_steps
-          << "): training is done; evaluating and exporting without the other tasks" << std::endl;
+      std::ostream& log = env.log != nullptr ? *env.log : std::cout;
+      log << "The latest checkpoint is at step " << folder->latest->global_step()
+          << " (--max_steps=" << options.max_steps << "): training is done; ";
+      if (!cluster.IsChief()) {
+        log << "nothing left for " << options.task_type << " " << options.task_index << " to do"
+            << std::endl;
+        TrainResult done;
+        done.global_step = folder->latest->global_step();
+        return done;
+      }
+      log << "evaluating and exporting without the other tasks" << std::endl;
       env.strategy.reset();
       return runtime::engine::Train(options, std::move(env));
     }
