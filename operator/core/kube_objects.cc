@@ -428,6 +428,26 @@ absl::StatusOr<ObservedReplica> ParsePod(const json& pod) {
       r.container_restarts =
           static_cast<int>(std::clamp<int64_t>(restarts->get<int64_t>(), 0, INT32_MAX));
     }
+    const json* current = Field(*main, "state");
+    const json* last = Field(*main, "lastState");
+    auto time_of = [&](const json* parent, const char* kind,
+                       const char* field) -> absl::StatusOr<absl::Time> {
+      const json* of = parent == nullptr ? nullptr : Field(*parent, kind);
+      const std::string text = of == nullptr ? "" : StringField(*of, field);
+      if (text.empty()) return absl::InfinitePast();
+      return ReadTime(text, what + ": containerStatuses." + kind + "." + field);
+    };
+    absl::StatusOr<absl::Time> started = time_of(current, "running", "startedAt");
+    absl::StatusOr<absl::Time> finished = time_of(current, "terminated", "finishedAt");
+    absl::StatusOr<absl::Time> last_finished =
+        current != nullptr && Field(*current, "waiting") != nullptr
+            ? time_of(last, "terminated", "finishedAt")
+            : absl::StatusOr<absl::Time>(absl::InfinitePast());
+    for (const absl::StatusOr<absl::Time>* t : {&started, &finished, &last_finished}) {
+      if (!t->ok()) return t->status();
+    }
+    r.run_since = std::max(*started, *last_finished);
+    r.finished = *finished;
     const json* terminated = nullptr;
     for (const char* state : {"state", "lastState"}) {
       const json* s = Field(*main, state);

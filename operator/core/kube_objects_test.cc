@@ -236,6 +236,58 @@ TEST(KubeObjectsTest, ParsePodTable) {
   }
 }
 
+// When a pod's current run began and when a stopped one ended, as the
+// reconciler needs them to tell a chief restarted after its peers completed.
+TEST(KubeObjectsTest, ParsePodReadsWhenTheRunBeganAndEnded) {
+  const std::string meta =
+      R"("metadata":{"name":"mnist-master-0","creationTimestamp":"2026-01-02T03:04:05Z",)"
+      R"("labels":{"kubetrain.io/replica-type":"master","kubetrain.io/replica-index":"0"}})";
+  auto at = [](const char* text) {
+    absl::Time t;
+    std::string error;
+    EXPECT_TRUE(absl::ParseTime(absl::RFC3339_full, text, &t, &error)) << error;
+    return t;
+  };
+  struct Case {
+    std::string name;
+    std::string status;
+    absl::Time run_since;
+    absl::Time finished;
+  };
+  const Case cases[] = {
+      {"not started", R"({"phase":"Pending"})", absl::InfinitePast(), absl::InfinitePast()},
+      {"running",
+       R"({"phase":"Running","containerStatuses":[{"name":"kubetrain","state":{"running":{"startedAt":"2026-01-02T03:04:09Z"}}}]})",
+       at("2026-01-02T03:04:09Z"), absl::InfinitePast()},
+      // Restarted in place: the current run, not the one before it.
+      {"running again",
+       R"({"phase":"Running","containerStatuses":[{"name":"kubetrain","restartCount":1,"state":{"running":{"startedAt":"2026-01-02T03:09:00Z"}},"lastState":{"terminated":{"exitCode":137,"startedAt":"2026-01-02T03:04:09Z","finishedAt":"2026-01-02T03:08:50Z"}}}]})",
+       at("2026-01-02T03:09:00Z"), absl::InfinitePast()},
+      // Between two runs: the next one begins after the last one ended.
+      {"waiting to restart",
+       R"({"phase":"Running","containerStatuses":[{"name":"kubetrain","restartCount":1,"state":{"waiting":{"reason":"CrashLoopBackOff"}},"lastState":{"terminated":{"exitCode":137,"finishedAt":"2026-01-02T03:08:50Z"}}}]})",
+       at("2026-01-02T03:08:50Z"), absl::InfinitePast()},
+      {"succeeded",
+       R"({"phase":"Succeeded","containerStatuses":[{"name":"kubetrain","state":{"terminated":{"exitCode":0,"startedAt":"2026-01-02T03:04:09Z","finishedAt":"2026-01-02T03:07:00Z"}}}]})",
+       absl::InfinitePast(), at("2026-01-02T03:07:00Z")},
+  };
+  for (const Case& c : cases) {
+    absl::StatusOr<ObservedReplica> r =
+        ParsePod(json::parse("{" + meta + R"(,"status":)" + c.status + "}"));
+    ASSERT_TRUE(r.ok()) << c.name << ": " << r.status();
+    EXPECT_EQ(r->created, at("2026-01-02T03:04:05Z")) << c.name;
+    EXPECT_EQ(r->run_since, c.run_since) << c.name;
+    EXPECT_EQ(r->finished, c.finished) << c.name;
+  }
+  // A time that is not one is refused, naming the field.
+  absl::StatusOr<ObservedReplica> bad = ParsePod(json::parse(
+      "{" + meta +
+      R"(,"status":{"phase":"Succeeded","containerStatuses":[{"name":"kubetrain","state":{"terminated":{"exitCode":0,"finishedAt":"soon"}}}]}})"));
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(bad.status().message()),
+              testing::HasSubstr("containerStatuses.terminated.finishedAt"));
+}
+
 TEST(KubeObjectsTest, ParsePodRejectsWhatIsNotAReplica) {
   const char* cases[] = {
       R"(17)",

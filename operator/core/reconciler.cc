@@ -79,6 +79,19 @@ SetOutcome ReconcileSet(Context& c, const std::string& trial_id,
     }
   }
 
+  // Since when the deciding replica (the chief) has been running this time,
+  // while it runs or waits to: its pod's creation or, restarted in place,
+  // its current run. Peers that completed before then were not there for it
+  // (see the rejoin below). InfinitePast: no such run to compare with.
+  absl::Time chief_since = absl::InfinitePast();
+  if (auto it = observed.find(deciding); it != observed.end()) {
+    const ObservedReplica& chief = *it->second;
+    if ((chief.phase == ReplicaPhase::kPending || chief.phase == ReplicaPhase::kRunning) &&
+        !chief.deletion_requested && !chief.node_lost) {
+      chief_since = std::max(chief.created, chief.run_since);
+    }
+  }
+
   int present = 0, running = 0;
   bool deciding_succeeded = false;
   std::optional<std::pair<std::string, std::string>> failure;  // reason, message
@@ -111,7 +124,22 @@ SetOutcome ReconcileSet(Context& c, const std::string& trial_id,
     }
     switch (phase) {
       case ReplicaPhase::kSucceeded:
-        ++running;  // complete: never run again
+        // A worker or ps that completed before the chief's current run began
+        // (the chief restarted or was recreated after its peers finished):
+        // a chief that resumes from a checkpoint before the end waits for
+        // every peer, so they rejoin. Deleted now, created again once gone;
+        // one with nothing left to do ends at once (docs/reconciler.md).
+        if (r->key != deciding && r->key.role != Role::kEvaluator &&
+            r->finished != absl::InfinitePast() && r->finished < chief_since) {
+          const std::string chief = TaskName(deciding, c.use_chief());
+          c.Emit(EmitEvent::Type::kNormal, "ReplicaRejoining",
+                 TaskName(r->key, c.use_chief()) + " completed before " + chief +
+                     " started again; running it again for " + chief +
+                     ", which resumes with its peers");
+          c.result.actions.push_back(DeleteReplica{r->name, false, "rejoining"});
+          break;
+        }
+        ++running;  // complete: not run again unless the chief needs it back
         if (r->key == deciding) deciding_succeeded = true;
         break;
       case ReplicaPhase::kRunning:

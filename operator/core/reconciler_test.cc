@@ -163,7 +163,10 @@ struct Harness {
   }
   void RunAll() {
     for (ObservedReplica& o : observed.replicas) {
-      if (o.phase == ReplicaPhase::kPending) o.phase = ReplicaPhase::kRunning;
+      if (o.phase == ReplicaPhase::kPending) {
+        o.phase = ReplicaPhase::kRunning;
+        o.run_since = now;
+      }
     }
   }
   void Exit(const std::string& name, int code, const std::string& message = "") {
@@ -171,6 +174,7 @@ struct Harness {
     o.phase = code == 0 ? ReplicaPhase::kSucceeded : ReplicaPhase::kFailed;
     o.exit_code = code;
     o.termination_message = message;
+    o.finished = now;
   }
   std::vector<std::string> Names() const {
     std::vector<std::string> names;
@@ -622,6 +626,120 @@ TEST(ReconcileTest, CompletedReplicasAreNeverRunAgain) {
   EXPECT_EQ(h.job.status().restart_count(), 0);
   EXPECT_EQ(h.job.status().state(), v1::RUNNING);
   EXPECT_EQ(h.job.status().replica_statuses().at("worker").succeeded(), 1);
+}
+
+// ---- A chief lost at the end: its completed peers rejoin ------------------
+
+// Workers and ps that finish before the chief (it still evaluates and
+// exports) are done: nothing runs them again.
+TEST(RejoinTest, PeersThatFinishBeforeTheChiefAreNotRunAgain) {
+  v1::TrainingJob job = Job();
+  job.mutable_spec()->mutable_run_policy()->set_restart_policy(v1::RunPolicy::OnFailure);
+  Harness h = Running(job);
+  h.now += absl::Minutes(10);
+  h.Exit("mnist-worker-0", 0);
+  h.Exit("mnist-worker-1", 0);
+  h.now += absl::Seconds(5);
+  h.Exit("mnist-ps-0", 0);
+  h.now += absl::Minutes(1);
+  ReconcileResult r = h.Step();
+  EXPECT_THAT(Deleted(r), IsEmpty());
+  EXPECT_THAT(EventReasons(r), IsEmpty());
+  h.Settle();
+  h.Exit("mnist-master-0", 0);
+  h.Settle();
+  EXPECT_EQ(h.job.status().state(), v1::SUCCEEDED);
+  EXPECT_EQ(h.job.status().restart_count(), 0);
+}
+
+// The chief restarted in place after its workers completed: they rejoin (a
+// chief that resumes from a checkpoint before the end waits for every peer);
+// the ps, restarted in place itself, runs on.
+TEST(RejoinTest, AChiefRestartedInPlaceAfterItsWorkersCompletedGetsThemBack) {
+  v1::TrainingJob job = Job();
+  job.mutable_spec()->mutable_run_policy()->set_restart_policy(v1::RunPolicy::OnFailure);
+  job.mutable_spec()->mutable_run_policy()->set_backoff_limit(5);
+  Harness h = Running(job);
+  h.now += absl::Minutes(10);
+  h.Exit("mnist-worker-0", 0);
+  h.Exit("mnist-worker-1", 0);
+  h.Settle();
+  // The master is killed; the kubelet starts it again, and the ps, which
+  // lost it, too.
+  h.now += absl::Seconds(20);
+  for (const char* name : {"mnist-master-0", "mnist-ps-0"}) {
+    ObservedReplica& again = h.Pod(name);
+    again.container_restarts = 1;
+    again.exit_code = name == std::string("mnist-master-0") ? 137 : 138;
+    again.run_since = h.now;
+  }
+  ReconcileResult r = h.Step();
+  EXPECT_THAT(Deleted(r), UnorderedElementsAre("mnist-worker-0", "mnist-worker-1"));
+  EXPECT_THAT(EventReasons(r),
+              UnorderedElementsAre("Restarting", "ReplicaRejoining", "ReplicaRejoining"));
+  bool named = false;
+  for (const Action& a : r.actions) {
+    if (auto* e = std::get_if<EmitEvent>(&a); e && e->reason == "ReplicaRejoining") {
+      EXPECT_EQ(e->type, EmitEvent::Type::kNormal);
+      named = named || e->message ==
+                           "worker-0 completed before master-0 started again; running it again "
+                           "for master-0, which resumes with its peers";
+    }
+  }
+  EXPECT_TRUE(named) << "no event names worker-0";
+  // Created again at once: not failures, no backoff.
+  r = h.Step();
+  EXPECT_THAT(Created(r), UnorderedElementsAre("mnist-worker-0", "mnist-worker-1"));
+  h.Settle();
+  h.RunAll();
+  h.Settle();
+  EXPECT_EQ(h.job.status().state(), v1::RUNNING);
+  EXPECT_EQ(h.job.status().restart_count(), 2);  // the two in-place restarts only
+  // They finish again, now after the chief's run began: done for good.
+  h.now += absl::Minutes(1);
+  h.Exit("mnist-worker-0", 0);
+  h.Exit("mnist-worker-1", 0);
+  r = h.Step();
+  EXPECT_THAT(Deleted(r), IsEmpty());
+  h.Settle();
+  h.Exit("mnist-master-0", 0);
+  h.Settle();
+  EXPECT_EQ(h.job.status().state(), v1::SUCCEEDED);
+}
+
+// The chief's pod replaced (ExitCode policy: a SIGKILL is retryable) after
+// the workers and the ps completed: every one of them rejoins once the new
+// pod exists; an evaluator, not a peer of the training cluster, does not.
+TEST(RejoinTest, AChiefRecreatedAfterItsPeersCompletedGetsThemBackButNotTheEvaluator) {
+  v1::TrainingJob job = Job();
+  job.mutable_spec()->mutable_training_input()->set_evaluator_type("standard");
+  job.mutable_spec()->mutable_training_input()->set_evaluator_count(1);
+  job.mutable_spec()->mutable_run_policy()->set_restart_policy(v1::RunPolicy::ExitCode);
+  Harness h = Running(job);
+  h.now += absl::Minutes(10);
+  for (const char* name : {"mnist-worker-0", "mnist-worker-1", "mnist-ps-0", "mnist-evaluator-0"}) {
+    h.Exit(name, 0);
+  }
+  h.Settle();
+  h.now += absl::Seconds(3);
+  h.Exit("mnist-master-0", 137);
+  ReconcileResult r = h.Step();
+  EXPECT_THAT(Deleted(r), ElementsAre("mnist-master-0"));  // the peers wait for the new one
+  h.now += absl::Seconds(10);                              // the recreation backoff
+  r = h.Step();
+  EXPECT_THAT(Created(r), ElementsAre("mnist-master-0"));
+  r = h.Step();
+  EXPECT_THAT(Deleted(r), UnorderedElementsAre("mnist-worker-0", "mnist-worker-1", "mnist-ps-0"));
+  r = h.Step();
+  EXPECT_THAT(Created(r), UnorderedElementsAre("mnist-worker-0", "mnist-worker-1", "mnist-ps-0"));
+  h.Settle();
+  EXPECT_EQ(h.Pod("mnist-evaluator-0").phase, ReplicaPhase::kSucceeded);
+  EXPECT_EQ(h.job.status().restart_count(), 1);
+  h.RunAll();
+  h.now += absl::Minutes(1);
+  h.Exit("mnist-master-0", 0);
+  h.Settle();
+  EXPECT_EQ(h.job.status().state(), v1::SUCCEEDED);
 }
 
 TEST(ReconcileTest, VanishedReplicaIsRecreatedWithoutCounting) {

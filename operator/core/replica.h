@@ -110,6 +110,14 @@ struct ObservedReplica {
   bool deletion_requested = false;
   absl::Time deletion_time = absl::InfinitePast();
   absl::Time created = absl::InfinitePast();
+  // When its current run began (the running container's startedAt) or, for
+  // a container waiting to be restarted in place, when its last run ended:
+  // nothing of the current run happened before. InfinitePast when unknown
+  // (not started yet: `created` stands for it).
+  absl::Time run_since = absl::InfinitePast();
+  // When a replica that stopped ended (the container's finishedAt; the
+  // local backend's exit record). InfinitePast when unknown.
+  absl::Time finished = absl::InfinitePast();
   // What keeps it from running, when something unusual does (Unschedulable,
   // an image that cannot be pulled, a crash loop...): see waiting_reasons.h.
   std::optional<ReplicaWaiting> waiting;

@@ -52,6 +52,8 @@ core::ObservedReplica Observe(const ReplicaRecord& record, const ProcessStatus& 
   observed.key = record.key;
   observed.created = record.created;
   observed.container_restarts = status.restarts;
+  observed.run_since = status.run_since;
+  observed.finished = status.finished;
   switch (status.state) {
     case ProcessStatus::State::kRunning:
       observed.phase = core::ReplicaPhase::kRunning;

@@ -490,6 +490,16 @@ absl::StatusOr<ProcessId> RealProcessLauncher::Launch(const LaunchRequest& reque
   return ProcessId{supervisor, ProcessStartTicks(supervisor).value_or(0)};
 }
 
+namespace {
+// When `path` was last written (the supervisor writes each record once,
+// atomically); InfinitePast when it cannot be read.
+absl::Time WrittenAt(const std::string& path) {
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) return absl::InfinitePast();
+  return absl::TimeFromTimespec(st.st_mtim);
+}
+}  // namespace
+
 ProcessStatus RealProcessLauncher::Probe(const ProcessId& id, const std::string& exit_path,
                                          const std::string& state_path) {
   ProcessStatus status;
@@ -499,6 +509,7 @@ ProcessStatus RealProcessLauncher::Probe(const ProcessId& id, const std::string&
     if (parts.size() == 2 && absl::SimpleAtoi(parts[0], &value)) {
       status.restarts = value;
       if (absl::SimpleAtoi(parts[1], &value)) status.last_exit_code = value;
+      status.run_since = WrittenAt(state_path);
     }
   }
   auto read_exit = [&]() -> bool {
@@ -507,6 +518,7 @@ ProcessStatus RealProcessLauncher::Probe(const ProcessId& id, const std::string&
     if (text.has_value() && absl::SimpleAtoi(absl::StripAsciiWhitespace(*text), &code)) {
       status.state = ProcessStatus::State::kExited;
       status.exit_code = code;
+      status.finished = WrittenAt(exit_path);
       return true;
     }
     return false;

@@ -80,6 +80,11 @@ struct ProcessStatus {
   std::optional<int> exit_code;       // kExited: the final exit code
   int restarts = 0;                   // in-place restarts so far
   std::optional<int> last_exit_code;  // of the last run that ended
+  // After an in-place restart: when the last run ended (the next one began
+  // then, or begins after its backoff); else InfinitePast.
+  absl::Time run_since = absl::InfinitePast();
+  // kExited: when the replica ended for good (its exit record's time).
+  absl::Time finished = absl::InfinitePast();
 };
 
 class ProcessLauncher {

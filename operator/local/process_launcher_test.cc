@@ -73,6 +73,7 @@ TEST(ProcessLauncherTest, RestartsInPlaceOnFailureWhenAsked) {
       dir,
       "if [ -f \"$KT_DIR/once\" ]; then exit 0; fi; touch \"$KT_DIR/once\"; echo boom >&2; exit 1");
   request.restart_on_failure = true;
+  const absl::Time launched = absl::Now();
   auto id = launcher.Launch(request);
   ASSERT_TRUE(id.ok()) << id.status();
   ProcessStatus status;
@@ -82,9 +83,15 @@ TEST(ProcessLauncherTest, RestartsInPlaceOnFailureWhenAsked) {
         return status.state == ProcessStatus::State::kExited;
       },
       absl::Seconds(20)));
+  const absl::Time probed = absl::Now();
   EXPECT_EQ(status.exit_code, 0);
   EXPECT_EQ(status.restarts, 1);
   EXPECT_EQ(status.last_exit_code, 1);
+  // The second run began after the first ended, and ended after that. (File
+  // times come from the kernel's coarse clock: up to a tick behind.)
+  EXPECT_GE(status.run_since, launched - absl::Milliseconds(20));
+  EXPECT_GE(status.finished, status.run_since);
+  EXPECT_LE(status.finished, probed);
 }
 
 TEST(ProcessLauncherTest, KillLeavesNoProcessOfTheGroup) {
