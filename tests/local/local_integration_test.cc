@@ -740,5 +740,210 @@ TEST_F(LocalBackendTest, ReplicaRecreatedMidTrainingResumesAtTheLastCheckpoint) 
 #endif
 }
 
+// ---- A chief lost at the end (docs/reconciler.md) ---------------------------
+
+// One master + 2 workers + 1 ps job of the real kubetrain-runtime on
+// Fashion-MNIST under OnFailure, run undisturbed and with its chief lost
+// three ways. Each disturbed run ends SUCCEEDED at --max_steps, its restarted
+// chief resuming from the last checkpoint the killed one wrote, with an
+// accuracy close to the undisturbed run's.
+class LostChiefTest : public LocalBackendTest {
+ protected:
+  static constexpr int64_t kMaxSteps = 1200;
+  static constexpr char kData[] = "/usr/share/datasets/fashion-mnist";
+
+  void SetUp() override {
+#ifndef KUBETRAIN_RUNTIME_BINARY
+    GTEST_SKIP() << "this build has no kubetrain-runtime";
+#endif
+    if (!std::filesystem::exists(absl::StrCat(kData, "/train-images-idx3-ubyte.gz"))) {
+      GTEST_SKIP() << "Fashion-MNIST is not installed (Debian's dataset-fashion-mnist)";
+    }
+  }
+
+  std::string JobDir(const std::string& name) { return work_.path() + "/" + name; }
+
+  // Submits the job; `sync` picks the synchronous parameter server.
+  void Submit(const std::string& name, bool sync) {
+    const std::string manifest = WriteConfig(
+        name + ".yaml",
+        absl::StrCat(
+            "apiVersion: kubetrain.io/v1\nkind: TrainingJob\nmetadata: {name: ", name,
+            "}\nspec:\n  trainingInput:\n    scaleTier: CUSTOM\n    masterType: standard\n"
+            "    workerType: standard\n    workerCount: 2\n    parameterServerType: standard\n"
+            "    parameterServerCount: 1\n    jobDir: ",
+            JobDir(name), "\n    args: [--train_data_paths=", kData,
+            "/train-images-idx3-ubyte.gz, --eval_data_paths=", kData,
+            "/t10k-images-idx3-ubyte.gz, --max_steps=", kMaxSteps,
+            ", --save_checkpoints_steps=100, --batch_size=64, --hidden1=64, --hidden2=32, "
+            "--threads=1, --seed=5, --eval_every_secs=0, --sync_replicas=",
+            sync ? "true" : "false",
+            "]\n  runPolicy: {restartPolicy: OnFailure, backoffLimit: 12}\n"));
+    RunResult r =
+        Kubetrain({"jobs", "submit", "training", name, "--local", "--config", manifest}, Runtime());
+    ASSERT_EQ(r.code, 0) << r.out << r.err;
+  }
+
+  static std::string Runtime() {
+#ifdef KUBETRAIN_RUNTIME_BINARY
+    return absl::StrCat("KUBETRAIN_RUNTIME=", Quote(KUBETRAIN_RUNTIME_BINARY));
+#else
+    return "";
+#endif
+  }
+
+  // The record of the job's replica of `role`, index 0.
+  ReplicaRecord Replica(const std::string& job, api::Role role) {
+    auto store = JobStore::Open(home_.path() + "/jobs.db");
+    EXPECT_TRUE(store.ok()) << store.status();
+    if (!store.ok()) return {};
+    auto replicas = (*store)->ListReplicas(job);
+    EXPECT_TRUE(replicas.ok()) << replicas.status();
+    for (const ReplicaRecord& r : replicas.ok() ? *replicas : std::vector<ReplicaRecord>{}) {
+      if (r.key.role == role && r.key.index == 0) return r;
+    }
+    ADD_FAILURE() << job << " has no " << api::RoleName(role) << " 0";
+    return {};
+  }
+
+  // The trainer process of that replica now (its supervisor's child).
+  int Trainer(const std::string& job, api::Role role) {
+    int pid = 0;
+    EXPECT_TRUE(test_support::WaitUntil(
+        [&] {
+          const std::vector<int> children = ChildrenOf(Replica(job, role).pid);
+          pid = children.size() == 1 ? children[0] : 0;
+          return pid > 0;
+        },
+        absl::Seconds(60)))
+        << "no trainer process for " << api::RoleName(role) << " 0 of " << job;
+    return pid;
+  }
+
+  void WaitForCheckpoint(const std::string& job, int64_t step) {
+    ASSERT_TRUE(test_support::WaitUntil([&] { return LatestCheckpointStep(JobDir(job)) >= step; },
+                                        absl::Seconds(300)))
+        << ReadFile(home_.path() + "/controller.log");
+  }
+
+  // Kills `pid` and waits until it is gone; returns the job's last
+  // checkpoint then (nothing writes one while the chief is dead).
+  int64_t KillChief(const std::string& job, const std::vector<int>& pids) {
+    for (int pid : pids) EXPECT_EQ(kill(pid, SIGKILL), 0) << pid;
+    for (int pid : pids) {
+      EXPECT_TRUE(
+          test_support::WaitUntil([&] { return !ProcessAlive(pid, 0); }, absl::Seconds(60)));
+    }
+    const int64_t last = LatestCheckpointStep(JobDir(job));
+    EXPECT_LT(last, kMaxSteps) << "training ended before the chief was killed";
+    return last;
+  }
+
+  struct Outcome {
+    v1::State state = v1::STATE_UNSPECIFIED;
+    int64_t final_step = -1;
+    double accuracy = -1;
+    std::string logs;
+  };
+  Outcome WaitForEnd(const std::string& job) {
+    Outcome out;
+    EXPECT_TRUE(test_support::WaitUntil([&] { return Finished(job); }, absl::Seconds(300)))
+        << ReadFile(home_.path() + "/controller.log");
+    out.state = Job(job).status().state();
+    RunResult logs = Kubetrain({"jobs", "stream-logs", job, "--local"}, "timeout 120");
+    EXPECT_EQ(logs.code, 0) << logs.err;
+    out.logs = logs.out;
+    static const std::regex final_line(
+        R"(master-replica-0\t[^\n]*Final metrics after (\d+) steps, loss: [0-9.]+, accuracy: ([0-9.]+))");
+    for (std::sregex_iterator it(out.logs.begin(), out.logs.end(), final_line), end; it != end;
+         ++it) {
+      out.final_step = std::stoll((*it)[1]);
+      out.accuracy = std::stod((*it)[2]);
+    }
+    return out;
+  }
+
+  // The checks every disturbed run shares, and its figures for the record.
+  void ExpectFinishedLikeTheUndisturbedRun(const std::string& job, const Outcome& run,
+                                           const Outcome& undisturbed, int64_t resumed_from) {
+    EXPECT_EQ(run.state, v1::SUCCEEDED) << Job(job).status().error_message();
+    EXPECT_EQ(run.final_step, kMaxSteps) << run.logs;
+    EXPECT_NEAR(run.accuracy, undisturbed.accuracy, 0.05) << run.logs;
+    // The chief's next run restored the last checkpoint of the killed one:
+    // nothing before it was trained again.
+    EXPECT_THAT(run.logs, HasSubstr(absl::StrCat("Restored checkpoint at step ", resumed_from,
+                                                 " from ", JobDir(job))));
+    EXPECT_EQ(LatestCheckpointStep(JobDir(job)), kMaxSteps);
+    EXPECT_TRUE(std::filesystem::exists(JobDir(job) + "/export/model.pb"));
+    RecordProperty(job + "_resumed_from_step", static_cast<int>(resumed_from));
+    RecordProperty(job + "_accuracy", absl::StrCat(run.accuracy));
+    std::cout << job << ": " << v1::State_Name(run.state) << " after " << run.final_step
+              << " steps, accuracy " << run.accuracy << " (undisturbed " << undisturbed.accuracy
+              << "), the chief resumed from step " << resumed_from << std::endl;
+  }
+};
+
+TEST_F(LostChiefTest, AChiefKilledMidTrainingAfterTheWorkersFinishedOrWithThePsStillFinishes) {
+  Submit("undisturbed", /*sync=*/true);
+  const Outcome undisturbed = WaitForEnd("undisturbed");
+  ASSERT_EQ(undisturbed.state, v1::SUCCEEDED) << undisturbed.logs;
+  ASSERT_EQ(undisturbed.final_step, kMaxSteps) << undisturbed.logs;
+  ASSERT_GT(undisturbed.accuracy, 0.7) << undisturbed.logs;
+  std::cout << "undisturbed: accuracy " << undisturbed.accuracy << std::endl;
+
+  // (a) Mid-training: the master's process is killed; it runs again in
+  // place, and so do the ps and workers, which lost it.
+  Submit("mid_training", true);
+  WaitForCheckpoint("mid_training", 400);
+  const int64_t a = KillChief("mid_training", {Trainer("mid_training", api::Role::kMaster)});
+  ExpectFinishedLikeTheUndisturbedRun("mid_training", WaitForEnd("mid_training"), undisturbed, a);
+
+  // (b) After the workers finished: the master stalls (asynchronous ps: the
+  // workers train on without it) until both workers have completed, then it
+  // is killed. It runs again from its last checkpoint, and the workers, gone,
+  // rejoin it.
+  Submit("after_workers", false);
+  WaitForCheckpoint("after_workers", 800);
+  const int stalled = Trainer("after_workers", api::Role::kMaster);
+  ASSERT_EQ(kill(stalled, SIGSTOP), 0);
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(test_support::WaitUntil(
+        [&] {
+          auto store = JobStore::Open(home_.path() + "/jobs.db");
+          if (!store.ok()) return false;
+          auto replicas = (*store)->ListReplicas("after_workers");
+          if (!replicas.ok()) return false;
+          for (const ReplicaRecord& r : *replicas) {
+            if (r.key.role == api::Role::kWorker && r.key.index == i) {
+              return absl::StripAsciiWhitespace(ReadFile(r.exit_path)) == "0";
+            }
+          }
+          return false;
+        },
+        absl::Seconds(120)))
+        << "worker " << i << " did not complete while the master stalled";
+  }
+  const int64_t b = KillChief("after_workers", {stalled});
+  const Outcome after_workers = WaitForEnd("after_workers");
+  ExpectFinishedLikeTheUndisturbedRun("after_workers", after_workers, undisturbed, b);
+  // Both workers were brought back for the master.
+  auto store = JobStore::Open(home_.path() + "/jobs.db");
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto events = (*store)->Events("after_workers");
+  ASSERT_TRUE(events.ok()) << events.status();
+  std::vector<std::string> rejoined;
+  for (const StoredEvent& e : *events) {
+    if (e.reason == "ReplicaRejoining") rejoined.push_back(e.message.substr(0, 8));
+  }
+  EXPECT_THAT(rejoined, ::testing::UnorderedElementsAre("worker-0", "worker-1"));
+
+  // (c) With the ps: the master and the ps are killed together.
+  Submit("with_ps", true);
+  WaitForCheckpoint("with_ps", 400);
+  const int64_t c = KillChief("with_ps", {Trainer("with_ps", api::Role::kMaster),
+                                          Trainer("with_ps", api::Role::kParameterServer)});
+  ExpectFinishedLikeTheUndisturbedRun("with_ps", WaitForEnd("with_ps"), undisturbed, c);
+}
+
 }  // namespace
 }  // namespace kubetrain::local
