@@ -113,9 +113,12 @@ if [[ $mode == tsan ]]; then
   #   asynchronous parameter server until it is killed (the synchronous
   #   one's barrier is checked only in stage one);
   # - the blas.* copies of the distributed training tests, which repeat them
-  #   with the other CPU kernels over the same transports and threads.
+  #   with the other CPU kernels over the same transports and threads;
+  # - the lost-chief runs (five Fashion-MNIST jobs of four processes on each
+  #   backend); the reconciler's unit tests and the ps's hold the rejoin and
+  #   the ps's wait.
   ctest --test-dir build-tsan --output-on-failure -j "$jobs" -L 'unit|integration' \
-    -E '^(FashionMnistTest\.|SyncAndAsync/ParameterServerTrainingTest\.|blas\.)' \
+    -E '^(FashionMnistTest\.|SyncAndAsync/ParameterServerTrainingTest\.|blas\.|LostChief(OnKubernetes)?Test\.)' \
     --timeout 900 || status=$?
   if compgen -G "$reports/race*" >/dev/null; then
     cat "$reports"/race*

@@ -25,6 +25,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/testing/checkpoints.h"
 #include "common/testing/child_process.h"
 #include "common/testing/temp_dir.h"
 #include "common/testing/wait_until.h"
@@ -32,6 +33,7 @@
 #include "operator/kube/controller.h"
 #include "operator/kube/test_objects.h"
 #include "tests/fake_apiserver/fake_apiserver.h"
+#include "tests/operator/stand_in_kubelet.h"
 
 namespace kubetrain::testing {
 namespace {
@@ -40,95 +42,8 @@ namespace fs = std::filesystem;
 using fake_apiserver::FakeApiServer;
 using nlohmann::json;
 
+using test_support::LatestCheckpointStep;
 using test_support::ReadFile;
-
-// The step of the latest checkpoint in `dir`, from the trainer's index
-// ("model_checkpoint_path: \"model.ckpt-200\""); -1 when there is none.
-int64_t LatestCheckpointStep(const std::string& dir) {
-  const std::string index = ReadFile(dir + "/checkpoint");
-  const std::string key = "model_checkpoint_path: \"model.ckpt-";
-  const size_t at = index.find(key);
-  if (at == std::string::npos) return -1;
-  const size_t start = at + key.size();
-  int64_t step = -1;
-  return absl::SimpleAtoi(index.substr(start, index.find('"', start) - start), &step) ? step : -1;
-}
-
-// What a kubelet would run for a pod: its training container as a process.
-// Volumes backed by claims in `claim_folders` are "mounted" by rewriting the
-// mount path to the claim's host folder (plus subPath) in every argument and
-// environment value; any other volume is an error, as nothing backs it.
-class StandInKubelet {
- public:
-  explicit StandInKubelet(std::map<std::string, std::string> claim_folders)
-      : claim_folders_(std::move(claim_folders)) {}
-
-  // Starts the pod's container; its output goes to `log`. Returns the
-  // process (killed when destroyed), or nullptr (with a test failure) when
-  // the pod cannot be run.
-  std::unique_ptr<test_support::ChildProcess> Start(const json& pod, const std::string& log,
-                                                    const std::string& working_dir) {
-    std::vector<std::pair<std::string, std::string>> mounts;  // mount path -> host folder
-    const json& container = pod["spec"]["containers"][0];
-    for (const json& mount : container.value("volumeMounts", json::array())) {
-      std::string claim;
-      for (const json& volume : pod["spec"].value("volumes", json::array())) {
-        if (volume["name"] == mount["name"] && volume.contains("persistentVolumeClaim")) {
-          claim = volume["persistentVolumeClaim"]["claimName"];
-        }
-      }
-      auto folder = claim_folders_.find(claim);
-      if (folder == claim_folders_.end()) {
-        ADD_FAILURE() << "nothing backs volume " << mount["name"] << " of "
-                      << pod["metadata"]["name"];
-        return nullptr;
-      }
-      std::string host = folder->second;
-      if (mount.contains("subPath")) host += "/" + mount["subPath"].get<std::string>();
-      fs::create_directories(host);  // the kubelet makes a missing subPath
-      mounts.emplace_back(mount["mountPath"], host);
-    }
-    auto rewrite = [&](std::string value) {
-      for (const auto& [path, host] : mounts) {
-        for (size_t at = value.find(path); at != std::string::npos; at = value.find(path, at)) {
-          const size_t end = at + path.size();
-          const bool starts_path = at == 0 || value[at - 1] == '=' || value[at - 1] == ',';
-          const bool ends_path = end == value.size() || value[end] == '/' || value[end] == ',';
-          if (starts_path && ends_path) {
-            value.replace(at, path.size(), host);
-            at += host.size();
-          } else {
-            at = end;
-          }
-        }
-      }
-      return value;
-    };
-    std::vector<std::string> argv;
-    for (const json& part : container["command"]) argv.push_back(part);
-    for (const json& part : container["args"]) argv.push_back(rewrite(part));
-    // The image's kubetrain-runtime is the one under test.
-    if (!argv.empty() && argv[0] == "kubetrain-runtime") argv[0] = KUBETRAIN_RUNTIME_BINARY;
-    std::vector<std::string> env = {"PATH=/usr/bin:/bin", "OPENBLAS_NUM_THREADS=1"};
-    if (const char* core = std::getenv("OPENBLAS_CORETYPE")) {
-      env.push_back(absl::StrCat("OPENBLAS_CORETYPE=", core));
-    }
-    for (const json& var : container.value("env", json::array())) {
-      env.push_back(
-          absl::StrCat(var["name"].get<std::string>(), "=", rewrite(var.value("value", ""))));
-    }
-    auto child = test_support::ChildProcess::Spawn(
-        {.argv = argv, .output_path = log, .env = env, .cwd = working_dir});
-    if (!child.ok()) {
-      ADD_FAILURE() << child.status();
-      return nullptr;
-    }
-    return *std::move(child);
-  }
-
- private:
-  std::map<std::string, std::string> claim_folders_;
-};
 
 class SharedOutputResumeTest : public ::testing::Test {
  protected:

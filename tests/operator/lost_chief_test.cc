@@ -1,0 +1,284 @@
+// A chief lost at the end of a job on Kubernetes (docs/reconciler.md, "A
+// chief lost at the end"): the operator's controller, in this process,
+// against the fake API server, and a stand-in kubelet that runs every pod as
+// the operator rendered it with the real kubetrain-runtime, restarting failed
+// containers in place (restartPolicy OnFailure) and killing those of deleted
+// pods. A master + 2 workers + 1 ps job on Fashion-MNIST, its outputs on a
+// claim, runs undisturbed and with its chief lost three ways; each ends
+// SUCCEEDED at --max_steps, its next chief resuming from the last checkpoint,
+// with an accuracy close to the undisturbed run's.
+#include <signal.h>
+
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/testing/checkpoints.h"
+#include "common/testing/temp_dir.h"
+#include "common/testing/wait_until.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "operator/kube/controller.h"
+#include "operator/kube/test_objects.h"
+#include "tests/fake_apiserver/fake_apiserver.h"
+#include "tests/operator/stand_in_kubelet.h"
+
+namespace kubetrain::testing {
+namespace {
+
+namespace fs = std::filesystem;
+using fake_apiserver::FakeApiServer;
+using nlohmann::json;
+using ::testing::HasSubstr;
+using ::testing::UnorderedElementsAre;
+
+using test_support::LatestCheckpointStep;
+using test_support::ReadFile;
+
+constexpr char kData[] = "/usr/share/datasets/fashion-mnist";
+constexpr int64_t kMaxSteps = 1200;
+
+class LostChiefOnKubernetesTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!fs::exists(absl::StrCat(kData, "/train-images-idx3-ubyte.gz"))) {
+      GTEST_SKIP() << "Fashion-MNIST is not installed (Debian's dataset-fashion-mnist)";
+    }
+    FakeApiServer::Options options;
+    options.bookmark_interval = absl::Milliseconds(200);
+    auto server = FakeApiServer::Start(options);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = *std::move(server);
+    client_ = kube::testing::FakeServerClient(server_->url());
+    kube::ControllerOptions controller_options;
+    controller_options.ns = "ns1";
+    controller_options.workers = 2;
+    controller_options.reconcile.recreate_backoff_base = absl::Milliseconds(200);
+    controller_ = std::make_unique<kube::Controller>(client_.get(), controller_options, &studies_);
+    ASSERT_TRUE(controller_->Start(absl::Seconds(30)));
+    fs::create_directories(claim_folder_);
+    fs::create_directories(logs_);
+    kubelet_.RunPods(server_.get(), "ns1", logs_);
+  }
+  void TearDown() override {
+    if (controller_ != nullptr) controller_->Stop();
+  }
+
+  std::string Outputs(const std::string& job) { return claim_folder_ + "/" + job; }
+
+  void Submit(const std::string& name, bool sync) {
+    const std::string data = absl::StrCat(kData, "/train-images-idx3-ubyte.gz");
+    const std::string eval = absl::StrCat(kData, "/t10k-images-idx3-ubyte.gz");
+    json job = {
+        {"apiVersion", "kubetrain.io/v1"},
+        {"kind", "TrainingJob"},
+        {"metadata", {{"name", name}}},
+        {"spec",
+         {{"trainingInput",
+           {{"scaleTier", "CUSTOM"},
+            {"masterType", "standard"},
+            {"workerType", "standard"},
+            {"workerCount", 2},
+            {"parameterServerType", "standard"},
+            {"parameterServerCount", 1},
+            {"jobDir", "/outputs"},
+            {"args",
+             {"--train_data_paths=" + data, "--eval_data_paths=" + eval,
+              absl::StrCat("--max_steps=", kMaxSteps), "--save_checkpoints_steps=100",
+              "--batch_size=64", "--hidden1=64", "--hidden2=32", "--threads=1", "--seed=5",
+              "--eval_every_secs=0", absl::StrCat("--sync_replicas=", sync ? "true" : "false")}}}},
+          {"outputStorage", {{"claimName", "shared"}, {"subPath", name}}},
+          {"runPolicy", {{"restartPolicy", "OnFailure"}, {"backoffLimit", 12}}}}}};
+    auto created = server_->Create("trainingjobs", "ns1", job);
+    ASSERT_TRUE(created.ok()) << created.status();
+  }
+
+  json Pod(const std::string& name) {
+    auto pod = server_->Get("pods", "ns1", name);
+    return pod.ok() ? *pod : json();
+  }
+
+  // The pid of the pod's running container, once it runs.
+  int Pid(const std::string& pod) {
+    int pid = 0;
+    EXPECT_TRUE(test_support::WaitUntil(
+        [&] {
+          pid = kubelet_.Pid(pod);
+          return pid > 0;
+        },
+        absl::Seconds(60)))
+        << pod << " does not run";
+    return pid;
+  }
+
+  void WaitForCheckpoint(const std::string& job, int64_t step) {
+    ASSERT_TRUE(test_support::WaitUntil([&] { return LatestCheckpointStep(Outputs(job)) >= step; },
+                                        absl::Seconds(300)))
+        << ReadFile(logs_ + "/" + job + "-master-0.log");
+  }
+
+  // The last checkpoint once the chief is gone (nothing writes one then).
+  int64_t LastCheckpointWithoutTheChief(const std::string& job, int chief_pid) {
+    EXPECT_TRUE(
+        test_support::WaitUntil([&] { return kill(chief_pid, 0) != 0; }, absl::Seconds(60)));
+    const int64_t last = LatestCheckpointStep(Outputs(job));
+    EXPECT_LT(last, kMaxSteps) << "training ended before the chief was lost";
+    return last;
+  }
+
+  struct Outcome {
+    std::string state;
+    int64_t final_step = -1;
+    double accuracy = -1;
+    std::string master_log;  // every run of every master pod
+  };
+  Outcome WaitForEnd(const std::string& job) {
+    Outcome out;
+    EXPECT_TRUE(server_->WaitUntil(
+        [&] {
+          auto j = server_->Get("trainingjobs", "ns1", job);
+          const std::string state =
+              j.ok() ? j->value("status", json::object()).value("state", "") : "";
+          return state == "SUCCEEDED" || state == "FAILED";
+        },
+        absl::Seconds(300)));
+    auto j = server_->Get("trainingjobs", "ns1", job);
+    if (j.ok()) out.state = j->value("status", json::object()).value("state", "");
+    out.master_log = ReadFile(logs_ + "/" + job + "-master-0.log");
+    static const std::regex final_line(
+        R"(Final metrics after (\d+) steps, loss: [0-9.]+, accuracy: ([0-9.]+))");
+    for (std::sregex_iterator it(out.master_log.begin(), out.master_log.end(), final_line), end;
+         it != end; ++it) {
+      out.final_step = std::stoll((*it)[1]);
+      out.accuracy = std::stod((*it)[2]);
+    }
+    return out;
+  }
+
+  // The run the disturbed ones are held to.
+  Outcome RunUndisturbed(const std::string& job, bool sync) {
+    Submit(job, sync);
+    const Outcome run = WaitForEnd(job);
+    EXPECT_EQ(run.state, "SUCCEEDED") << run.master_log;
+    EXPECT_GE(run.final_step, kMaxSteps) << run.master_log;
+    EXPECT_GT(run.accuracy, 0.7) << run.master_log;
+    std::cout << job << ": accuracy " << run.accuracy << std::endl;
+    return run;
+  }
+
+  void ExpectFinishedLikeTheUndisturbedRun(const std::string& job, const Outcome& run,
+                                           const Outcome& undisturbed, int64_t resumed_from,
+                                           bool sync = true) {
+    EXPECT_EQ(run.state, "SUCCEEDED") << server_->Get("trainingjobs", "ns1", job)->dump() << "\n"
+                                      << run.master_log;
+    // Asynchronous updates in flight at the end may land past --max_steps,
+    // one per worker at most, as in TensorFlow; synchronous ones never do.
+    EXPECT_GE(run.final_step, kMaxSteps) << run.master_log;
+    EXPECT_LE(run.final_step, kMaxSteps + (sync ? 0 : 2)) << run.master_log;
+    EXPECT_NEAR(run.accuracy, undisturbed.accuracy, 0.05) << run.master_log;
+    EXPECT_THAT(run.master_log, HasSubstr(absl::StrCat("Restored checkpoint at step ", resumed_from,
+                                                       " from ", Outputs(job))));
+    EXPECT_EQ(LatestCheckpointStep(Outputs(job)), run.final_step);
+    EXPECT_TRUE(fs::exists(Outputs(job) + "/export/model.pb"));
+    RecordProperty(job + "_resumed_from_step", static_cast<int>(resumed_from));
+    RecordProperty(job + "_accuracy", absl::StrCat(run.accuracy));
+    std::cout << job << ": " << run.state << " after " << run.final_step << " steps, accuracy "
+              << run.accuracy << " (undisturbed " << undisturbed.accuracy
+              << "), the chief resumed from step " << resumed_from << std::endl;
+  }
+
+  // The replicas named by the job's ReplicaRejoining events.
+  std::vector<std::string> Rejoined(const std::string& job) {
+    std::vector<std::string> names;
+    for (const json& event : server_->List("events", "ns1")) {
+      if (event.value("reason", "") == "ReplicaRejoining" &&
+          event["involvedObject"].value("name", "") == job) {
+        names.push_back(event.value("message", "").substr(0, 8));
+      }
+    }
+    return names;
+  }
+
+  std::unique_ptr<FakeApiServer> server_;
+  std::unique_ptr<kube::RestClusterClient> client_;
+  kube::InMemoryStudyStore studies_;
+  std::unique_ptr<kube::Controller> controller_;
+  test_support::TempDir tmp_{"kubetrain-lost-chief"};
+  const std::string claim_folder_ = tmp_.path() + "/claim";
+  const std::string logs_ = tmp_.path() + "/pods";
+  StandInKubelet kubelet_{{{"shared", claim_folder_}}};
+};
+
+TEST_F(LostChiefOnKubernetesTest, AChiefLostMidTrainingAfterTheWorkersFinishedOrWithThePs) {
+  const Outcome undisturbed = RunUndisturbed("undisturbed", /*sync=*/true);
+  const Outcome undisturbed_async = RunUndisturbed("undisturbed-async", /*sync=*/false);
+
+  // (a) Mid-training: the master's container is killed; the kubelet runs it
+  // again in place, and the ps and workers, which lost it, too.
+  Submit("mid-training", true);
+  WaitForCheckpoint("mid-training", 400);
+  const int a_pid = Pid("mid-training-master-0");
+  ASSERT_EQ(kill(a_pid, SIGKILL), 0);
+  const int64_t a = LastCheckpointWithoutTheChief("mid-training", a_pid);
+  ExpectFinishedLikeTheUndisturbedRun("mid-training", WaitForEnd("mid-training"), undisturbed, a);
+
+  // (b) After the workers finished: the master stalls (asynchronous ps: the
+  // workers train on without it) until both workers' pods have Succeeded;
+  // then its pod is deleted. The operator creates it again, the new master
+  // resumes from the last checkpoint, and the workers, completed, rejoin it.
+  Submit("after-workers", false);
+  // (Asynchronous steps are quick: the master is known before it is due.)
+  const int b_pid = Pid("after-workers-master-0");
+  WaitForCheckpoint("after-workers", 300);
+  ASSERT_EQ(kill(b_pid, SIGSTOP), 0);
+  std::string finished;
+  ASSERT_TRUE(server_->WaitUntil(
+      [&] {
+        for (const char* worker : {"after-workers-worker-0", "after-workers-worker-1"}) {
+          const json pod = Pod(worker);
+          if (!pod.is_object() ||
+              pod.value("status", json::object()).value("phase", "") != "Succeeded") {
+            return false;
+          }
+          finished = std::max(
+              finished, pod["status"]["containerStatuses"][0]["state"]["terminated"]["finishedAt"]
+                            .get<std::string>());
+        }
+        return true;
+      },
+      absl::Seconds(120)))
+      << "the workers did not complete while the master stalled";
+  // A real deletion takes the pod's grace period (30 s by default), and pod
+  // times are whole seconds: the new pod is not created in the second the
+  // workers ended.
+  ASSERT_TRUE(test_support::WaitUntil(
+      [&] {
+        return absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", absl::Now(), absl::UTCTimeZone()) > finished;
+      },
+      absl::Seconds(5)));
+  ASSERT_TRUE(server_->Delete("pods", "ns1", "after-workers-master-0").ok());
+  const int64_t b = LastCheckpointWithoutTheChief("after-workers", b_pid);
+  ExpectFinishedLikeTheUndisturbedRun("after-workers", WaitForEnd("after-workers"),
+                                      undisturbed_async, b,
+                                      /*sync=*/false);
+  EXPECT_THAT(Rejoined("after-workers"), UnorderedElementsAre("worker-0", "worker-1"));
+
+  // (c) With the ps: the master's and the ps's pods are deleted together;
+  // the operator creates both again, and the workers, which lost the ps, run
+  // again in place.
+  Submit("with-ps", true);
+  WaitForCheckpoint("with-ps", 400);
+  const int c_pid = Pid("with-ps-master-0");
+  ASSERT_TRUE(server_->Delete("pods", "ns1", "with-ps-master-0").ok());
+  ASSERT_TRUE(server_->Delete("pods", "ns1", "with-ps-ps-0").ok());
+  const int64_t c = LastCheckpointWithoutTheChief("with-ps", c_pid);
+  ExpectFinishedLikeTheUndisturbedRun("with-ps", WaitForEnd("with-ps"), undisturbed, c);
+}
+
+}  // namespace
+}  // namespace kubetrain::testing
