@@ -10,6 +10,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/testing/child_process.h"
+#include "common/testing/runtime_output.h"
 #include "common/testing/temp_dir.h"
 #include "common/testing/wait_until.h"
 #include "gmock/gmock.h"
@@ -77,6 +78,27 @@ TEST(WaitUntilTest, IsFalseWhenTheConditionNeverHoldsAndAsksOnceMoreAtTheDeadlin
 }
 
 absl::Time Soon() { return absl::Now() + absl::Seconds(60); }
+
+TEST(RuntimeOutputTest, TheLatestCheckpointIsTheIndexsFirstPath) {
+  TempDir dir;
+  EXPECT_EQ(LatestCheckpointStep(dir.path()), -1);
+  std::ofstream(dir.path() + "/checkpoint") << "model_checkpoint_path: \"model.ckpt-1200\"\n"
+                                            << "all_model_checkpoint_paths: \"model.ckpt-1100\"\n"
+                                            << "all_model_checkpoint_paths: \"model.ckpt-1200\"\n";
+  EXPECT_EQ(LatestCheckpointStep(dir.path()), 1200);
+}
+
+TEST(RuntimeOutputTest, TheLastFinalMetricsLineCounts) {
+  EXPECT_FALSE(LastFinalMetrics("Done after 1200 steps (the chief evaluates)\n").has_value());
+  const std::optional<FinalMetrics> last = LastFinalMetrics(
+      "Final metrics after 800 steps, loss: 0.612, accuracy: 0.790\n"
+      "Restored checkpoint at step 800 from /out\n"
+      "Final metrics after 1201 steps, loss: 0.500, accuracy: 0.820\n");
+  ASSERT_TRUE(last.has_value());
+  EXPECT_EQ(last->step, 1201);
+  EXPECT_DOUBLE_EQ(last->loss, 0.5);
+  EXPECT_DOUBLE_EQ(last->accuracy, 0.82);
+}
 
 TEST(ChildProcessTest, OutputGoesToTheFileAndTheExitCodeIsReported) {
   TempDir dir;

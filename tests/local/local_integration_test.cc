@@ -26,7 +26,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
-#include "common/testing/checkpoints.h"
+#include "common/testing/runtime_output.h"
 #include "common/testing/temp_dir.h"
 #include "common/testing/wait_until.h"
 #include "gmock/gmock.h"
@@ -842,17 +842,13 @@ class LostChiefTest : public LocalBackendTest {
     RunResult logs = Kubetrain({"jobs", "stream-logs", job, "--local"}, "timeout 120");
     EXPECT_EQ(logs.code, 0) << logs.err;
     out.logs = logs.out;
-    static const std::regex final_line(
-        R"(master-replica-0\t[^\n]*Final metrics after (\d+) steps, loss: [0-9.]+, accuracy: ([0-9.]+))");
-    for (std::sregex_iterator it(out.logs.begin(), out.logs.end(), final_line), end; it != end;
-         ++it) {
-      out.final_step = std::stoll((*it)[1]);
-      out.accuracy = std::stod((*it)[2]);
+    if (auto final = test_support::LastFinalMetrics(out.logs)) {
+      out.final_step = final->step;
+      out.accuracy = final->accuracy;
     }
     return out;
   }
 
-  // The checks every disturbed run shares, and its figures for the record.
   // The run the disturbed ones are held to.
   Outcome RunUndisturbed(const std::string& job, bool sync) {
     Submit(job, sync);
@@ -864,6 +860,7 @@ class LostChiefTest : public LocalBackendTest {
     return run;
   }
 
+  // The checks every disturbed run shares, and its figures for the record.
   void ExpectFinishedLikeTheUndisturbedRun(const std::string& job, const Outcome& run,
                                            const Outcome& undisturbed, int64_t resumed_from,
                                            bool sync = true) {

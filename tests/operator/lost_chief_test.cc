@@ -13,12 +13,11 @@
 #include <iostream>
 #include <map>
 #include <memory>
-#include <regex>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "common/testing/checkpoints.h"
+#include "common/testing/runtime_output.h"
 #include "common/testing/temp_dir.h"
 #include "common/testing/wait_until.h"
 #include "gmock/gmock.h"
@@ -26,13 +25,13 @@
 #include "operator/kube/controller.h"
 #include "operator/kube/test_objects.h"
 #include "tests/fake_apiserver/fake_apiserver.h"
+#include "tests/operator/controller_on_fake_server.h"
 #include "tests/operator/stand_in_kubelet.h"
 
 namespace kubetrain::testing {
 namespace {
 
 namespace fs = std::filesystem;
-using fake_apiserver::FakeApiServer;
 using nlohmann::json;
 using ::testing::HasSubstr;
 using ::testing::UnorderedElementsAre;
@@ -43,32 +42,18 @@ using test_support::ReadFile;
 constexpr char kData[] = "/usr/share/datasets/fashion-mnist";
 constexpr int64_t kMaxSteps = 1200;
 
-class LostChiefOnKubernetesTest : public ::testing::Test {
+class LostChiefOnKubernetesTest : public ControllerOnFakeServerTest {
  protected:
   void SetUp() override {
     if (!fs::exists(absl::StrCat(kData, "/train-images-idx3-ubyte.gz"))) {
       GTEST_SKIP() << "Fashion-MNIST is not installed (Debian's dataset-fashion-mnist)";
     }
-    FakeApiServer::Options options;
-    options.bookmark_interval = absl::Milliseconds(200);
-    auto server = FakeApiServer::Start(options);
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = *std::move(server);
-    client_ = kube::testing::FakeServerClient(server_->url());
-    kube::ControllerOptions controller_options;
-    controller_options.ns = "ns1";
-    controller_options.workers = 2;
-    controller_options.reconcile.recreate_backoff_base = absl::Milliseconds(200);
-    controller_ = std::make_unique<kube::Controller>(client_.get(), controller_options, &studies_);
-    ASSERT_TRUE(controller_->Start(absl::Seconds(30)));
+    ControllerOnFakeServerTest::SetUp();
+    if (HasFatalFailure()) return;
     fs::create_directories(claim_folder_);
     fs::create_directories(logs_);
     kubelet_.RunPods(server_.get(), "ns1", logs_);
   }
-  void TearDown() override {
-    if (controller_ != nullptr) controller_->Stop();
-  }
-
   std::string Outputs(const std::string& job) { return claim_folder_ + "/" + job; }
 
   void Submit(const std::string& name, bool sync) {
@@ -96,11 +81,6 @@ class LostChiefOnKubernetesTest : public ::testing::Test {
           {"runPolicy", {{"restartPolicy", "OnFailure"}, {"backoffLimit", 12}}}}}};
     auto created = server_->Create("trainingjobs", "ns1", job);
     ASSERT_TRUE(created.ok()) << created.status();
-  }
-
-  json Pod(const std::string& name) {
-    auto pod = server_->Get("pods", "ns1", name);
-    return pod.ok() ? *pod : json();
   }
 
   // The pid of the pod's running container, once it runs.
@@ -150,12 +130,9 @@ class LostChiefOnKubernetesTest : public ::testing::Test {
     auto j = server_->Get("trainingjobs", "ns1", job);
     if (j.ok()) out.state = j->value("status", json::object()).value("state", "");
     out.master_log = ReadFile(logs_ + "/" + job + "-master-0.log");
-    static const std::regex final_line(
-        R"(Final metrics after (\d+) steps, loss: [0-9.]+, accuracy: ([0-9.]+))");
-    for (std::sregex_iterator it(out.master_log.begin(), out.master_log.end(), final_line), end;
-         it != end; ++it) {
-      out.final_step = std::stoll((*it)[1]);
-      out.accuracy = std::stod((*it)[2]);
+    if (auto final = test_support::LastFinalMetrics(out.master_log)) {
+      out.final_step = final->step;
+      out.accuracy = final->accuracy;
     }
     return out;
   }
@@ -204,10 +181,6 @@ class LostChiefOnKubernetesTest : public ::testing::Test {
     return names;
   }
 
-  std::unique_ptr<FakeApiServer> server_;
-  std::unique_ptr<kube::RestClusterClient> client_;
-  kube::InMemoryStudyStore studies_;
-  std::unique_ptr<kube::Controller> controller_;
   test_support::TempDir tmp_{"kubetrain-lost-chief"};
   const std::string claim_folder_ = tmp_.path() + "/claim";
   const std::string logs_ = tmp_.path() + "/pods";

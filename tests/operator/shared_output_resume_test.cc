@@ -25,56 +25,32 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "common/testing/checkpoints.h"
 #include "common/testing/child_process.h"
+#include "common/testing/runtime_output.h"
 #include "common/testing/temp_dir.h"
 #include "common/testing/wait_until.h"
 #include "gtest/gtest.h"
 #include "operator/kube/controller.h"
 #include "operator/kube/test_objects.h"
 #include "tests/fake_apiserver/fake_apiserver.h"
+#include "tests/operator/controller_on_fake_server.h"
 #include "tests/operator/stand_in_kubelet.h"
 
 namespace kubetrain::testing {
 namespace {
 
 namespace fs = std::filesystem;
-using fake_apiserver::FakeApiServer;
 using nlohmann::json;
 
 using test_support::LatestCheckpointStep;
 using test_support::ReadFile;
 
-class SharedOutputResumeTest : public ::testing::Test {
+class SharedOutputResumeTest : public ControllerOnFakeServerTest {
  protected:
-  void SetUp() override {
-    FakeApiServer::Options options;
-    options.bookmark_interval = absl::Milliseconds(200);
-    auto server = FakeApiServer::Start(options);
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = *std::move(server);
-    client_ = kube::testing::FakeServerClient(server_->url());
-    kube::ControllerOptions controller_options;
-    controller_options.ns = "ns1";
-    controller_options.workers = 2;
-    controller_options.reconcile.recreate_backoff_base = absl::Milliseconds(200);
-    controller_ = std::make_unique<kube::Controller>(client_.get(), controller_options, &studies_);
-    ASSERT_TRUE(controller_->Start(absl::Seconds(30)));
-  }
-  void TearDown() override { controller_->Stop(); }
-
-  json Pod(const std::string& name) {
-    auto pod = server_->Get("pods", "ns1", name);
-    return pod.ok() ? *pod : json();
-  }
   void SetPhase(const std::string& pod, const json& status) {
     ASSERT_TRUE(server_->MergePatch("pods", "ns1", pod, status, "status").ok()) << pod;
   }
 
-  std::unique_ptr<FakeApiServer> server_;
-  std::unique_ptr<kube::RestClusterClient> client_;
-  kube::InMemoryStudyStore studies_;
-  std::unique_ptr<kube::Controller> controller_;
   test_support::TempDir tmp_{"kubetrain-resume"};
   const std::string dir_ = tmp_.path();
 };
