@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "api/codec.h"
 #include "api/defaults.h"
@@ -22,6 +23,7 @@
 #include "operator/core/previous_study.h"
 #include "operator/core/tf_config.h"
 #include "operator/kube/api_status.h"
+#include "operator/kube/slow_start.h"
 #include "operator/metrics/metrics_service.h"
 
 namespace kubetrain::kube {
@@ -418,7 +420,11 @@ class Controller::JobSink : public core::ResultSink {
   // Whether creates were attempted, and which of them the server refused
   // (admission, an invalid object): what the next reconcile tells the user.
   bool attempted_creates() const { return attempted_creates_; }
-  const std::vector<core::RefusedCreation>& refused_creations() const { return refused_; }
+  // Read once the carry-out is over (no batch runs).
+  std::vector<core::RefusedCreation> refused_creations() {
+    absl::MutexLock lock(&refused_lock_);
+    return refused_;
+  }
 
   absl::Status Archive(const std::vector<v1::HyperparameterOutput>& trials) override {
     absl::Status archived = c_->archive_.Archive(job_, trials);
@@ -449,10 +455,18 @@ class Controller::JobSink : public core::ResultSink {
       expected.push_back(absl::StrCat(resource->plural, "/", name));
     }
     c_->expectations_.ExpectDeletions(uid_, expected, now_);
+    // Concurrently, in slow-start batches (slow_start.h), as creates.
+    std::vector<absl::Status> results(targets.size());
+    const size_t called = SlowStartBatches(targets.size(), [&](size_t i) {
+      const auto& [resource, name] = targets[i];
+      results[i] = c_->client_->Delete(*resource, ns_, name);
+      return results[i].ok() || results[i].code() == absl::StatusCode::kNotFound;
+    });
     absl::Status first_error;
     std::vector<std::string> deleted_pods;
-    for (const auto& [resource, name] : targets) {
-      absl::Status status = c_->client_->Delete(*resource, ns_, name);
+    for (size_t i = 0; i < targets.size(); ++i) {
+      const auto& [resource, name] = targets[i];
+      const absl::Status& status = i < called ? results[i] : absl::AbortedError("not attempted");
       if (status.ok() && resource == &kPods) deleted_pods.push_back(name);
       if (status.ok() && resource == &kPersistentVolumeClaims) {
         c_->recorder_.Record(object_, EventRecorder::Type::kNormal, "SuccessfulDelete",
@@ -460,9 +474,12 @@ class Controller::JobSink : public core::ResultSink {
                                           " (spec.outputStorage.newClaim.deleteWhenFinished)"));
       }
       if (!status.ok()) {
-        // Nothing will be observed for a failed call; NotFound is done already.
+        // Nothing will be observed for a failed or skipped call; NotFound is
+        // done already.
         c_->expectations_.DeletionObserved(uid_, absl::StrCat(resource->plural, "/", name));
-        if (status.code() != absl::StatusCode::kNotFound && first_error.ok()) first_error = status;
+        if (i < called && status.code() != absl::StatusCode::kNotFound && first_error.ok()) {
+          first_error = status;
+        }
       }
     }
     if (!deleted_pods.empty()) {
@@ -472,72 +489,49 @@ class Controller::JobSink : public core::ResultSink {
     return first_error;
   }
 
+  // Claims one by one first (pods mount them), then the pods and their
+  // Services together in slow-start batches (slow_start.h): a Service goes
+  // in the same batch as its pod, not before it, since its DNS name has an
+  // address only once the pod runs, and the runtime waits for its peers
+  // (--connect_timeout_secs) whichever comes first. The first batch with a
+  // failure is the last: its error is returned (and named in the job's
+  // condition when the server refused a pod or Service); what was not sent
+  // is created by the next reconcile.
   absl::Status Create(const std::vector<core::Creation>& creations) override {
     std::vector<std::string> expected;
+    std::vector<const core::Creation*> claims, others;
     for (const core::Creation& creation : creations) {
       expected.push_back(
           absl::StrCat(Target(creation).first->plural, "/", Target(creation).second));
+      (std::holds_alternative<core::CreateClaim>(creation) ? claims : others).push_back(&creation);
     }
     c_->expectations_.ExpectCreations(uid_, expected, now_);
     attempted_creates_ = true;
     absl::Status first_error;
-    std::vector<std::string> created_pods;
-    for (const core::Creation& creation : creations) {
-      const auto [resource, name] = Target(creation);
-      const std::string expectation = absl::StrCat(resource->plural, "/", name);
+    for (const core::Creation* claim : claims) {
       if (!first_error.ok()) {
-        c_->expectations_.CreationObserved(uid_, expectation);  // not attempted
+        NotAttempted(*claim);
         continue;
       }
-      json object = std::visit(
-          [&](const auto& c) -> json {
-            using T = std::decay_t<decltype(c)>;
-            if constexpr (std::is_same_v<T, core::CreateReplica>) {
-              return core::RenderPod(job_, ns_, c.replica);
-            } else if constexpr (std::is_same_v<T, core::CreateService>) {
-              return core::RenderService(job_, ns_, c.replica);
-            } else {
-              return core::RenderOutputClaim(job_, ns_);
-            }
-          },
-          creation);
-      auto created = c_->client_->Create(*resource, ns_, object);
-      if (created.ok()) {
-        if (resource == &kPods) created_pods.push_back(name);
-        if (resource == &kPersistentVolumeClaims) {
-          c_->recorder_.Record(object_, EventRecorder::Type::kNormal, "SuccessfulCreate",
-                               absl::StrCat("Created output claim ", name, ", mounted at ",
-                                            job_.spec().training_input().job_dir()));
-        }
-        continue;
-      }
-      c_->expectations_.CreationObserved(uid_, expectation);
-      absl::Status failed = created.status();
-      if (failed.code() == absl::StatusCode::kAlreadyExists) {
-        // Ours (the cache has not shown it yet) is done; one another owner
-        // holds (a replica of an earlier job of this name that the garbage
-        // collector has not removed yet, or someone else's object with our
-        // label) is not ours: this replica waits until the name is free.
-        const ObjectCache& cache = resource == &kPods       ? c_->pods_->cache()
-                                   : resource == &kServices ? c_->services_->cache()
-                                                            : c_->claims_->cache();
-        ObjectPtr existing = cache.Get(absl::StrCat(ns_, "/", name));
-        if (existing == nullptr || OwnerUid(*existing) == uid_) continue;
-        const std::string owner = OwnerUid(*existing);
-        failed = absl::AlreadyExistsError(
-            absl::StrCat(resource->plural, "/", name, " exists and is not this job's (uid ", uid_,
-                         "): ", owner.empty() ? "it has no owner" : "its owner is uid " + owner));
-      }
-      // Stop at the first failure (quota, admission, outage): one failed
-      // call rather than one per replica; the job is requeued with backoff.
-      first_error = failed;
-      // A replica's pod or Service: the job's condition names the replica.
-      // (A refused output claim stays in the operator's log and the
-      // retries, as before.)
-      const int code = HttpCode(failed);
-      std::optional<core::ReplicaKey> replica = ReplicaOf(creation);
-      if (replica && (code == 400 || code == 403 || code == 422)) {
-        refused_.push_back({.name = name, .key = *replica, .message = ServerMessage(failed)});
+      first_error = CreateOne(*claim);
+    }
+    if (!first_error.ok()) {
+      for (const core::Creation* other : others) NotAttempted(*other);
+      return first_error;
+    }
+    std::vector<absl::Status> results(others.size());
+    const size_t called = SlowStartBatches(others.size(), [&](size_t i) {
+      results[i] = CreateOne(*others[i]);
+      return results[i].ok();
+    });
+    std::vector<std::string> created_pods;
+    for (size_t i = 0; i < others.size(); ++i) {
+      if (i >= called) {
+        NotAttempted(*others[i]);
+      } else if (!results[i].ok()) {
+        if (first_error.ok()) first_error = results[i];
+      } else if (Target(*others[i]).first == &kPods) {
+        created_pods.push_back(Target(*others[i]).second);
       }
     }
     if (!created_pods.empty()) {
@@ -559,6 +553,65 @@ class Controller::JobSink : public core::ResultSink {
   }
 
  private:
+  // A creation the batches never sent: no object will be observed for it.
+  void NotAttempted(const core::Creation& creation) {
+    const auto [resource, name] = Target(creation);
+    c_->expectations_.CreationObserved(uid_, absl::StrCat(resource->plural, "/", name));
+  }
+
+  // Creates one object. Creating what exists and is this job's is success.
+  // Thread-safe: the batches call it concurrently.
+  absl::Status CreateOne(const core::Creation& creation) {
+    const auto [resource, name] = Target(creation);
+    json object = std::visit(
+        [&](const auto& c) -> json {
+          using T = std::decay_t<decltype(c)>;
+          if constexpr (std::is_same_v<T, core::CreateReplica>) {
+            return core::RenderPod(job_, ns_, c.replica);
+          } else if constexpr (std::is_same_v<T, core::CreateService>) {
+            return core::RenderService(job_, ns_, c.replica);
+          } else {
+            return core::RenderOutputClaim(job_, ns_);
+          }
+        },
+        creation);
+    auto created = c_->client_->Create(*resource, ns_, object);
+    if (created.ok()) {
+      if (resource == &kPersistentVolumeClaims) {
+        c_->recorder_.Record(object_, EventRecorder::Type::kNormal, "SuccessfulCreate",
+                             absl::StrCat("Created output claim ", name, ", mounted at ",
+                                          job_.spec().training_input().job_dir()));
+      }
+      return absl::OkStatus();
+    }
+    c_->expectations_.CreationObserved(uid_, absl::StrCat(resource->plural, "/", name));
+    absl::Status failed = created.status();
+    if (failed.code() == absl::StatusCode::kAlreadyExists) {
+      // Ours (the cache has not shown it yet) is done; one another owner
+      // holds (a replica of an earlier job of this name that the garbage
+      // collector has not removed yet, or someone else's object with our
+      // label) is not ours: this replica waits until the name is free.
+      const ObjectCache& cache = resource == &kPods       ? c_->pods_->cache()
+                                 : resource == &kServices ? c_->services_->cache()
+                                                          : c_->claims_->cache();
+      ObjectPtr existing = cache.Get(absl::StrCat(ns_, "/", name));
+      if (existing == nullptr || OwnerUid(*existing) == uid_) return absl::OkStatus();
+      const std::string owner = OwnerUid(*existing);
+      failed = absl::AlreadyExistsError(
+          absl::StrCat(resource->plural, "/", name, " exists and is not this job's (uid ", uid_,
+                       "): ", owner.empty() ? "it has no owner" : "its owner is uid " + owner));
+    }
+    // A replica's pod or Service refused: the job's condition names the
+    // replica. (A refused output claim stays in the operator's log and the
+    // retries, as before.)
+    const int code = HttpCode(failed);
+    std::optional<core::ReplicaKey> replica = ReplicaOf(creation);
+    if (replica && (code == 400 || code == 403 || code == 422)) {
+      absl::MutexLock lock(&refused_lock_);
+      refused_.push_back({.name = name, .key = *replica, .message = ServerMessage(failed)});
+    }
+    return failed;
+  }
   static std::optional<core::ReplicaKey> ReplicaOf(const core::Creation& creation) {
     if (auto* c = std::get_if<core::CreateReplica>(&creation)) return c->replica.key;
     if (auto* c = std::get_if<core::CreateService>(&creation)) return c->replica.key;
@@ -581,7 +634,8 @@ class Controller::JobSink : public core::ResultSink {
   bool ended_early_ = false;
   bool status_conflicted_ = false;
   bool attempted_creates_ = false;
-  std::vector<core::RefusedCreation> refused_;
+  absl::Mutex refused_lock_;  // the batches add to refused_ concurrently
+  std::vector<core::RefusedCreation> refused_ ABSL_GUARDED_BY(refused_lock_);
 };
 
 absl::Status Controller::SyncJob(const std::string& key, bool* requeued) {

@@ -155,6 +155,79 @@ TEST_F(ControllerTest, DeletedPodIsRecreatedWithoutDuplicates) {
   EXPECT_EQ(server_->RequestCounts()["create pods"], 9);
 }
 
+// Creates go out in slow-start batches (slow_start.h). A ResourceQuota that
+// lets 3 of the job's 8 pods in refuses the 4th: that batch is the last, the
+// job's condition and one Warning event say why, and once the quota grows
+// the next reconciles create exactly what is missing; nothing is ever created
+// twice (no create answered 409) and the first pods stay as they were.
+TEST_F(ControllerTest, AQuotaRefusalStopsTheBatchesAndTheRestComesOnceItFits) {
+  json quota = {{"apiVersion", "v1"},
+                {"kind", "ResourceQuota"},
+                {"metadata", {{"name", "pod-quota"}}},
+                {"spec", {{"hard", {{"pods", "3"}}}}}};
+  ASSERT_TRUE(server_->Create("resourcequotas", "ns1", quota).ok());
+  ASSERT_TRUE(server_->Create("trainingjobs", "ns1", StandardJob("mnist")).ok());
+  auto waiting = [&] {
+    for (const json& c :
+         JobObject("mnist").value("status", json::object()).value("conditions", json::array())) {
+      if (c.value("type", "") == "ReplicasWaiting") return c;
+    }
+    return json::object();
+  };
+  ASSERT_TRUE(server_->WaitUntil([&] { return waiting().value("reason", "") == "FailedCreate"; }))
+      << JobObject("mnist").dump();
+  EXPECT_EQ(waiting().value("status", ""), "True");
+  EXPECT_NE(waiting()
+                .value("message", "")
+                .find("exceeded quota: pod-quota, requested: pods=1, "
+                      "used: pods=3, limited: pods=3"),
+            std::string::npos)
+      << waiting();
+  EXPECT_EQ(server_->Count("pods"), 3u);
+  std::map<std::string, std::string> first_uids;
+  for (const json& pod : server_->List("pods", "ns1")) {
+    first_uids[pod["metadata"]["name"]] = pod["metadata"]["uid"];
+  }
+  auto warnings = [&] {
+    int n = 0;
+    for (const json& e : server_->List("events", "ns1")) {
+      n += e.value("type", "") == "Warning" && e.value("reason", "") == "FailedCreate";
+    }
+    return n;
+  };
+  ASSERT_TRUE(server_->WaitUntil([&] { return warnings() == 1; }));
+
+  ASSERT_TRUE(server_
+                  ->MergePatch("resourcequotas", "ns1", "pod-quota",
+                               {{"spec", {{"hard", {{"pods", "8"}}}}}})
+                  .ok());
+  ASSERT_TRUE(WaitForReplicas());
+  ASSERT_TRUE(server_->WaitUntil([&] { return waiting().value("status", "") != "True"; }))
+      << waiting();
+  for (const auto& [name, uid] : first_uids) {
+    auto pod = server_->Get("pods", "ns1", name);
+    ASSERT_TRUE(pod.ok()) << name;
+    EXPECT_EQ((*pod)["metadata"]["uid"], uid) << name << " was created again";
+  }
+  const auto refused = server_->RefusalCounts();
+  EXPECT_GT(refused.count("create pods 403") ? refused.at("create pods 403") : 0, 0);
+  EXPECT_EQ(refused.count("create pods 409"), 0u) << "a pod was created twice";
+  EXPECT_EQ(refused.count("create services 409"), 0u) << "a Service was created twice";
+  EXPECT_EQ(warnings(), 1);
+}
+
+// Server errors anywhere in the creates: the next reconciles create what is
+// missing, each object once.
+TEST_F(ControllerTest, ServerErrorsAmidTheCreatesLoseNothingAndDuplicateNothing) {
+  server_->FailNextRequests(5, 500);
+  ASSERT_TRUE(server_->Create("trainingjobs", "ns1", StandardJob("mnist")).ok());
+  ASSERT_TRUE(WaitForReplicas());
+  ASSERT_TRUE(WaitForState("mnist", "PREPARING"));
+  const auto refused = server_->RefusalCounts();
+  EXPECT_EQ(refused.count("create pods 409"), 0u) << "a pod was created twice";
+  EXPECT_EQ(refused.count("create services 409"), 0u) << "a Service was created twice";
+}
+
 TEST_F(ControllerTest, StatusConflictRereadsAndWritesAgain) {
   ASSERT_TRUE(server_->Create("trainingjobs", "ns1", StandardJob("s")).ok());
   ASSERT_TRUE(WaitForReplicas());

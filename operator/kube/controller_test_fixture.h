@@ -4,6 +4,7 @@
 // controller's end-to-end tests. Header-only, for tests.
 
 #include <memory>
+#include <string>
 
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
@@ -21,13 +22,26 @@ class ControllerOnFakeServerTest : public ::testing::Test {
     server_options.bookmark_interval = absl::Milliseconds(200);
     server_ = *fake_apiserver::FakeApiServer::Start(server_options);
     client_ = FakeServerClient(server_->url());
+    controller_ = std::make_unique<Controller>(client_.get(), Options(), &studies_);
+    ASSERT_TRUE(controller_->Start(absl::Seconds(30)));
+  }
+  void TearDown() override {
+    if (controller_ != nullptr) controller_->Stop();
+  }
+
+  // The controller's options: namespace ns1, 2 workers.
+  virtual ControllerOptions Options() const {
     ControllerOptions options;
     options.ns = "ns1";
     options.workers = 2;
-    controller_ = std::make_unique<Controller>(client_.get(), options, &studies_);
-    ASSERT_TRUE(controller_->Start(absl::Seconds(30)));
+    return options;
   }
-  void TearDown() override { controller_->Stop(); }
+
+  // The pod as stored now; null when there is none.
+  nlohmann::json Pod(const std::string& name) const {
+    auto pod = server_->Get("pods", "ns1", name);
+    return pod.ok() ? *pod : nlohmann::json();
+  }
 
   std::unique_ptr<fake_apiserver::FakeApiServer> server_;
   std::unique_ptr<RestClusterClient> client_;

@@ -56,6 +56,7 @@ constexpr ResourceInfo kResources[] = {
     {"events", "v1", "Event", false},
     {"leases", "coordination.k8s.io/v1", "Lease", false},
     {"configmaps", "v1", "ConfigMap", false},
+    {"resourcequotas", "v1", "ResourceQuota", true},
 };
 
 // The largest ConfigMap the real server stores (validation's
@@ -344,7 +345,7 @@ class RequestReader {
 
 class FakeApiServer::Impl {
  public:
-  explicit Impl(Options options) : options_(options) {}
+  explicit Impl(Options options) : options_(options), latency_(options.request_latency) {}
 
   absl::Status Listen() {
     listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -428,6 +429,10 @@ class FakeApiServer::Impl {
     }
     watch_cv_.notify_all();
   }
+  std::map<std::string, int64_t> RefusalCounts() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return refusal_counts_;
+  }
   std::map<std::string, int64_t> RequestCounts() const {
     std::lock_guard<std::mutex> lock(mu_);
     return request_counts_;
@@ -439,6 +444,10 @@ class FakeApiServer::Impl {
   int OpenWatchCount() const {
     std::lock_guard<std::mutex> lock(mu_);
     return open_watches_;
+  }
+  int PeakInFlight() {
+    std::lock_guard<std::mutex> lock(in_flight_mu_);
+    return peak_in_flight_;
   }
   int64_t CurrentResourceVersion() const {
     std::lock_guard<std::mutex> lock(mu_);
@@ -613,7 +622,53 @@ class FakeApiServer::Impl {
       return std::nullopt;
     }
     if (std::optional<Reply> invalid = InvalidConfigMap(res, *obj, name)) return invalid;
-    if (write == Write::kCreate) return PodSecurityRefusal(res, ns, *obj, name);
+    if (write != Write::kCreate) return std::nullopt;
+    if (std::optional<Reply> refused = PodSecurityRefusal(res, ns, *obj, name)) return refused;
+    return QuotaRefusal(res, ns, name);
+  }
+
+  // The ResourceQuota admission for object counts: a pod or Service created
+  // in a namespace where a ResourceQuota's spec.hard caps their number
+  // ("pods", "services", "count/pods", "count/services") and the cap is
+  // reached is refused 403 Forbidden in the real server's words.
+  std::optional<Reply> QuotaRefusal(const ResourceInfo& res, const std::string& ns,
+                                    const std::string& name) const {
+    const std::string plural = res.plural;
+    if (plural != "pods" && plural != "services") return std::nullopt;
+    const std::string prefix = ns + "/";
+    auto in_namespace = [&](const std::string& resource) {
+      const auto& objects = store_.at(resource);
+      size_t n = 0;
+      for (auto it = objects.lower_bound(prefix);
+           it != objects.end() && absl::StartsWith(it->first, prefix); ++it) {
+        ++n;
+      }
+      return n;
+    };
+    const auto& quotas = store_.at("resourcequotas");
+    for (auto it = quotas.lower_bound(prefix);
+         it != quotas.end() && absl::StartsWith(it->first, prefix); ++it) {
+      const json& quota = *it->second;
+      const json hard = quota.value("spec", json::object()).value("hard", json::object());
+      for (const std::string& key : {plural, "count/" + plural}) {
+        auto limit_field = hard.find(key);
+        if (limit_field == hard.end()) continue;
+        int64_t limit = 0;
+        if (limit_field->is_number_integer()) {
+          limit = limit_field->get<int64_t>();
+        } else if (!limit_field->is_string() ||
+                   !absl::SimpleAtoi(limit_field->get<std::string>(), &limit)) {
+          continue;  // not a count this fake reads
+        }
+        const size_t used = in_namespace(plural);
+        if (static_cast<int64_t>(used) + 1 <= limit) continue;
+        return Error(403, "Forbidden",
+                     absl::StrCat(plural, " \"", name, "\" is forbidden: exceeded quota: ",
+                                  StringAt(quota, "metadata", "name"), ", requested: ", key,
+                                  "=1, used: ", key, "=", used, ", limited: ", key, "=", limit),
+                     {{"name", name}, {"kind", plural}});
+      }
+    }
     return std::nullopt;
   }
 
@@ -889,18 +944,54 @@ class FakeApiServer::Impl {
     return SendAll(fd, head) && SendAll(fd, body);
   }
 
+  void CountRefusal(const std::string& verb, absl::string_view plural, int code) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++refusal_counts_[absl::StrCat(verb, " ", plural, " ", code)];
+  }
+
   void Count(const std::string& verb, absl::string_view plural, absl::string_view sub) {
     std::lock_guard<std::mutex> lock(mu_);
     ++request_counts_[absl::StrCat(verb, " ", plural, sub.empty() ? "" : "/", sub)];
   }
 
+  // A place among the requests served at once (Options::max_in_flight),
+  // held while the request is served.
+  class InFlight {
+   public:
+    InFlight(Impl& impl, bool hold) : impl_(impl), held_(hold) {
+      if (!held_) return;
+      std::unique_lock<std::mutex> lock(impl_.in_flight_mu_);
+      const int limit = impl_.options_.max_in_flight;
+      impl_.in_flight_cv_.wait(lock, [&] { return limit <= 0 || impl_.in_flight_ < limit; });
+      ++impl_.in_flight_;
+      impl_.peak_in_flight_ = std::max(impl_.peak_in_flight_, impl_.in_flight_);
+    }
+    ~InFlight() {
+      if (!held_) return;
+      {
+        std::lock_guard<std::mutex> lock(impl_.in_flight_mu_);
+        --impl_.in_flight_;
+      }
+      impl_.in_flight_cv_.notify_one();
+    }
+
+   private:
+    Impl& impl_;
+    const bool held_;
+  };
+
   // Returns false when the connection must be closed.
   bool Handle(int fd, HttpRequest& req) {
+    const bool long_running =
+        req.method == "GET" && (req.query.count("watch") > 0 || req.query.count("follow") > 0);
+    const bool write = req.method == "POST" || req.method == "PUT" || req.method == "PATCH" ||
+                       req.method == "DELETE";
+    InFlight place(*this, !long_running);
     absl::Duration latency;
     int fail_code = 0;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      latency = latency_;
+      latency = latency_ + (write ? options_.write_latency : absl::ZeroDuration());
       if (fail_next_ > 0) {
         --fail_next_;
         fail_code = fail_code_;
@@ -1028,7 +1119,9 @@ class FakeApiServer::Impl {
     }
     if (req.method == "POST" && name.empty()) {
       Count("create", res->plural, "");
-      return SendReply(fd, Create(*res, ns, std::move(body)));
+      Reply created = Create(*res, ns, std::move(body));
+      if (created.code >= 400) CountRefusal("create", res->plural, created.code);
+      return SendReply(fd, created);
     }
     if (req.method == "PUT") {
       Count("update", res->plural, sub);
@@ -1330,9 +1423,15 @@ class FakeApiServer::Impl {
   int fail_next_ = 0;
   int fail_code_ = 500;
   absl::Duration latency_ = absl::ZeroDuration();
+  // Requests being served now, and their limit's wait (InFlight).
+  std::mutex in_flight_mu_;
+  std::condition_variable in_flight_cv_;
+  int in_flight_ = 0;
+  int peak_in_flight_ = 0;
   FakeApiServer::LogRequestHook before_log_request_;
   int open_watches_ = 0;
   std::map<std::string, int64_t> request_counts_;
+  std::map<std::string, int64_t> refusal_counts_;
   struct ServedCrd {
     json crd;
     json printer_columns;  // version v1's
@@ -1401,11 +1500,15 @@ void FakeApiServer::BeforeLogRequests(LogRequestHook hook) {
 }
 void FakeApiServer::CompactHistory() { impl_->CompactHistory(); }
 absl::Status FakeApiServer::ServeCrd(const nlohmann::json& crd) { return impl_->ServeCrd(crd); }
+std::map<std::string, int64_t> FakeApiServer::RefusalCounts() const {
+  return impl_->RefusalCounts();
+}
 std::map<std::string, int64_t> FakeApiServer::RequestCounts() const {
   return impl_->RequestCounts();
 }
 void FakeApiServer::ResetRequestCounts() { impl_->ResetRequestCounts(); }
 int FakeApiServer::OpenWatchCount() const { return impl_->OpenWatchCount(); }
+int FakeApiServer::PeakInFlight() const { return impl_->PeakInFlight(); }
 int64_t FakeApiServer::CurrentResourceVersion() const { return impl_->CurrentResourceVersion(); }
 
 absl::StatusOr<nlohmann::json> FakeApiServer::Create(absl::string_view resource,

@@ -69,6 +69,11 @@ namespace kubetrain::fake_apiserver {
 //  - a pod created in a namespace labelled pod-security.kubernetes.io/enforce
 //    (LabelNamespace) passes the Pod Security admission of that level, or is
 //    refused 403 Forbidden in the real server's words (pod_security.h);
+//  - a pod or Service created in a namespace with a ResourceQuota whose
+//    spec.hard caps their count (pods, services, count/pods,
+//    count/services) at what the namespace holds is refused 403 Forbidden
+//    ("exceeded quota: ..."), as the ResourceQuota admission does; other
+//    quota keys (CPU, memory) are not checked;
 //  - a custom resource whose CRD is served (the TrainingJob CRD is, from the
 //    start: Options::serve_training_job_crd) is pruned and validated against
 //    the CRD's openAPIV3Schema on every write, status included, as
@@ -120,6 +125,16 @@ class FakeApiServer {
     // columns and short name. False: trainingjobs are stored unchecked until
     // a test calls ServeCrd (for tests of the fake server itself).
     bool serve_training_job_crd = true;
+    // A latency model, as a real API server on a small machine behaves
+    // (admission, serialisation, etcd's round trip and fsync): every request
+    // is delayed `request_latency`, every write (create, update, patch,
+    // delete) `write_latency` more, and at most `max_in_flight` requests are
+    // served at once, the rest waiting their turn (kube-apiserver's
+    // --max-requests-inflight and --max-mutating-requests-inflight, as one
+    // limit). Watches and followed logs hold no place, as there. Zero: none.
+    absl::Duration request_latency = absl::ZeroDuration();
+    absl::Duration write_latency = absl::ZeroDuration();
+    int max_in_flight = 0;
   };
 
   static absl::StatusOr<std::unique_ptr<FakeApiServer>> Start(Options options);
@@ -135,7 +150,7 @@ class FakeApiServer {
   // The next `n` requests (watches included) fail with `code` and a Status body,
   // without touching the store.
   void FailNextRequests(int n, int code = 500);
-  // Every request waits this long before it is handled.
+  // Every request waits this long before it is handled (Options::request_latency).
   void SetLatency(absl::Duration latency);
   // Forgets the event history up to now: watches resuming from an older
   // resourceVersion get 410 Gone; open watches are ended with an ERROR 410
@@ -184,8 +199,15 @@ class FakeApiServer {
   // Requests served, keyed "VERB RESOURCE[/SUBRESOURCE]" with VERB one of get, list,
   // watch, create, update, patch, delete (e.g. "create pods", "update trainingjobs/status").
   std::map<std::string, int64_t> RequestCounts() const;
+  // Creates the server refused, keyed "create RESOURCE CODE" ("create pods
+  // 409": a create of what exists; "create pods 403": admission).
+  std::map<std::string, int64_t> RefusalCounts() const;
   void ResetRequestCounts();
   int OpenWatchCount() const;
+  // The most requests served at once so far (watches and followed logs not
+  // counted): how much concurrency clients used, and whether
+  // Options::max_in_flight held them back.
+  int PeakInFlight() const;
   int64_t CurrentResourceVersion() const;
 
   // --- Direct store access for tests (no HTTP, same semantics and events) ---

@@ -347,6 +347,50 @@ TEST_F(FakeApiServerTest, InjectedFailuresThenRecovery) {
   EXPECT_EQ(Call(http::methods::GET, "/api/v1/namespaces/ns1/pods").code, 200);
 }
 
+// The latency model: writes wait longer than reads, and no more than
+// max_in_flight requests are served at once, so four concurrent writes
+// through two places take at least two write latencies; an open watch holds
+// no place. (Lower bounds only: a slow machine only adds.)
+TEST(FakeApiServerLatencyTest, WritesWaitLongerAndShareTheInFlightPlaces) {
+  FakeApiServer::Options options;
+  options.request_latency = absl::Milliseconds(20);
+  options.write_latency = absl::Milliseconds(200);
+  options.max_in_flight = 2;
+  auto server = FakeApiServer::Start(options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  http::client::http_client client((*server)->url());
+  // A watch that stays open throughout.
+  http::http_request watch_request(http::methods::GET);
+  watch_request.set_request_uri("/api/v1/namespaces/ns1/pods?watch=true");
+  http::http_response watch = client.request(watch_request).get();
+  ASSERT_EQ(watch.status_code(), 200);
+
+  absl::Time start = absl::Now();
+  http::http_request get(http::methods::GET);
+  get.set_request_uri("/api/v1/namespaces/ns1/pods");
+  EXPECT_EQ(client.request(get).get().status_code(), 200);
+  const absl::Duration read = absl::Now() - start;
+  EXPECT_GE(read, absl::Milliseconds(20));
+
+  start = absl::Now();
+  std::vector<pplx::task<http::http_response>> writes;
+  for (int i = 0; i < 4; ++i) {
+    http::http_request create(http::methods::POST);
+    create.set_request_uri("/api/v1/namespaces/ns1/pods");
+    json pod = {{"apiVersion", "v1"},
+                {"kind", "Pod"},
+                {"metadata", {{"name", absl::StrCat("p", i)}}},
+                {"spec", {{"containers", json::array({{{"name", "c"}, {"image", "x"}}})}}}};
+    create.set_body(pod.dump(), "application/json");
+    writes.push_back(client.request(create));
+  }
+  for (auto& w : writes) EXPECT_EQ(w.get().status_code(), 201);
+  EXPECT_GE(absl::Now() - start, 2 * absl::Milliseconds(220));
+  EXPECT_EQ((*server)->PeakInFlight(), 2) << "the four writes were not served two at a time";
+  EXPECT_EQ((*server)->Count("pods"), 4u);
+  EXPECT_EQ((*server)->OpenWatchCount(), 1);
+}
+
 TEST_F(FakeApiServerTest, DeletingAnOwnerDeletesItsDependents) {
   json job = {{"metadata", {{"name", "j1"}}}, {"spec", json::object()}};
   json created =

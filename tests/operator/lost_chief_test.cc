@@ -23,9 +23,9 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "operator/kube/controller.h"
+#include "operator/kube/controller_test_fixture.h"
 #include "operator/kube/test_objects.h"
 #include "tests/fake_apiserver/fake_apiserver.h"
-#include "tests/operator/controller_on_fake_server.h"
 #include "tests/operator/stand_in_kubelet.h"
 
 namespace kubetrain::testing {
@@ -42,13 +42,20 @@ using test_support::ReadFile;
 constexpr char kData[] = "/usr/share/datasets/fashion-mnist";
 constexpr int64_t kMaxSteps = 1200;
 
-class LostChiefOnKubernetesTest : public ControllerOnFakeServerTest {
+class LostChiefOnKubernetesTest : public kube::testing::ControllerOnFakeServerTest {
  protected:
+  // Recreations back off 200 ms, not 10 s.
+  kube::ControllerOptions Options() const override {
+    kube::ControllerOptions options = ControllerOnFakeServerTest::Options();
+    options.reconcile.recreate_backoff_base = absl::Milliseconds(200);
+    return options;
+  }
+
   void SetUp() override {
     if (!fs::exists(absl::StrCat(kData, "/train-images-idx3-ubyte.gz"))) {
       GTEST_SKIP() << "Fashion-MNIST is not installed (Debian's dataset-fashion-mnist)";
     }
-    ControllerOnFakeServerTest::SetUp();
+    kube::testing::ControllerOnFakeServerTest::SetUp();
     if (HasFatalFailure()) return;
     fs::create_directories(claim_folder_);
     fs::create_directories(logs_);

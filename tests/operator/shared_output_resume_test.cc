@@ -31,9 +31,9 @@
 #include "common/testing/wait_until.h"
 #include "gtest/gtest.h"
 #include "operator/kube/controller.h"
+#include "operator/kube/controller_test_fixture.h"
 #include "operator/kube/test_objects.h"
 #include "tests/fake_apiserver/fake_apiserver.h"
-#include "tests/operator/controller_on_fake_server.h"
 #include "tests/operator/stand_in_kubelet.h"
 
 namespace kubetrain::testing {
@@ -45,8 +45,15 @@ using nlohmann::json;
 using test_support::LatestCheckpointStep;
 using test_support::ReadFile;
 
-class SharedOutputResumeTest : public ControllerOnFakeServerTest {
+class SharedOutputResumeTest : public kube::testing::ControllerOnFakeServerTest {
  protected:
+  // Recreations back off 200 ms, not 10 s.
+  kube::ControllerOptions Options() const override {
+    kube::ControllerOptions options = ControllerOnFakeServerTest::Options();
+    options.reconcile.recreate_backoff_base = absl::Milliseconds(200);
+    return options;
+  }
+
   void SetPhase(const std::string& pod, const json& status) {
     ASSERT_TRUE(server_->MergePatch("pods", "ns1", pod, status, "status").ok()) << pod;
   }
