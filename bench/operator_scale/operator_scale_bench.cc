@@ -32,6 +32,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <iterator>
 #include <map>
 #include <optional>
 #include <sstream>
@@ -61,6 +62,22 @@ int64_t PeakRssKiB(pid_t pid) {
   return -1;
 }
 
+// User + system CPU seconds `pid` has used so far (/proc/PID/stat fields 14
+// and 15, in clock ticks).
+double CpuSeconds(pid_t pid) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t close = stat.rfind(')');
+  if (close == std::string::npos) return -1;
+  std::istringstream fields(stat.substr(close + 2));
+  std::string field;
+  double ticks = 0;
+  for (int i = 3; i <= 15 && fields >> field; ++i) {
+    if (i >= 14) ticks += std::atof(field.c_str());
+  }
+  return ticks / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
 std::string Flag(int argc, char** argv, const std::string& name, const std::string& fallback) {
   for (int i = 1; i + 1 < argc; ++i) {
     if (argv[i] == "--" + name) return argv[i + 1];
@@ -88,6 +105,7 @@ struct Result {
   double seconds = 0;  // last create -> every pod exists
   double settle_seconds = 0;
   double rss_mib = 0;
+  double cpu_seconds = 0;  // the operator's, user + system
   int peak_in_flight = 0;
   std::map<std::string, int64_t> counts;
 };
@@ -185,8 +203,10 @@ std::optional<Result> RunOnce(const std::string& operator_binary, const Setup& s
   (*server)->WaitUntil(
       [&] {
         for (const json& j : (*server)->List("trainingjobs", "bench")) {
+          // Every pod exists, none runs (nothing runs pods here): the jobs
+          // wait for them, the study with its first trials started.
           const std::string state = j.value("status", json::object()).value("state", "");
-          if (state != (setup.study ? "RUNNING" : "PREPARING")) return false;
+          if (state != "PREPARING" && state != "RUNNING") return false;
         }
         return true;
       },
@@ -194,6 +214,7 @@ std::optional<Result> RunOnce(const std::string& operator_binary, const Setup& s
   result.settle_seconds = absl::ToDoubleSeconds(absl::Now() - last_create);
   result.seconds = absl::ToDoubleSeconds(all_pods - last_create);
   result.rss_mib = static_cast<double>(PeakRssKiB(pid)) / 1024.0;
+  result.cpu_seconds = CpuSeconds(pid);
   result.peak_in_flight = (*server)->PeakInFlight();
   result.counts = (*server)->RequestCounts();
   kill(pid, SIGTERM);
@@ -220,9 +241,9 @@ void Report(const std::string& who, const Setup& setup, const Result& r) {
   std::printf("  all %zu pods exist: %s\n", r.pods, r.done ? "yes" : "NO (timed out)");
   std::printf("  last create -> all pods                %8.2f s   %8.1f pods/s\n", r.seconds,
               static_cast<double>(r.pods) / std::max(r.seconds, 1e-9));
-  std::printf("  last create -> every job %-9s     %8.2f s\n",
-              setup.study ? "RUNNING" : "PREPARING", r.settle_seconds);
+  std::printf("  last create -> status written          %8.2f s\n", r.settle_seconds);
   std::printf("  operator peak RSS                      %8.1f MiB\n", r.rss_mib);
+  std::printf("  operator CPU (user + system)           %8.2f s\n", r.cpu_seconds);
   std::printf("  requests in flight at most             %8d\n", r.peak_in_flight);
   std::printf("  API requests per job                   %8.2f   (writes %.2f)\n",
               static_cast<double>(total) / jobs, static_cast<double>(writes) / jobs);

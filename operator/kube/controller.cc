@@ -10,6 +10,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
@@ -58,12 +59,61 @@ std::string OwnerUid(const json& object) {
   return "";
 }
 
-// The replica caches keep what core::ParsePod / ParseService read: metadata
-// (without managedFields and annotations) and status. Of the spec (container
-// env with TF_CONFIG, resources: what we rendered, never read back) only the
-// trial's metrics token stays, as containers[].env, for the Metrics service
-// to check reports against (TrialPodHasToken).
+// The replica caches keep only what is read back, as controller-runtime's
+// cache transforms do: at 10,000 jobs they hold 160,000 objects, and every
+// field kept costs each of them (bench/operator_scale reports the RSS).
+//  - metadata: name, namespace, the kubetrain.io/ labels, deletionTimestamp,
+//    the controller ownerReference's kind, name and uid (whose job it is)
+//    and, but for Services (core::ParseService reads no more),
+//    creationTimestamp (core::ParsePod);
+//  - status, but for Services, without what describes the node and the
+//    image (IPs, image IDs, container IDs, QoS class);
+//  - of the spec (container env with TF_CONFIG, resources: what we rendered,
+//    never read back) only the trial's metrics token, as containers[].env,
+//    for the Metrics service to check reports against (TrialPodHasToken).
 void StripForCache(json& object) {
+  json kept = json::object();
+  const bool service = object.value("kind", "") == "Service";
+  if (auto md = object.find("metadata"); md != object.end() && md->is_object()) {
+    json& meta = kept["metadata"];
+    for (const char* field : {"name", "namespace", "deletionTimestamp", "creationTimestamp"}) {
+      if (service && absl::string_view(field) == "creationTimestamp") continue;
+      if (auto value = md->find(field); value != md->end()) meta[field] = std::move(*value);
+    }
+    if (auto labels = md->find("labels"); labels != md->end() && labels->is_object()) {
+      json ours = json::object();
+      for (auto it = labels->begin(); it != labels->end(); ++it) {
+        if (absl::StartsWith(it.key(), "kubetrain.io/")) ours[it.key()] = std::move(it.value());
+      }
+      meta["labels"] = std::move(ours);
+    }
+    if (auto refs = md->find("ownerReferences"); refs != md->end() && refs->is_array()) {
+      for (json& ref : *refs) {
+        if (!ref.is_object() || !ref.value("controller", false)) continue;
+        json owner = {{"controller", true}};
+        for (const char* field : {"kind", "name", "uid"}) {
+          if (auto value = ref.find(field); value != ref.end()) owner[field] = std::move(*value);
+        }
+        meta["ownerReferences"] = json::array({std::move(owner)});
+        break;
+      }
+    }
+  }
+  if (auto status = object.find("status");
+      !service && status != object.end() && status->is_object()) {
+    for (const char* field : {"podIP", "podIPs", "hostIP", "hostIPs", "qosClass"}) {
+      status->erase(field);
+    }
+    for (const char* list : {"containerStatuses", "initContainerStatuses"}) {
+      if (auto statuses = status->find(list); statuses != status->end() && statuses->is_array()) {
+        for (json& container : *statuses) {
+          if (!container.is_object()) continue;
+          for (const char* field : {"image", "imageID", "containerID"}) container.erase(field);
+        }
+      }
+    }
+    kept["status"] = std::move(*status);
+  }
   json token_env = json::array();
   if (auto spec = object.find("spec"); spec != object.end() && spec->is_object()) {
     if (auto containers = spec->find("containers");
@@ -80,12 +130,8 @@ void StripForCache(json& object) {
       }
     }
   }
-  object.erase("spec");
-  if (!token_env.empty()) object["spec"]["containers"] = {{{"env", std::move(token_env)}}};
-  if (object.contains("metadata") && object["metadata"].is_object()) {
-    object["metadata"].erase("managedFields");
-    object["metadata"].erase("annotations");
-  }
+  if (!token_env.empty()) kept["spec"]["containers"] = {{{"env", std::move(token_env)}}};
+  object = std::move(kept);
 }
 
 }  // namespace

@@ -3,10 +3,14 @@
 
 #include <cpprest/containerstream.h>
 #include <cpprest/http_client.h>
+#include <pplx/threadpool.h>
 
+#include <algorithm>
 #include <boost/asio/ssl.hpp>
 #include <chrono>
 #include <exception>
+#include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -44,29 +48,74 @@ void ConfigureTls(const ClusterConfig& config, boost::asio::ssl::context& ctx) {
   }
 }
 
+// The lines of a streamed response body, read in chunks of what has
+// arrived: cpprestsdk's read_line takes one byte at a time, each through the
+// stream buffer's lock, which costs a watch of many events more CPU than its
+// JSON. Throws what the body's stream throws.
+class BodyLines {
+ public:
+  explicit BodyLines(concurrency::streams::istream body) : body_(std::move(body)) {}
+
+  // The next line without its '\n' (a '\r' before it stays); nullopt at the
+  // end of the body (what is left without a newline is the last line).
+  std::optional<std::string> Next() {
+    for (;;) {
+      if (size_t newline = pending_.find('\n', scanned_); newline != std::string::npos) {
+        std::string line = pending_.substr(0, newline);
+        pending_.erase(0, newline + 1);
+        scanned_ = 0;
+        return line;
+      }
+      scanned_ = pending_.size();
+      concurrency::streams::streambuf<uint8_t> buffer = body_.streambuf();
+      // Wait for one byte, then take whatever else has arrived with it.
+      const auto first = buffer.bumpc().get();
+      if (first == concurrency::streams::streambuf<uint8_t>::traits::eof()) {
+        if (pending_.empty()) return std::nullopt;
+        std::string line = std::move(pending_);
+        pending_.clear();
+        scanned_ = 0;
+        return line;
+      }
+      pending_.push_back(static_cast<char>(first));
+      if (const size_t available = buffer.in_avail(); available > 0) {
+        const size_t at = pending_.size();
+        pending_.resize(at + available);
+        const size_t got =
+            buffer.getn(reinterpret_cast<uint8_t*>(pending_.data() + at), available).get();
+        pending_.resize(at + got);
+      }
+    }
+  }
+
+ private:
+  concurrency::streams::istream body_;
+  std::string pending_;  // read, not yet returned
+  size_t scanned_ = 0;   // pending_ has no '\n' before this
+};
+
 class RestWatchStream : public WatchStream {
  public:
   RestWatchStream(http::http_response response, pplx::cancellation_token_source cancel,
                   std::string context)
-      : response_(std::move(response)), cancel_(std::move(cancel)), context_(std::move(context)) {}
+      : response_(std::move(response)),
+        lines_(response_.body()),
+        cancel_(std::move(cancel)),
+        context_(std::move(context)) {}
   ~RestWatchStream() override { Cancel(); }
 
   absl::StatusOr<std::optional<WatchEvent>> Next() override {
     for (;;) {
-      concurrency::streams::container_buffer<std::string> line;
+      std::optional<std::string> line;
       try {
-        response_.body().read_line(line).get();
+        line = lines_.Next();
       } catch (const std::exception& e) {
         if (cancel_.get_token().is_canceled()) return std::optional<WatchEvent>();
         return absl::UnavailableError(absl::StrCat(context_, ": watch stream: ", e.what()));
       }
-      const std::string& text = line.collection();
-      if (text.empty() || text == "\r") {
-        if (response_.body().is_eof() || cancel_.get_token().is_canceled()) {
-          return std::optional<WatchEvent>();
-        }
-        continue;
-      }
+      if (!line || cancel_.get_token().is_canceled()) return std::optional<WatchEvent>();
+      const std::string& text = *line;
+      if (text.empty() || text == "\r") continue;
       json event = json::parse(text, nullptr, /*allow_exceptions=*/false);
       if (event.is_discarded() || !event.is_object() || !event.contains("type") ||
           !event["type"].is_string() || !event.contains("object")) {
@@ -82,6 +131,7 @@ class RestWatchStream : public WatchStream {
 
  private:
   http::http_response response_;
+  BodyLines lines_;
   pplx::cancellation_token_source cancel_;
   std::string context_;
 };
@@ -367,6 +417,15 @@ absl::StatusOr<std::unique_ptr<LogStream>> RestClusterClient::StreamLog(const st
                                                                         const std::string& pod,
                                                                         const LogOptions& options) {
   return impl_->StreamLog(ns, pod, options);
+}
+
+bool SetClientIoThreads(size_t threads) {
+  try {
+    crossplat::threadpool::initialize_with_threads(std::max<size_t>(threads, 1));
+    return true;
+  } catch (const std::exception&) {
+    return false;  // made already
+  }
 }
 
 }  // namespace kubetrain::kube

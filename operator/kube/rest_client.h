@@ -28,6 +28,14 @@ struct RestClientOptions {
   std::function<void(std::string_view verb, int code)> on_request = nullptr;
 };
 
+// Sizes the one thread pool on which every cpprestsdk client of this process
+// does its I/O and runs its continuations. cpprestsdk's default is 40
+// threads; on a machine of a few cores they spend more time handing work to
+// each other (futex to futex) than doing it: bench/operator_scale measures
+// it. Call before the first client is made; false when the pool exists
+// already (it then stays as it is).
+bool SetClientIoThreads(size_t threads);
+
 // ClusterClient over the Kubernetes REST API, on cpprestsdk's http_client.
 // TLS: the CA bundle, client certificate and key of `config` are installed
 // through the http_client's SSL context callback; insecure-skip-tls-verify

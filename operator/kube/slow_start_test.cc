@@ -65,16 +65,15 @@ TEST(SlowStartBatchesTest, TheCallsOfABatchRunTogether) {
     while (static_cast<size_t>(2 * size) <= i + 1) size *= 2;
     return size;
   };
-  EXPECT_EQ(
-      SlowStartBatches(15, [&](size_t i) { return recorder.Call(i, true, batch_of(i)); }), 15u);
+  EXPECT_EQ(SlowStartBatches(15, [&](size_t i) { return recorder.Call(i, true, batch_of(i)); }),
+            15u);
   EXPECT_EQ(recorder.peak.load(), 8);
 }
 
 TEST(SlowStartBatchesTest, ABatchWithAFailureIsTheLast) {
   // Index 4 fails: batches {0}, {1, 2}, {3, 4, 5, 6} run; 7.. are not called.
   Recorder recorder;
-  const size_t called =
-      SlowStartBatches(20, [&](size_t i) { return recorder.Call(i, i != 4); });
+  const size_t called = SlowStartBatches(20, [&](size_t i) { return recorder.Call(i, i != 4); });
   EXPECT_EQ(called, 7u);
   std::vector<size_t> sorted = recorder.order;
   std::sort(sorted.begin(), sorted.end());
@@ -87,7 +86,8 @@ TEST(SlowStartBatchesTest, ABatchWithAFailureIsTheLast) {
 TEST(SlowStartBatchesTest, ALargerFirstBatch) {
   Recorder recorder;
   // Batches 4 (indices 0-3), 2 (what is left).
-  EXPECT_EQ(SlowStartBatches(6, [&](size_t i) { return recorder.Call(i, true, i < 4 ? 4 : 1); }, 4),
+  EXPECT_EQ(SlowStartBatches(
+                6, [&](size_t i) { return recorder.Call(i, true, i < 4 ? 4 : 1); }, 4),
             6u);
   EXPECT_EQ(recorder.peak.load(), 4);
 }
