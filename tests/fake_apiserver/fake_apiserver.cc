@@ -345,7 +345,13 @@ class RequestReader {
 
 class FakeApiServer::Impl {
  public:
-  explicit Impl(Options options) : options_(options), latency_(options.request_latency) {}
+  explicit Impl(Options options) : options_(options), latency_(options.request_latency) {
+    // Made once, for every resource: looked up without a lock afterwards.
+    for (const ResourceInfo& r : kResources) {
+      last_change_[&r] = 0;
+      resource_cv_[&r];
+    }
+  }
 
   absl::Status Listen() {
     listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -375,7 +381,7 @@ class FakeApiServer::Impl {
       std::lock_guard<std::mutex> lock(mu_);
       stopping_ = true;
     }
-    watch_cv_.notify_all();
+    NotifyEveryWaiter();
     logs_.Shutdown();
     ::shutdown(listen_fd_, SHUT_RDWR);
     if (accept_thread_.joinable()) accept_thread_.join();
@@ -385,7 +391,7 @@ class FakeApiServer::Impl {
       conns.swap(connections_);
       for (auto& c : conns) ::shutdown(c->fd, SHUT_RDWR);
     }
-    watch_cv_.notify_all();
+    NotifyEveryWaiter();
     for (auto& c : conns) {
       c->thread.join();
       ::close(c->fd);
@@ -401,7 +407,7 @@ class FakeApiServer::Impl {
       std::lock_guard<std::mutex> lock(mu_);
       ++drop_generation_;
     }
-    watch_cv_.notify_all();
+    NotifyEveryWaiter();
   }
   void FailNextRequests(int n, int code) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -427,7 +433,7 @@ class FakeApiServer::Impl {
       compacted_rv_ = rv_;
       ++compact_generation_;
     }
-    watch_cv_.notify_all();
+    NotifyEveryWaiter();
   }
   std::map<std::string, int64_t> RefusalCounts() const {
     std::lock_guard<std::mutex> lock(mu_);
@@ -600,7 +606,21 @@ class FakeApiServer::Impl {
       compacted_rv_ = history_.front().rv;
       history_.pop_front();
     }
+    // Only the watches of this resource wake (and WaitUntil's callers), as
+    // a real server's per-resource watch cache does: each change would
+    // otherwise wake every watch of every resource.
+    last_change_.at(&res) = rv_;
+    resource_cv_.at(&res).notify_all();
     watch_cv_.notify_all();
+  }
+
+  void NotifyEveryWaiter() {
+    {
+      // The lock orders this after any waiter's predicate check.
+      std::lock_guard<std::mutex> lock(mu_);
+    }
+    watch_cv_.notify_all();
+    for (auto& [res, cv] : resource_cv_) cv.notify_all();
   }
 
   enum class Write { kCreate, kUpdate };
@@ -1282,11 +1302,11 @@ class FakeApiServer::Impl {
       SendReply(fd, Error(400, "BadRequest", absl::StrCat("invalid resourceVersion ", rv_text)));
       return;
     }
-    auto chunk = [fd](const json& event) {
-      std::string line = event.dump();
+    auto chunk_text = [fd](std::string line) {
       line.push_back('\n');
       return SendAll(fd, absl::StrCat(absl::Hex(line.size()), "\r\n", line, "\r\n"));
     };
+    auto chunk = [&](const json& event) { return chunk_text(event.dump()); };
     auto expired = [&](int64_t rv, int64_t compacted) {
       return json{{"type", "ERROR"},
                   {"object", StatusBody(410, "Expired",
@@ -1341,25 +1361,33 @@ class FakeApiServer::Impl {
     auto next_bookmark = start + bookmark_every;
     const auto deadline = timeout_seconds > 0 ? start + std::chrono::seconds(timeout_seconds)
                                               : std::chrono::steady_clock::time_point::max();
+    // An event to send: a stored object (serialised after the lock is
+    // released, never copied) or one made here (ERROR, BOOKMARK).
+    struct Outgoing {
+      std::string type;
+      std::shared_ptr<const json> object;
+      json made;
+    };
     for (;;) {
-      std::vector<json> out;
+      std::vector<Outgoing> out;
       bool end = false;
       {
         std::unique_lock<std::mutex> lock(mu_);
         auto wake = bookmarks ? std::min(next_bookmark, deadline) : deadline;
         auto ready = [&] {
           return stopping_ || drop_generation_ != drop_generation ||
-                 compact_generation_ != compact_generation || rv_ > position;
+                 compact_generation_ != compact_generation || last_change_.at(&res) > position;
         };
+        std::condition_variable& changed = resource_cv_.at(&res);
         if (wake == std::chrono::steady_clock::time_point::max()) {
-          watch_cv_.wait(lock, ready);
+          changed.wait(lock, ready);
         } else {
-          watch_cv_.wait_until(lock, wake, ready);
+          changed.wait_until(lock, wake, ready);
         }
         if (stopping_ || drop_generation_ != drop_generation) {
           end = true;
         } else if (compact_generation_ != compact_generation || position < compacted_rv_) {
-          out.push_back(expired(position, compacted_rv_));
+          out.push_back({.made = expired(position, compacted_rv_)});
           end = true;
         } else {
           auto it = std::upper_bound(history_.begin(), history_.end(), position,
@@ -1376,20 +1404,25 @@ class FakeApiServer::Impl {
               now = true;
             }
             if (!now) continue;
-            out.push_back({{"type", type}, {"object", *it->object}});
+            out.push_back({.type = std::move(type), .object = it->object});
           }
           position = std::max(position, rv_);
           if (out.empty() && bookmarks && std::chrono::steady_clock::now() >= next_bookmark) {
-            out.push_back({{"type", "BOOKMARK"},
-                           {"object",
-                            {{"kind", res.kind},
-                             {"apiVersion", res.api_version},
-                             {"metadata", {{"resourceVersion", std::to_string(position)}}}}}});
+            out.push_back(
+                {.made = {{"type", "BOOKMARK"},
+                          {"object",
+                           {{"kind", res.kind},
+                            {"apiVersion", res.api_version},
+                            {"metadata", {{"resourceVersion", std::to_string(position)}}}}}}});
           }
         }
       }
-      for (const json& e : out) {
-        if (!chunk(e)) return;
+      for (const Outgoing& e : out) {
+        const bool sent = e.object != nullptr
+                              ? chunk_text(absl::StrCat("{\"type\":\"", e.type,
+                                                        "\",\"object\":", e.object->dump(), "}"))
+                              : chunk(e.made);
+        if (!sent) return;
       }
       if (!out.empty() && bookmarks)
         next_bookmark = std::chrono::steady_clock::now() + bookmark_every;
@@ -1408,6 +1441,10 @@ class FakeApiServer::Impl {
 
   mutable std::mutex mu_;  // guards everything below
   std::condition_variable watch_cv_;
+  // Per resource: the resourceVersion of its last change, and what its
+  // watches wait on (Emit).
+  std::map<const ResourceInfo*, int64_t> last_change_;
+  std::map<const ResourceInfo*, std::condition_variable> resource_cv_;
   bool stopping_ = false;
   int64_t rv_ = 1000;
   int64_t compacted_rv_ = 0;
