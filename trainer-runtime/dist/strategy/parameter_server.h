@@ -47,11 +47,12 @@ std::vector<int> PlaceVariables(const std::vector<std::pair<std::string, int64_t
 //   PULL      the shard's variables as raw float32 in placement order; waits
 //             until the chief's INIT arrived.
 //   PUSH      gradients for the shard, computed at `step`. Async: applied at
-//             once (so a job's last step may pass --max_steps by the
-//             pushes in flight at its end, one per replica at most, as
-//             TensorFlow's asynchronous training does). Sync: added to step's aggregate; when every
-//             replica has given one the mean is applied and the step advances; the reply waits for
-//             that. A gradient for an older step is dropped.
+//             once (so a job's last step may pass --max_steps by the pushes
+//             in flight at its end, one per replica at most, as TensorFlow's
+//             asynchronous training does). Sync: added to step's aggregate;
+//             when every replica has given one the mean is applied and the
+//             step advances; the reply waits for that. A gradient for an
+//             older step is dropped.
 //   SNAPSHOT  the shard as a v1::Checkpoint, for the chief's checkpoints.
 //   LEAVE     worker -> each ps at its end: its stream closing next is no
 //             crash.
