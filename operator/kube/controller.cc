@@ -67,7 +67,7 @@ std::string OwnerUid(const json& object) {
 //    and, but for Services (core::ParseService reads no more),
 //    creationTimestamp (core::ParsePod);
 //  - status, but for Services, without what describes the node and the
-//    image (IPs, image IDs, container IDs, QoS class);
+//    container's run (IPs, image IDs, container IDs, QoS class);
 //  - of the spec (container env with TF_CONFIG, resources: what we rendered,
 //    never read back) only the trial's metrics token, as containers[].env,
 //    for the Metrics service to check reports against (TrialPodHasToken).
@@ -108,7 +108,8 @@ void StripForCache(json& object) {
       if (auto statuses = status->find(list); statuses != status->end() && statuses->is_array()) {
         for (json& container : *statuses) {
           if (!container.is_object()) continue;
-          for (const char* field : {"image", "imageID", "containerID"}) container.erase(field);
+          // (The image stays: a pull failure names it.)
+          for (const char* field : {"imageID", "containerID"}) container.erase(field);
         }
       }
     }
