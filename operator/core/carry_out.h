@@ -18,8 +18,9 @@ using Creation = std::variant<CreateClaim, CreateReplica, CreateService>;
 // CarryOut calls each step at most once, in order, and skips a step that
 // has nothing to do. Each step does all it can: a step that fails part-way
 // returns its first error (how far it goes after one is the backend's
-// choice: the Kubernetes one stops creating at the first failed create, so
-// a quota error costs one call, not one per replica).
+// choice: the Kubernetes one creates in slow-start batches and stops after
+// the first batch with a failure, so a quota error costs a few calls, not
+// one per replica).
 class ResultSink {
  public:
   virtual ~ResultSink() = default;
