@@ -306,7 +306,7 @@ int main(int argc, char** argv) {
     Log(LogLevel::kError, absl::StrCat("credentials: ", config.status().ToString()));
     return 1;
   }
-  kubetrain::kube::SetClientIoThreads(static_cast<size_t>(std::max(1, flags.io_threads)));
+  kubetrain::kube::SetClientIoThreads(static_cast<size_t>(flags.io_threads));
   kubetrain::kube::RestClientOptions client_options{.qps = flags.qps, .burst = flags.burst};
   client_options.on_request = [&metrics](std::string_view verb, int code) {
     metrics.CountApiRequest(verb, code);

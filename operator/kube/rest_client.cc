@@ -48,10 +48,10 @@ void ConfigureTls(const ClusterConfig& config, boost::asio::ssl::context& ctx) {
   }
 }
 
-// The lines of a streamed response body, read in chunks of what has
-// arrived: cpprestsdk's read_line takes one byte at a time, each through the
-// stream buffer's lock, which costs a watch of many events more CPU than its
-// JSON. Throws what the body's stream throws.
+// The lines of a streamed response body (watch events, container logs), read
+// in chunks of what has arrived: cpprestsdk's read_line takes one byte at a
+// time, each through the stream buffer's lock, which costs a watch of many
+// events more CPU than its JSON. Throws what the body's stream throws.
 class BodyLines {
  public:
   explicit BodyLines(concurrency::streams::istream body) : body_(std::move(body)) {}
@@ -60,22 +60,22 @@ class BodyLines {
   // end of the body (what is left without a newline is the last line).
   std::optional<std::string> Next() {
     for (;;) {
-      if (size_t newline = pending_.find('\n', scanned_); newline != std::string::npos) {
-        std::string line = pending_.substr(0, newline);
-        pending_.erase(0, newline + 1);
-        scanned_ = 0;
+      if (size_t newline = pending_.find('\n', std::max(start_, scanned_));
+          newline != std::string::npos) {
+        std::string line = pending_.substr(start_, newline - start_);
+        start_ = scanned_ = newline + 1;
         return line;
       }
+      // Lines taken leave the buffer once per read, not once per line.
+      pending_.erase(0, start_);
       scanned_ = pending_.size();
+      start_ = 0;
       concurrency::streams::streambuf<uint8_t> buffer = body_.streambuf();
       // Wait for one byte, then take whatever else has arrived with it.
       const auto first = buffer.bumpc().get();
       if (first == concurrency::streams::streambuf<uint8_t>::traits::eof()) {
         if (pending_.empty()) return std::nullopt;
-        std::string line = std::move(pending_);
-        pending_.clear();
-        scanned_ = 0;
-        return line;
+        return std::exchange(pending_, std::string());
       }
       pending_.push_back(static_cast<char>(first));
       if (const size_t available = buffer.in_avail(); available > 0) {
@@ -90,8 +90,9 @@ class BodyLines {
 
  private:
   concurrency::streams::istream body_;
-  std::string pending_;  // read, not yet returned
-  size_t scanned_ = 0;   // pending_ has no '\n' before this
+  std::string pending_;  // read; from start_ on, not yet returned
+  size_t start_ = 0;
+  size_t scanned_ = 0;  // pending_ has no '\n' from start_ to here
 };
 
 class RestWatchStream : public WatchStream {
@@ -140,30 +141,34 @@ class RestLogStream : public LogStream {
  public:
   RestLogStream(http::http_response response, pplx::cancellation_token_source cancel,
                 std::string context)
-      : response_(std::move(response)), cancel_(std::move(cancel)), context_(std::move(context)) {}
+      : response_(std::move(response)),
+        lines_(response_.body()),
+        cancel_(std::move(cancel)),
+        context_(std::move(context)) {}
   ~RestLogStream() override { Cancel(); }
 
   absl::StatusOr<std::optional<std::string>> NextLine() override {
-    concurrency::streams::container_buffer<std::string> line;
+    std::optional<std::string> line;
     try {
-      response_.body().read_line(line).get();
+      line = lines_.Next();
     } catch (const std::exception& e) {
       if (cancel_.get_token().is_canceled()) return std::optional<std::string>();
       return absl::UnavailableError(absl::StrCat(context_, ": log stream: ", e.what()));
     }
-    std::string text = std::move(line.collection());
-    // An empty log line is a line; an empty read at the end is the end.
-    if (text.empty() && (response_.body().is_eof() || cancel_.get_token().is_canceled())) {
+    // An empty log line is a line; the body's end, or an empty read once
+    // cancelled, is the end.
+    if (!line || (line->empty() && cancel_.get_token().is_canceled())) {
       return std::optional<std::string>();
     }
-    if (!text.empty() && text.back() == '\r') text.pop_back();
-    return std::optional<std::string>(std::move(text));
+    if (!line->empty() && line->back() == '\r') line->pop_back();
+    return line;
   }
 
   void Cancel() override { cancel_.cancel(); }
 
  private:
   http::http_response response_;
+  BodyLines lines_;
   pplx::cancellation_token_source cancel_;
   std::string context_;
 };

@@ -39,8 +39,8 @@ bool SetClientIoThreads(size_t threads);
 // ClusterClient over the Kubernetes REST API, on cpprestsdk's http_client.
 // TLS: the CA bundle, client certificate and key of `config` are installed
 // through the http_client's SSL context callback; insecure-skip-tls-verify
-// turns verification off. Watches stream: each event is read as the line it
-// is, as it arrives (response.body().read_line), and Cancel() closes the
+// turns verification off. Watches and logs stream: each event (log line) is
+// read as the line it is, as it arrives, and Cancel() closes the
 // connection. No retries inside: callers (informers, the work queue) retry
 // with backoff. cpprest exceptions are caught here and come back as
 // Unavailable. Thread-safe.
