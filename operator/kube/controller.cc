@@ -59,6 +59,11 @@ std::string OwnerUid(const json& object) {
   return "";
 }
 
+// How expectations name a replica's object: "pods/NAME", "services/NAME".
+std::string ExpectationKey(absl::string_view plural, absl::string_view name) {
+  return absl::StrCat(plural, "/", name);
+}
+
 // The replica caches keep only what is read back, as controller-runtime's
 // cache transforms do: at 10,000 jobs they hold 160,000 objects, and every
 // field kept costs each of them (bench/operator_scale reports the RSS).
@@ -71,9 +76,9 @@ std::string OwnerUid(const json& object) {
 //  - of the spec (container env with TF_CONFIG, resources: what we rendered,
 //    never read back) only the trial's metrics token, as containers[].env,
 //    for the Metrics service to check reports against (TrialPodHasToken).
-void StripForCache(json& object) {
+void StripForCache(const Resource& resource, json& object) {
   json kept = json::object();
-  const bool service = object.value("kind", "") == "Service";
+  const bool service = &resource == &kServices;
   if (auto md = object.find("metadata"); md != object.end() && md->is_object()) {
     json& meta = kept["metadata"];
     for (const char* field : {"name", "namespace", "deletionTimestamp", "creationTimestamp"}) {
@@ -201,7 +206,7 @@ Controller::Controller(ClusterClient* client, ControllerOptions options, StudySt
                         .ns = options_.ns,
                         .label_selector = core::kLabelJobName,
                         .index_label = core::kLabelJobName,
-                        .transform = StripForCache},
+                        .transform = [&resource](json& o) { StripForCache(resource, o); }},
         InformerHandlers{
             .on_add = [this, kind](const ObjectPtr& o) { OnReplicaEvent(o, true, false, kind); },
             .on_update = [this, kind](
@@ -224,7 +229,7 @@ void Controller::OnReplicaEvent(const ObjectPtr& object, bool added, bool delete
   // Expectations are the owner's, by uid: a replica of an earlier job of the
   // same name never meets (or lowers) what the current one expects.
   const std::string owner_uid = OwnerUid(*object);
-  std::string name = absl::StrCat(kind, "/", MetaString(*object, "name"));
+  const std::string name = ExpectationKey(kind, MetaString(*object, "name"));
   if (added) expectations_.CreationObserved(owner_uid, name);
   if (deleted) expectations_.DeletionObserved(owner_uid, name);
   // The job of that name syncs either way: a replica of an earlier
@@ -499,11 +504,12 @@ class Controller::JobSink : public core::ResultSink {
     }
     std::vector<std::string> expected;
     for (const auto& [resource, name] : targets) {
-      expected.push_back(absl::StrCat(resource->plural, "/", name));
+      expected.push_back(ExpectationKey(resource->plural, name));
     }
     c_->expectations_.ExpectDeletions(uid_, expected, now_);
-    // Concurrently, in slow-start batches (slow_start.h), as creates.
-    std::vector<absl::Status> results(targets.size());
+    // Concurrently, in slow-start batches (slow_start.h), as creates; what
+    // is not sent stays "not attempted".
+    std::vector<absl::Status> results(targets.size(), absl::AbortedError("not attempted"));
     const size_t called = SlowStartBatches(targets.size(), [&](size_t i) {
       const auto& [resource, name] = targets[i];
       results[i] = c_->client_->Delete(*resource, ns_, name);
@@ -513,20 +519,19 @@ class Controller::JobSink : public core::ResultSink {
     std::vector<std::string> deleted_pods;
     for (size_t i = 0; i < targets.size(); ++i) {
       const auto& [resource, name] = targets[i];
-      const absl::Status& status = i < called ? results[i] : absl::AbortedError("not attempted");
+      const absl::Status& status = results[i];
       if (status.ok() && resource == &kPods) deleted_pods.push_back(name);
       if (status.ok() && resource == &kPersistentVolumeClaims) {
         c_->recorder_.Record(object_, EventRecorder::Type::kNormal, "SuccessfulDelete",
                              absl::StrCat("Deleted output claim ", name,
                                           " (spec.outputStorage.newClaim.deleteWhenFinished)"));
       }
-      if (!status.ok()) {
-        // Nothing will be observed for a failed or skipped call; NotFound is
-        // done already.
-        c_->expectations_.DeletionObserved(uid_, absl::StrCat(resource->plural, "/", name));
-        if (i < called && status.code() != absl::StatusCode::kNotFound && first_error.ok()) {
-          first_error = status;
-        }
+      if (status.ok()) continue;
+      // Nothing will be observed for a failed or skipped call; NotFound is
+      // done already.
+      c_->expectations_.DeletionObserved(uid_, ExpectationKey(resource->plural, name));
+      if (i < called && status.code() != absl::StatusCode::kNotFound && first_error.ok()) {
+        first_error = status;
       }
     }
     if (!deleted_pods.empty()) {
@@ -548,8 +553,8 @@ class Controller::JobSink : public core::ResultSink {
     std::vector<std::string> expected;
     std::vector<const core::Creation*> claims, others;
     for (const core::Creation& creation : creations) {
-      expected.push_back(
-          absl::StrCat(Target(creation).first->plural, "/", Target(creation).second));
+      const auto [resource, name] = Target(creation);
+      expected.push_back(ExpectationKey(resource->plural, name));
       (std::holds_alternative<core::CreateClaim>(creation) ? claims : others).push_back(&creation);
     }
     c_->expectations_.ExpectCreations(uid_, expected, now_);
@@ -577,8 +582,8 @@ class Controller::JobSink : public core::ResultSink {
         NotAttempted(*others[i]);
       } else if (!results[i].ok()) {
         if (first_error.ok()) first_error = results[i];
-      } else if (Target(*others[i]).first == &kPods) {
-        created_pods.push_back(Target(*others[i]).second);
+      } else if (const auto [resource, name] = Target(*others[i]); resource == &kPods) {
+        created_pods.push_back(name);
       }
     }
     if (!created_pods.empty()) {
@@ -603,7 +608,7 @@ class Controller::JobSink : public core::ResultSink {
   // A creation the batches never sent: no object will be observed for it.
   void NotAttempted(const core::Creation& creation) {
     const auto [resource, name] = Target(creation);
-    c_->expectations_.CreationObserved(uid_, absl::StrCat(resource->plural, "/", name));
+    c_->expectations_.CreationObserved(uid_, ExpectationKey(resource->plural, name));
   }
 
   // Creates one object. Creating what exists and is this job's is success.
@@ -631,7 +636,7 @@ class Controller::JobSink : public core::ResultSink {
       }
       return absl::OkStatus();
     }
-    c_->expectations_.CreationObserved(uid_, absl::StrCat(resource->plural, "/", name));
+    c_->expectations_.CreationObserved(uid_, ExpectationKey(resource->plural, name));
     absl::Status failed = created.status();
     if (failed.code() == absl::StatusCode::kAlreadyExists) {
       // Ours (the cache has not shown it yet) is done; one another owner
