@@ -13,6 +13,7 @@
 #include "api/field_error.h"
 #include "api/validation.h"
 #include "common/cpu_budget/cpu_budget.h"
+#include "common/status_macros.h"
 #include "google/protobuf/util/json_util.h"
 #include "operator/core/output_storage.h"
 
@@ -430,28 +431,29 @@ absl::StatusOr<ObservedReplica> ParsePod(const json& pod) {
     }
     const json* current = Field(*main, "state");
     const json* last = Field(*main, "lastState");
-    auto time_of = [&](const json* parent, const char* kind,
-                       const char* field) -> absl::StatusOr<absl::Time> {
-      const json* of = parent == nullptr ? nullptr : Field(*parent, kind);
-      const std::string text = of == nullptr ? "" : StringField(*of, field);
-      if (text.empty()) return absl::InfinitePast();
-      return ReadTime(text, what + ": containerStatuses." + kind + "." + field);
+    // `kind` (running, terminated) of `state`, when it is that kind.
+    auto of_kind = [](const json* state, const char* kind) {
+      return state == nullptr ? nullptr : Field(*state, kind);
     };
-    absl::StatusOr<absl::Time> started = time_of(current, "running", "startedAt");
-    absl::StatusOr<absl::Time> finished = time_of(current, "terminated", "finishedAt");
-    absl::StatusOr<absl::Time> last_finished =
-        current != nullptr && Field(*current, "waiting") != nullptr
-            ? time_of(last, "terminated", "finishedAt")
-            : absl::StatusOr<absl::Time>(absl::InfinitePast());
-    for (const absl::StatusOr<absl::Time>* t : {&started, &finished, &last_finished}) {
-      if (!t->ok()) return t->status();
+    // A time of the container's status into *out; absent leaves it.
+    auto read_time = [&](const json* of, const char* kind, const char* field,
+                         absl::Time* out) -> absl::Status {
+      const std::string text = of == nullptr ? "" : StringField(*of, field);
+      if (text.empty()) return absl::OkStatus();
+      ASSIGN_OR_RETURN(*out, ReadTime(text, what + ": containerStatuses." + kind + "." + field));
+      return absl::OkStatus();
+    };
+    RETURN_IF_ERROR(read_time(of_kind(current, "running"), "running", "startedAt", &r.run_since));
+    RETURN_IF_ERROR(
+        read_time(of_kind(current, "terminated"), "terminated", "finishedAt", &r.finished));
+    // Waiting to run again: this run begins after the last one ended.
+    if (of_kind(current, "waiting") != nullptr) {
+      RETURN_IF_ERROR(
+          read_time(of_kind(last, "terminated"), "terminated", "finishedAt", &r.run_since));
     }
-    r.run_since = std::max(*started, *last_finished);
-    r.finished = *finished;
     const json* terminated = nullptr;
-    for (const char* state : {"state", "lastState"}) {
-      const json* s = Field(*main, state);
-      const json* t = s == nullptr ? nullptr : Field(*s, "terminated");
+    for (const json* state : {current, last}) {
+      const json* t = of_kind(state, "terminated");
       if (t != nullptr && t->is_object()) {
         terminated = t;
         break;
