@@ -446,6 +446,7 @@ class FakeApiServer::Impl {
   void ResetRequestCounts() {
     std::lock_guard<std::mutex> lock(mu_);
     request_counts_.clear();
+    refusal_counts_.clear();
   }
   int OpenWatchCount() const {
     std::lock_guard<std::mutex> lock(mu_);
@@ -656,14 +657,19 @@ class FakeApiServer::Impl {
     const std::string plural = res.plural;
     if (plural != "pods" && plural != "services") return std::nullopt;
     const std::string prefix = ns + "/";
-    auto in_namespace = [&](const std::string& resource) {
-      const auto& objects = store_.at(resource);
-      size_t n = 0;
-      for (auto it = objects.lower_bound(prefix);
-           it != objects.end() && absl::StartsWith(it->first, prefix); ++it) {
-        ++n;
+    // How many of `plural` the namespace holds: counted once, when a quota
+    // caps them.
+    std::optional<size_t> used;
+    auto in_namespace = [&] {
+      if (!used) {
+        const auto& objects = store_.at(plural);
+        used = 0;
+        for (auto it = objects.lower_bound(prefix);
+             it != objects.end() && absl::StartsWith(it->first, prefix); ++it) {
+          ++*used;
+        }
       }
-      return n;
+      return *used;
     };
     const auto& quotas = store_.at("resourcequotas");
     for (auto it = quotas.lower_bound(prefix);
@@ -680,12 +686,11 @@ class FakeApiServer::Impl {
                    !absl::SimpleAtoi(limit_field->get<std::string>(), &limit)) {
           continue;  // not a count this fake reads
         }
-        const size_t used = in_namespace(plural);
-        if (static_cast<int64_t>(used) + 1 <= limit) continue;
+        if (static_cast<int64_t>(in_namespace()) + 1 <= limit) continue;
         return Error(403, "Forbidden",
                      absl::StrCat(plural, " \"", name, "\" is forbidden: exceeded quota: ",
                                   StringAt(quota, "metadata", "name"), ", requested: ", key,
-                                  "=1, used: ", key, "=", used, ", limited: ", key, "=", limit),
+                                  "=1, used: ", key, "=", *used, ", limited: ", key, "=", limit),
                      {{"name", name}, {"kind", plural}});
       }
     }

@@ -202,6 +202,7 @@ class FakeApiServer {
   // Creates the server refused, keyed "create RESOURCE CODE" ("create pods
   // 409": a create of what exists; "create pods 403": admission).
   std::map<std::string, int64_t> RefusalCounts() const;
+  // Both counts start again from zero.
   void ResetRequestCounts();
   int OpenWatchCount() const;
   // The most requests served at once so far (watches and followed logs not
