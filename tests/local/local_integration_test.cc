@@ -35,6 +35,7 @@
 #include "operator/local/controller.h"
 #include "operator/local/job_store.h"
 #include "operator/local/process_launcher.h"
+#include "tests/lost_chief_runs.h"
 
 namespace kubetrain::local {
 namespace {
@@ -739,14 +740,14 @@ TEST_F(LocalBackendTest, ReplicaRecreatedMidTrainingResumesAtTheLastCheckpoint) 
 // accuracy close to the undisturbed run's.
 class LostChiefTest : public LocalBackendTest {
  protected:
-  static constexpr int64_t kMaxSteps = 1200;
-  static constexpr char kData[] = "/usr/share/datasets/fashion-mnist";
+  static constexpr int64_t kMaxSteps = lost_chief::kMaxSteps;
+  using Outcome = lost_chief::Outcome;
 
   void SetUp() override {
 #ifndef KUBETRAIN_RUNTIME_BINARY
     GTEST_SKIP() << "this build has no kubetrain-runtime";
 #endif
-    if (!std::filesystem::exists(absl::StrCat(kData, "/train-images-idx3-ubyte.gz"))) {
+    if (!lost_chief::FashionMnistInstalled()) {
       GTEST_SKIP() << "Fashion-MNIST is not installed (Debian's dataset-fashion-mnist)";
     }
   }
@@ -762,12 +763,7 @@ class LostChiefTest : public LocalBackendTest {
             "}\nspec:\n  trainingInput:\n    scaleTier: CUSTOM\n    masterType: standard\n"
             "    workerType: standard\n    workerCount: 2\n    parameterServerType: standard\n"
             "    parameterServerCount: 1\n    jobDir: ",
-            JobDir(name), "\n    args: [--train_data_paths=", kData,
-            "/train-images-idx3-ubyte.gz, --eval_data_paths=", kData,
-            "/t10k-images-idx3-ubyte.gz, --max_steps=", kMaxSteps,
-            ", --save_checkpoints_steps=100, --batch_size=64, --hidden1=64, --hidden2=32, "
-            "--threads=1, --seed=5, --eval_every_secs=0, --sync_replicas=",
-            sync ? "true" : "false",
+            JobDir(name), "\n    args: [", absl::StrJoin(lost_chief::TrainerArgs(sync), ", "),
             "]\n  runPolicy: {restartPolicy: OnFailure, backoffLimit: 12}\n"));
     RunResult r =
         Kubetrain({"jobs", "submit", "training", name, "--local", "--config", manifest}, Runtime());
@@ -828,59 +824,27 @@ class LostChiefTest : public LocalBackendTest {
     return last;
   }
 
-  struct Outcome {
-    v1::State state = v1::STATE_UNSPECIFIED;
-    int64_t final_step = -1;
-    double accuracy = -1;
-    std::string logs;
-  };
+  // The job once it ended, with its replicas' logs as stream-logs prints them.
   Outcome WaitForEnd(const std::string& job) {
-    Outcome out;
     EXPECT_TRUE(test_support::WaitUntil([&] { return Finished(job); }, absl::Seconds(300)))
         << ReadFile(home_.path() + "/controller.log");
-    out.state = Job(job).status().state();
     RunResult logs = Kubetrain({"jobs", "stream-logs", job, "--local"}, "timeout 120");
     EXPECT_EQ(logs.code, 0) << logs.err;
-    out.logs = logs.out;
-    if (auto final = test_support::LastFinalMetrics(out.logs)) {
-      out.final_step = final->step;
-      out.accuracy = final->accuracy;
-    }
-    return out;
+    return lost_chief::OutcomeOf(v1::State_Name(Job(job).status().state()), logs.out);
   }
 
-  // The run the disturbed ones are held to.
   Outcome RunUndisturbed(const std::string& job, bool sync) {
     Submit(job, sync);
     const Outcome run = WaitForEnd(job);
-    EXPECT_EQ(run.state, v1::SUCCEEDED) << run.logs;
-    EXPECT_GE(run.final_step, kMaxSteps) << run.logs;
-    EXPECT_GT(run.accuracy, 0.7) << run.logs;
-    std::cout << job << ": accuracy " << run.accuracy << std::endl;
+    lost_chief::ExpectUndisturbed(job, run);
     return run;
   }
 
-  // The checks every disturbed run shares, and its figures for the record.
   void ExpectFinishedLikeTheUndisturbedRun(const std::string& job, const Outcome& run,
                                            const Outcome& undisturbed, int64_t resumed_from,
                                            bool sync = true) {
-    EXPECT_EQ(run.state, v1::SUCCEEDED) << Job(job).status().error_message();
-    // Asynchronous updates in flight at the end may land past --max_steps,
-    // one per worker at most, as in TensorFlow; synchronous ones never do.
-    EXPECT_GE(run.final_step, kMaxSteps) << run.logs;
-    EXPECT_LE(run.final_step, kMaxSteps + (sync ? 0 : 2)) << run.logs;
-    EXPECT_NEAR(run.accuracy, undisturbed.accuracy, 0.05) << run.logs;
-    // The chief's next run restored the last checkpoint of the killed one:
-    // nothing before it was trained again.
-    EXPECT_THAT(run.logs, HasSubstr(absl::StrCat("Restored checkpoint at step ", resumed_from,
-                                                 " from ", JobDir(job))));
-    EXPECT_EQ(LatestCheckpointStep(JobDir(job)), run.final_step);
-    EXPECT_TRUE(std::filesystem::exists(JobDir(job) + "/export/model.pb"));
-    RecordProperty(job + "_resumed_from_step", static_cast<int>(resumed_from));
-    RecordProperty(job + "_accuracy", absl::StrCat(run.accuracy));
-    std::cout << job << ": " << v1::State_Name(run.state) << " after " << run.final_step
-              << " steps, accuracy " << run.accuracy << " (undisturbed " << undisturbed.accuracy
-              << "), the chief resumed from step " << resumed_from << std::endl;
+    lost_chief::ExpectFinishedLikeTheUndisturbedRun(
+        job, JobDir(job), run, undisturbed, resumed_from, sync, Job(job).status().error_message());
   }
 };
 

@@ -26,6 +26,7 @@
 #include "operator/kube/controller_test_fixture.h"
 #include "operator/kube/test_objects.h"
 #include "tests/fake_apiserver/fake_apiserver.h"
+#include "tests/lost_chief_runs.h"
 #include "tests/operator/stand_in_kubelet.h"
 
 namespace kubetrain::testing {
@@ -33,14 +34,13 @@ namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
-using ::testing::HasSubstr;
 using ::testing::UnorderedElementsAre;
 
 using test_support::LatestCheckpointStep;
 using test_support::ReadFile;
 
-constexpr char kData[] = "/usr/share/datasets/fashion-mnist";
-constexpr int64_t kMaxSteps = 1200;
+using lost_chief::kMaxSteps;
+using lost_chief::Outcome;
 
 class LostChiefOnKubernetesTest : public kube::testing::ControllerOnFakeServerTest {
  protected:
@@ -52,7 +52,7 @@ class LostChiefOnKubernetesTest : public kube::testing::ControllerOnFakeServerTe
   }
 
   void SetUp() override {
-    if (!fs::exists(absl::StrCat(kData, "/train-images-idx3-ubyte.gz"))) {
+    if (!lost_chief::FashionMnistInstalled()) {
       GTEST_SKIP() << "Fashion-MNIST is not installed (Debian's dataset-fashion-mnist)";
     }
     kube::testing::ControllerOnFakeServerTest::SetUp();
@@ -64,28 +64,18 @@ class LostChiefOnKubernetesTest : public kube::testing::ControllerOnFakeServerTe
   std::string Outputs(const std::string& job) { return claim_folder_ + "/" + job; }
 
   void Submit(const std::string& name, bool sync) {
-    const std::string data = absl::StrCat(kData, "/train-images-idx3-ubyte.gz");
-    const std::string eval = absl::StrCat(kData, "/t10k-images-idx3-ubyte.gz");
-    json job = {
-        {"apiVersion", "kubetrain.io/v1"},
-        {"kind", "TrainingJob"},
-        {"metadata", {{"name", name}}},
-        {"spec",
-         {{"trainingInput",
-           {{"scaleTier", "CUSTOM"},
-            {"masterType", "standard"},
-            {"workerType", "standard"},
-            {"workerCount", 2},
-            {"parameterServerType", "standard"},
-            {"parameterServerCount", 1},
-            {"jobDir", "/outputs"},
-            {"args",
-             {"--train_data_paths=" + data, "--eval_data_paths=" + eval,
-              absl::StrCat("--max_steps=", kMaxSteps), "--save_checkpoints_steps=100",
-              "--batch_size=64", "--hidden1=64", "--hidden2=32", "--threads=1", "--seed=5",
-              "--eval_every_secs=0", absl::StrCat("--sync_replicas=", sync ? "true" : "false")}}}},
-          {"outputStorage", {{"claimName", "shared"}, {"subPath", name}}},
-          {"runPolicy", {{"restartPolicy", "OnFailure"}, {"backoffLimit", 12}}}}}};
+    const json job = kube::testing::TrainingJobObject(
+        name, {{"trainingInput",
+                {{"scaleTier", "CUSTOM"},
+                 {"masterType", "standard"},
+                 {"workerType", "standard"},
+                 {"workerCount", 2},
+                 {"parameterServerType", "standard"},
+                 {"parameterServerCount", 1},
+                 {"jobDir", "/outputs"},
+                 {"args", lost_chief::TrainerArgs(sync)}}},
+               {"outputStorage", {{"claimName", "shared"}, {"subPath", name}}},
+               {"runPolicy", {{"restartPolicy", "OnFailure"}, {"backoffLimit", 12}}}});
     auto created = server_->Create("trainingjobs", "ns1", job);
     ASSERT_TRUE(created.ok()) << created.status();
   }
@@ -118,62 +108,30 @@ class LostChiefOnKubernetesTest : public kube::testing::ControllerOnFakeServerTe
     return last;
   }
 
-  struct Outcome {
-    std::string state;
-    int64_t final_step = -1;
-    double accuracy = -1;
-    std::string master_log;  // every run of every master pod
-  };
+  // The job once it ended, with every run of its master's output.
   Outcome WaitForEnd(const std::string& job) {
-    Outcome out;
-    EXPECT_TRUE(server_->WaitUntil(
-        [&] {
-          auto j = server_->Get("trainingjobs", "ns1", job);
-          const std::string state =
-              j.ok() ? j->value("status", json::object()).value("state", "") : "";
-          return state == "SUCCEEDED" || state == "FAILED";
-        },
-        absl::Seconds(300)));
-    auto j = server_->Get("trainingjobs", "ns1", job);
-    if (j.ok()) out.state = j->value("status", json::object()).value("state", "");
-    out.master_log = ReadFile(logs_ + "/" + job + "-master-0.log");
-    if (auto final = test_support::LastFinalMetrics(out.master_log)) {
-      out.final_step = final->step;
-      out.accuracy = final->accuracy;
-    }
-    return out;
+    auto state = [&] {
+      auto j = server_->Get("trainingjobs", "ns1", job);
+      return j.ok() ? j->value("status", json::object()).value("state", "") : "";
+    };
+    EXPECT_TRUE(server_->WaitUntil([&] { return state() == "SUCCEEDED" || state() == "FAILED"; },
+                                   absl::Seconds(300)));
+    return lost_chief::OutcomeOf(state(), ReadFile(logs_ + "/" + job + "-master-0.log"));
   }
 
-  // The run the disturbed ones are held to.
   Outcome RunUndisturbed(const std::string& job, bool sync) {
     Submit(job, sync);
     const Outcome run = WaitForEnd(job);
-    EXPECT_EQ(run.state, "SUCCEEDED") << run.master_log;
-    EXPECT_GE(run.final_step, kMaxSteps) << run.master_log;
-    EXPECT_GT(run.accuracy, 0.7) << run.master_log;
-    std::cout << job << ": accuracy " << run.accuracy << std::endl;
+    lost_chief::ExpectUndisturbed(job, run);
     return run;
   }
 
   void ExpectFinishedLikeTheUndisturbedRun(const std::string& job, const Outcome& run,
                                            const Outcome& undisturbed, int64_t resumed_from,
                                            bool sync = true) {
-    EXPECT_EQ(run.state, "SUCCEEDED") << server_->Get("trainingjobs", "ns1", job)->dump() << "\n"
-                                      << run.master_log;
-    // Asynchronous updates in flight at the end may land past --max_steps,
-    // one per worker at most, as in TensorFlow; synchronous ones never do.
-    EXPECT_GE(run.final_step, kMaxSteps) << run.master_log;
-    EXPECT_LE(run.final_step, kMaxSteps + (sync ? 0 : 2)) << run.master_log;
-    EXPECT_NEAR(run.accuracy, undisturbed.accuracy, 0.05) << run.master_log;
-    EXPECT_THAT(run.master_log, HasSubstr(absl::StrCat("Restored checkpoint at step ", resumed_from,
-                                                       " from ", Outputs(job))));
-    EXPECT_EQ(LatestCheckpointStep(Outputs(job)), run.final_step);
-    EXPECT_TRUE(fs::exists(Outputs(job) + "/export/model.pb"));
-    RecordProperty(job + "_resumed_from_step", static_cast<int>(resumed_from));
-    RecordProperty(job + "_accuracy", absl::StrCat(run.accuracy));
-    std::cout << job << ": " << run.state << " after " << run.final_step << " steps, accuracy "
-              << run.accuracy << " (undisturbed " << undisturbed.accuracy
-              << "), the chief resumed from step " << resumed_from << std::endl;
+    lost_chief::ExpectFinishedLikeTheUndisturbedRun(
+        job, Outputs(job), run, undisturbed, resumed_from, sync,
+        server_->Get("trainingjobs", "ns1", job)->dump());
   }
 
   // The replicas named by the job's ReplicaRejoining events.

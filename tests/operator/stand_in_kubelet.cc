@@ -1,9 +1,5 @@
 #include "tests/operator/stand_in_kubelet.h"
 
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <cstdlib>
 #include <filesystem>
 #include <regex>
@@ -13,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "operator/local/controller.h"
 
 namespace kubetrain::testing {
 
@@ -134,18 +131,9 @@ int StandInKubelet::PortOf(const std::string& pod) {
   absl::MutexLock lock(&mu_);
   int& port = ports_[pod];
   if (port == 0) {
-    // A port nobody listens on now (bound to port 0, then released).
-    const int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t length = sizeof(address);
-    if (fd >= 0 && bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0 &&
-        getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0) {
-      port = ntohs(address.sin_port);
-    }
-    if (fd >= 0) close(fd);
-    EXPECT_NE(port, 0) << "no free port for " << pod;
+    absl::StatusOr<int> free = local::PickFreePort();
+    EXPECT_TRUE(free.ok()) << pod << ": " << free.status();
+    port = free.value_or(0);
   }
   return port;
 }
