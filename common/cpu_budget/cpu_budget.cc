@@ -174,4 +174,15 @@ CpuBudget DetectCpuBudget() {
   return ChooseCpuBudget(ReadCgroupCpuLimit(), request, AffinityCpuCount());
 }
 
+CpuBudget ThreadsFor(int flag_threads) {
+  if (flag_threads > 0) return {.threads = flag_threads, .source = "--threads"};
+  return DetectCpuBudget();
+}
+
+std::string DescribeThreads(const CpuBudget& budget) {
+  return absl::StrCat(budget.threads,
+                      budget.threads == 1 ? " compute thread (" : " compute threads (",
+                      budget.source, ")");
+}
+
 }  // namespace kubetrain::cpu_budget

@@ -63,5 +63,12 @@ std::optional<double> ReadCgroupCpuLimit(const std::string& proc_self_cgroup = "
 int AffinityCpuCount();
 // ChooseCpuBudget of what this process can read now.
 CpuBudget DetectCpuBudget();
+// The threads a run uses: `flag_threads` when the user gave a number (> 0;
+// source "--threads"), else DetectCpuBudget().
+CpuBudget ThreadsFor(int flag_threads);
+
+// "1 compute thread (cgroup CPU limit 1 CPU)", "4 compute threads (--threads)":
+// the start-up line's words.
+std::string DescribeThreads(const CpuBudget& budget);
 
 }  // namespace kubetrain::cpu_budget

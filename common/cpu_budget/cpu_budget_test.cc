@@ -130,4 +130,15 @@ TEST(CpuBudgetTest, AThreadPinnedToOneCpuCountsOne) {
 }
 
 }  // namespace
+TEST(ThreadsForTest, AFlagWinsAndEachChoiceIsWordedForTheStartUpLine) {
+  const CpuBudget flagged = ThreadsFor(3);
+  EXPECT_EQ(flagged.threads, 3);
+  EXPECT_EQ(flagged.source, "--threads");
+  EXPECT_EQ(DescribeThreads(flagged), "3 compute threads (--threads)");
+  EXPECT_EQ(DescribeThreads({.threads = 1, .source = "cgroup CPU limit 1 CPU"}),
+            "1 compute thread (cgroup CPU limit 1 CPU)");
+  // No flag: what the machine allows, as DetectCpuBudget says.
+  EXPECT_EQ(ThreadsFor(0).threads, DetectCpuBudget().threads);
+}
+
 }  // namespace kubetrain::cpu_budget

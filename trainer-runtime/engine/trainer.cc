@@ -268,14 +268,11 @@ absl::Status BadInput(const absl::Status& s, absl::string_view what) {
 class Loop {
  public:
   Loop(const TrainerOptions& o, TrainerEnvironment env) : o_(o), env_(std::move(env)) {
-    if (o_.threads <= 0) {
-      // The container's share of the node, not the node (cpu_budget.h).
-      cpu_budget::CpuBudget budget = cpu_budget::DetectCpuBudget();
-      o_.threads = budget.threads;
-      threads_source_ = budget.source;
-    } else {
-      threads_source_ = "--threads";
-    }
+    // Without --threads, the container's share of the node, not the node
+    // (cpu_budget.h).
+    const cpu_budget::CpuBudget budget = cpu_budget::ThreadsFor(o_.threads);
+    o_.threads = budget.threads;
+    threads_source_ = budget.source;
     log_ = env_.log ? env_.log : &std::cout;
     if (!env_.now) env_.now = SystemNow;
     if (!env_.strategy) env_.strategy = std::make_unique<LocalStrategy>();
@@ -413,10 +410,8 @@ absl::StatusOr<TrainResult> Loop::Run() {
     device_ = std::unique_ptr<Device>(std::make_unique<CpuDevice>(o_.threads, o_.cpu_kernels));
   }
   if ((*device_)->type() == DeviceType::kCpu) {
-    const int threads = (*device_)->num_threads();
-    Log(absl::StrCat("Device: ", (*device_)->name(), " (--device=", o_.device, "), ", threads,
-                     threads == 1 ? " compute thread (" : " compute threads (", threads_source_,
-                     ")"));
+    Log(absl::StrCat("Device: ", (*device_)->name(), " (--device=", o_.device, "), ",
+                     cpu_budget::DescribeThreads({(*device_)->num_threads(), threads_source_})));
   } else {
     Log(absl::StrCat("Device: ", (*device_)->name(), " (--device=", o_.device, ")"));
   }

@@ -42,14 +42,10 @@ absl::Status RunEvaluator(const TrainerOptions& options, std::ostream& log, absl
   if (!built.ok()) return BadInput(built.status(), "model");
   Model model = *std::move(built);
   // Without --threads, the container's CPU budget, as the trainer's.
-  int threads = options.threads;
-  if (threads <= 0) {
-    const cpu_budget::CpuBudget budget = cpu_budget::DetectCpuBudget();
-    threads = budget.threads;
-    log << "Evaluator: " << threads << (threads == 1 ? " compute thread (" : " compute threads (")
-        << budget.source << ")" << std::endl;
-  }
-  CpuDevice device(threads, options.cpu_kernels);
+  const cpu_budget::CpuBudget threads = cpu_budget::ThreadsFor(options.threads);
+  if (options.threads <= 0)
+    log << "Evaluator: " << cpu_budget::DescribeThreads(threads) << std::endl;
+  CpuDevice device(threads.threads, options.cpu_kernels);
   OptimizerOptions oo;
   oo.learning_rate = options.learning_rate;
   ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> optimizer,
