@@ -244,6 +244,24 @@ std::vector<ReplicaRun> Train(int n, bool overlap, int steps) {
   return runs;
 }
 
+// The ps tests' options: deadlines a failing test meets in seconds, not
+// minutes.
+ParameterServerOptions TestPsOptions(bool sync) {
+  ParameterServerOptions options;
+  options.sync_replicas = sync;
+  options.connect_timeout = absl::Seconds(20);
+  options.request_timeout = absl::Seconds(20);
+  options.finish_grace = absl::Seconds(1);
+  return options;
+}
+
+engine::TrainerOptions SgdOptions() {
+  engine::TrainerOptions options;
+  options.optimizer = "sgd";
+  options.learning_rate = 0.1;
+  return options;
+}
+
 // A chief whose request payload reaches the ps only after the ps's poll for
 // request headers (once a second) has timed out: the ps waits for the
 // payload as long as for any request instead of giving up on it, and the
@@ -294,14 +312,8 @@ TEST(ParameterServerStrategyTest, APayloadArrivingAfterTheHeaderPollIsStillServe
   auto ps =
       ClusterSpec::FromTfConfig(absl::StrCat("{", kCluster, R"(,"task":{"type":"ps","index":0}})"));
   ASSERT_TRUE(chief.ok() && ps.ok());
-  ParameterServerOptions ps_options;
-  ps_options.sync_replicas = true;
-  ps_options.connect_timeout = absl::Seconds(20);
-  ps_options.request_timeout = absl::Seconds(20);
-  ps_options.finish_grace = absl::Seconds(1);
-  engine::TrainerOptions trainer_options;
-  trainer_options.optimizer = "sgd";
-  trainer_options.learning_rate = 0.1;
+  const ParameterServerOptions ps_options = TestPsOptions(/*sync=*/true);
+  const engine::TrainerOptions trainer_options = SgdOptions();
 
   InProcessHub hub(2);  // rank 0: the chief; rank 1: the ps
   absl::Status served;
@@ -348,14 +360,8 @@ TEST(ParameterServerStrategyTest, AChiefLostAfterTheWorkersLeftFailsThePs) {
   ASSERT_TRUE(chief.ok() && worker.ok() && ps.ok());
   for (bool sync : {false, true}) {
     SCOPED_TRACE(sync ? "sync" : "async");
-    ParameterServerOptions ps_options;
-    ps_options.sync_replicas = sync;
-    ps_options.connect_timeout = absl::Seconds(20);
-    ps_options.request_timeout = absl::Seconds(20);
-    ps_options.finish_grace = absl::Seconds(1);
-    engine::TrainerOptions trainer_options;
-    trainer_options.optimizer = "sgd";
-    trainer_options.learning_rate = 0.1;
+    const ParameterServerOptions ps_options = TestPsOptions(sync);
+    const engine::TrainerOptions trainer_options = SgdOptions();
 
     InProcessHub hub(3);  // ranks: the chief, the worker, the ps
     absl::Status served;
