@@ -778,13 +778,13 @@ class LostChiefTest : public LocalBackendTest {
 #endif
   }
 
-  // The record of the job's replica of `role`, index 0, once there is one.
-  std::optional<ReplicaRecord> Replica(const std::string& job, api::Role role) {
+  // The record of the job's replica of `role` and `index`, once there is one.
+  std::optional<ReplicaRecord> Replica(const std::string& job, api::Role role, int index = 0) {
     auto store = JobStore::Open(home_.path() + "/jobs.db");
     if (!store.ok()) return std::nullopt;
     auto replicas = (*store)->ListReplicas(job);
     for (const ReplicaRecord& r : replicas.ok() ? *replicas : std::vector<ReplicaRecord>{}) {
-      if (r.key.role == role && r.key.index == 0) return r;
+      if (r.key.role == role && r.key.index == index) return r;
     }
     return std::nullopt;
   }
@@ -871,16 +871,9 @@ TEST_F(LostChiefTest, AChiefKilledMidTrainingAfterTheWorkersFinishedOrWithThePsS
   for (int i = 0; i < 2; ++i) {
     ASSERT_TRUE(test_support::WaitUntil(
         [&] {
-          auto store = JobStore::Open(home_.path() + "/jobs.db");
-          if (!store.ok()) return false;
-          auto replicas = (*store)->ListReplicas("after_workers");
-          if (!replicas.ok()) return false;
-          for (const ReplicaRecord& r : *replicas) {
-            if (r.key.role == api::Role::kWorker && r.key.index == i) {
-              return absl::StripAsciiWhitespace(ReadFile(r.exit_path)) == "0";
-            }
-          }
-          return false;
+          const std::optional<ReplicaRecord> worker =
+              Replica("after_workers", api::Role::kWorker, i);
+          return worker && absl::StripAsciiWhitespace(ReadFile(worker->exit_path)) == "0";
         },
         absl::Seconds(120)))
         << "worker " << i << " did not complete while the master stalled";
