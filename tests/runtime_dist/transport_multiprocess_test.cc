@@ -121,5 +121,42 @@ TEST_P(KilledPeerTest, OthersExitRetryableNamingThePeer) {
 
 INSTANTIATE_TEST_SUITE_P(Transports, KilledPeerTest, ::testing::Values("grpc", "shm"));
 
+// Two runs whose addresses cross (a task of another run at a reused address):
+// each answers the other's dial but refuses its stream. Joining fails by the
+// join's own deadline, naming the silent peer and the refusal, instead of
+// the first receive waiting out the run's.
+TEST(CrossedRunsTest, APeerOfAnotherRunFailsTheJoinByItsDeadline) {
+  test_support::TempDir folder("kubetrain-runtime-dist");
+  std::vector<std::unique_ptr<test_support::ChildProcess>> children;
+  for (const auto& [group, rank] : {std::pair{"run-a", 0}, std::pair{"run-b", 1}}) {
+    auto child = test_support::ChildProcess::Spawn(
+        {.argv = {PeerBinary(), "--transport=grpc", absl::StrCat("--group=", group),
+                  absl::StrCat("--rank=", rank), "--size=2", "--timeout_s=120",
+                  "--connect_timeout_s=3"},
+         .output_path = folder.Path(absl::StrCat(group, ".stderr")),
+         .pipe_stdio = true});
+    ASSERT_TRUE(child.ok()) << child.status();
+    children.push_back(std::move(*child));
+  }
+  std::vector<std::string> addresses;
+  for (auto& c : children) {
+    auto line = c->ReadLine(Soon());
+    ASSERT_TRUE(line.ok() && line->rfind("PORT ", 0) == 0) << line.status() << c->Log();
+    addresses.push_back(absl::StrCat("127.0.0.1:", line->substr(5)));
+  }
+  for (auto& c : children) ASSERT_TRUE(c->WriteLine("ADDRS " + absl::StrJoin(addresses, ",")).ok());
+  for (int r = 0; r < 2; ++r) {
+    // Well inside the run's 120 s: the join's 3 s decide.
+    auto code = children[r]->Wait(absl::Now() + absl::Seconds(30));
+    ASSERT_TRUE(code.ok()) << code.status();
+    EXPECT_EQ(*code, 138) << children[r]->Log();
+    EXPECT_THAT(children[r]->Log(), HasSubstr("opened no stream back before the deadline"));
+    EXPECT_THAT(children[r]->Log(), HasSubstr(addresses[1 - r]));
+    EXPECT_THAT(children[r]->Log(),
+                HasSubstr(absl::StrCat("refused here: a stream from rank ", 1 - r, " of group ",
+                                       r == 0 ? "run-b" : "run-a")));
+  }
+}
+
 }  // namespace
 }  // namespace kubetrain::dist::testing

@@ -43,6 +43,7 @@ int main(int argc, char** argv) {
   size_t count = 1000;
   bool stall = false;
   double timeout_s = 30;
+  double connect_timeout_s = 0;
   CLI::App app{"usage: runtime_dist_transport_peer [flags]"};
   kubetrain::flags::Configure(app);
   app.add_option("--transport", transport_name, "grpc or shm")->capture_default_str();
@@ -52,6 +53,9 @@ int main(int argc, char** argv) {
   app.add_option("--iters", iters, "all-reduces to run")->capture_default_str();
   app.add_option("--count", count, "floats per all-reduce")->capture_default_str();
   app.add_option("--timeout_s", timeout_s, "deadline for the whole run")->capture_default_str();
+  app.add_option("--connect_timeout_s", connect_timeout_s,
+                 "deadline for joining the group (0: the run's)")
+      ->capture_default_str();
   app.add_flag("--stall", stall, "connect, then wait without reducing");
   try {
     app.parse(argc, argv);
@@ -60,6 +64,8 @@ int main(int argc, char** argv) {
     return 1;
   }
   const absl::Time deadline = absl::Now() + absl::Seconds(timeout_s);
+  const absl::Time connect_deadline =
+      connect_timeout_s > 0 ? absl::Now() + absl::Seconds(connect_timeout_s) : deadline;
 
   std::unique_ptr<Transport> transport;
   if (transport_name == "grpc") {
@@ -74,11 +80,11 @@ int main(int argc, char** argv) {
       return 1;
     }
     std::vector<std::string> addresses = absl::StrSplit(line.substr(6), ',');
-    absl::Status connected = (*t)->Connect(addresses, deadline);
+    absl::Status connected = (*t)->Connect(addresses, connect_deadline);
     if (!connected.ok()) return Exit(connected);
     transport = std::move(*t);
   } else if (transport_name == "shm") {
-    auto t = ShmTransport::Connect(group, rank, size, deadline);
+    auto t = ShmTransport::Connect(group, rank, size, connect_deadline);
     if (!t.ok()) return Exit(t.status());
     transport = std::move(*t);
   } else {

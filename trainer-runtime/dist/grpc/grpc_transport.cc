@@ -10,6 +10,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "common/status_macros.h"
 #include "kubetrain/v1/runtime.grpc.pb.h"
@@ -53,6 +54,14 @@ class Mailbox {
   State state() {
     absl::MutexLock lock(&mu_);
     return state_;
+  }
+
+  // Waits until the peer's stream has arrived (or already ended).
+  bool AwaitStream(absl::Time deadline) {
+    absl::MutexLock lock(&mu_);
+    auto arrived = [this]()
+                       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return state_ != State::kWaiting; };
+    return mu_.AwaitWithDeadline(absl::Condition(&arrived), deadline);
   }
 
   // Consumes message `tag` of `size` bytes as its frames arrive.
@@ -344,6 +353,26 @@ class GrpcTransportImpl final : public GrpcTransport, public v1::RuntimeTranspor
           std::make_unique<Outgoing>(Name(peer), options_.frame_bytes, rank_, options_.group);
       RETURN_IF_ERROR(outgoing_[peer]->Open(channels[peer]));
     }
+    // Every peer opens its stream to us as we did to it. One that answers but
+    // never does is not of this group (another run at a reused address, a
+    // process that refused our HELLO): without its stream a receive from it
+    // could only wait out its whole deadline.
+    std::string silent;
+    for (int peer = 0; peer < size_; ++peer) {
+      if (peer == rank_) continue;
+      if (!mailboxes_[peer]->AwaitStream(deadline)) {
+        absl::StrAppend(&silent, silent.empty() ? "" : ", ", Name(peer));
+      }
+    }
+    if (!silent.empty()) {
+      absl::MutexLock lock(&refused_mu_);
+      return absl::DeadlineExceededError(absl::StrCat(
+          "rank ", rank_,
+          ": peers answered but opened no stream back before the deadline "
+          "(are they tasks of another run?): ",
+          silent,
+          refused_.empty() ? "" : absl::StrCat("; refused here: ", absl::StrJoin(refused_, "; "))));
+    }
     return absl::OkStatus();
   }
 
@@ -382,10 +411,15 @@ class GrpcTransportImpl final : public GrpcTransport, public v1::RuntimeTranspor
     if (!reader->Read(&frame)) return grpc::Status::OK;
     if (frame.kind() != TransportFrame::HELLO || frame.group() != options_.group ||
         frame.from_rank() < 0 || frame.from_rank() >= size_ || frame.from_rank() == rank_) {
-      return grpc::Status(
-          grpc::StatusCode::FAILED_PRECONDITION,
-          absl::StrCat("rank ", rank_, " of group ", options_.group, " refuses a stream from rank ",
-                       frame.from_rank(), " of group ", frame.group()));
+      const std::string refusal =
+          absl::StrCat("a stream from rank ", frame.from_rank(), " of group ", frame.group(),
+                       " (this is rank ", rank_, " of ", size_, " in group ", options_.group, ")");
+      {
+        absl::MutexLock lock(&refused_mu_);
+        // The first few say what happened; a flood would only repeat them.
+        if (refused_.size() < 3) refused_.push_back(refusal);
+      }
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "refused " + refusal);
     }
     const int peer = frame.from_rank();
     Mailbox& mailbox = *mailboxes_[peer];
@@ -434,7 +468,22 @@ class GrpcTransportImpl final : public GrpcTransport, public v1::RuntimeTranspor
   std::vector<std::string> addresses_;
   std::vector<std::unique_ptr<Outgoing>> outgoing_;
   std::vector<std::unique_ptr<Mailbox>> mailboxes_;
+  absl::Mutex refused_mu_;
+  std::vector<std::string> refused_ ABSL_GUARDED_BY(refused_mu_);
 };
+
+// FNV-1a of the addresses in rank order: the same in every task of a run
+// (they all read one cluster spec), and stable across processes and builds.
+std::string ClusterFingerprint(const std::vector<std::string>& addresses) {
+  uint64_t hash = 14695981039346656037ull;
+  for (const std::string& address : addresses) {
+    for (unsigned char c : address + ",") {
+      hash ^= c;
+      hash *= 1099511628211ull;
+    }
+  }
+  return absl::StrCat(absl::Hex(hash, absl::kZeroPad16));
+}
 
 }  // namespace
 
@@ -456,8 +505,10 @@ absl::StatusOr<std::unique_ptr<GrpcTransport>> GrpcTransport::Join(
   }
   const std::string& own = addresses[rank];
   const std::string bind_address = absl::StrCat("0.0.0.0:", own.substr(own.rfind(':') + 1));
+  Options joined = options;
+  joined.group = absl::StrCat(options.group, "@", ClusterFingerprint(addresses));
   ASSIGN_OR_RETURN(std::unique_ptr<GrpcTransport> transport,
-                   Listen(rank, static_cast<int>(addresses.size()), bind_address, options));
+                   Listen(rank, static_cast<int>(addresses.size()), bind_address, joined));
   RETURN_IF_ERROR(transport->Connect(addresses, deadline));
   return transport;
 }

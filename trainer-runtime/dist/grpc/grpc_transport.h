@@ -18,7 +18,11 @@ namespace kubetrain::dist {
 //   2. Connect: for each peer, the rank dials the peer's address, retrying
 //      with exponential backoff (DNS names of headless services appear late)
 //      until the deadline, then opens one client stream to it and writes a
-//      HELLO frame {from_rank, group}.
+//      HELLO frame {from_rank, group}. A HELLO of another group, or of a rank
+//      outside this group, is refused. Connect returns once every peer's
+//      stream has arrived too: a peer that answers but opens none by the
+//      deadline (a task of another run at a reused address) fails it, rather
+//      than a later receive waiting out its own, longer deadline.
 //   3. Send cuts a message into DATA frames of at most `frame_bytes` and writes
 //      them to that peer's stream from a sender thread (one per peer), waiting
 //      for the writes up to the deadline.
@@ -56,7 +60,9 @@ class GrpcTransport : public Transport {
   // Joins the group of `addresses` ("host:port", indexed by rank) as rank
   // `rank`: listens on every interface at the port of its own address (the
   // host there may be a service name that resolves to this pod only from
-  // outside), then Connect()s by `deadline`.
+  // outside), then Connect()s by `deadline`. The group is options.group
+  // with a fingerprint of `addresses`, so tasks of runs with different
+  // clusters refuse each other.
   static absl::StatusOr<std::unique_ptr<GrpcTransport>> Join(
       const std::vector<std::string>& addresses, int rank, const Options& options,
       absl::Time deadline);
@@ -68,8 +74,9 @@ class GrpcTransport : public Transport {
   virtual int port() const = 0;
 
   // Dials every peer (addresses indexed by rank; this rank's own is unused)
-  // and opens the streams. DeadlineExceeded names the peers not reached and
-  // the last error seen for each.
+  // and opens the streams, then waits for every peer's stream to this rank.
+  // DeadlineExceeded names the peers not reached, or those that opened no
+  // stream back and the streams refused meanwhile.
   virtual absl::Status Connect(const std::vector<std::string>& addresses, absl::Time deadline) = 0;
 
  protected:
