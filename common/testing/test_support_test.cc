@@ -1,5 +1,8 @@
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -7,9 +10,11 @@
 #include <string>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/testing/child_process.h"
+#include "common/testing/held_port.h"
 #include "common/testing/runtime_output.h"
 #include "common/testing/temp_dir.h"
 #include "common/testing/wait_until.h"
@@ -98,6 +103,60 @@ TEST(RuntimeOutputTest, TheLastFinalMetricsLineCounts) {
   EXPECT_EQ(last->step, 1201);
   EXPECT_DOUBLE_EQ(last->loss, 0.5);
   EXPECT_DOUBLE_EQ(last->accuracy, 0.82);
+}
+
+// errno of a TCP dial to 127.0.0.1:port, 0 when it connects.
+int DialError(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  const int error = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 ? 0 : errno;
+  close(fd);
+  return error;
+}
+
+// errno of a server binding 0.0.0.0:port as gRPC does (SO_REUSEADDR and
+// SO_REUSEPORT), 0 when it binds and listens.
+int ServeError(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  const int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  const int error =
+      bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 && listen(fd, 1) == 0 ? 0
+                                                                                            : errno;
+  close(fd);
+  return error;
+}
+
+TEST(HeldPortTest, RefusesDialsAndServersUntilReleased) {
+  absl::StatusOr<HeldPort> held = HeldPort::Take();
+  ASSERT_TRUE(held.ok()) << held.status();
+  const int port = held->port();
+  EXPECT_GT(port, 0);
+  EXPECT_EQ(held->address(), absl::StrCat("127.0.0.1:", port));
+  EXPECT_EQ(DialError(port), ECONNREFUSED);
+  EXPECT_EQ(ServeError(port), EADDRINUSE);
+  EXPECT_EQ(held->Release(), port);
+  EXPECT_EQ(ServeError(port), 0);
+}
+
+TEST(HeldPortTest, TwoAreDistinctAndAMovedOneIsHeldOnce) {
+  absl::StatusOr<HeldPort> a = HeldPort::Take();
+  absl::StatusOr<HeldPort> b = HeldPort::Take();
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_NE(a->port(), b->port());
+  HeldPort moved = std::move(*a);
+  EXPECT_EQ(ServeError(moved.port()), EADDRINUSE);
+  const int port = moved.port();
+  { HeldPort gone = std::move(moved); }
+  EXPECT_EQ(ServeError(port), 0);
 }
 
 TEST(ChildProcessTest, OutputGoesToTheFileAndTheExitCodeIsReported) {

@@ -13,8 +13,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/cpu_budget/cpu_budget.h"
+#include "common/testing/held_port.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "trainer-runtime/cmd/device_factory.h"
@@ -170,6 +172,32 @@ TEST_F(RuntimeCliTest, RestartResumesFromLatestCheckpoint) {
   }
 }
 
+// A TF_CONFIG of one task per role on held loopback ports, as task `self`
+// 0. Nothing listens at the others' addresses, and no test running beside
+// this one can serve there; `self`'s own port is let go for it to serve on.
+class HeldCluster {
+ public:
+  HeldCluster(const std::vector<std::string>& roles, const std::string& self) {
+    std::vector<std::string> entries;
+    for (const std::string& role : roles) {
+      absl::StatusOr<test_support::HeldPort> port = test_support::HeldPort::Take();
+      EXPECT_TRUE(port.ok()) << port.status();
+      if (!port.ok()) continue;
+      entries.push_back(absl::StrCat("\"", role, "\":[\"", port->address(), "\"]"));
+      if (role == self) port->Release();
+      ports_.push_back(std::move(*port));
+    }
+    env_ = absl::StrCat("TF_CONFIG='{\"cluster\":{", absl::StrJoin(entries, ","),
+                        "},\"task\":{\"type\":\"", self, "\",\"index\":0}}'");
+  }
+  // The environment assignment a RunBinary prefix takes.
+  const std::string& Env() const { return env_; }
+
+ private:
+  std::vector<test_support::HeldPort> ports_;
+  std::string env_;
+};
+
 // A chief recreated after its job trained to the end (its checkpoints kept
 // on shared storage, its peers finished and gone) evaluates and exports
 // alone; one with steps left still needs its peers.
@@ -178,10 +206,9 @@ TEST_F(RuntimeCliTest, AChiefWhoseCheckpointIsAtMaxStepsFinishesWithoutItsPeers)
   ASSERT_EQ(RunBinary(Flags("out", 5), log), kExitOk) << Slurp(log);
   ASSERT_TRUE(fs::exists(dir_ / "out" / "model.ckpt-5")) << Slurp(log);
   fs::remove_all(dir_ / "out" / "export");
-  // Its ps is nowhere: nothing listens on port 2.
-  const std::string chief_of_a_ps_cluster =
-      "TF_CONFIG='{\"cluster\":{\"master\":[\"127.0.0.1:1\"],\"ps\":[\"127.0.0.1:2\"]},"
-      "\"task\":{\"type\":\"master\",\"index\":0}}'";
+  // Its ps is nowhere: nothing listens at its address.
+  HeldCluster cluster({"master", "ps"}, "master");
+  const std::string chief_of_a_ps_cluster = cluster.Env();
   ASSERT_EQ(RunBinary(Flags("out", 5) + " --connect_timeout_secs=3", log, chief_of_a_ps_cluster),
             kExitOk)
       << Slurp(log);
@@ -208,10 +235,8 @@ TEST_F(RuntimeCliTest, AWorkerOrPsOfAJobTrainedToTheEndEndsAtOnce) {
   for (const char* task : {"worker", "ps"}) {
     SCOPED_TRACE(task);
     // No peer listens anywhere: waiting for one would fail after 3 s.
-    const std::string tf_config = absl::StrCat(
-        "TF_CONFIG='{\"cluster\":{\"master\":[\"127.0.0.1:1\"],\"worker\":[\"127.0.0.1:2\"],"
-        "\"ps\":[\"127.0.0.1:3\"]},\"task\":{\"type\":\"",
-        task, "\",\"index\":0}}'");
+    HeldCluster cluster({"master", "worker", "ps"}, task);
+    const std::string tf_config = cluster.Env();
     ASSERT_EQ(RunBinary(Flags("out", 5) + " --connect_timeout_secs=3", log, tf_config), kExitOk)
         << Slurp(log);
     EXPECT_THAT(Slurp(log), HasSubstr(absl::StrCat(
