@@ -10,6 +10,9 @@ inline constexpr char kDefaultMetricTag[] = "training/hptuning/metric";
 inline constexpr int kDefaultPort = 2222;
 inline constexpr int kDefaultBackoffLimit = 3;
 inline constexpr int64_t kDefaultMaxRunningTimeSeconds = 7 * 24 * 3600;
+// Metric points kept per trial in status (allMetrics holds the last this
+// many); successive halving counts rungs in them.
+inline constexpr int kMaxMetricsPerTrial = 100;
 
 // Fills what Cloud ML Engine and Kubeflow would fill: scale tier BASIC (the
 // tier's replica counts and machine types come from ReplicaGroups in

@@ -359,6 +359,7 @@ class Validator {
       Error(path + ".maxFailedTrials",
             absl::StrCat("must be >= 0, got ", spec.max_failed_trials()));
     }
+    ValidateEarlyStopping(spec, path);
     if (!spec.resume_previous_job_id().empty()) {
       if (std::string reason = ValidateJobName(spec.resume_previous_job_id()); !reason.empty()) {
         Error(path + ".resumePreviousJobId", reason);
@@ -393,6 +394,40 @@ class Validator {
                              "] tunes; remove it from args"));
         }
       }
+    }
+  }
+
+  void ValidateEarlyStopping(const HyperparameterSpec& spec, const std::string& path) {
+    const v1::EarlyStoppingSpec& stopping = spec.early_stopping();
+    const std::string stopping_path = path + ".earlyStopping";
+    if (stopping.algorithm() != v1::EarlyStoppingSpec::SUCCESSIVE_HALVING) {
+      // The halving settings would be silently ignored.
+      const std::string why = "only valid with algorithm SUCCESSIVE_HALVING";
+      if (stopping.resource() != v1::EarlyStoppingSpec::RESOURCE_UNSPECIFIED)
+        Error(stopping_path + ".resource", why);
+      if (stopping.has_min_resource()) Error(stopping_path + ".minResource", why);
+      if (stopping.has_reduction_factor()) Error(stopping_path + ".reductionFactor", why);
+      return;
+    }
+    if (spec.enable_trial_early_stopping()) {
+      Error(path + ".enableTrialEarlyStopping",
+            "turns on the median rule, and earlyStopping.algorithm is SUCCESSIVE_HALVING: "
+            "choose one");
+    }
+    const bool reports = stopping.resource() != v1::EarlyStoppingSpec::STEPS;
+    const int64_t max_min_resource = reports ? kMaxMetricsPerTrial : INT64_MAX;
+    if (stopping.has_min_resource() &&
+        (stopping.min_resource() < 1 || stopping.min_resource() > max_min_resource)) {
+      Error(stopping_path + ".minResource",
+            reports ? absl::StrCat("must be between 1 and ", kMaxMetricsPerTrial,
+                                   " reports (a trial's status keeps its last ",
+                                   kMaxMetricsPerTrial, "), got ", stopping.min_resource())
+                    : absl::StrCat("must be >= 1, got ", stopping.min_resource()));
+    }
+    if (stopping.has_reduction_factor() &&
+        (stopping.reduction_factor() < 2 || stopping.reduction_factor() > 10)) {
+      Error(stopping_path + ".reductionFactor",
+            absl::StrCat("must be between 2 and 10, got ", stopping.reduction_factor()));
     }
   }
 

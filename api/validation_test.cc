@@ -297,6 +297,32 @@ std::vector<InvalidCase> Cases() {
               "[]\n"),
        "spec.trainingInput.hyperparameters.params[0].discreteValues",
        "required: at least one value for DISCRETE parameters"},
+      {"halving_and_median_rule",
+       Tuning(kLr,
+              "      enableTrialEarlyStopping: true\n"
+              "      earlyStopping: {algorithm: SUCCESSIVE_HALVING}\n"),
+       "spec.trainingInput.hyperparameters.enableTrialEarlyStopping",
+       "turns on the median rule, and earlyStopping.algorithm is SUCCESSIVE_HALVING: choose one"},
+      {"halving_settings_without_halving",
+       Tuning(kLr, "      earlyStopping: {algorithm: MEDIAN, reductionFactor: 3}\n"),
+       "spec.trainingInput.hyperparameters.earlyStopping.reductionFactor",
+       "only valid with algorithm SUCCESSIVE_HALVING"},
+      {"halving_reduction_factor",
+       Tuning(kLr, "      earlyStopping: {algorithm: SUCCESSIVE_HALVING, reductionFactor: 1}\n"),
+       "spec.trainingInput.hyperparameters.earlyStopping.reductionFactor",
+       "must be between 2 and 10, got 1"},
+      {"halving_min_reports",
+       Tuning(kLr, "      earlyStopping: {algorithm: SUCCESSIVE_HALVING, minResource: 101}\n"),
+       "spec.trainingInput.hyperparameters.earlyStopping.minResource",
+       "must be between 1 and 100 reports (a trial's status keeps its last 100), got 101"},
+      {"halving_min_steps",
+       Tuning(kLr,
+              "      earlyStopping: {algorithm: SUCCESSIVE_HALVING, resource: STEPS, "
+              "minResource: 0}\n"),
+       "spec.trainingInput.hyperparameters.earlyStopping.minResource", "must be >= 1, got 0"},
+      {"halving_unknown_algorithm", Tuning(kLr, "      earlyStopping: {algorithm: HYPERBAND}\n"),
+       "spec.trainingInput.hyperparameters.earlyStopping.algorithm",
+       "unknown value \"HYPERBAND\"; expected one of MEDIAN, SUCCESSIVE_HALVING"},
       {"discrete_values_on_double",
        Tuning("        - parameterName: lr\n          type: DOUBLE\n          minValue: 0.1\n"
               "          maxValue: 1\n          discreteValues: [1, 2]\n"),
@@ -485,6 +511,17 @@ TEST(ValidationTest, ReportsEveryErrorNotJustTheFirst) {
 TEST(ValidationTest, ValidJobHasNoErrors) {
   CheckedJob checked = CheckTrainingJob(Tuning(kLr, "      maxParallelTrials: 2\n"));
   EXPECT_TRUE(checked.ok()) << FormatErrors(checked.errors);
+}
+
+TEST(ValidationTest, EachEarlyStoppingRuleIsValid) {
+  for (const char* stopping :
+       {"      enableTrialEarlyStopping: true\n", "      earlyStopping: {algorithm: MEDIAN}\n",
+        "      earlyStopping: {algorithm: SUCCESSIVE_HALVING}\n",
+        "      earlyStopping: {algorithm: SUCCESSIVE_HALVING, resource: STEPS, minResource: 500, "
+        "reductionFactor: 4}\n"}) {
+    CheckedJob checked = CheckTrainingJob(Tuning(kLr, stopping));
+    EXPECT_TRUE(checked.ok()) << stopping << FormatErrors(checked.errors);
+  }
 }
 
 TEST(ValidationTest, PyTorchJobsWithACommandOrAModuleAreValid) {

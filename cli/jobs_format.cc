@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <iomanip>
+#include <map>
 #include <sstream>
 
 #include "absl/strings/ascii.h"
@@ -29,6 +30,44 @@ std::string Str(const nlohmann::json& value) {
   if (value.is_null()) return "";
   if (value.is_string()) return value.get<std::string>();
   return value.dump();
+}
+
+// An integer field as the API prints it (a number, or a string for int64).
+int64_t IntOr(const nlohmann::json& value, int64_t fallback) {
+  if (value.is_number_integer()) return value.get<int64_t>();
+  int64_t n = 0;
+  if (value.is_string() && absl::SimpleAtoi(value.get<std::string>(), &n)) return n;
+  return fallback;
+}
+
+bool Halving(const nlohmann::json& hp) {
+  return hp.value("earlyStopping", nlohmann::json::object()).value("algorithm", "") ==
+         "SUCCESSIVE_HALVING";
+}
+
+// Where rung `k` of hp's successive halving is: "report 3", "step 600".
+std::string RungAt(const nlohmann::json& hp, size_t k) {
+  const nlohmann::json stopping = hp.value("earlyStopping", nlohmann::json::object());
+  const int64_t eta = IntOr(stopping.value("reductionFactor", nlohmann::json()), 3);
+  int64_t at = IntOr(stopping.value("minResource", nlohmann::json()), 1);
+  for (size_t i = 0; i < k && at < (int64_t{1} << 50); ++i) at *= eta;
+  return absl::StrCat(stopping.value("resource", "") == "STEPS" ? "step " : "report ", at);
+}
+
+// The study's early-stopping rule in words; empty without one.
+std::string EarlyStoppingLine(const nlohmann::json& hp) {
+  if (Halving(hp)) {
+    const nlohmann::json stopping = hp["earlyStopping"];
+    return absl::StrCat("successive halving (reduction factor ",
+                        IntOr(stopping.value("reductionFactor", nlohmann::json()), 3),
+                        "; rungs at ", RungAt(hp, 0), ", ", RungAt(hp, 1), ", ", RungAt(hp, 2),
+                        ", ...)");
+  }
+  if (hp.value("enableTrialEarlyStopping", false) ||
+      hp.value("earlyStopping", nlohmann::json::object()).value("algorithm", "") == "MEDIAN") {
+    return "median rule";
+  }
+  return "";
 }
 
 // A plain table: a header row and aligned columns.
@@ -188,6 +227,9 @@ std::string SummarizeJob(const nlohmann::json& resource) {
            Str(p.value("scaleType", nlohmann::json())), absl::StrJoin(values, ",")});
     }
     out += Table(params);
+    if (const std::string rule = EarlyStoppingLine(hp); !rule.empty()) {
+      out += "Early stopping: " + rule + "\n";
+    }
   }
   if (resource.contains("trainingOutput")) {
     const nlohmann::json& output = resource["trainingOutput"];
@@ -199,6 +241,8 @@ std::string SummarizeJob(const nlohmann::json& resource) {
     out += Table(rows);
     if (output.contains("trials")) {
       out += "\nTrials (best first)\n";
+      const nlohmann::json hp = input.value("hyperparameters", nlohmann::json::object());
+      std::map<size_t, int> stopped_at_rung;
       std::vector<std::vector<std::string>> trials = {
           {"TRIAL_ID", "STATE", "OBJECTIVE", "STEP", "HYPERPARAMETERS", "OUTPUT", "NOTE"}};
       for (const auto& t : output["trials"]) {
@@ -209,6 +253,11 @@ std::string SummarizeJob(const nlohmann::json& resource) {
         }
         const nlohmann::json metric = t.value("finalMetric", nlohmann::json::object());
         std::string note = t.value("isTrialStoppedEarly", false) ? "stopped early" : "";
+        const size_t rungs = t.value("rungMetrics", nlohmann::json::array()).size();
+        if (!note.empty() && rungs > 0) {
+          absl::StrAppend(&note, " at rung ", rungs - 1, " (", RungAt(hp, rungs - 1), ")");
+          ++stopped_at_rung[rungs - 1];
+        }
         if (t.contains("errorMessage")) note = Str(t["errorMessage"]);
         trials.push_back(
             {Str(t.value("trialId", nlohmann::json())), Str(t.value("state", nlohmann::json())),
@@ -217,6 +266,14 @@ std::string SummarizeJob(const nlohmann::json& resource) {
              Str(t.value("outputPath", nlohmann::json())), note});
       }
       out += Table(trials);
+      if (Halving(hp)) {
+        std::vector<std::string> counts;
+        for (const auto& [rung, count] : stopped_at_rung) {
+          counts.push_back(absl::StrCat("rung ", rung, " (", RungAt(hp, rung), "): ", count));
+        }
+        out += "Stopped at each rung: " + (counts.empty() ? "none" : absl::StrJoin(counts, ", ")) +
+               "\n";
+      }
     }
   }
   return out;

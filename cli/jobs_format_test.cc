@@ -8,6 +8,7 @@ namespace kubetrain::cli {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 v1::TrainingJob StudyWithTrials(v1::HyperparameterSpec::GoalType goal) {
   v1::TrainingJob job;
@@ -113,6 +114,42 @@ TEST(JobResourceTest, SummaryHasTheTrialsTable) {
   EXPECT_THAT(summary, HasSubstr("lr=0.02"));
   EXPECT_LT(summary.find("lr=0.02"), summary.find("lr=0.01"));
   EXPECT_THAT(summary, HasSubstr("study_job"));
+}
+
+TEST(JobResourceTest, SummarySaysWhereSuccessiveHalvingStoppedEachTrial) {
+  v1::TrainingJob job = StudyWithTrials(v1::HyperparameterSpec::MAXIMIZE);
+  v1::EarlyStoppingSpec* stopping = job.mutable_spec()
+                                        ->mutable_training_input()
+                                        ->mutable_hyperparameters()
+                                        ->mutable_early_stopping();
+  stopping->set_algorithm(v1::EarlyStoppingSpec::SUCCESSIVE_HALVING);
+  stopping->set_reduction_factor(2);
+  auto* trials = job.mutable_status()->mutable_training_output()->mutable_trials();
+  // Trial 1 stopped at its first rung, trial 3 at its second; trial 2 ran on.
+  const int rungs_reached[] = {1, 3, 2};
+  const bool stopped[] = {true, false, true};
+  for (int i = 0; i < 3; ++i) {
+    (*trials)[i].set_is_trial_stopped_early(stopped[i]);
+    for (int k = 0; k < rungs_reached[i]; ++k) {
+      (*trials)[i].add_rung_metrics()->set_objective_value(0.5);
+    }
+  }
+  const std::string summary = SummarizeJob(JobResource(job));
+  EXPECT_THAT(summary, HasSubstr("Early stopping: successive halving (reduction factor 2; rungs "
+                                 "at report 1, report 2, report 4, ...)"));
+  EXPECT_THAT(summary, HasSubstr("stopped early at rung 0 (report 1)"));
+  EXPECT_THAT(summary, HasSubstr("stopped early at rung 1 (report 2)"));
+  EXPECT_THAT(summary,
+              HasSubstr("Stopped at each rung: rung 0 (report 1): 1, rung 1 (report 2): 1"));
+
+  job.mutable_spec()->mutable_training_input()->mutable_hyperparameters()->clear_early_stopping();
+  job.mutable_spec()
+      ->mutable_training_input()
+      ->mutable_hyperparameters()
+      ->set_enable_trial_early_stopping(true);
+  const std::string median = SummarizeJob(JobResource(job));
+  EXPECT_THAT(median, HasSubstr("Early stopping: median rule"));
+  EXPECT_THAT(median, Not(HasSubstr("Stopped at each rung")));
 }
 
 TEST(JobResourceTest, OutputLocationAndEachTrialsFolder) {

@@ -11,6 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "api/defaults.h"
 #include "kubetrain/v1/training_job.pb.h"
 #include "operator/core/replica.h"
 #include "operator/core/tf_config.h"
@@ -32,7 +33,7 @@ namespace kubetrain::core {
 // objective leave through ArchiveTrial actions past this many.
 inline constexpr int kMaxTrialsInStatus = 100;
 // Metric points kept per trial (allMetrics holds the last this many).
-inline constexpr int kMaxMetricsPerTrial = 100;
+inline constexpr int kMaxMetricsPerTrial = api::kMaxMetricsPerTrial;
 // The wait before the first recreation of a failed replica set (doubling with
 // each further one) and its cap.
 inline constexpr absl::Duration kRecreateBackoffBase = absl::Seconds(10);

@@ -1497,6 +1497,103 @@ TEST(StudyTest, EarlyStoppingStopsFlaggedTrials) {
   h.Settle();
 }
 
+// hyperparameters.earlyStopping SUCCESSIVE_HALVING, reduction factor 2,
+// rungs at reports 1, 2, 4, ...
+v1::TrainingJob HalvingStudy(int max_trials, int parallel) {
+  v1::TrainingJob job = Study(max_trials, parallel);
+  v1::EarlyStoppingSpec* stopping = job.mutable_spec()
+                                        ->mutable_training_input()
+                                        ->mutable_hyperparameters()
+                                        ->mutable_early_stopping();
+  stopping->set_algorithm(v1::EarlyStoppingSpec::SUCCESSIVE_HALVING);
+  stopping->set_reduction_factor(2);
+  return job;
+}
+
+std::vector<double> RungValues(const v1::HyperparameterOutput& trial) {
+  std::vector<double> values;
+  for (const v1::HyperparameterMetric& m : trial.rung_metrics()) {
+    values.push_back(m.objective_value());
+  }
+  return values;
+}
+
+TEST(StudyTest, HalvingStopsATrialBelowTheBarAtItsRungAndFillsTheSlotAtOnce) {
+  Harness h(HalvingStudy(4, 2));
+  h.Settle();
+  h.RunAll();
+  Report(h, "1", 10, 0.8);
+  h.Settle();
+  // Alone at rung 0: it continues, its value there recorded.
+  EXPECT_EQ(Trial(h, "1")->state(), v1::RUNNING);
+  EXPECT_THAT(RungValues(*Trial(h, "1")), ElementsAre(0.8));
+  EXPECT_EQ(Trial(h, "1")->rung_metrics(0).training_step(), 10);
+  Report(h, "2", 10, 0.3);
+  ReconcileResult r = h.Step();
+  const v1::HyperparameterOutput* t2 = Trial(h, "2");
+  EXPECT_EQ(t2->state(), v1::SUCCEEDED);
+  EXPECT_TRUE(t2->is_trial_stopped_early());
+  EXPECT_EQ(t2->final_metric().objective_value(), 0.3);
+  EXPECT_THAT(RungValues(*t2), ElementsAre(0.3));
+  EXPECT_THAT(Deleted(r), UnorderedElementsAre("mnist-t2-master-0", "mnist-t2-worker-0"));
+  // Its slot is filled in the same pass: nothing waits for the rung to fill.
+  EXPECT_THAT(Created(r), UnorderedElementsAre("mnist-t3-master-0", "mnist-t3-worker-0"));
+  EXPECT_EQ(Trial(h, "3")->state(), v1::QUEUED);
+  // Trial 1 goes on to rung 1 (its second report), alone there.
+  Report(h, "1", 20, 0.85);
+  h.Settle();
+  EXPECT_EQ(Trial(h, "1")->state(), v1::RUNNING);
+  EXPECT_THAT(RungValues(*Trial(h, "1")), ElementsAre(0.8, 0.85));
+  // A trial that ends is recorded at the rungs it reached, and not stopped.
+  h.RunAll();
+  Report(h, "3", 10, 0.1);
+  h.observed.trial_metrics["3"].back().final = true;
+  h.Settle();
+  EXPECT_EQ(Trial(h, "3")->state(), v1::RUNNING);
+  EXPECT_THAT(RungValues(*Trial(h, "3")), ElementsAre(0.1));
+  h.Exit("mnist-t3-master-0", 0);
+  h.Settle();
+  EXPECT_EQ(Trial(h, "3")->state(), v1::SUCCEEDED);
+  EXPECT_FALSE(Trial(h, "3")->is_trial_stopped_early());
+}
+
+// A decision at a rung is made once, when the trial reaches it: an operator
+// that restarts (a fresh reconciler reading status) neither judges trial 1
+// at rung 0 again, where better trials came after it, nor loses a record.
+TEST(StudyTest, HalvingRecordsLiveInStatusAndAreNotRevisited) {
+  Harness h(HalvingStudy(6, 3));
+  h.Settle();
+  h.RunAll();
+  Report(h, "1", 10, 0.5);
+  h.Settle();
+  Report(h, "2", 10, 0.9);
+  Report(h, "3", 10, 0.8);
+  h.Settle();
+  // Trial 2 (0.9 over 0.5) continues; trial 3 (n = 3, the best one
+  // continues) stops.
+  EXPECT_EQ(Trial(h, "2")->state(), v1::RUNNING);
+  EXPECT_TRUE(Trial(h, "3")->is_trial_stopped_early());
+
+  Harness restarted(h.job);
+  restarted.observed = h.observed;
+  restarted.Settle();
+  const v1::HyperparameterOutput* t1 = Trial(restarted, "1");
+  EXPECT_EQ(t1->state(), v1::RUNNING);
+  EXPECT_FALSE(t1->is_trial_stopped_early());
+  EXPECT_THAT(RungValues(*t1), ElementsAre(0.5));
+  EXPECT_THAT(RungValues(*Trial(restarted, "2")), ElementsAre(0.9));
+  EXPECT_THAT(RungValues(*Trial(restarted, "3")), ElementsAre(0.8));
+  // At rung 1 trial 1 meets the others that got there: none yet.
+  Report(restarted, "1", 20, 0.6);
+  restarted.Settle();
+  EXPECT_EQ(Trial(restarted, "1")->state(), v1::RUNNING);
+  EXPECT_THAT(RungValues(*Trial(restarted, "1")), ElementsAre(0.5, 0.6));
+  Report(restarted, "2", 20, 0.55);
+  restarted.Settle();
+  EXPECT_TRUE(Trial(restarted, "2")->is_trial_stopped_early());
+  EXPECT_THAT(RungValues(*Trial(restarted, "2")), ElementsAre(0.9, 0.55));
+}
+
 // Events name an objective as the trainer reported it.
 TEST(StudyTest, ObjectivesInEventsAreAsReported) {
   Harness h(Study(4, 2));

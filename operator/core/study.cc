@@ -32,6 +32,9 @@ tuner::TrialRecord ToRecord(const v1::HyperparameterOutput& t) {
   for (const v1::HyperparameterMetric& m : t.all_metrics()) {
     record.curve.emplace_back(m.training_step(), m.objective_value());
   }
+  for (const v1::HyperparameterMetric& m : t.rung_metrics()) {
+    record.rungs.push_back(m.objective_value());
+  }
   switch (t.state()) {
     case v1::QUEUED:
     case v1::PREPARING:
@@ -369,6 +372,33 @@ void ReconcileStudy(Context& c) {
   };
   collect_completed();
 
+  // Successive halving compares a trial at a rung with every other trial
+  // that reached it, whatever became of them.
+  const bool halving =
+      spec.early_stopping().algorithm() == v1::EarlyStoppingSpec::SUCCESSIVE_HALVING;
+  const bool median_rule = spec.enable_trial_early_stopping() ||
+                           spec.early_stopping().algorithm() == v1::EarlyStoppingSpec::MEDIAN;
+  // Records the rungs `trial` reached since the last pass; true when one
+  // stops it (only while `may_stop`: a trial that has ended is not stopped).
+  auto record_rungs = [&](v1::HyperparameterOutput* trial, bool may_stop) {
+    if (!halving || trial->all_metrics_size() == 0) return false;
+    std::vector<tuner::TrialRecord> others;
+    for (const v1::HyperparameterOutput& t : out->trials()) {
+      if (t.trial_id() != trial->trial_id()) others.push_back(ToRecord(t));
+    }
+    for (const v1::HyperparameterOutput& t : c.observed.archived_trials) {
+      others.push_back(ToRecord(t));
+    }
+    for (const tuner::TrialRecord& t : resumed.trials) others.push_back(t);
+    const tuner::RungVerdict verdict = tuner::JudgeAtRungs(spec, ToRecord(*trial), others);
+    for (const auto& [step, value] : verdict.reached) {
+      v1::HyperparameterMetric* m = trial->add_rung_metrics();
+      m->set_training_step(step);
+      m->set_objective_value(value);
+    }
+    return may_stop && verdict.stop;
+  };
+
   SetOutcome::Phase best_phase = SetOutcome::Phase::kCreating;
   int replicas_per_trial = 0;
   for (v1::HyperparameterOutput& trial : *out->mutable_trials()) {
@@ -385,6 +415,7 @@ void ReconcileStudy(Context& c) {
                "trial " + trial.trial_id() + " failed: " + set.message);
         continue;
       case SetOutcome::Phase::kSucceeded:
+        record_rungs(&trial, /*may_stop=*/false);
         FinishTrialWithObjective(c, &trial, /*stopped_early=*/false);
         collect_completed();  // later trials are judged against it too
         best_phase = std::max(best_phase, SetOutcome::Phase::kRunning);
@@ -400,8 +431,12 @@ void ReconcileStudy(Context& c) {
     }
     best_phase = std::max(best_phase, set.phase);
     // A trial whose last evaluation has arrived has nothing left to stop.
-    if (spec.enable_trial_early_stopping() && trial.all_metrics_size() > 0 && !completed.empty() &&
-        !FinalReportArrived(c, trial.trial_id())) {
+    const bool final_report = FinalReportArrived(c, trial.trial_id());
+    if (record_rungs(&trial, /*may_stop=*/!final_report)) {
+      FinishTrialWithObjective(c, &trial, /*stopped_early=*/true);
+      continue;
+    }
+    if (median_rule && trial.all_metrics_size() > 0 && !completed.empty() && !final_report) {
       const StopRule rule = c.options.stop_rule ? c.options.stop_rule : tuner::ShouldStopEarly;
       if (rule(spec, ToRecord(trial), completed)) {
         FinishTrialWithObjective(c, &trial, /*stopped_early=*/true);

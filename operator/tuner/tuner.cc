@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
+#include <optional>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -140,6 +142,64 @@ bool ShouldStopEarly(const HyperparameterSpec& spec, const TrialRecord& running,
   const double median =
       n % 2 == 1 ? averages[n / 2] : 0.5 * (averages[n / 2 - 1] + averages[n / 2]);
   return maximize ? *best < median : *best > median;
+}
+
+int64_t RungResource(const v1::EarlyStoppingSpec& stopping, int k) {
+  const int64_t eta =
+      stopping.has_reduction_factor() ? stopping.reduction_factor() : kDefaultReductionFactor;
+  int64_t r = stopping.has_min_resource() ? stopping.min_resource() : 1;
+  for (int i = 0; i < k; ++i) {
+    if (r > std::numeric_limits<int64_t>::max() / eta) return std::numeric_limits<int64_t>::max();
+    r *= eta;
+  }
+  return r;
+}
+
+RungVerdict JudgeAtRungs(const HyperparameterSpec& spec, const TrialRecord& running,
+                         const std::vector<TrialRecord>& others) {
+  const v1::EarlyStoppingSpec& stopping = spec.early_stopping();
+  const bool maximize = spec.goal() != HyperparameterSpec::MINIMIZE;
+  const bool by_steps = stopping.resource() == v1::EarlyStoppingSpec::STEPS;
+  const int64_t eta =
+      stopping.has_reduction_factor() ? stopping.reduction_factor() : kDefaultReductionFactor;
+  std::vector<std::pair<int64_t, double>> reports;
+  for (const auto& report : running.curve) {
+    if (std::isfinite(report.second)) reports.push_back(report);
+  }
+  RungVerdict verdict;
+  for (int k = static_cast<int>(running.rungs.size());; ++k) {
+    const int64_t at = RungResource(stopping, k);
+    // The report that reached rung k, if any has.
+    std::optional<std::pair<int64_t, double>> report;
+    if (!by_steps) {
+      if (at <= static_cast<int64_t>(reports.size())) report = reports[at - 1];
+    } else {
+      for (const auto& r : reports) {
+        if (r.first >= at) {
+          report = r;
+          break;
+        }
+      }
+    }
+    if (!report) break;
+    verdict.reached.push_back(*report);
+    std::vector<double> values = {report->second};
+    for (const TrialRecord& other : others) {
+      if (static_cast<int>(other.rungs.size()) > k && std::isfinite(other.rungs[k])) {
+        values.push_back(other.rungs[k]);
+      }
+    }
+    const size_t keep = std::max<size_t>(1, values.size() / static_cast<size_t>(eta));
+    // The keep-th best value: the bar to continue.
+    std::nth_element(values.begin(), values.begin() + static_cast<ptrdiff_t>(keep - 1),
+                     values.end(), [&](double a, double b) { return maximize ? a > b : a < b; });
+    const double bar = values[keep - 1];
+    if (maximize ? report->second < bar : report->second > bar) {
+      verdict.stop = true;
+      break;
+    }
+  }
+  return verdict;
 }
 
 }  // namespace kubetrain::tuner

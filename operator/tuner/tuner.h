@@ -29,6 +29,9 @@ struct TrialRecord {
   std::optional<double> objective;
   // Every report of the metric tag, in step order: (training step, value).
   std::vector<std::pair<int64_t, double>> curve;
+  // Successive halving: its value at each rung it reached, lowest first
+  // (HyperparameterOutput.rungMetrics).
+  std::vector<double> rungs;
 };
 
 // Suggests trials for one study. Pure: no clock, no I/O; the seed and the
@@ -66,5 +69,36 @@ class Tuner {
 // about a trial whose final report has arrived (MetricReport::final).
 bool ShouldStopEarly(const v1::HyperparameterSpec& spec, const TrialRecord& running,
                      const std::vector<TrialRecord>& completed);
+
+// Asynchronous successive halving (ASHA; hyperparameters.earlyStopping
+// SUCCESSIVE_HALVING). Rung k is at minResource x reductionFactor^k of the
+// resource: a trial's count of finite reports (REPORTS) or the step of its
+// latest one (STEPS). A trial's value at rung k is its report that reached
+// the rung (the r-th report; the first at a step >= r). When a trial first
+// reaches a rung it is compared, once, with every trial that reached that
+// rung before it (any state: their recorded `rungs`): it continues if its
+// value is among the best max(1, floor(n / reductionFactor)) of the n values
+// there, its own included (ties continue), and stops otherwise. So the first
+// trial at a rung always continues, and the decision never waits for a rung
+// to fill. A decision is never revisited: callers record `reached`.
+inline constexpr int kDefaultReductionFactor = 3;
+
+// The resource at which rung `k` is (saturating).
+int64_t RungResource(const v1::EarlyStoppingSpec& stopping, int k);
+
+struct RungVerdict {
+  // The running trial's reports at the rungs it reached past running.rungs,
+  // lowest first: (training step, value). The caller appends them to its
+  // record.
+  std::vector<std::pair<int64_t, double>> reached;
+  // Not among the best at the last of them: stop it there.
+  bool stop = false;
+};
+
+// Judges `running` at each rung it reached beyond its recorded ones, in
+// order, until one stops it. `others` are the study's other trials.
+// Reports that are not finite are ignored.
+RungVerdict JudgeAtRungs(const v1::HyperparameterSpec& spec, const TrialRecord& running,
+                         const std::vector<TrialRecord>& others);
 
 }  // namespace kubetrain::tuner

@@ -2,11 +2,13 @@
 
 #include <charconv>
 #include <cmath>
+#include <limits>
 #include <set>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "operator/tuner/bayesian_optimizer.h"
+#include "operator/tuner/history.h"
 #include "operator/tuner/search_space.h"
 
 namespace kubetrain::tuner {
@@ -472,6 +474,184 @@ TEST(BayesianOptimizerTest, GlsMeanConvergesAndIsDeterministic) {
   BayesianOptions options;
   options.gls_mean = true;
   EXPECT_LT(BestLossOnQuadratic(options, 7, 25), 1e-3);
+}
+
+}  // namespace
+}  // namespace kubetrain::tuner
+
+// ---- Successive halving (JudgeAtRungs) and what the model learns from it --
+
+namespace kubetrain::tuner {
+namespace {
+
+HyperparameterSpec HalvingSpec(HyperparameterSpec::GoalType goal, int eta, int64_t min_resource,
+                               v1::EarlyStoppingSpec::Resource resource) {
+  HyperparameterSpec spec;
+  spec.set_goal(goal);
+  AddParam(spec, "x", ParameterSpec::DOUBLE, 0, 1);
+  v1::EarlyStoppingSpec* stopping = spec.mutable_early_stopping();
+  stopping->set_algorithm(v1::EarlyStoppingSpec::SUCCESSIVE_HALVING);
+  stopping->set_resource(resource);
+  stopping->set_min_resource(min_resource);
+  stopping->set_reduction_factor(eta);
+  return spec;
+}
+
+// A trial with reports at steps 10, 20, ... of `values`, and the values it
+// recorded at the rungs it already passed.
+TrialRecord Reports(const std::string& id, std::vector<double> values,
+                    std::vector<double> rungs = {}) {
+  TrialRecord record;
+  record.trial_id = id;
+  record.status = Status::kRunning;
+  for (size_t i = 0; i < values.size(); ++i) {
+    record.curve.emplace_back(static_cast<int64_t>(10 * (i + 1)), values[i]);
+  }
+  record.rungs = std::move(rungs);
+  return record;
+}
+
+TrialRecord AtRungs(const std::string& id, std::vector<double> rungs) {
+  TrialRecord record;
+  record.trial_id = id;
+  record.status = Status::kCompleted;
+  record.rungs = std::move(rungs);
+  return record;
+}
+
+TEST(SuccessiveHalvingTest, RungsAreMinResourceTimesEtaToTheK) {
+  v1::EarlyStoppingSpec stopping;
+  EXPECT_EQ(RungResource(stopping, 0), 1);  // defaults: 1, 3, 9, ...
+  EXPECT_EQ(RungResource(stopping, 2), 9);
+  stopping.set_min_resource(100);
+  stopping.set_reduction_factor(2);
+  EXPECT_EQ(RungResource(stopping, 0), 100);
+  EXPECT_EQ(RungResource(stopping, 3), 800);
+  EXPECT_EQ(RungResource(stopping, 80), std::numeric_limits<int64_t>::max());
+}
+
+TEST(SuccessiveHalvingTest, TheFirstTrialAtARungContinuesAndLaterOnesNeedTheTopThird) {
+  const HyperparameterSpec spec =
+      HalvingSpec(HyperparameterSpec::MAXIMIZE, 3, 1, v1::EarlyStoppingSpec::REPORTS);
+  // Alone at rung 0 (its first report): it continues, and its value there
+  // is recorded.
+  RungVerdict first = JudgeAtRungs(spec, Reports("1", {0.5}), {});
+  EXPECT_FALSE(first.stop);
+  EXPECT_THAT(first.reached, ::testing::ElementsAre(std::pair<int64_t, double>{10, 0.5}));
+  // With one other there (n = 2, floor(2/3) = 0): only the best continues.
+  EXPECT_TRUE(JudgeAtRungs(spec, Reports("2", {0.4}), {AtRungs("1", {0.5})}).stop);
+  EXPECT_FALSE(JudgeAtRungs(spec, Reports("2", {0.6}), {AtRungs("1", {0.5})}).stop);
+  // A tie with the bar continues.
+  EXPECT_FALSE(JudgeAtRungs(spec, Reports("2", {0.5}), {AtRungs("1", {0.5})}).stop);
+  // n = 6: the best two continue.
+  const std::vector<TrialRecord> five = {AtRungs("1", {0.9}), AtRungs("2", {0.8}),
+                                         AtRungs("3", {0.3}), AtRungs("4", {0.2}),
+                                         AtRungs("5", {0.1})};
+  EXPECT_FALSE(JudgeAtRungs(spec, Reports("6", {0.85}), five).stop);
+  EXPECT_TRUE(JudgeAtRungs(spec, Reports("6", {0.7}), five).stop);
+}
+
+TEST(SuccessiveHalvingTest, MinimizingKeepsTheLowest) {
+  const HyperparameterSpec spec =
+      HalvingSpec(HyperparameterSpec::MINIMIZE, 2, 1, v1::EarlyStoppingSpec::REPORTS);
+  const std::vector<TrialRecord> others = {AtRungs("1", {0.2}), AtRungs("2", {0.9}),
+                                           AtRungs("3", {0.5})};
+  // n = 4, the best two: 0.2 and the bar 0.3 or 0.5.
+  EXPECT_FALSE(JudgeAtRungs(spec, Reports("4", {0.3}), others).stop);
+  EXPECT_TRUE(JudgeAtRungs(spec, Reports("4", {0.6}), others).stop);
+}
+
+TEST(SuccessiveHalvingTest, RungsAlreadyPassedAreNotJudgedAgain) {
+  const HyperparameterSpec spec =
+      HalvingSpec(HyperparameterSpec::MAXIMIZE, 2, 1, v1::EarlyStoppingSpec::REPORTS);
+  // Trial 1 passed rung 0 at 0.5 when it was alone; better trials came
+  // later. Its second report (rung 1) is its next decision, not rung 0 again.
+  const std::vector<TrialRecord> others = {AtRungs("2", {0.9}), AtRungs("3", {0.8})};
+  RungVerdict verdict = JudgeAtRungs(spec, Reports("1", {0.5, 0.7}, {0.5}), others);
+  EXPECT_FALSE(verdict.stop);  // alone at rung 1
+  EXPECT_THAT(verdict.reached, ::testing::ElementsAre(std::pair<int64_t, double>{20, 0.7}));
+  // Nothing new reached: no decision at all.
+  verdict = JudgeAtRungs(spec, Reports("1", {0.5, 0.7, 0.1}, {0.5, 0.7}), others);
+  EXPECT_FALSE(verdict.stop);
+  EXPECT_TRUE(verdict.reached.empty());
+}
+
+TEST(SuccessiveHalvingTest, SeveralRungsReachedAtOnceAreJudgedInOrderUpToTheFirstStop) {
+  const HyperparameterSpec spec =
+      HalvingSpec(HyperparameterSpec::MAXIMIZE, 2, 1, v1::EarlyStoppingSpec::REPORTS);
+  // Rungs at reports 1, 2, 4. Others: rung 0 {0.2}, rung 1 {0.9}.
+  const std::vector<TrialRecord> others = {AtRungs("1", {0.2, 0.9})};
+  RungVerdict verdict = JudgeAtRungs(spec, Reports("2", {0.3, 0.5, 0.6, 0.95}), others);
+  EXPECT_TRUE(verdict.stop);  // passes rung 0 (0.3 > 0.2), stops at rung 1 (0.5 < 0.9)
+  EXPECT_THAT(verdict.reached, ::testing::ElementsAre(std::pair<int64_t, double>{10, 0.3},
+                                                      std::pair<int64_t, double>{20, 0.5}));
+}
+
+TEST(SuccessiveHalvingTest, StepsCountTheFirstReportAtOrPastTheRung) {
+  const HyperparameterSpec spec =
+      HalvingSpec(HyperparameterSpec::MAXIMIZE, 3, 15, v1::EarlyStoppingSpec::STEPS);
+  // Reports at steps 10, 20, 30: rung 0 (step 15) is reached by step 20's
+  // report; rung 1 (step 45) not yet.
+  RungVerdict verdict = JudgeAtRungs(spec, Reports("1", {0.1, 0.4, 0.2}), {});
+  EXPECT_FALSE(verdict.stop);
+  EXPECT_THAT(verdict.reached, ::testing::ElementsAre(std::pair<int64_t, double>{20, 0.4}));
+}
+
+TEST(SuccessiveHalvingTest, ReportsThatAreNotFiniteDoNotCount) {
+  const HyperparameterSpec spec =
+      HalvingSpec(HyperparameterSpec::MAXIMIZE, 3, 2, v1::EarlyStoppingSpec::REPORTS);
+  // The second finite report is the third one.
+  RungVerdict verdict = JudgeAtRungs(spec, Reports("1", {0.1, std::nan(""), 0.3}), {});
+  EXPECT_THAT(verdict.reached, ::testing::ElementsAre(std::pair<int64_t, double>{30, 0.3}));
+  EXPECT_TRUE(JudgeAtRungs(spec, Reports("1", {0.1, std::nan("")}), {}).reached.empty());
+}
+
+// BOHB: under halving, most trials end at a low rung; the model learns from
+// the highest rung that enough trials (parameters + 2) reached.
+TEST(SuccessiveHalvingTest, TheModelLearnsFromTheHighestRungWithEnoughTrials) {
+  const HyperparameterSpec spec =
+      HalvingSpec(HyperparameterSpec::MAXIMIZE, 3, 1, v1::EarlyStoppingSpec::REPORTS);
+  absl::StatusOr<SearchSpace> space = SearchSpace::Create(spec);
+  ASSERT_TRUE(space.ok());
+  auto trial = [](double x, Status status, std::vector<double> rungs,
+                  std::optional<double> objective) {
+    TrialRecord r = AtRungs(FormatDouble(x), std::move(rungs));
+    r.assignment = {{"x", FormatDouble(x)}};
+    r.status = status;
+    r.objective = objective;
+    return r;
+  };
+  // Rung 0: five trials; rung 1: three (= 1 parameter + 2); one final.
+  std::vector<TrialRecord> history = {
+      trial(0.1, Status::kStoppedEarly, {0.2}, 0.2),
+      trial(0.2, Status::kStoppedEarly, {0.3}, 0.3),
+      trial(0.3, Status::kCompleted, {0.6, 0.8}, 0.85),
+      trial(0.4, Status::kRunning, {0.7, 0.75}, std::nullopt),
+      trial(0.5, Status::kStoppedEarly, {0.65, 0.5}, 0.5),
+      trial(0.6, Status::kRunning, {}, std::nullopt),
+      trial(0.7, Status::kRunning, {0.4}, std::nullopt),
+  };
+  ParsedHistory h = ParseHistory(*space, spec, history);
+  // Rung 1's three values, as losses.
+  EXPECT_THAT(h.observed_loss, ::testing::ElementsAre(-0.8, -0.75, -0.5));
+  ASSERT_EQ(h.observed_x.size(), 3u);
+  EXPECT_NEAR(h.observed_x[0][0], 0.3, 1e-9);
+  // Running trials short of rung 1 are pending; stopped ones below it are
+  // not (they ended there).
+  ASSERT_EQ(h.pending_x.size(), 2u);
+  EXPECT_NEAR(h.pending_x[0][0], 0.6, 1e-9);
+  EXPECT_NEAR(h.pending_x[1][0], 0.7, 1e-9);
+  // Without halving, the same history gives the final objectives of the
+  // trials that ended.
+  HyperparameterSpec median = spec;
+  median.clear_early_stopping();
+  EXPECT_THAT(ParseHistory(*space, median, history).observed_loss,
+              ::testing::ElementsAre(-0.2, -0.3, -0.85, -0.5));
+  // Once as many trials have a final objective, those are the model's.
+  history.push_back(trial(0.8, Status::kCompleted, {0.7, 0.8}, 0.9));
+  history.push_back(trial(0.9, Status::kCompleted, {0.7, 0.8}, 0.8));
+  EXPECT_THAT(ParseHistory(*space, spec, history).observed_loss,
+              ::testing::ElementsAre(-0.2, -0.3, -0.85, -0.5, -0.9, -0.8));
 }
 
 }  // namespace
