@@ -54,22 +54,6 @@ std::string RungAt(const nlohmann::json& hp, size_t k) {
   return absl::StrCat(stopping.value("resource", "") == "STEPS" ? "step " : "report ", at);
 }
 
-// The study's early-stopping rule in words; empty without one.
-std::string EarlyStoppingLine(const nlohmann::json& hp) {
-  if (Halving(hp)) {
-    const nlohmann::json stopping = hp["earlyStopping"];
-    return absl::StrCat("successive halving (reduction factor ",
-                        IntOr(stopping.value("reductionFactor", nlohmann::json()), 3),
-                        "; rungs at ", RungAt(hp, 0), ", ", RungAt(hp, 1), ", ", RungAt(hp, 2),
-                        ", ...)");
-  }
-  if (hp.value("enableTrialEarlyStopping", false) ||
-      hp.value("earlyStopping", nlohmann::json::object()).value("algorithm", "") == "MEDIAN") {
-    return "median rule";
-  }
-  return "";
-}
-
 // A plain table: a header row and aligned columns.
 std::string Table(const std::vector<std::vector<std::string>>& rows) {
   std::vector<size_t> widths;
@@ -174,6 +158,35 @@ nlohmann::json JobResource(const v1::TrainingJob& job,
   return resource;
 }
 
+std::string EarlyStoppingRule(const nlohmann::json& hp) {
+  if (Halving(hp)) {
+    const nlohmann::json stopping = hp["earlyStopping"];
+    return absl::StrCat("successive halving (reduction factor ",
+                        IntOr(stopping.value("reductionFactor", nlohmann::json()), 3),
+                        "; rungs at ", RungAt(hp, 0), ", ", RungAt(hp, 1), ", ", RungAt(hp, 2),
+                        ", ...)");
+  }
+  if (hp.value("enableTrialEarlyStopping", false) ||
+      hp.value("earlyStopping", nlohmann::json::object()).value("algorithm", "") == "MEDIAN") {
+    return "median rule";
+  }
+  return "";
+}
+
+std::string StoppedAtEachRung(const nlohmann::json& hp, const nlohmann::json& trials) {
+  if (!Halving(hp)) return "";
+  std::map<size_t, int> stopped;
+  for (const auto& t : trials) {
+    const size_t rungs = t.value("rungMetrics", nlohmann::json::array()).size();
+    if (t.value("isTrialStoppedEarly", false) && rungs > 0) ++stopped[rungs - 1];
+  }
+  std::vector<std::string> counts;
+  for (const auto& [rung, count] : stopped) {
+    counts.push_back(absl::StrCat("rung ", rung, " (", RungAt(hp, rung), "): ", count));
+  }
+  return counts.empty() ? "none" : absl::StrJoin(counts, ", ");
+}
+
 std::string SummarizeJob(const nlohmann::json& resource) {
   std::string out;
   out += "Overview\n";
@@ -227,7 +240,7 @@ std::string SummarizeJob(const nlohmann::json& resource) {
            Str(p.value("scaleType", nlohmann::json())), absl::StrJoin(values, ",")});
     }
     out += Table(params);
-    if (const std::string rule = EarlyStoppingLine(hp); !rule.empty()) {
+    if (const std::string rule = EarlyStoppingRule(hp); !rule.empty()) {
       out += "Early stopping: " + rule + "\n";
     }
   }
@@ -242,7 +255,6 @@ std::string SummarizeJob(const nlohmann::json& resource) {
     if (output.contains("trials")) {
       out += "\nTrials (best first)\n";
       const nlohmann::json hp = input.value("hyperparameters", nlohmann::json::object());
-      std::map<size_t, int> stopped_at_rung;
       std::vector<std::vector<std::string>> trials = {
           {"TRIAL_ID", "STATE", "OBJECTIVE", "STEP", "HYPERPARAMETERS", "OUTPUT", "NOTE"}};
       for (const auto& t : output["trials"]) {
@@ -256,7 +268,6 @@ std::string SummarizeJob(const nlohmann::json& resource) {
         const size_t rungs = t.value("rungMetrics", nlohmann::json::array()).size();
         if (!note.empty() && rungs > 0) {
           absl::StrAppend(&note, " at rung ", rungs - 1, " (", RungAt(hp, rungs - 1), ")");
-          ++stopped_at_rung[rungs - 1];
         }
         if (t.contains("errorMessage")) note = Str(t["errorMessage"]);
         trials.push_back(
@@ -266,13 +277,8 @@ std::string SummarizeJob(const nlohmann::json& resource) {
              Str(t.value("outputPath", nlohmann::json())), note});
       }
       out += Table(trials);
-      if (Halving(hp)) {
-        std::vector<std::string> counts;
-        for (const auto& [rung, count] : stopped_at_rung) {
-          counts.push_back(absl::StrCat("rung ", rung, " (", RungAt(hp, rung), "): ", count));
-        }
-        out += "Stopped at each rung: " + (counts.empty() ? "none" : absl::StrJoin(counts, ", ")) +
-               "\n";
+      if (const std::string stopped = StoppedAtEachRung(hp, output["trials"]); !stopped.empty()) {
+        out += "Stopped at each rung: " + stopped + "\n";
       }
     }
   }

@@ -31,6 +31,16 @@ nlohmann::json JobResource(const v1::TrainingJob& job,
 // `describe --summarize`: overview, input, output and trials tables.
 std::string SummarizeJob(const nlohmann::json& resource);
 
+// A study's early-stopping rule in words, from trainingInput.hyperparameters
+// as JobResource prints it: "successive halving (reduction factor 3; rungs
+// at report 1, report 3, report 9, ...)", "median rule", or "" for none.
+std::string EarlyStoppingRule(const nlohmann::json& hp);
+
+// Under successive halving, how many of `trials` (JobResource's) stopped at
+// each rung: "rung 0 (report 1): 5, rung 1 (report 3): 2", or "none"; ""
+// under another rule.
+std::string StoppedAtEachRung(const nlohmann::json& hp, const nlohmann::json& trials);
+
 // Trials best first for `goal` (trials without a final metric last, by id).
 void SortTrials(std::vector<v1::HyperparameterOutput>& trials,
                 v1::HyperparameterSpec::GoalType goal);

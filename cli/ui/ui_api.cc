@@ -165,7 +165,14 @@ nlohmann::json JobPageJson(const JobRecord& record, absl::Time now) {
         count(t);
       }
     }
+    const nlohmann::json& resource = page["job"];
+    const nlohmann::json hp_json = resource.value("trainingInput", nlohmann::json::object())
+                                       .value("hyperparameters", nlohmann::json::object());
+    const nlohmann::json trials = resource.value("trainingOutput", nlohmann::json::object())
+                                      .value("trials", nlohmann::json::array());
     page["study"] = {{"goal", GoalName(hp)},
+                     {"earlyStopping", EarlyStoppingRule(hp_json)},
+                     {"stoppedAtEachRung", StoppedAtEachRung(hp_json, trials)},
                      {"completed", status.training_output().completed_trial_count()},
                      {"max", hp.has_max_trials() ? hp.max_trials() : 1},
                      {"running", running},

@@ -148,6 +148,28 @@ TEST(JobPageJsonTest, TheJobIsWhatDescribePrintsWithArchivedTrials) {
   EXPECT_EQ(page["durationSeconds"], 10.0);
 }
 
+TEST(JobPageJsonTest, TheStudySaysItsEarlyStoppingRuleAndWhereHalvingStoppedTrials) {
+  JobRecord record;
+  record.job = Study(v1::HyperparameterSpec::MAXIMIZE);
+  nlohmann::json page = JobPageJson(record, absl::FromUnixSeconds(kT0));
+  EXPECT_EQ(page["study"]["earlyStopping"], "");
+  EXPECT_EQ(page["study"]["stoppedAtEachRung"], "");
+  record.job.mutable_spec()
+      ->mutable_training_input()
+      ->mutable_hyperparameters()
+      ->mutable_early_stopping()
+      ->set_algorithm(v1::EarlyStoppingSpec::SUCCESSIVE_HALVING);
+  // Trial 2, stopped early, was stopped at rung 1.
+  v1::HyperparameterOutput* stopped =
+      record.job.mutable_status()->mutable_training_output()->mutable_trials(1);
+  stopped->add_rung_metrics()->set_objective_value(0.3);
+  stopped->add_rung_metrics()->set_objective_value(0.45);
+  page = JobPageJson(record, absl::FromUnixSeconds(kT0));
+  EXPECT_EQ(page["study"]["earlyStopping"],
+            "successive halving (reduction factor 3; rungs at report 1, report 3, report 9, ...)");
+  EXPECT_EQ(page["study"]["stoppedAtEachRung"], "rung 1 (report 3): 1");
+}
+
 TEST(JobPageJsonTest, ReplicasFromTheScaleTier) {
   JobRecord record;
   record.job = Study(v1::HyperparameterSpec::MAXIMIZE);

@@ -1,6 +1,7 @@
 #include "operator/tuner/history.h"
 
 #include <cmath>
+#include <limits>
 #include <optional>
 
 namespace kubetrain::tuner {
@@ -70,9 +71,12 @@ ParsedHistory ParseHistory(const SearchSpace& space, const v1::HyperparameterSpe
     }
   }
   // Under successive halving most trials end at a low rung: the model learns
-  // from their values there (BOHB), while too few trials have a final
-  // objective. Trials still short of that rung are pending; those that
-  // ended below it are left out (a lower rung says less of this one).
+  // from the values at the highest rung enough trials reached (as BOHB),
+  // while too few trials have a final objective. Trials still short of that
+  // rung are pending. Those that ended below it were judged worse than the
+  // trials that went on: they count as the worst value seen there, or the
+  // model, never seeing them at its rung, would suggest their region again
+  // and again, only to have each suggestion stopped below it.
   if (spec.early_stopping().algorithm() != v1::EarlyStoppingSpec::SUCCESSIVE_HALVING) return out;
   const std::optional<size_t> rung =
       ModelRung(placed, static_cast<size_t>(space.num_features()) + 2);
@@ -80,15 +84,30 @@ ParsedHistory ParseHistory(const SearchSpace& space, const v1::HyperparameterSpe
   out.observed_x.clear();
   out.observed_loss.clear();
   out.pending_x.clear();
+  auto reached = [&](const TrialRecord& record) {
+    return record.rungs.size() > *rung && std::isfinite(record.rungs[*rung]);
+  };
+  double worst_loss = -std::numeric_limits<double>::infinity();
+  for (const TrialRecord* record : placed) {
+    if (!reached(*record)) continue;
+    worst_loss = std::max(worst_loss, maximize ? -record->rungs[*rung] : record->rungs[*rung]);
+  }
+  std::vector<std::vector<double>> ended_below;
   for (size_t i = 0; i < placed.size(); ++i) {
     const TrialRecord& record = *placed[i];
-    if (record.rungs.size() > *rung && std::isfinite(record.rungs[*rung])) {
+    if (reached(record)) {
       out.observed_x.push_back(placed_x[i]);
       out.observed_loss.push_back(maximize ? -record.rungs[*rung] : record.rungs[*rung]);
     } else if (record.status == TrialRecord::Status::kPending ||
                record.status == TrialRecord::Status::kRunning) {
       out.pending_x.push_back(placed_x[i]);
+    } else if (!record.rungs.empty() && record.status != TrialRecord::Status::kFailed) {
+      ended_below.push_back(placed_x[i]);
     }
+  }
+  for (std::vector<double>& x : ended_below) {
+    out.observed_x.push_back(std::move(x));
+    out.observed_loss.push_back(worst_loss);
   }
   return out;
 }

@@ -19,7 +19,8 @@ struct ParsedHistory {
   std::unordered_set<std::string> used;
   // Completed and stopped-early trials with a finite objective (stopped
   // trials feed the model with their last value): cube points and the
-  // objective turned into a loss (negated for MAXIMIZE).
+  // objective turned into a loss (negated for MAXIMIZE). Under successive
+  // halving, the values at one rung instead (history.cc, ModelRung).
   std::vector<std::vector<double>> observed_x;
   std::vector<double> observed_loss;
   // Pending and running trials' cube points.

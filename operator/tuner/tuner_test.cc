@@ -632,12 +632,15 @@ TEST(SuccessiveHalvingTest, TheModelLearnsFromTheHighestRungWithEnoughTrials) {
       trial(0.7, Status::kRunning, {0.4}, std::nullopt),
   };
   ParsedHistory h = ParseHistory(*space, spec, history);
-  // Rung 1's three values, as losses.
-  EXPECT_THAT(h.observed_loss, ::testing::ElementsAre(-0.8, -0.75, -0.5));
-  ASSERT_EQ(h.observed_x.size(), 3u);
+  // Rung 1's three values, as losses; then the two trials stopped at rung 0,
+  // as the worst value at rung 1 (they were judged worse than those that
+  // went on).
+  EXPECT_THAT(h.observed_loss, ::testing::ElementsAre(-0.8, -0.75, -0.5, -0.5, -0.5));
+  ASSERT_EQ(h.observed_x.size(), 5u);
   EXPECT_NEAR(h.observed_x[0][0], 0.3, 1e-9);
-  // Running trials short of rung 1 are pending; stopped ones below it are
-  // not (they ended there).
+  EXPECT_NEAR(h.observed_x[3][0], 0.1, 1e-9);
+  EXPECT_NEAR(h.observed_x[4][0], 0.2, 1e-9);
+  // Running trials short of rung 1 are pending.
   ASSERT_EQ(h.pending_x.size(), 2u);
   EXPECT_NEAR(h.pending_x[0][0], 0.6, 1e-9);
   EXPECT_NEAR(h.pending_x[1][0], 0.7, 1e-9);

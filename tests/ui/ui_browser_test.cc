@@ -701,6 +701,7 @@ TEST_F(UiBrowserTest, ClusterJobsOnTheFakeApiServer) {
     goal: MINIMIZE
     maxTrials: 3
     maxParallelTrials: 1
+    earlyStopping: {algorithm: SUCCESSIVE_HALVING, reductionFactor: 2}
     params:
       - {parameterName: learning_rate, type: DOUBLE, minValue: 0.0001, maxValue: 0.1, scaleType: UNIT_LOG_SCALE}
       - parameterName: activation
@@ -733,6 +734,11 @@ TEST_F(UiBrowserTest, ClusterJobsOnTheFakeApiServer) {
           {{"trainingStep", std::to_string(10 * (i + 1))}, {"objectiveValue", curve[i]}});
     }
     t["finalMetric"] = t["allMetrics"].back();
+    // Successive halving recorded it at every rung (reports 1, 2, 4, ...).
+    t["rungMetrics"] = nlohmann::json::array();
+    for (size_t rung = 1; rung <= curve.size(); rung *= 2) {
+      t["rungMetrics"].push_back(t["allMetrics"][rung - 1]);
+    }
     if (stopped) t["isTrialStoppedEarly"] = true;
     return t;
   };
@@ -888,7 +894,10 @@ TEST_F(UiBrowserTest, ClusterJobsOnTheFakeApiServer) {
             "log");
   EXPECT_EQ(Js("return document.querySelector('#trials-table tr[data-trial=\"2\"] "
                ".badge-stopped').textContent;"),
-            "stopped early");
+            "stopped early at rung 1");
+  EXPECT_EQ(Js("return document.getElementById('early-stopping').textContent;"),
+            "successive halving (reduction factor 2; rungs at report 1, report 2, report 4, ...); "
+            "stopped at each rung: rung 1 (report 2): 1");
   // Replicas from the tier, replica status, conditions and events.
   EXPECT_EQ(Js("return Array.from(document.querySelectorAll('#replicas-table tbody tr')).map((r) "
                "=> r.textContent);"),

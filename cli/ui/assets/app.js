@@ -245,6 +245,10 @@
     if (study) {
       facts.push(['Trials', h('span', { id: 'trial-count' }, num(study.completed) + '/' + num(study.max) + ' completed, ' +
         study.running + ' running, ' + study.failed + ' failed, ' + study.stoppedEarly + ' stopped early')]);
+      if (study.earlyStopping) {
+        facts.push(['Early stopping', h('span', { id: 'early-stopping' }, study.earlyStopping +
+          (study.stoppedAtEachRung ? '; stopped at each rung: ' + study.stoppedAtEachRung : ''))]);
+      }
       facts.push(['Best objective', study.best
         ? h('span', { id: 'best-objective' }, C.formatNumber(study.best.objectiveValue) + ' (trial ' + study.best.trialId + ')')
         : '—']);
@@ -416,13 +420,20 @@
     return cols;
   }
 
+  // "stopped early", and at which rung under successive halving (the last
+  // of the trial's rungMetrics).
+  function stoppedText(t) {
+    const rungs = (t.rungMetrics || []).length;
+    return 'stopped early' + (rungs > 0 ? ' at rung ' + (rungs - 1) : '');
+  }
+
   function noteText(t) {
-    return (t.isTrialStoppedEarly ? 'stopped early ' : '') + (t.errorMessage || '');
+    return (t.isTrialStoppedEarly ? stoppedText(t) + ' ' : '') + (t.errorMessage || '');
   }
 
   function noteCell(t) {
     return [
-      t.isTrialStoppedEarly ? h('span', { class: 'badge badge-stopped' }, 'stopped early') : null,
+      t.isTrialStoppedEarly ? h('span', { class: 'badge badge-stopped' }, stoppedText(t)) : null,
       t.state === 'FAILED' ? h('span', { class: 'badge badge-failed' }, 'failed') : null,
       t.errorMessage ? h('span', { class: 'trial-error' }, t.errorMessage) : null,
     ];
