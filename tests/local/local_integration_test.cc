@@ -428,6 +428,80 @@ TEST_F(LocalBackendTest, EarlyStoppingStopsBadCurvesAndOnlyThem) {
   EXPECT_EQ(job.status().trial_progress(), "4/4");
 }
 
+// Successive halving (reduction factor 2: rungs at reports 1, 2, 4, 8) over
+// the grid x = 0.25, 0.3, 0.9, 1.0, one trial at a time. The controller is
+// killed while trial 2 runs, after its first rung, and a new one takes over:
+// the rungs already recorded stay as they were, those the trial reached
+// meanwhile are judged in order from the reports it wrote, and no trial runs
+// twice. Trials 1 and 2 (each the best at every rung it reached) run to
+// their end; 3 and 4 stop at rung 0.
+TEST_F(LocalBackendTest, HalvingKeepsEveryRungRecordThroughAControllerRestart) {
+  const std::string config = WriteConfig(
+      "halving.yaml",
+      FakeTrainerConfig("  hyperparameters:\n    goal: MAXIMIZE\n    maxTrials: 4\n"
+                        "    maxParallelTrials: 1\n    algorithm: GRID_SEARCH\n"
+                        "    earlyStopping: {algorithm: SUCCESSIVE_HALVING, reductionFactor: 2}\n"
+                        "    params:\n      - {parameterName: x, type: DISCRETE,"
+                        " discreteValues: [0.25, 0.3, 0.9, 1.0]}\n",
+                        "--curve_steps=8, --curve_interval_ms=400"));
+  RunResult r = Kubetrain({"jobs", "submit", "training", "halving", "--local", "--config", config});
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto trial = [&](const v1::TrainingJob& job, const std::string& id) {
+    for (const auto& t : job.status().training_output().trials()) {
+      if (t.trial_id() == id) return t;
+    }
+    return v1::HyperparameterOutput();
+  };
+  ASSERT_TRUE(test_support::WaitUntil(
+      [&] { return trial(Job("halving"), "2").rung_metrics_size() >= 1; }, absl::Seconds(120)));
+  const v1::TrainingJob before = Job("halving");
+  const int first = ControllerPid();
+  ASSERT_GT(first, 0);
+  ASSERT_EQ(kill(first, SIGKILL), 0);
+  ASSERT_TRUE(test_support::WaitUntil([&] { return !ProcessAlive(first, 0); }, absl::Seconds(120)));
+  RunResult serve = Kubetrain({"local", "serve", "--exit-when-idle"});
+  EXPECT_EQ(serve.code, 0) << serve.err;
+
+  const v1::TrainingJob job = Job("halving");
+  ASSERT_EQ(job.status().state(), v1::SUCCEEDED) << job.status().error_message();
+  ASSERT_EQ(job.status().training_output().trials_size(), 4);
+  for (const std::string id : {"1", "2", "3", "4"}) {
+    SCOPED_TRACE("trial " + id);
+    const v1::HyperparameterOutput t = trial(job, id);
+    // Each rung's record is the report that reached it: reports 1, 2, 4, 8.
+    ASSERT_GE(t.rung_metrics_size(), 1);
+    for (int k = 0; k < t.rung_metrics_size(); ++k) {
+      const int report = 1 << k;
+      ASSERT_GE(t.all_metrics_size(), report);
+      EXPECT_EQ(t.rung_metrics(k).training_step(), t.all_metrics(report - 1).training_step());
+      EXPECT_EQ(t.rung_metrics(k).objective_value(), t.all_metrics(report - 1).objective_value());
+    }
+    // What was recorded before the restart is still there, unchanged.
+    const v1::HyperparameterOutput earlier = trial(before, id);
+    ASSERT_LE(earlier.rung_metrics_size(), t.rung_metrics_size());
+    for (int k = 0; k < earlier.rung_metrics_size(); ++k) {
+      EXPECT_EQ(earlier.rung_metrics(k).objective_value(), t.rung_metrics(k).objective_value());
+    }
+    if (id == "1" || id == "2") {
+      EXPECT_FALSE(t.is_trial_stopped_early());
+      EXPECT_EQ(t.all_metrics_size(), 8);
+      EXPECT_EQ(t.rung_metrics_size(), 4);
+    } else {
+      EXPECT_TRUE(t.is_trial_stopped_early());
+      EXPECT_EQ(t.rung_metrics_size(), 1);
+      EXPECT_LT(t.all_metrics_size(), 8);
+    }
+  }
+  std::map<std::string, int> starts;
+  for (const auto& run : Runs()) ++starts[run[0]];
+  EXPECT_EQ(starts.size(), 4u);
+  for (const auto& [id, count] : starts) {
+    EXPECT_EQ(count, 1) << "trial " << id << " ran " << count << " times";
+  }
+  RunResult describe = Kubetrain({"jobs", "describe", "halving", "--local", "--summarize"});
+  EXPECT_THAT(describe.out, HasSubstr("Stopped at each rung: rung 0 (report 1): 2"));
+}
+
 // A job resubmitted with the same jobDir as an earlier one (the same name
 // even, once the earlier record is gone from the store, or another name):
 // every trial of the second job trains from step 0 in its own folder, its
