@@ -98,6 +98,18 @@ class LocalBackendTest : public ::testing::Test {
                         run_policy);
   }
 
+  // SIGKILLs the controller, then runs a new one, as `kubetrain local serve`
+  // in another shell, until every job has ended.
+  void KillTheControllerAndServeAgain() {
+    const int controller = ControllerPid();
+    ASSERT_GT(controller, 0);
+    ASSERT_EQ(kill(controller, SIGKILL), 0);
+    ASSERT_TRUE(
+        test_support::WaitUntil([&] { return !ProcessAlive(controller, 0); }, absl::Seconds(120)));
+    RunResult serve = Kubetrain({"local", "serve", "--exit-when-idle"});
+    EXPECT_EQ(serve.code, 0) << serve.err;
+  }
+
   v1::TrainingJob Job(const std::string& name) {
     auto store = JobStore::Open(home_.path() + "/jobs.db");
     EXPECT_TRUE(store.ok()) << store.status();
@@ -286,13 +298,7 @@ TEST_F(LocalBackendTest, KilledControllerRestartsAndTheSweepRunsEachTrialOnce) {
   ASSERT_TRUE(test_support::WaitUntil(
       [&] { return Job("sweep_job").status().training_output().trials_size() >= 3; },
       absl::Seconds(120)));
-  const int first = ControllerPid();
-  ASSERT_GT(first, 0);
-  ASSERT_EQ(kill(first, SIGKILL), 0);
-  ASSERT_TRUE(test_support::WaitUntil([&] { return !ProcessAlive(first, 0); }, absl::Seconds(120)));
-  // A new controller, as `kubetrain local serve` in another shell.
-  RunResult serve = Kubetrain({"local", "serve", "--exit-when-idle"});
-  EXPECT_EQ(serve.code, 0) << serve.err;
+  KillTheControllerAndServeAgain();
   v1::TrainingJob job = Job("sweep_job");
   ASSERT_EQ(job.status().state(), v1::SUCCEEDED) << job.status().error_message();
   const v1::TrainingOutput& out = job.status().training_output();
@@ -455,12 +461,7 @@ TEST_F(LocalBackendTest, HalvingKeepsEveryRungRecordThroughAControllerRestart) {
   ASSERT_TRUE(test_support::WaitUntil(
       [&] { return trial(Job("halving"), "2").rung_metrics_size() >= 1; }, absl::Seconds(120)));
   const v1::TrainingJob before = Job("halving");
-  const int first = ControllerPid();
-  ASSERT_GT(first, 0);
-  ASSERT_EQ(kill(first, SIGKILL), 0);
-  ASSERT_TRUE(test_support::WaitUntil([&] { return !ProcessAlive(first, 0); }, absl::Seconds(120)));
-  RunResult serve = Kubetrain({"local", "serve", "--exit-when-idle"});
-  EXPECT_EQ(serve.code, 0) << serve.err;
+  KillTheControllerAndServeAgain();
 
   const v1::TrainingJob job = Job("halving");
   ASSERT_EQ(job.status().state(), v1::SUCCEEDED) << job.status().error_message();
