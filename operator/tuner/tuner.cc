@@ -144,10 +144,20 @@ bool ShouldStopEarly(const HyperparameterSpec& spec, const TrialRecord& running,
   return maximize ? *best < median : *best > median;
 }
 
+namespace {
+
+// The spec's reduction factor and first rung, as validation allows them
+// (a spec that skipped validation must not make rungs that never grow).
+int64_t ReductionFactor(const v1::EarlyStoppingSpec& stopping) {
+  return stopping.has_reduction_factor() ? std::max(2, stopping.reduction_factor())
+                                         : kDefaultReductionFactor;
+}
+
+}  // namespace
+
 int64_t RungResource(const v1::EarlyStoppingSpec& stopping, int k) {
-  const int64_t eta =
-      stopping.has_reduction_factor() ? stopping.reduction_factor() : kDefaultReductionFactor;
-  int64_t r = stopping.has_min_resource() ? stopping.min_resource() : 1;
+  const int64_t eta = ReductionFactor(stopping);
+  int64_t r = stopping.has_min_resource() ? std::max<int64_t>(1, stopping.min_resource()) : 1;
   for (int i = 0; i < k; ++i) {
     if (r > std::numeric_limits<int64_t>::max() / eta) return std::numeric_limits<int64_t>::max();
     r *= eta;
@@ -160,14 +170,14 @@ RungVerdict JudgeAtRungs(const HyperparameterSpec& spec, const TrialRecord& runn
   const v1::EarlyStoppingSpec& stopping = spec.early_stopping();
   const bool maximize = spec.goal() != HyperparameterSpec::MINIMIZE;
   const bool by_steps = stopping.resource() == v1::EarlyStoppingSpec::STEPS;
-  const int64_t eta =
-      stopping.has_reduction_factor() ? stopping.reduction_factor() : kDefaultReductionFactor;
+  const int64_t eta = ReductionFactor(stopping);
   std::vector<std::pair<int64_t, double>> reports;
   for (const auto& report : running.curve) {
     if (std::isfinite(report.second)) reports.push_back(report);
   }
   RungVerdict verdict;
-  for (int k = static_cast<int>(running.rungs.size());; ++k) {
+  // Past 63 rungs the resource has saturated at INT64_MAX: no more rungs.
+  for (int k = static_cast<int>(running.rungs.size()); k < 63; ++k) {
     const int64_t at = RungResource(stopping, k);
     // The report that reached rung k, if any has.
     std::optional<std::pair<int64_t, double>> report;

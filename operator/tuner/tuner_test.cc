@@ -551,6 +551,21 @@ TEST(SuccessiveHalvingTest, TheFirstTrialAtARungContinuesAndLaterOnesNeedTheTopT
   EXPECT_TRUE(JudgeAtRungs(spec, Reports("6", {0.7}), five).stop);
 }
 
+// A spec that skipped validation (reductionFactor 1, minResource 0) still
+// gets rungs that grow, and judging ends.
+TEST(SuccessiveHalvingTest, SettingsOutOfRangeStillMakeGrowingRungs) {
+  HyperparameterSpec spec =
+      HalvingSpec(HyperparameterSpec::MAXIMIZE, 1, 0, v1::EarlyStoppingSpec::REPORTS);
+  EXPECT_EQ(RungResource(spec.early_stopping(), 0), 1);
+  EXPECT_EQ(RungResource(spec.early_stopping(), 1), 2);
+  RungVerdict verdict = JudgeAtRungs(spec, Reports("1", {0.1, 0.2, 0.3, 0.4}), {});
+  EXPECT_EQ(verdict.reached.size(), 3u);  // reports 1, 2, 4
+  spec = HalvingSpec(HyperparameterSpec::MAXIMIZE, 3, 1, v1::EarlyStoppingSpec::STEPS);
+  TrialRecord far;
+  far.curve = {{std::numeric_limits<int64_t>::max(), 0.5}};
+  EXPECT_EQ(JudgeAtRungs(spec, far, {}).reached.size(), 63u);
+}
+
 TEST(SuccessiveHalvingTest, MinimizingKeepsTheLowest) {
   const HyperparameterSpec spec =
       HalvingSpec(HyperparameterSpec::MINIMIZE, 2, 1, v1::EarlyStoppingSpec::REPORTS);
