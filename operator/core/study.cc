@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
@@ -378,23 +379,40 @@ void ReconcileStudy(Context& c) {
       spec.early_stopping().algorithm() == v1::EarlyStoppingSpec::SUCCESSIVE_HALVING;
   const bool median_rule = spec.enable_trial_early_stopping() ||
                            spec.early_stopping().algorithm() == v1::EarlyStoppingSpec::MEDIAN;
+  // Every trial's recorded rungs (only those: the rule reads no more of the
+  // others), built on first use and kept current as this pass records more.
+  std::vector<tuner::TrialRecord> rung_records;
+  std::map<std::string, size_t> rung_record_of;  // this study's trials
+  auto build_rung_records = [&] {
+    auto add = [&](const std::string& id, std::vector<double> rungs) {
+      tuner::TrialRecord record;
+      record.trial_id = id;
+      record.rungs = std::move(rungs);
+      rung_records.push_back(std::move(record));
+    };
+    for (const v1::HyperparameterOutput& t : out->trials()) {
+      rung_record_of[t.trial_id()] = rung_records.size();
+      add(t.trial_id(), ToRecord(t).rungs);
+    }
+    for (const v1::HyperparameterOutput& t : c.observed.archived_trials) {
+      if (rung_record_of.count(t.trial_id()) == 0) add(t.trial_id(), ToRecord(t).rungs);
+    }
+    for (const tuner::TrialRecord& t : resumed.trials) add(t.trial_id, t.rungs);
+  };
   // Records the rungs `trial` reached since the last pass; true when one
   // stops it (only while `may_stop`: a trial that has ended is not stopped).
   auto record_rungs = [&](v1::HyperparameterOutput* trial, bool may_stop) {
     if (!halving || trial->all_metrics_size() == 0) return false;
-    std::vector<tuner::TrialRecord> others;
-    for (const v1::HyperparameterOutput& t : out->trials()) {
-      if (t.trial_id() != trial->trial_id()) others.push_back(ToRecord(t));
-    }
-    for (const v1::HyperparameterOutput& t : c.observed.archived_trials) {
-      others.push_back(ToRecord(t));
-    }
-    for (const tuner::TrialRecord& t : resumed.trials) others.push_back(t);
-    const tuner::RungVerdict verdict = tuner::JudgeAtRungs(spec, ToRecord(*trial), others);
+    if (rung_records.empty()) build_rung_records();
+    // The trial's own entry is among them: it only holds rungs below those
+    // judged now, so it never counts.
+    const tuner::RungVerdict verdict = tuner::JudgeAtRungs(spec, ToRecord(*trial), rung_records);
+    std::vector<double>& recorded = rung_records[rung_record_of.at(trial->trial_id())].rungs;
     for (const auto& [step, value] : verdict.reached) {
       v1::HyperparameterMetric* m = trial->add_rung_metrics();
       m->set_training_step(step);
       m->set_objective_value(value);
+      recorded.push_back(value);
     }
     return may_stop && verdict.stop;
   };

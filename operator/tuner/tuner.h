@@ -96,8 +96,9 @@ struct RungVerdict {
 };
 
 // Judges `running` at each rung it reached beyond its recorded ones, in
-// order, until one stops it. `others` are the study's other trials.
-// Reports that are not finite are ignored.
+// order, until one stops it. `others` are the study's trials (only their
+// `rungs` are read); `running` itself may be among them, as its recorded
+// rungs are all below those judged. Reports that are not finite are ignored.
 RungVerdict JudgeAtRungs(const v1::HyperparameterSpec& spec, const TrialRecord& running,
                          const std::vector<TrialRecord>& others);
 

@@ -589,6 +589,13 @@ TEST(SuccessiveHalvingTest, RungsAlreadyPassedAreNotJudgedAgain) {
   verdict = JudgeAtRungs(spec, Reports("1", {0.5, 0.7, 0.1}, {0.5, 0.7}), others);
   EXPECT_FALSE(verdict.stop);
   EXPECT_TRUE(verdict.reached.empty());
+  // Its own record among the others changes nothing: it holds only the
+  // rungs below the one judged.
+  std::vector<TrialRecord> with_itself = others;
+  with_itself.push_back(AtRungs("1", {0.5}));
+  verdict = JudgeAtRungs(spec, Reports("1", {0.5, 0.7}, {0.5}), with_itself);
+  EXPECT_FALSE(verdict.stop);
+  EXPECT_THAT(verdict.reached, ::testing::ElementsAre(std::pair<int64_t, double>{20, 0.7}));
 }
 
 TEST(SuccessiveHalvingTest, SeveralRungsReachedAtOnceAreJudgedInOrderUpToTheFirstStop) {
