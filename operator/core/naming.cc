@@ -21,15 +21,6 @@ std::string Shorten(std::string name) {
 
 }  // namespace
 
-uint64_t StableHash(std::string_view text) {
-  uint64_t hash = 14695981039346656037ull;
-  for (unsigned char c : text) {
-    hash ^= c;
-    hash *= 1099511628211ull;
-  }
-  return hash;
-}
-
 std::string JobObjectName(const v1::TrainingJob& job) {
   return api::KubernetesName(job.metadata().name());
 }

@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "api/roles.h"
+#include "common/stable_hash.h"
 #include "kubetrain/v1/training_job.pb.h"
 
 namespace kubetrain::core {
@@ -70,9 +71,5 @@ std::optional<ReplicaKey> ReplicaKeyFromLabels(const std::map<std::string, std::
 // The label selector (in Kubernetes' `labelSelector` syntax) matching every
 // replica of a job: "kubetrain.io/job-name=<job>".
 std::string JobSelector(std::string_view job_object_name);
-
-// A 64-bit FNV-1a hash of `text`: stable across builds and platforms (used for
-// name suffixes and for seeding a study's tuner from the job uid).
-uint64_t StableHash(std::string_view text);
 
 }  // namespace kubetrain::core

@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
+#include "common/stable_hash.h"
 #include "google/protobuf/text_format.h"
 
 namespace kubetrain::runtime::engine {
@@ -179,12 +180,7 @@ std::string ModelFingerprint(const v1::GraphDef& forward_graph, const std::strin
   std::string text;
   google::protobuf::TextFormat::PrintToString(forward_graph, &text);
   absl::StrAppend(&text, "\noptimizer: ", optimizer, "\n");
-  uint64_t hash = 14695981039346656037ULL;  // FNV-1a, 64 bits
-  for (unsigned char c : text) {
-    hash ^= c;
-    hash *= 1099511628211ULL;
-  }
-  return absl::StrFormat("%016x", hash);
+  return absl::StrFormat("%016x", StableHash(text));
 }
 
 v1::CheckpointOwner CheckpointOwnerFromEnvironment() {

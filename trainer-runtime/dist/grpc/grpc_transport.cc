@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
+#include "common/stable_hash.h"
 #include "common/status_macros.h"
 #include "kubetrain/v1/runtime.grpc.pb.h"
 
@@ -472,17 +473,10 @@ class GrpcTransportImpl final : public GrpcTransport, public v1::RuntimeTranspor
   std::vector<std::string> refused_ ABSL_GUARDED_BY(refused_mu_);
 };
 
-// FNV-1a of the addresses in rank order: the same in every task of a run
-// (they all read one cluster spec), and stable across processes and builds.
+// The addresses in rank order, hashed: the same in every task of a run (they
+// all read one cluster spec).
 std::string ClusterFingerprint(const std::vector<std::string>& addresses) {
-  uint64_t hash = 14695981039346656037ull;
-  for (const std::string& address : addresses) {
-    for (unsigned char c : address + ",") {
-      hash ^= c;
-      hash *= 1099511628211ull;
-    }
-  }
-  return absl::StrCat(absl::Hex(hash, absl::kZeroPad16));
+  return absl::StrCat(absl::Hex(StableHash(absl::StrJoin(addresses, ",")), absl::kZeroPad16));
 }
 
 }  // namespace
