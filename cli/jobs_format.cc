@@ -18,6 +18,7 @@
 #include "google/protobuf/util/time_util.h"
 #include "operator/core/reconciler.h"
 #include "operator/core/waiting_reasons.h"
+#include "operator/tuner/tuner.h"
 
 namespace kubetrain::cli {
 namespace {
@@ -32,26 +33,22 @@ std::string Str(const nlohmann::json& value) {
   return value.dump();
 }
 
-// An integer field as the API prints it (a number, or a string for int64).
-int64_t IntOr(const nlohmann::json& value, int64_t fallback) {
-  if (value.is_number_integer()) return value.get<int64_t>();
-  int64_t n = 0;
-  if (value.is_string() && absl::SimpleAtoi(value.get<std::string>(), &n)) return n;
-  return fallback;
+// hp's earlyStopping as the message the tuner reads (JobResource printed it
+// from one), so rungs are placed by the tuner's own arithmetic.
+v1::EarlyStoppingSpec StoppingOf(const nlohmann::json& hp) {
+  v1::EarlyStoppingSpec stopping;
+  api::DecodeMessage(hp.value("earlyStopping", nlohmann::json::object()).dump(), &stopping);
+  return stopping;
 }
 
-bool Halving(const nlohmann::json& hp) {
-  return hp.value("earlyStopping", nlohmann::json::object()).value("algorithm", "") ==
-         "SUCCESSIVE_HALVING";
+bool Halving(const v1::EarlyStoppingSpec& stopping) {
+  return stopping.algorithm() == v1::EarlyStoppingSpec::SUCCESSIVE_HALVING;
 }
 
-// Where rung `k` of hp's successive halving is: "report 3", "step 600".
-std::string RungAt(const nlohmann::json& hp, size_t k) {
-  const nlohmann::json stopping = hp.value("earlyStopping", nlohmann::json::object());
-  const int64_t eta = IntOr(stopping.value("reductionFactor", nlohmann::json()), 3);
-  int64_t at = IntOr(stopping.value("minResource", nlohmann::json()), 1);
-  for (size_t i = 0; i < k && at < (int64_t{1} << 50); ++i) at *= eta;
-  return absl::StrCat(stopping.value("resource", "") == "STEPS" ? "step " : "report ", at);
+// Where rung `k` is: "report 3", "step 600".
+std::string RungAt(const v1::EarlyStoppingSpec& stopping, size_t k) {
+  return absl::StrCat(stopping.resource() == v1::EarlyStoppingSpec::STEPS ? "step " : "report ",
+                      tuner::RungResource(stopping, static_cast<int>(k)));
 }
 
 // A plain table: a header row and aligned columns.
@@ -159,22 +156,22 @@ nlohmann::json JobResource(const v1::TrainingJob& job,
 }
 
 std::string EarlyStoppingRule(const nlohmann::json& hp) {
-  if (Halving(hp)) {
-    const nlohmann::json stopping = hp["earlyStopping"];
-    return absl::StrCat("successive halving (reduction factor ",
-                        IntOr(stopping.value("reductionFactor", nlohmann::json()), 3),
-                        "; rungs at ", RungAt(hp, 0), ", ", RungAt(hp, 1), ", ", RungAt(hp, 2),
-                        ", ...)");
+  const v1::EarlyStoppingSpec stopping = StoppingOf(hp);
+  if (Halving(stopping)) {
+    return absl::StrCat("successive halving (reduction factor ", tuner::ReductionFactor(stopping),
+                        "; rungs at ", RungAt(stopping, 0), ", ", RungAt(stopping, 1), ", ",
+                        RungAt(stopping, 2), ", ...)");
   }
   if (hp.value("enableTrialEarlyStopping", false) ||
-      hp.value("earlyStopping", nlohmann::json::object()).value("algorithm", "") == "MEDIAN") {
+      stopping.algorithm() == v1::EarlyStoppingSpec::MEDIAN) {
     return "median rule";
   }
   return "";
 }
 
 std::string StoppedAtEachRung(const nlohmann::json& hp, const nlohmann::json& trials) {
-  if (!Halving(hp)) return "";
+  const v1::EarlyStoppingSpec stopping = StoppingOf(hp);
+  if (!Halving(stopping)) return "";
   std::map<size_t, int> stopped;
   for (const auto& t : trials) {
     const size_t rungs = t.value("rungMetrics", nlohmann::json::array()).size();
@@ -182,7 +179,7 @@ std::string StoppedAtEachRung(const nlohmann::json& hp, const nlohmann::json& tr
   }
   std::vector<std::string> counts;
   for (const auto& [rung, count] : stopped) {
-    counts.push_back(absl::StrCat("rung ", rung, " (", RungAt(hp, rung), "): ", count));
+    counts.push_back(absl::StrCat("rung ", rung, " (", RungAt(stopping, rung), "): ", count));
   }
   return counts.empty() ? "none" : absl::StrJoin(counts, ", ");
 }
@@ -255,6 +252,7 @@ std::string SummarizeJob(const nlohmann::json& resource) {
     if (output.contains("trials")) {
       out += "\nTrials (best first)\n";
       const nlohmann::json hp = input.value("hyperparameters", nlohmann::json::object());
+      const v1::EarlyStoppingSpec stopping = StoppingOf(hp);
       std::vector<std::vector<std::string>> trials = {
           {"TRIAL_ID", "STATE", "OBJECTIVE", "STEP", "HYPERPARAMETERS", "OUTPUT", "NOTE"}};
       for (const auto& t : output["trials"]) {
@@ -267,7 +265,7 @@ std::string SummarizeJob(const nlohmann::json& resource) {
         std::string note = t.value("isTrialStoppedEarly", false) ? "stopped early" : "";
         const size_t rungs = t.value("rungMetrics", nlohmann::json::array()).size();
         if (!note.empty() && rungs > 0) {
-          absl::StrAppend(&note, " at rung ", rungs - 1, " (", RungAt(hp, rungs - 1), ")");
+          absl::StrAppend(&note, " at rung ", rungs - 1, " (", RungAt(stopping, rungs - 1), ")");
         }
         if (t.contains("errorMessage")) note = Str(t["errorMessage"]);
         trials.push_back(

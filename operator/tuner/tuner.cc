@@ -144,16 +144,11 @@ bool ShouldStopEarly(const HyperparameterSpec& spec, const TrialRecord& running,
   return maximize ? *best < median : *best > median;
 }
 
-namespace {
-
-// The spec's reduction factor and first rung, as validation allows them
-// (a spec that skipped validation must not make rungs that never grow).
 int64_t ReductionFactor(const v1::EarlyStoppingSpec& stopping) {
+  // At least 2 even where validation was skipped: rungs must grow.
   return stopping.has_reduction_factor() ? std::max(2, stopping.reduction_factor())
                                          : kDefaultReductionFactor;
 }
-
-}  // namespace
 
 int64_t RungResource(const v1::EarlyStoppingSpec& stopping, int k) {
   const int64_t eta = ReductionFactor(stopping);

@@ -83,6 +83,9 @@ bool ShouldStopEarly(const v1::HyperparameterSpec& spec, const TrialRecord& runn
 // to fill. A decision is never revisited: callers record `reached`.
 inline constexpr int kDefaultReductionFactor = 3;
 
+// The spec's reduction factor: its reductionFactor, else the default.
+int64_t ReductionFactor(const v1::EarlyStoppingSpec& stopping);
+
 // The resource at which rung `k` is (saturating).
 int64_t RungResource(const v1::EarlyStoppingSpec& stopping, int k);
 
