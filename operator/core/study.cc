@@ -26,6 +26,13 @@ bool HasObjective(const v1::HyperparameterOutput& t) {
   return t.state() == v1::SUCCEEDED && t.has_final_metric() && t.error_message().empty();
 }
 
+// The trial's value at each successive-halving rung it reached.
+std::vector<double> RungValues(const v1::HyperparameterOutput& t) {
+  std::vector<double> values;
+  for (const v1::HyperparameterMetric& m : t.rung_metrics()) values.push_back(m.objective_value());
+  return values;
+}
+
 tuner::TrialRecord ToRecord(const v1::HyperparameterOutput& t) {
   tuner::TrialRecord record;
   record.trial_id = t.trial_id();
@@ -33,9 +40,7 @@ tuner::TrialRecord ToRecord(const v1::HyperparameterOutput& t) {
   for (const v1::HyperparameterMetric& m : t.all_metrics()) {
     record.curve.emplace_back(m.training_step(), m.objective_value());
   }
-  for (const v1::HyperparameterMetric& m : t.rung_metrics()) {
-    record.rungs.push_back(m.objective_value());
-  }
+  record.rungs = RungValues(t);
   switch (t.state()) {
     case v1::QUEUED:
     case v1::PREPARING:
@@ -392,10 +397,10 @@ void ReconcileStudy(Context& c) {
     };
     for (const v1::HyperparameterOutput& t : out->trials()) {
       rung_record_of[t.trial_id()] = rung_records.size();
-      add(t.trial_id(), ToRecord(t).rungs);
+      add(t.trial_id(), RungValues(t));
     }
     for (const v1::HyperparameterOutput& t : c.observed.archived_trials) {
-      if (rung_record_of.count(t.trial_id()) == 0) add(t.trial_id(), ToRecord(t).rungs);
+      if (rung_record_of.count(t.trial_id()) == 0) add(t.trial_id(), RungValues(t));
     }
     for (const tuner::TrialRecord& t : resumed.trials) add(t.trial_id, t.rungs);
   };
