@@ -10,7 +10,8 @@ namespace kubetrain::kube {
 inline constexpr size_t kSlowStartInitialBatch = 1;
 
 // Calls `call(i)` for i = 0 .. n-1 in batches of growing size, the calls of
-// one batch concurrently (a thread each), batch after batch: 1, 2, 4, 8...
+// one batch concurrently (each on a thread of its own, the last on the
+// caller's; the threads are kept for later batches), batch after batch: 1, 2, 4, 8...
 // (each twice the last, the last one what is left), as Kubernetes' own
 // controllers create pods ("slow start"). `call` returns whether it
 // succeeded; a batch with a failure is the last: what comes after it is not
