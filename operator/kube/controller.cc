@@ -469,6 +469,8 @@ class Controller::JobSink : public core::ResultSink {
   // Whether the status write failed with 409 Conflict (the job changed since
   // the cache saw it).
   bool status_conflicted() const { return status_conflicted_; }
+  // Whether the status write found no job (deleted since the cache saw it).
+  bool job_gone() const { return job_gone_; }
   // Whether creates were attempted, and which of them the server refused
   // (admission, an invalid object): what the next reconcile tells the user.
   bool attempted_creates() const { return attempted_creates_; }
@@ -488,6 +490,7 @@ class Controller::JobSink : public core::ResultSink {
     absl::Status written = c_->WriteStatus(object_, status);
     ended_early_ = !written.ok();
     status_conflicted_ = IsConflict(written);
+    job_gone_ = written.code() == absl::StatusCode::kNotFound;
     return written;
   }
 
@@ -685,6 +688,7 @@ class Controller::JobSink : public core::ResultSink {
   const absl::Time now_;
   bool ended_early_ = false;
   bool status_conflicted_ = false;
+  bool job_gone_ = false;
   bool attempted_creates_ = false;
   absl::Mutex refused_lock_;  // the batches add to refused_ concurrently
   std::vector<core::RefusedCreation> refused_ ABSL_GUARDED_BY(refused_lock_);
@@ -782,13 +786,22 @@ absl::Status Controller::SyncJob(const std::string& key, bool* requeued) {
   // whose names the current job then cannot take. Before writing objects,
   // one uncached read confirms that this uid is still the job of this name
   // (kubernetes' RecheckDeletionTimestamp before adoption); when it is not,
-  // the jobs informer's delete event requeues the key.
+  // the jobs informer's delete event requeues the key. A status write that
+  // comes before every other write (no trial to archive first) confirms it
+  // as well: it carries the cached resourceVersion, which another uid never
+  // has (409, and the conflict path below re-reads), and a job that is gone
+  // answers 404, which ends the carry-out before anything is created.
   const bool writes_objects =
       result.delete_job ||
       std::any_of(result.actions.begin(), result.actions.end(), [](const core::Action& action) {
         return !std::holds_alternative<core::EmitEvent>(action);
       });
-  if (writes_objects) {
+  const bool status_write_comes_first =
+      result.status_changed && !result.delete_job &&
+      std::none_of(result.actions.begin(), result.actions.end(), [](const core::Action& action) {
+        return std::holds_alternative<core::ArchiveTrial>(action);
+      });
+  if (writes_objects && !status_write_comes_first) {
     auto current = client_->Get(kTrainingJobs, ns, MetaString(*job_object, "name"));
     if (current.status().code() == absl::StatusCode::kNotFound) return absl::OkStatus();
     if (!current.ok()) return current.status();
@@ -818,6 +831,9 @@ absl::Status Controller::SyncJob(const std::string& key, bool* requeued) {
     }
     if (fresh_sink.ended_early()) return carried;
   } else if (sink.ended_early()) {
+    // A job deleted since the cache saw it answers its status write 404:
+    // nothing was written, and its delete event forgets the key.
+    if (sink.job_gone()) return absl::OkStatus();
     return carried;
   }
 

@@ -317,6 +317,31 @@ TEST_F(ControllerTest, AJobCreatedAgainUnderItsNameGetsPodsOfItsOwnNotTheDeleted
   current.Stop();
 }
 
+// A job deleted behind a stale cache: the reconcile's first write is the
+// new job's status, which the server answers 404, so nothing is created for
+// it, and no extra read was needed to know (the status write confirms the
+// uid when it comes before every other write).
+TEST_F(ControllerTest, AJobDeletedBehindAStaleCacheGetsNothingCreated) {
+  controller_->Stop();  // this test drives its own controller
+  ASSERT_TRUE(server_->Create("trainingjobs", "ns1", BasicJob("gone")).ok());
+  ControllerOptions options;
+  options.ns = "ns1";
+  options.workers = 0;  // the test calls SyncJob
+  Controller stale(client_.get(), options, &studies_);
+  ASSERT_TRUE(stale.Start(absl::Seconds(30)));
+  stale.Stop();
+  ASSERT_TRUE(server_->Delete("trainingjobs", "ns1", "gone").ok());
+  server_->ResetRequestCounts();
+
+  EXPECT_TRUE(stale.SyncJob("ns1/gone").ok());
+  auto counts = server_->RequestCounts();
+  EXPECT_EQ(counts["update trainingjobs/status"], 1);
+  EXPECT_EQ(counts["get trainingjobs"], 0);
+  EXPECT_EQ(counts["create pods"], 0);
+  EXPECT_EQ(counts["create services"], 0);
+  EXPECT_TRUE(server_->List("pods", "ns1").empty());
+}
+
 // A pod of the job's pod name that another owner holds (here: nobody; it
 // carries the job's label, so the controller's cache shows it) is not the
 // job's: its create's AlreadyExists fails the sync, naming it, instead of
