@@ -17,7 +17,8 @@ namespace kubetrain::api {
 
 namespace {
 
-CheckedJob CheckKubeflowJob(KubeflowConversion conversion, bool require_name) {
+CheckedJob CheckKubeflowJob(KubeflowConversion conversion, bool require_name,
+                            const PythonRuntimeCatalog* runtimes) {
   CheckedJob checked;
   checked.kubeflow_kind = conversion.kind;
   checked.mapped = std::move(conversion.mapped);
@@ -25,6 +26,7 @@ CheckedJob CheckKubeflowJob(KubeflowConversion conversion, bool require_name) {
   if (!checked.errors.empty()) return checked;
   ValidateOptions options;
   options.require_name = require_name;
+  options.runtimes = runtimes;
   checked.errors = Validate(conversion.job, options);
   // The converted job's own paths: say where they come from.
   for (FieldError& error : checked.errors) {
@@ -36,9 +38,10 @@ CheckedJob CheckKubeflowJob(KubeflowConversion conversion, bool require_name) {
 
 }  // namespace
 
-CheckedJob CheckTrainingJob(std::string_view text, bool require_name) {
+CheckedJob CheckTrainingJob(std::string_view text, bool require_name,
+                            const PythonRuntimeCatalog* runtimes) {
   if (KubeflowConversion conversion = ConvertKubeflowJob(text); conversion.kubeflow) {
-    return CheckKubeflowJob(std::move(conversion), require_name);
+    return CheckKubeflowJob(std::move(conversion), require_name, runtimes);
   }
   DecodeResult decoded = DecodeTrainingJob(text);
   CheckedJob checked;
@@ -50,6 +53,7 @@ CheckedJob CheckTrainingJob(std::string_view text, bool require_name) {
   ValidateOptions options;
   options.require_name = require_name && !decoded.bare_config;
   options.bare_config = decoded.bare_config;
+  options.runtimes = runtimes;
   checked.errors = Validate(decoded.job, options);
   decoded.Locate(&checked.errors);
   if (!decoded.bare_config) {

@@ -7,6 +7,7 @@
 #include "absl/status/statusor.h"
 #include "api/field_error.h"
 #include "api/kubeflow.h"
+#include "api/python_runtimes.h"
 #include "kubetrain/v1/training_job.pb.h"
 
 namespace kubetrain::api {
@@ -28,8 +29,12 @@ struct CheckedJob {
 
 // `require_name`: a manifest must carry metadata.name; a bare config never
 // has to (the name comes from the command line). A kubeflow.org/v1 TFJob or
-// PyTorchJob is converted first (ConvertKubeflowJob).
-CheckedJob CheckTrainingJob(std::string_view text, bool require_name = true);
+// PyTorchJob is converted first (ConvertKubeflowJob). `runtimes`: the
+// catalog runtimeVersion and pythonVersion are checked against (null: not
+// checked; ValidateOptions::runtimes).
+CheckedJob CheckTrainingJob(
+    std::string_view text, bool require_name = true,
+    const PythonRuntimeCatalog* runtimes = &PythonRuntimeCatalog::BuiltIn());
 
 // Reads a whole file; the error names the file and the reason.
 absl::StatusOr<std::string> ReadTextFile(const std::string& path);

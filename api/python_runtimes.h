@@ -3,32 +3,78 @@
 // The Python runtime images: what a replica that runs trainingInput.pythonModule
 // (and names no imageUri) runs in. trainingInput.runtimeVersion and
 // pythonVersion pick one, as they picked Cloud ML's runtime; unset, they mean
-// the newest runtime and its Python. Each image is kubetrain-runtime plus
-// Debian's Python 3 with pip, built by scripts/build-images.sh (target
-// python-runtime of deploy/docker/Dockerfile) and tagged with the project
-// version.
+// kubetrain's own runtime and its Python.
+//
+// kubetrain's own runtime is built in: kubetrain-runtime plus Debian's
+// Python 3 with pip, built by scripts/build-images.sh (target python-runtime
+// of deploy/docker/Dockerfile) and tagged with the project version. A
+// cluster's admin registers more (a TensorFlow 1.15 image for the configs
+// that name runtimeVersion 1.15) in a catalog file: the kubetrain-runtimes
+// ConfigMap that the Helm chart and deploy/ mount into the operator, or
+// $KUBETRAIN_HOME/runtimes.yaml for the local backend:
+//
+//   runtimes:
+//   - runtimeVersion: "1.15"
+//     pythonVersion: "3.7"
+//     image: registry.example.com/tensorflow-runtime:1.15-py3.7
+//     python: python3.7        # optional; default python3
+//
+// A registered pair that is also built in replaces the built-in entry (a
+// mirror of kubetrain's image, say).
 
+#include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
+
+#include "absl/status/statusor.h"
 
 namespace kubetrain::api {
 
 struct PythonRuntime {
-  std::string runtime_version;  // kubetrain's major.minor, e.g. "0.1"
-  std::string python_version;   // major.minor of the image's python3, e.g. "3.11"
+  std::string runtime_version;  // e.g. kubetrain's major.minor "0.1", or "1.15"
+  std::string python_version;   // major.minor of the image's Python, e.g. "3.11"
   std::string image;            // e.g. "kubetrain/kubetrain-python-runtime:0.1.0"
+  // The interpreter the module runs with, in the image (locally: on this
+  // machine's PATH).
+  std::string python = "python3";
 };
 
-// Every runtime on offer, newest first.
-const std::vector<PythonRuntime>& PythonRuntimes();
+// The runtimes on offer where a job runs.
+class PythonRuntimeCatalog {
+ public:
+  // kubetrain's own runtimes alone.
+  static const PythonRuntimeCatalog& BuiltIn();
 
-// The runtime for `runtime_version` and `python_version` ("" for either: the
-// newest runtime, its first Python); null when there is none.
-const PythonRuntime* FindPythonRuntime(const std::string& runtime_version,
-                                       const std::string& python_version);
+  // The built-in runtimes and those of a catalog file's `text`; `source`
+  // (the file) is named in errors and in OnOffer(). Errors name the line and
+  // the field.
+  static absl::StatusOr<PythonRuntimeCatalog> Parse(std::string_view text,
+                                                    const std::string& source);
+  // Parse of the file at `path`.
+  static absl::StatusOr<PythonRuntimeCatalog> Load(const std::string& path);
 
-// "runtimeVersion 0.1 with pythonVersion 3.11 (kubetrain/kubetrain-python-runtime:0.1.0)",
-// one such entry per runtime, for errors that say what is on offer.
-std::string PythonRuntimesOnOffer();
+  // The runtime for `runtime_version` and `python_version` ("" for either:
+  // any; kubetrain's own runtime comes first); null when there is none.
+  const PythonRuntime* Find(std::string_view runtime_version,
+                            std::string_view python_version) const;
+
+  // "runtimeVersion 0.1 with pythonVersion 3.11 (kubetrain/kubetrain-python-runtime:0.1.0)",
+  // one such entry per runtime, for errors that say what is on offer.
+  std::string OnOffer() const;
+
+  // Where the registered runtimes come from: "built in", or the file.
+  const std::string& source() const { return source_; }
+  const std::vector<PythonRuntime>& runtimes() const { return runtimes_; }
+
+ private:
+  std::vector<PythonRuntime> runtimes_;
+  std::string source_ = "built in";
+};
+
+// What a refusal of an unknown runtime adds: how to register one.
+inline constexpr char kRegisterRuntimeHint[] =
+    "a cluster's admin registers runtimes in the kubetrain-runtimes ConfigMap, a local user in "
+    "$KUBETRAIN_HOME/runtimes.yaml (docs/bring-your-code.md, \"Runtime catalog\")";
 
 }  // namespace kubetrain::api

@@ -33,7 +33,8 @@ constexpr int64_t kMaxAcceleratorsPerReplica = 16;
 
 class Validator {
  public:
-  explicit Validator(std::vector<FieldError>* errors) : errors_(errors) {}
+  Validator(std::vector<FieldError>* errors, const PythonRuntimeCatalog* runtimes)
+      : errors_(errors), runtimes_(runtimes) {}
 
   void Error(std::string path, std::string reason) {
     errors_->push_back({std::move(path), std::move(reason)});
@@ -168,15 +169,21 @@ class Validator {
         Error(absl::StrCat(path, ".packageUris[", i, "]"), std::string(source.status().message()));
       }
     }
-    if (!input.runtime_version().empty() &&
-        FindPythonRuntime(input.runtime_version(), "") == nullptr) {
-      Error(path + ".runtimeVersion", absl::StrCat("no runtime \"", input.runtime_version(),
-                                                   "\"; on offer: ", PythonRuntimesOnOffer()));
-    } else if (!input.python_version().empty() &&
-               FindPythonRuntime(input.runtime_version(), input.python_version()) == nullptr) {
+    if (runtimes_ != nullptr && !input.runtime_version().empty() &&
+        runtimes_->Find(input.runtime_version(), "") == nullptr) {
+      Error(path + ".runtimeVersion",
+            absl::StrCat("no runtime \"", input.runtime_version(), "\" in the runtime catalog (",
+                         runtimes_->source(), "); on offer: ", runtimes_->OnOffer(), "; ",
+                         kRegisterRuntimeHint));
+    } else if (runtimes_ != nullptr && !input.python_version().empty() &&
+               runtimes_->Find(input.runtime_version(), input.python_version()) == nullptr) {
       Error(path + ".pythonVersion",
-            absl::StrCat("no Python \"", input.python_version(),
-                         "\" in the runtime images; on offer: ", PythonRuntimesOnOffer()));
+            absl::StrCat("no Python \"", input.python_version(), "\"",
+                         input.runtime_version().empty()
+                             ? ""
+                             : absl::StrCat(" for runtimeVersion ", input.runtime_version()),
+                         " in the runtime catalog (", runtimes_->source(),
+                         "); on offer: ", runtimes_->OnOffer(), "; ", kRegisterRuntimeHint));
     }
     if (input.python_module().empty() || !input.package_uris().empty()) return;
     // Without a package, every replica that runs the module needs an image
@@ -531,6 +538,7 @@ class Validator {
   }
 
   std::vector<FieldError>* errors_;
+  const PythonRuntimeCatalog* runtimes_;  // null: not checked
 };
 
 }  // namespace
@@ -562,7 +570,7 @@ std::string KubernetesName(std::string_view job_name) {
 
 std::vector<FieldError> Validate(const v1::TrainingJob& job, const ValidateOptions& options) {
   std::vector<FieldError> errors;
-  Validator validator(&errors);
+  Validator validator(&errors, options.runtimes);
   if (!job.api_version().empty() && job.api_version() != kApiVersion) {
     validator.Error("apiVersion",
                     absl::StrCat("must be ", kApiVersion, ", got \"", job.api_version(), "\""));

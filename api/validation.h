@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "api/field_error.h"
+#include "api/python_runtimes.h"
 #include "kubetrain/v1/training_job.pb.h"
 
 namespace kubetrain::api {
@@ -15,6 +16,10 @@ struct ValidateOptions {
   bool require_name = true;
   // Report paths as a bare Cloud ML config spells them ("trainingInput...").
   bool bare_config = false;
+  // The runtimes runtimeVersion and pythonVersion may name: those where the
+  // job runs. Null: not checked here (a job submitted to a cluster, whose
+  // operator checks it against the cluster's catalog).
+  const PythonRuntimeCatalog* runtimes = &PythonRuntimeCatalog::BuiltIn();
 };
 
 // Checks a decoded (not yet defaulted) TrainingJob. Every error names its field

@@ -10,6 +10,8 @@
 namespace kubetrain::api {
 namespace {
 
+using ::testing::HasSubstr;
+
 struct InvalidCase {
   std::string name;
   std::string yaml;
@@ -232,12 +234,14 @@ std::vector<InvalidCase> Cases() {
        Job("    pythonModule: trainer.task\n    packageUris: [/pkg]\n"
            "    runtimeVersion: \"1.15\"\n"),
        "spec.trainingInput.runtimeVersion",
-       "no runtime \"1.15\"; on offer: " + PythonRuntimesOnOffer()},
+       "no runtime \"1.15\" in the runtime catalog (built in); on offer: " +
+           PythonRuntimeCatalog::BuiltIn().OnOffer() + "; " + kRegisterRuntimeHint},
       {"unknown_python_version",
        Job("    pythonModule: trainer.task\n    packageUris: [/pkg]\n"
            "    pythonVersion: \"3.7\"\n"),
        "spec.trainingInput.pythonVersion",
-       "no Python \"3.7\" in the runtime images; on offer: " + PythonRuntimesOnOffer()},
+       "no Python \"3.7\" in the runtime catalog (built in); on offer: " +
+           PythonRuntimeCatalog::BuiltIn().OnOffer() + "; " + kRegisterRuntimeHint},
       {"empty_arg", Job("    args: ['']\n"), "spec.trainingInput.args[0]", "must not be empty"},
       {"zero_running_time", Job("    scheduling: {maxRunningTime: 0s}\n"),
        "spec.trainingInput.scheduling.maxRunningTime", "must be positive"},
@@ -619,23 +623,123 @@ TEST(ValidationTest, PythonModuleCodeFromPackagesOrImages) {
                        "    workerConfig: {containerCommand: [python3, worker.py]}\n"),
            // The runtime on offer, by its versions.
            "    pythonModule: trainer.task\n    packageUris: [/pkg]\n    runtimeVersion: \"" +
-               PythonRuntimes()[0].runtime_version + "\"\n    pythonVersion: \"" +
-               PythonRuntimes()[0].python_version + "\"\n",
+               PythonRuntimeCatalog::BuiltIn().runtimes()[0].runtime_version +
+               "\"\n    pythonVersion: \"" +
+               PythonRuntimeCatalog::BuiltIn().runtimes()[0].python_version + "\"\n",
        }) {
     CheckedJob checked = CheckTrainingJob(Job(body));
     EXPECT_TRUE(checked.ok()) << body << FormatErrors(checked.errors);
   }
 }
 
-TEST(PythonRuntimesTest, UnsetVersionsMeanTheNewestRuntime) {
-  ASSERT_FALSE(PythonRuntimes().empty());
-  const PythonRuntime* newest = FindPythonRuntime("", "");
-  ASSERT_NE(newest, nullptr);
-  EXPECT_EQ(newest, &PythonRuntimes()[0]);
-  EXPECT_EQ(newest->python_version, "3.11");  // Debian 12's python3, the images' base
-  EXPECT_EQ(newest->image, "kubetrain/kubetrain-python-runtime:" KUBETRAIN_TEST_VERSION);
-  EXPECT_EQ(FindPythonRuntime(newest->runtime_version, "2.7"), nullptr);
-  EXPECT_EQ(FindPythonRuntime("1.15", ""), nullptr);
+TEST(PythonRuntimesTest, UnsetVersionsMeanKubetrainsOwnRuntime) {
+  const PythonRuntimeCatalog& built_in = PythonRuntimeCatalog::BuiltIn();
+  ASSERT_FALSE(built_in.runtimes().empty());
+  const PythonRuntime* own = built_in.Find("", "");
+  ASSERT_NE(own, nullptr);
+  EXPECT_EQ(own, &built_in.runtimes()[0]);
+  EXPECT_EQ(own->python_version, "3.11");  // Debian 12's python3, the images' base
+  EXPECT_EQ(own->image, "kubetrain/kubetrain-python-runtime:" KUBETRAIN_TEST_VERSION);
+  EXPECT_EQ(own->python, "python3");
+  EXPECT_EQ(built_in.Find(own->runtime_version, "2.7"), nullptr);
+  EXPECT_EQ(built_in.Find("1.15", ""), nullptr);
+  EXPECT_EQ(built_in.source(), "built in");
+}
+
+constexpr char kTensorFlowCatalog[] =
+    "# runtimes of this cluster\n"
+    "runtimes:\n"
+    "- runtimeVersion: 1.15\n"
+    "  pythonVersion: 3.7\n"
+    "  image: registry.example.com/tf:1.15-py3.7\n"
+    "  python: python3.7\n"
+    "- runtimeVersion: \"2.11\"\n"
+    "  pythonVersion: \"3.7\"\n"
+    "  image: registry.example.com/tf:2.11\n";
+
+TEST(PythonRuntimesTest, ACatalogFileAddsRuntimesBesideTheBuiltInOne) {
+  absl::StatusOr<PythonRuntimeCatalog> catalog =
+      PythonRuntimeCatalog::Parse(kTensorFlowCatalog, "runtimes.yaml");
+  ASSERT_TRUE(catalog.ok()) << catalog.status();
+  ASSERT_EQ(catalog->runtimes().size(), 3u);
+  EXPECT_EQ(catalog->source(), "runtimes.yaml");
+  // Unset versions still mean kubetrain's own runtime.
+  EXPECT_EQ(catalog->Find("", "")->image, PythonRuntimeCatalog::BuiltIn().Find("", "")->image);
+  const PythonRuntime* tf1 = catalog->Find("1.15", "");  // a YAML number, as written
+  ASSERT_NE(tf1, nullptr);
+  EXPECT_EQ(tf1->image, "registry.example.com/tf:1.15-py3.7");
+  EXPECT_EQ(tf1->python, "python3.7");
+  EXPECT_EQ(catalog->Find("2.11", "3.7")->python, "python3");
+  EXPECT_EQ(catalog->Find("2.11", "3.5"), nullptr);
+  EXPECT_EQ(catalog->Find("", "3.7"), tf1);
+
+  // What validation then accepts, and what it still refuses, naming the file.
+  const std::string job =
+      "apiVersion: kubetrain.io/v1\nkind: TrainingJob\nmetadata: {name: j}\n"
+      "spec:\n  trainingInput:\n    pythonModule: trainer.task\n"
+      "    packageUris: [/pkg]\n    runtimeVersion: \"1.15\"\n";
+  CheckedJob checked = CheckTrainingJob(job, true, &*catalog);
+  EXPECT_TRUE(checked.ok()) << FormatErrors(checked.errors);
+  checked = CheckTrainingJob(job);
+  ASSERT_EQ(checked.errors.size(), 1u);
+  EXPECT_THAT(checked.errors[0].reason,
+              HasSubstr("no runtime \"1.15\" in the runtime catalog (built in)"));
+  checked = CheckTrainingJob(job + "    pythonVersion: \"2.7\"\n", true, &*catalog);
+  ASSERT_EQ(checked.errors.size(), 1u);
+  EXPECT_EQ(checked.errors[0].path, "spec.trainingInput.pythonVersion");
+  EXPECT_THAT(checked.errors[0].reason,
+              HasSubstr("no Python \"2.7\" for runtimeVersion 1.15 in the runtime catalog "
+                        "(runtimes.yaml); on offer: "));
+  EXPECT_THAT(checked.errors[0].reason, HasSubstr("runtimeVersion 1.15 with pythonVersion 3.7 "
+                                                  "(registry.example.com/tf:1.15-py3.7)"));
+}
+
+TEST(PythonRuntimesTest, AnEntryForTheBuiltInPairReplacesIt) {
+  const PythonRuntime& own = PythonRuntimeCatalog::BuiltIn().runtimes()[0];
+  absl::StatusOr<PythonRuntimeCatalog> catalog = PythonRuntimeCatalog::Parse(
+      "runtimes:\n- {runtimeVersion: \"" + own.runtime_version + "\", pythonVersion: \"" +
+          own.python_version + "\", image: mirror.example.com/kubetrain-python-runtime}\n",
+      "mirror.yaml");
+  ASSERT_TRUE(catalog.ok()) << catalog.status();
+  ASSERT_EQ(catalog->runtimes().size(), 1u);
+  EXPECT_EQ(catalog->Find("", "")->image, "mirror.example.com/kubetrain-python-runtime");
+}
+
+TEST(PythonRuntimesTest, ABadCatalogNamesTheLineAndTheField) {
+  for (const auto& [text, message] : std::vector<std::pair<std::string, std::string>>{
+           {"", ""},  // empty: nothing registered
+           {"runtimes: []\n", ""},
+           {"runtimes:\n- runtimeVersion: \"1.15\"\n  image: x\n",
+            "c.yaml:2: runtimes[0].pythonVersion: required"},
+           {"runtimes:\n- runtimeVersion: \"1.15\"\n  pythonVersion: \"3.7\"\n  image: \"\"\n",
+            "c.yaml:4: runtimes[0].image: must be a non-empty string"},
+           {"runtimes:\n- {runtimeVersion: \"1.15\", pythonVersion: \"3.7\", image: x, "
+            "imageUri: y}\n",
+            "c.yaml:2: runtimes[0]: unknown field \"imageUri\" (known: runtimeVersion, "
+            "pythonVersion, image, python)"},
+           {"runtimes:\n- {runtimeVersion: \"1.15\", pythonVersion: \"3.7\", image: x}\n"
+            "- {runtimeVersion: \"1.15\", pythonVersion: \"3.7\", image: y}\n",
+            "c.yaml:3: runtimes[1]: runtimeVersion 1.15 with pythonVersion 3.7 is registered "
+            "twice"},
+           {"runtime:\n- {}\n",
+            "c.yaml:1: unknown field \"runtime\" (a catalog has one: runtimes)"},
+           {"runtimes: {a: b}\n", "c.yaml:1: runtimes: must be a list"},
+           {"- a\n", "c.yaml:1: must be a mapping with a `runtimes` list"},
+           {"runtimes: [\n", "c.yaml:2: not YAML: "},
+       }) {
+    SCOPED_TRACE(text);
+    absl::StatusOr<PythonRuntimeCatalog> catalog = PythonRuntimeCatalog::Parse(text, "c.yaml");
+    if (message.empty()) {
+      ASSERT_TRUE(catalog.ok()) << catalog.status();
+      EXPECT_EQ(catalog->runtimes().size(), 1u);
+    } else {
+      ASSERT_FALSE(catalog.ok());
+      EXPECT_THAT(catalog.status().message(), HasSubstr(message));
+    }
+  }
+  absl::StatusOr<PythonRuntimeCatalog> missing = PythonRuntimeCatalog::Load("/nonexistent/r.yaml");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_THAT(missing.status().message(), HasSubstr("/nonexistent/r.yaml"));
 }
 
 TEST(JobNameTest, KubernetesNameLowercasesAndReplacesUnderscores) {

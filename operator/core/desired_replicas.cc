@@ -81,11 +81,11 @@ DesiredReplica MakeReplica(const v1::TrainingJob& job, const std::vector<api::Re
     r.command.assign(group.config.container_command().begin(),
                      group.config.container_command().end());
   } else if (RunsPythonModule(input, group.config)) {
-    PythonModuleRun run = PlanPythonModule(input);
+    PythonModuleRun run = PlanPythonModule(input, Runtimes(options));
     r.command = std::move(run.command);
     r.package_mounts = std::move(run.mounts);
     r.python_module = input.python_module();
-    if (group.config.image_uri().empty()) r.image = PythonRuntimeImage(input);
+    if (group.config.image_uri().empty()) r.image = PythonRuntimeImage(input, Runtimes(options));
   } else {
     r.command = {"kubetrain-runtime", "train"};
   }

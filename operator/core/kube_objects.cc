@@ -500,7 +500,8 @@ absl::StatusOr<ObservedService> ParseService(const json& service) {
 absl::StatusOr<std::vector<json>> RenderJob(const v1::TrainingJob& job,
                                             const std::string& namespace_name, int trial,
                                             const ReconcileOptions& options) {
-  if (std::vector<api::FieldError> errors = api::Validate(job); !errors.empty()) {
+  if (std::vector<api::FieldError> errors = api::Validate(job, {.runtimes = &Runtimes(options)});
+      !errors.empty()) {
     return absl::InvalidArgumentError(api::FormatErrors(errors));
   }
   v1::TrainingJob defaulted = Normalize(job);

@@ -10,7 +10,8 @@ bool RunsPythonModule(const v1::TrainingInput& input, const v1::ReplicaConfig& c
   return !input.python_module().empty() && config.container_command().empty();
 }
 
-PythonModuleRun PlanPythonModule(const v1::TrainingInput& input) {
+PythonModuleRun PlanPythonModule(const v1::TrainingInput& input,
+                                 const api::PythonRuntimeCatalog& runtimes) {
   PythonModuleRun run;
   run.command = {"kubetrain-runtime", "exec"};
   for (int i = 0; i < input.package_uris_size(); ++i) {
@@ -29,13 +30,17 @@ PythonModuleRun PlanPythonModule(const v1::TrainingInput& input) {
     run.command.push_back(absl::StrCat(mount.mount_path, "/", mount.key));
     run.mounts.push_back(std::move(mount));
   }
-  run.command.insert(run.command.end(), {"--", "python3", "-m", input.python_module()});
+  const api::PythonRuntime* runtime =
+      runtimes.Find(input.runtime_version(), input.python_version());
+  run.command.insert(run.command.end(), {"--", runtime == nullptr ? "python3" : runtime->python,
+                                         "-m", input.python_module()});
   return run;
 }
 
-std::string PythonRuntimeImage(const v1::TrainingInput& input) {
+std::string PythonRuntimeImage(const v1::TrainingInput& input,
+                               const api::PythonRuntimeCatalog& runtimes) {
   const api::PythonRuntime* runtime =
-      api::FindPythonRuntime(input.runtime_version(), input.python_version());
+      runtimes.Find(input.runtime_version(), input.python_version());
   return runtime == nullptr ? "" : runtime->image;
 }
 

@@ -5,11 +5,14 @@
 // In a job with pythonModule, every role without a containerCommand runs the
 // module (parameter servers too: the trainer reads its role from TF_CONFIG):
 //
-//   command  kubetrain-runtime exec [--package P]... -- python3 -m MODULE
+//   command  kubetrain-runtime exec [--package P]... -- PYTHON -m MODULE
+//            (PYTHON: the runtime's interpreter, python3 unless its catalog
+//            entry names another)
 //   args     the job's args, hyperparameter flags and --job-dir, as for any
 //            replica (replica.h)
 //   image    the role's imageUri; else the Python runtime image that
-//            runtimeVersion and pythonVersion pick (api/python_runtimes.h)
+//            runtimeVersion and pythonVersion pick in the runtime catalog
+//            (api/python_runtimes.h)
 //
 // `exec` makes each package importable before the module starts (pip for
 // files and URLs, the search path for folders) and forwards the module's
@@ -20,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "api/python_runtimes.h"
 #include "kubetrain/v1/training_job.pb.h"
 #include "operator/core/replica.h"
 
@@ -40,10 +44,12 @@ struct PythonModuleRun {
 // The command and mounts of a replica that runs the module. `input` must be
 // valid (api::Validate); an unreadable packageUris entry is passed on as it
 // is, for exec to refuse.
-PythonModuleRun PlanPythonModule(const v1::TrainingInput& input);
+PythonModuleRun PlanPythonModule(const v1::TrainingInput& input,
+                                 const api::PythonRuntimeCatalog& runtimes);
 
 // The image of the Python runtime that runtimeVersion and pythonVersion pick;
 // empty when none does (validation refuses such a job).
-std::string PythonRuntimeImage(const v1::TrainingInput& input);
+std::string PythonRuntimeImage(const v1::TrainingInput& input,
+                               const api::PythonRuntimeCatalog& runtimes);
 
 }  // namespace kubetrain::core

@@ -21,6 +21,10 @@
 // desired_replicas.cc, tuning studies run in study.cc.
 
 namespace kubetrain::core {
+
+const api::PythonRuntimeCatalog& Runtimes(const ReconcileOptions& options) {
+  return options.runtimes ? *options.runtimes : api::PythonRuntimeCatalog::BuiltIn();
+}
 namespace internal {
 
 using api::Role;
@@ -740,7 +744,9 @@ ReconcileResult ReconcilePass(const v1::TrainingJob& job, const Observed& observ
             false);
     DeleteFinishedOutputClaim(c);
     ApplyTtl(c);
-  } else if (std::vector<api::FieldError> errors = api::Validate(job); !errors.empty()) {
+  } else if (std::vector<api::FieldError> errors =
+                 api::Validate(job, {.runtimes = &Runtimes(options)});
+             !errors.empty()) {
     c.job = Normalize(job);
     FailJob(c, "InvalidSpec", "invalid TrainingJob:\n" + api::FormatErrors(errors));
     CleanUp(c, c.policy().clean_pod_policy(), "", false);

@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "api/defaults.h"
+#include "api/python_runtimes.h"
 #include "kubetrain/v1/training_job.pb.h"
 #include "operator/core/replica.h"
 #include "operator/core/tf_config.h"
@@ -194,7 +195,14 @@ struct ReconcileOptions {
   // (Kubernetes): the scheduler places GPU replicas on GPU nodes, and one
   // that no node fits waits, Unschedulable (ReplicasWaiting).
   std::optional<int> machine_gpus;
+  // The runtimes runtimeVersion and pythonVersion pick from (the cluster's
+  // kubetrain-runtimes ConfigMap, the local backend's runtimes.yaml). Null:
+  // kubetrain's own, built in.
+  std::shared_ptr<const api::PythonRuntimeCatalog> runtimes;
 };
+
+// options.runtimes, or the built-in catalog.
+const api::PythonRuntimeCatalog& Runtimes(const ReconcileOptions& options);
 
 // One reconcile. `job` is the TrainingJob as stored (not defaulted: the
 // reconciler validates with api::Validate and defaults a copy with

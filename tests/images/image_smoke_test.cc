@@ -276,8 +276,8 @@ TEST_F(ImageTest, PythonImageRunsAModuleUnderExec) {
 // virtual environment and runs its module, whose cloudml-hypertune reports
 // reach a real Metrics service on this machine.
 TEST_F(ImageTest, PythonImageInstallsAPackagedModuleWhoseReportsArrive) {
-  const std::string python_version =
-      absl::StrCat("Python ", api::PythonRuntimes().front().python_version, ".");
+  const std::string python_version = absl::StrCat(
+      "Python ", api::PythonRuntimeCatalog::BuiltIn().runtimes().front().python_version, ".");
   CommandResult version = Podman("run --rm --network none " + Image("kubetrain-python-runtime") +
                                  " python3 --version 2>&1");
   EXPECT_EQ(version.exit_code, 0) << version.output;

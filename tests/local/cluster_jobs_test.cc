@@ -442,7 +442,7 @@ TEST_F(ClusterJobsTest, PackagePathIsStoredInTheClusterAndTheReplicasInstallIt) 
   controller.Stop();
   for (const nlohmann::json& pod : server_->List("pods", "team-a")) {
     const nlohmann::json& c = pod["spec"]["containers"][0];
-    EXPECT_EQ(c["image"], api::FindPythonRuntime("", "")->image);
+    EXPECT_EQ(c["image"], api::PythonRuntimeCatalog::BuiltIn().Find("", "")->image);
     EXPECT_EQ(c["command"], nlohmann::json({"kubetrain-runtime", "exec", "--package",
                                             "/var/kubetrain/packages/0/trainer-0.1.tar.gz", "--",
                                             "python3", "-m", "trainer.task"}));
