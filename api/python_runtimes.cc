@@ -1,5 +1,7 @@
 #include "api/python_runtimes.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <set>
 #include <utility>
@@ -140,6 +142,47 @@ std::string PythonRuntimeCatalog::OnOffer() const {
     absl::StrAppend(out, "runtimeVersion ", r.runtime_version, " with pythonVersion ",
                     r.python_version, " (", r.image, ")");
   });
+}
+
+}  // namespace kubetrain::api
+
+namespace kubetrain::api {
+
+RuntimeCatalogFile::RuntimeCatalogFile(std::string path,
+                                       std::function<void(const std::string&)> report,
+                                       std::chrono::steady_clock::duration look_every)
+    : path_(std::move(path)),
+      report_(std::move(report)),
+      look_every_(look_every),
+      current_(std::make_shared<PythonRuntimeCatalog>(PythonRuntimeCatalog::BuiltIn())) {}
+
+std::shared_ptr<const PythonRuntimeCatalog> RuntimeCatalogFile::Current() {
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto now = std::chrono::steady_clock::now();
+  if (now < next_look_) return current_;
+  next_look_ = now + look_every_;
+  // A version: the file's identity, size and time (a ConfigMap volume swaps
+  // in a new file behind a symlink; stat follows it).
+  struct stat st;
+  std::string version = "missing";
+  if (::stat(path_.c_str(), &st) == 0) {
+    version = absl::StrCat(st.st_dev, ":", st.st_ino, ":", st.st_size, ":", st.st_mtim.tv_sec, ".",
+                           st.st_mtim.tv_nsec);
+  }
+  if (version == version_) return current_;
+  version_ = version;
+  absl::StatusOr<PythonRuntimeCatalog> loaded = PythonRuntimeCatalog::Load(path_);
+  if (!loaded.ok()) {
+    if (report_) {
+      report_(absl::StrCat("runtime catalog ", path_, " not read (the runtimes stay ",
+                           current_->source() == "built in" ? "the built-in ones" : "as they were",
+                           "): ", loaded.status().message()));
+    }
+    return current_;
+  }
+  current_ = std::make_shared<PythonRuntimeCatalog>(*std::move(loaded));
+  if (report_) report_(absl::StrCat("runtime catalog ", path_, ": ", current_->OnOffer()));
+  return current_;
 }
 
 }  // namespace kubetrain::api

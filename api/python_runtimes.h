@@ -9,9 +9,10 @@
 // Python 3 with pip, built by scripts/build-images.sh (target python-runtime
 // of deploy/docker/Dockerfile) and tagged with the project version. A
 // cluster's admin registers more (a TensorFlow 1.15 image for the configs
-// that name runtimeVersion 1.15) in a catalog file: the kubetrain-runtimes
-// ConfigMap that the Helm chart and deploy/ mount into the operator, or
-// $KUBETRAIN_HOME/runtimes.yaml for the local backend:
+// that name runtimeVersion 1.15) in a catalog file: the runtimes ConfigMap
+// that the Helm chart (value `runtimes`) and deploy/ (kubetrain-runtimes)
+// mount into the operator, or $KUBETRAIN_HOME/runtimes.yaml for the local
+// backend:
 //
 //   runtimes:
 //   - runtimeVersion: "1.15"
@@ -22,7 +23,10 @@
 // A registered pair that is also built in replaces the built-in entry (a
 // mirror of kubetrain's image, say).
 
+#include <chrono>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -74,7 +78,40 @@ class PythonRuntimeCatalog {
 
 // What a refusal of an unknown runtime adds: how to register one.
 inline constexpr char kRegisterRuntimeHint[] =
-    "a cluster's admin registers runtimes in the kubetrain-runtimes ConfigMap, a local user in "
+    "a cluster's admin registers runtimes in the operator's catalog (deploy/: the "
+    "kubetrain-runtimes ConfigMap; Helm: the chart's `runtimes` value), a local user in "
     "$KUBETRAIN_HOME/runtimes.yaml (docs/bring-your-code.md, \"Runtime catalog\")";
+
+}  // namespace kubetrain::api
+
+namespace kubetrain::api {
+
+// A catalog file, read again when it changes: a mounted ConfigMap is
+// replaced in place when the cluster's admin edits it, and a running
+// operator (or local controller) picks the new runtimes up without a
+// restart. Thread-safe.
+class RuntimeCatalogFile {
+ public:
+  // `report` is told, once per version of the file, why that version is
+  // refused (the catalog stays as it was) or what it offers. The file is
+  // looked at no more often than `look_every`.
+  RuntimeCatalogFile(std::string path, std::function<void(const std::string&)> report,
+                     std::chrono::steady_clock::duration look_every = std::chrono::seconds(1));
+
+  // The catalog of the file's latest version that read well; the built-in
+  // one until one does.
+  std::shared_ptr<const PythonRuntimeCatalog> Current();
+
+  const std::string& path() const { return path_; }
+
+ private:
+  const std::string path_;
+  const std::function<void(const std::string&)> report_;
+  const std::chrono::steady_clock::duration look_every_;
+  std::mutex mu_;
+  std::shared_ptr<const PythonRuntimeCatalog> current_;
+  std::string version_;  // what identified the file's version last read
+  std::chrono::steady_clock::time_point next_look_;
+};
 
 }  // namespace kubetrain::api

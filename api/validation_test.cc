@@ -3,6 +3,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <fstream>
+
 #include "api/job_file.h"
 #include "api/output_storage.h"
 #include "api/python_runtimes.h"
@@ -746,6 +749,40 @@ TEST(JobNameTest, KubernetesNameLowercasesAndReplacesUnderscores) {
   EXPECT_EQ(KubernetesName("fmnist_HPTuning_2"), "fmnist-hptuning-2");
   EXPECT_EQ(ValidateJobName("fmnist_hptuning"), "");
   EXPECT_EQ(ValidateJobName("census-job"), "");
+}
+
+// A file edited in place (a mounted ConfigMap) is read again; a version
+// that does not read keeps the catalog as it was and says why, once.
+TEST(RuntimeCatalogFileTest, FollowsTheFileAndKeepsTheLastGoodVersion) {
+  const std::string path = ::testing::TempDir() + "/runtime_catalog_file_test.yaml";
+  std::remove(path.c_str());
+  std::vector<std::string> reports;
+  RuntimeCatalogFile file(
+      path, [&](const std::string& r) { reports.push_back(r); }, std::chrono::seconds(0));
+  auto write = [&](const std::string& text) { std::ofstream(path, std::ios::trunc) << text; };
+  // No file yet: the built-in runtimes, and the reason.
+  EXPECT_EQ(file.Current()->runtimes().size(), 1u);
+  ASSERT_EQ(reports.size(), 1u);
+  EXPECT_THAT(reports[0], HasSubstr("the runtimes stay the built-in ones"));
+
+  write(kTensorFlowCatalog);
+  EXPECT_NE(file.Current()->Find("1.15", "3.7"), nullptr);
+  ASSERT_EQ(reports.size(), 2u);
+  EXPECT_THAT(reports[1], HasSubstr("runtimeVersion 1.15 with pythonVersion 3.7"));
+  file.Current();  // unchanged: not read again, nothing said
+  EXPECT_EQ(reports.size(), 2u);
+
+  write("runtimes:\n- {runtimeVersion: \"2.1\"}\n");
+  EXPECT_NE(file.Current()->Find("1.15", "3.7"), nullptr);  // kept
+  ASSERT_EQ(reports.size(), 3u);
+  EXPECT_THAT(reports[2], HasSubstr("the runtimes stay as they were"));
+  EXPECT_THAT(reports[2], HasSubstr(path + ":2: runtimes[0].pythonVersion: required"));
+
+  write("runtimes:\n- {runtimeVersion: \"2.1\", pythonVersion: \"3.7\", image: tf:2.1}\n");
+  std::shared_ptr<const PythonRuntimeCatalog> edited = file.Current();
+  EXPECT_EQ(edited->Find("1.15", ""), nullptr);
+  EXPECT_EQ(edited->Find("2.1", "3.7")->image, "tf:2.1");
+  std::remove(path.c_str());
 }
 
 }  // namespace

@@ -290,6 +290,50 @@ TEST(RenderCommandTest, BasicExampleRunsTheVersionedRuntimeImage) {
                                           "\n    imagePullPolicy: IfNotPresent\n"));
 }
 
+// A config for Cloud ML's runtime 1.15: refused where only kubetrain's own
+// runtime is on offer, accepted (and rendered in the registered image, with
+// its Python) given a catalog that has it: by --runtime-catalog, or as this
+// machine's $KUBETRAIN_HOME/runtimes.yaml. A catalog that does not read is
+// named with its line.
+TEST(RuntimeCatalogTest, ValidateAndRenderUseTheCatalogThatHasTheRuntime) {
+  const std::string dir = ::testing::TempDir() + "/runtime_catalog_cli_test";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir + "/home");
+  const std::string job = dir + "/job.yaml";
+  std::ofstream(job) << "apiVersion: kubetrain.io/v1\nkind: TrainingJob\nmetadata: {name: tf1}\n"
+                        "spec:\n  trainingInput:\n    pythonModule: trainer.task\n"
+                        "    packageUris: [/pkg]\n    runtimeVersion: \"1.15\"\n"
+                        "    pythonVersion: \"3.7\"\n";
+  const std::string catalog = dir + "/runtimes.yaml";
+  std::ofstream(catalog) << "runtimes:\n- runtimeVersion: \"1.15\"\n  pythonVersion: \"3.7\"\n"
+                            "  image: registry.example.com/tf:1.15\n  python: python3.7\n";
+  setenv("KUBETRAIN_HOME", (dir + "/home").c_str(), 1);
+
+  Result r = RunKubetrain({"validate", job});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.out, ::testing::HasSubstr(
+                         "trainingInput.runtimeVersion: no runtime \"1.15\" in the runtime catalog "
+                         "(built in); on offer: runtimeVersion "));
+  r = RunKubetrain({"validate", "--runtime-catalog", catalog, job});
+  EXPECT_EQ(r.code, 0) << r.out;
+
+  std::filesystem::copy_file(catalog, dir + "/home/runtimes.yaml");
+  r = RunKubetrain({"validate", job});
+  EXPECT_EQ(r.code, 0) << r.out;
+  r = RunKubetrain({"render", job});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, ::testing::HasSubstr("image: registry.example.com/tf:1.15\n"));
+  EXPECT_THAT(r.out, ::testing::HasSubstr("- python3.7\n"));
+
+  std::ofstream(dir + "/bad.yaml") << "runtimes:\n- {runtimeVersion: \"1.15\"}\n";
+  r = RunKubetrain({"validate", "--runtime-catalog", dir + "/bad.yaml", job});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err,
+              ::testing::HasSubstr(dir + "/bad.yaml:2: runtimes[0].pythonVersion: required"));
+  unsetenv("KUBETRAIN_HOME");
+  std::filesystem::remove_all(dir);
+}
+
 // A table of every `jobs` verb the tool has against each of kubectl's
 // spellings of the namespace flag: each verb reads -n as --namespace. With
 // --local, which has no namespaces, each one refuses the namespace it read
@@ -328,7 +372,9 @@ TEST(CliTest, EveryCommandTakesHelp) {
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(r.out,
             "Usage: kubetrain validate FILE...\n\ncheck TrainingJob manifests or Cloud ML "
-            "config.yaml files\n");
+            "config.yaml files\n\nFlags:\n      --runtime-catalog FILE  the runtime catalog "
+            "runtimeVersion/pythonVersion are checked against (default: "
+            "$KUBETRAIN_HOME/runtimes.yaml, else the built-in one)\n");
   // After "--" it is the trainer's flag, not a request for help.
   r = RunKubetrain({"validate", "--", "--help"});
   EXPECT_EQ(r.code, 2);

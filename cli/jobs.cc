@@ -108,6 +108,9 @@ std::vector<FlagSpec> SubmitFlags() {
       {"runtime-version", "V",
        "the runtime whose image runs a --module-name package (default: the newest)"},
       {"python-version", "V", "the runtime's Python (default: its first)"},
+      {kRuntimeCatalogFlag, "FILE",
+       "check runtimeVersion/pythonVersion against this catalog (default: the local backend's; "
+       "on a cluster, its operator checks them against the cluster's)"},
       {"master-image-uri", "IMAGE", "the master's container image"},
       {"stream-logs", "", "follow the job's logs until it ends; the exit code says how it ended"},
       {"wait", "", "wait for the job to end, printing its progress; the exit code says how"},
@@ -205,6 +208,15 @@ int SubmitTraining(const std::vector<std::string>& args, std::ostream& out, std:
     return UsageError(command, absl::StrCat("job name \"", name, "\": ", reason), err);
   }
   std::unique_ptr<JobsBackend> backend = ChooseBackend(parsed);
+  // The runtimes the job may name: where it runs. A cluster's catalog is its
+  // operator's, which checks the job there, unless --runtime-catalog names one.
+  std::optional<api::PythonRuntimeCatalog> runtimes;
+  if (UseLocalBackend(parsed) || parsed.Has(kRuntimeCatalogFlag)) {
+    absl::StatusOr<api::PythonRuntimeCatalog> loaded = CommandRuntimeCatalog(parsed);
+    if (!loaded.ok()) return UsageError(command, std::string(loaded.status().message()), err);
+    runtimes = *std::move(loaded);
+  }
+  const api::PythonRuntimeCatalog* checked_runtimes = runtimes ? &*runtimes : nullptr;
 
   v1::TrainingJob job;
   bool bare_config = true;
@@ -213,7 +225,8 @@ int SubmitTraining(const std::vector<std::string>& args, std::ostream& out, std:
     source = *config;
     absl::StatusOr<std::string> text = api::ReadTextFile(*config);
     if (!text.ok()) return UsageError(command, std::string(text.status().message()), err);
-    api::CheckedJob checked = api::CheckTrainingJob(*text, /*require_name=*/false);
+    api::CheckedJob checked =
+        api::CheckTrainingJob(*text, /*require_name=*/false, checked_runtimes);
     if (!checked.ok()) {
       err << api::FormatErrors(checked.errors, *config);
       err << "kubetrain " << command << ": " << *config
@@ -268,8 +281,8 @@ int SubmitTraining(const std::vector<std::string>& args, std::ostream& out, std:
     input->clear_args();
     for (const std::string& arg : parsed.after_double_dash) input->add_args(arg);
   }
-  std::vector<api::FieldError> errors =
-      api::Validate(job, {.require_name = true, .bare_config = false});
+  std::vector<api::FieldError> errors = api::Validate(
+      job, {.require_name = true, .bare_config = false, .runtimes = checked_runtimes});
   if (!errors.empty()) {
     err << api::FormatErrors(errors, source);
     err << "kubetrain " << command << ": the job is not valid; nothing was submitted\n";

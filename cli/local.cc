@@ -325,7 +325,12 @@ int Train(const std::vector<std::string>& args, std::ostream& out, std::ostream&
   }
   if (const std::string* dir = parsed.Flag("job-dir")) input->set_job_dir(*dir);
   for (const std::string& arg : parsed.after_double_dash) input->add_args(arg);
-  std::vector<api::FieldError> errors = api::Validate(job);
+  absl::StatusOr<api::PythonRuntimeCatalog> runtimes = CommandRuntimeCatalog(parsed);
+  if (!runtimes.ok()) {
+    err << "kubetrain local train: " << runtimes.status().message() << "\n";
+    return kExitUsage;
+  }
+  std::vector<api::FieldError> errors = api::Validate(job, {.runtimes = &*runtimes});
   if (!errors.empty()) {
     err << api::FormatErrors(errors, "kubetrain local train");
     return kExitUsage;

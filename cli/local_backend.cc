@@ -50,6 +50,18 @@ std::string KubetrainHome() {
   return absl::StrCat(user_home != nullptr ? user_home : "/tmp", "/.kubetrain");
 }
 
+std::string LocalRuntimeCatalogPath(const std::string& home) { return home + "/runtimes.yaml"; }
+
+absl::StatusOr<api::PythonRuntimeCatalog> CommandRuntimeCatalog(const ParsedArgs& parsed) {
+  if (const std::string* path = parsed.Flag(kRuntimeCatalogFlag)) {
+    return api::PythonRuntimeCatalog::Load(*path);
+  }
+  const std::string local = LocalRuntimeCatalogPath(KubetrainHome());
+  std::error_code ec;
+  if (std::filesystem::exists(local, ec)) return api::PythonRuntimeCatalog::Load(local);
+  return api::PythonRuntimeCatalog::BuiltIn();
+}
+
 absl::StatusOr<std::unique_ptr<local::JobStore>> OpenLocalStore(const std::string& home) {
   std::error_code ec;
   std::filesystem::create_directories(home, ec);
@@ -109,6 +121,14 @@ int ServeLocalController(const std::string& home, const ServeOptions& options, s
   controller_options.tuner_factory = tuner::Tuner::Create;
   controller_options.stop_rule = tuner::ShouldStopEarly;
   controller_options.machine_gpus = local::MachineGpuCount();
+  api::RuntimeCatalogFile runtime_catalog(
+      LocalRuntimeCatalogPath(home), [&err, home](const std::string& message) {
+        // Quiet about a missing file: most machines register nothing.
+        std::error_code ec;
+        if (!std::filesystem::exists(LocalRuntimeCatalogPath(home), ec)) return;
+        err << "kubetrain local controller: " << message << std::endl;
+      });
+  controller_options.runtime_catalog = &runtime_catalog;
   local::Controller controller(store->get(), &launcher, controller_options);
 
   struct sigaction action {};

@@ -16,6 +16,21 @@ namespace kubetrain::cli {
 // $KUBETRAIN_HOME, else ~/.kubetrain.
 std::string KubetrainHome();
 
+// This machine's runtime catalog: $KUBETRAIN_HOME/runtimes.yaml (the local
+// backend's runtimes beside kubetrain's own; api/python_runtimes.h).
+std::string LocalRuntimeCatalogPath(const std::string& home);
+
+// The --runtime-catalog flag of the commands that check a job.
+inline constexpr char kRuntimeCatalogFlag[] = "runtime-catalog";
+inline constexpr char kRuntimeCatalogFlagHelp[] =
+    "the runtime catalog runtimeVersion/pythonVersion are checked against (default: "
+    "$KUBETRAIN_HOME/runtimes.yaml, else the built-in one)";
+
+// The catalog a command checks a job against: --runtime-catalog FILE when
+// given, else this machine's when it exists, else the built-in one. The
+// error names the file, its line and field.
+absl::StatusOr<api::PythonRuntimeCatalog> CommandRuntimeCatalog(const ParsedArgs& parsed);
+
 // Opens (creating) $KUBETRAIN_HOME/jobs.db.
 absl::StatusOr<std::unique_ptr<local::JobStore>> OpenLocalStore(const std::string& home);
 

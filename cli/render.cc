@@ -10,6 +10,7 @@
 #include "api/codec.h"
 #include "api/job_file.h"
 #include "cli/commands.h"
+#include "cli/local_backend.h"
 #include "cli/replica_requests.h"
 #include "operator/core/kube_objects.h"
 #include "operator/tuner/tuner.h"
@@ -22,6 +23,7 @@ std::vector<FlagSpec> RenderFlags() {
       {"namespace", "NS",
        "the objects' namespace where the manifest names none (default: default)"},
       {"trial", "N", "a tuning job's objects for trial N (default 1)"},
+      {kRuntimeCatalogFlag, "FILE", kRuntimeCatalogFlagHelp},
   };
 }
 
@@ -47,7 +49,12 @@ int Render(const std::vector<std::string>& args, std::ostream& out, std::ostream
     err << "kubetrain render: " << text.status().message() << "\n";
     return kExitUsage;
   }
-  api::CheckedJob checked = api::CheckTrainingJob(*text);
+  absl::StatusOr<api::PythonRuntimeCatalog> runtimes = CommandRuntimeCatalog(parsed);
+  if (!runtimes.ok()) {
+    err << "kubetrain render: " << runtimes.status().message() << "\n";
+    return kExitUsage;
+  }
+  api::CheckedJob checked = api::CheckTrainingJob(*text, true, &*runtimes);
   if (!checked.ok()) {
     err << api::FormatErrors(checked.errors, path);
     return kExitUsage;
@@ -59,6 +66,7 @@ int Render(const std::vector<std::string>& args, std::ostream& out, std::ostream
         << api::FormatMapping(checked.mapped);
   }
   core::ReconcileOptions options;
+  options.runtimes = std::make_shared<api::PythonRuntimeCatalog>(*std::move(runtimes));
   options.tuner_factory = tuner::Tuner::Create;
   options.stop_rule = tuner::ShouldStopEarly;
   const std::string& manifest_ns = checked.job.metadata().namespace_();

@@ -5,6 +5,7 @@
 #include "api/defaults.h"
 #include "api/job_file.h"
 #include "cli/commands.h"
+#include "cli/local_backend.h"
 
 #ifndef KUBETRAIN_VERSION
 #define KUBETRAIN_VERSION "unknown"
@@ -14,9 +15,14 @@ namespace kubetrain::cli {
 namespace {
 
 int Validate(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
-  ParsedArgs parsed = ParseArgs(args, {}, {});
+  ParsedArgs parsed = ParseArgs(args, {{kRuntimeCatalogFlag, "FILE", kRuntimeCatalogFlagHelp}});
   if (!parsed.error.empty()) {
     err << "kubetrain validate: " << parsed.error << "\n";
+    return kExitUsage;
+  }
+  absl::StatusOr<api::PythonRuntimeCatalog> runtimes = CommandRuntimeCatalog(parsed);
+  if (!runtimes.ok()) {
+    err << "kubetrain validate: " << runtimes.status().message() << "\n";
     return kExitUsage;
   }
   if (parsed.positional.empty()) {
@@ -31,7 +37,7 @@ int Validate(const std::vector<std::string>& args, std::ostream& out, std::ostre
       all_ok = false;
       continue;
     }
-    api::CheckedJob checked = api::CheckTrainingJob(*text);
+    api::CheckedJob checked = api::CheckTrainingJob(*text, true, &*runtimes);
     if (checked.ok() && !checked.kubeflow_kind.empty()) {
       out << path << ": ok (a kubeflow.org/v1 " << checked.kubeflow_kind
           << ", run as the TrainingJob `kubetrain convert` prints)\n"
@@ -49,9 +55,14 @@ int Validate(const std::vector<std::string>& args, std::ostream& out, std::ostre
 // `kubetrain convert FILE`: the TrainingJob a Kubeflow TFJob or PyTorchJob
 // runs as, in YAML, after comment lines saying where each field went.
 int Convert(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
-  ParsedArgs parsed = ParseArgs(args, {}, {});
+  ParsedArgs parsed = ParseArgs(args, {{kRuntimeCatalogFlag, "FILE", kRuntimeCatalogFlagHelp}});
   if (!parsed.error.empty()) {
     err << "kubetrain convert: " << parsed.error << "\n";
+    return kExitUsage;
+  }
+  absl::StatusOr<api::PythonRuntimeCatalog> runtimes = CommandRuntimeCatalog(parsed);
+  if (!runtimes.ok()) {
+    err << "kubetrain convert: " << runtimes.status().message() << "\n";
     return kExitUsage;
   }
   if (parsed.positional.size() != 1) {
@@ -64,7 +75,7 @@ int Convert(const std::vector<std::string>& args, std::ostream& out, std::ostrea
     err << "kubetrain convert: " << text.status().message() << "\n";
     return kExitUsage;
   }
-  api::CheckedJob checked = api::CheckTrainingJob(*text);
+  api::CheckedJob checked = api::CheckTrainingJob(*text, true, &*runtimes);
   if (checked.kubeflow_kind.empty() && checked.ok()) {
     err << "kubetrain convert: " << path
         << ": not a kubeflow.org/v1 TFJob or PyTorchJob; it runs as it is\n";
@@ -102,11 +113,13 @@ std::vector<Command> ValidateCommands() {
       {{"validate"},
        "check TrainingJob manifests or Cloud ML config.yaml files",
        Validate,
-       "FILE..."},
+       "FILE...",
+       {{kRuntimeCatalogFlag, "FILE", kRuntimeCatalogFlagHelp}}},
       {{"convert"},
        "print the TrainingJob a Kubeflow TFJob or PyTorchJob runs as",
        Convert,
-       "FILE"},
+       "FILE",
+       {{kRuntimeCatalogFlag, "FILE", kRuntimeCatalogFlagHelp}}},
       {{"version"}, "print the version", Version, ""},
   };
 }

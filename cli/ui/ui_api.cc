@@ -60,7 +60,10 @@ nlohmann::json BestTrial(const nlohmann::json& resource) {
 }
 
 nlohmann::json Replicas(const v1::TrainingJob& job, nlohmann::json* spec_errors) {
-  const std::vector<api::FieldError> errors = api::Validate(job, {.require_name = false});
+  // Runtimes are not checked: the job's was, where it runs (a cluster's
+  // catalog is its operator's).
+  const std::vector<api::FieldError> errors =
+      api::Validate(job, {.require_name = false, .runtimes = nullptr});
   if (!errors.empty()) {
     *spec_errors = nlohmann::json::array();
     for (const api::FieldError& e : errors) spec_errors->push_back(e.ToString());

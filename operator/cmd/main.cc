@@ -26,6 +26,7 @@
 #include <cstdlib>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <string>
 #include <thread>
 #include <type_traits>
@@ -36,6 +37,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "api/python_runtimes.h"
 #include "common/flags/flags.h"
 #include "common/observability/metrics_server.h"
 #include "grpcpp/grpcpp.h"
@@ -99,6 +101,7 @@ class TimedTuner : public kubetrain::tuner::Tuner {
 struct Flags {
   std::string kubeconfig, context, ns, lease_ns, lease_name = "kubetrain-operator";
   std::string default_image, metrics_address, metrics_listen, pod_name, pod_ns;
+  std::string runtime_catalog;
   std::string http_address = ":8080";
   LogLevel log_level = LogLevel::kInfo;
   // Measured, not habit: docs/operator.md, "Throughput".
@@ -179,6 +182,11 @@ void DefineFlags(CLI::App& app, Flags* flags) {
   text("--default-image", &flags->default_image, "IMAGE",
        "image for replicas without imageUri, pulled IfNotPresent")
       ->default_str(kubetrain::core::kDefaultRuntimeImage);
+  text("--runtime-catalog", &flags->runtime_catalog, "FILE",
+       "the cluster's runtime catalog (runtimeVersion and\n"
+       "pythonVersion to image; the kubetrain-runtimes ConfigMap,\n"
+       "mounted), read again when it changes; unset: kubetrain's\n"
+       "own runtime only");
   text("--metrics-listen", &flags->metrics_listen, "HOST:PORT",
        "serve the Metrics gRPC service, where trials report their\n"
        "metrics (port 0 picks a free port; the bound address is\n"
@@ -350,6 +358,13 @@ int main(int argc, char** argv) {
     return std::unique_ptr<kubetrain::tuner::Tuner>(new TimedTuner(*std::move(tuner), &metrics));
   };
   options.reconcile.stop_rule = kubetrain::tuner::ShouldStopEarly;
+  std::optional<kubetrain::api::RuntimeCatalogFile> runtime_catalog;
+  if (!flags.runtime_catalog.empty()) {
+    runtime_catalog.emplace(flags.runtime_catalog,
+                            [](const std::string& message) { Log(LogLevel::kInfo, message); });
+    runtime_catalog->Current();  // says now what it offers, or why it cannot be read
+    options.runtime_catalog = &*runtime_catalog;
+  }
   kubetrain::kube::Controller controller(client->get(), options, &studies);
   // New trial metrics (the Metrics service reports into `studies`) requeue their job.
   studies.SetListener(

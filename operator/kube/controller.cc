@@ -776,6 +776,7 @@ absl::Status Controller::SyncJob(const std::string& key, bool* requeued) {
 
   core::ReconcileOptions reconcile = options_.reconcile;
   reconcile.address = core::KubernetesAddresses(ns);
+  if (options_.runtime_catalog != nullptr) reconcile.runtimes = options_.runtime_catalog->Current();
   reconcile.replicas_have_own_filesystems = true;  // pods: outputs need shared storage
   core::ReconcileResult result = core::Reconcile(*job, observed, now, reconcile);
 

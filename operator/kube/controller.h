@@ -14,6 +14,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "api/python_runtimes.h"
 #include "operator/core/reconciler.h"
 #include "operator/kube/cluster_client.h"
 #include "operator/kube/event_recorder.h"
@@ -41,6 +42,10 @@ struct ControllerOptions {
   // The time reconciles see (deadlines, backoffs, expectations' age, the
   // times status records). Tests pass a manual clock.
   std::function<absl::Time()> clock = [] { return absl::Now(); };
+  // The cluster's runtime catalog (the kubetrain-runtimes ConfigMap, mounted),
+  // read again when it changes; each reconcile uses its current version.
+  // Null: reconcile.runtimes as given. Not owned.
+  api::RuntimeCatalogFile* runtime_catalog = nullptr;
 };
 
 // The Kubernetes controller for TrainingJobs: informers (jobs; the operator's
@@ -54,9 +59,11 @@ struct ControllerOptions {
 //  2. skip while expectations for the job (by uid) are unsatisfied (the
 //     cache has not yet seen our own earlier creates/deletes);
 //  3. core::Reconcile(job, observed, now);
-//  4. when the result writes objects, one uncached GET confirms that the
-//     job of this name still has the cached uid: a cache entry of a deleted
-//     job is not acted on (its delete event brings the key back);
+//  4. when the result writes objects, the job of this name must still have
+//     the cached uid: the status write confirms it when it comes first (its
+//     resourceVersion: 409 for another uid, 404 for a deleted job), else
+//     one uncached GET does; a cache entry of a deleted job is not acted on
+//     (its delete event brings the key back);
 //  5. carry out the result in the core's order (core::CarryOut; JobSink is
 //     this backend's side): archived trials into their ConfigMaps
 //     (trial_archive.h; a failure ends the sync before the status drops

@@ -1,5 +1,7 @@
 #include "operator/kube/controller.h"
 
+#include <cstdio>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <set>
@@ -7,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/testing/wait_until.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "operator/kube/controller_test_fixture.h"
 #include "operator/kube/rest_client.h"
@@ -20,6 +23,7 @@ namespace {
 
 using fake_apiserver::FakeApiServer;
 using nlohmann::json;
+using ::testing::HasSubstr;
 using testing::TerminatedPodStatus;
 using testing::TuningJobObject;
 
@@ -315,6 +319,49 @@ TEST_F(ControllerTest, AJobCreatedAgainUnderItsNameGetsPodsOfItsOwnNotTheDeleted
   EXPECT_EQ(ControllerUid(*pod), second_uid);
   EXPECT_EQ(State("rerun"), "QUEUED");
   current.Stop();
+}
+
+// The cluster's runtime catalog (a mounted ConfigMap) decides the image a
+// runtimeVersion runs in and is read again when its admin edits it: a job
+// naming a runtime the catalog lacks fails, saying what it offers; once the
+// runtime is registered, the next job runs in its image with its Python.
+TEST_F(ControllerTest, TheRuntimeCatalogPicksTheImageAndFollowsItsEdits) {
+  controller_->Stop();  // this test drives its own controller
+  const std::string path = ::testing::TempDir() + "/controller_test_runtimes.yaml";
+  std::ofstream(path, std::ios::trunc) << "runtimes: []\n";
+  api::RuntimeCatalogFile catalog(path, nullptr, std::chrono::seconds(0));
+  ControllerOptions options = Options();
+  options.runtime_catalog = &catalog;
+  Controller controller(client_.get(), options, &studies_);
+  ASSERT_TRUE(controller.Start(absl::Seconds(30)));
+  auto tf1_job = [](const std::string& name) {
+    json job = BasicJob(name);
+    job["spec"]["trainingInput"]["pythonModule"] = "trainer.task";
+    job["spec"]["trainingInput"]["packageUris"] = {"/pkg"};
+    job["spec"]["trainingInput"]["runtimeVersion"] = "1.15";
+    job["spec"]["trainingInput"]["pythonVersion"] = "3.7";
+    return job;
+  };
+
+  ASSERT_TRUE(server_->Create("trainingjobs", "ns1", tf1_job("early")).ok());
+  ASSERT_TRUE(WaitForState("early", "FAILED"));
+  const std::string message = JobObject("early")["status"]["errorMessage"];
+  EXPECT_THAT(message, HasSubstr("spec.trainingInput.runtimeVersion: no runtime \"1.15\" in the "
+                                 "runtime catalog (" +
+                                 path + "); on offer: runtimeVersion "));
+  EXPECT_THAT(message, HasSubstr("kubetrain-runtimes ConfigMap"));
+
+  std::ofstream(path, std::ios::trunc)
+      << "runtimes:\n- runtimeVersion: \"1.15\"\n  pythonVersion: \"3.7\"\n"
+         "  image: registry.example.com/tf:1.15-py3.7\n  python: python3.7\n";
+  ASSERT_TRUE(server_->Create("trainingjobs", "ns1", tf1_job("later")).ok());
+  ASSERT_TRUE(server_->WaitUntil([&] { return !Pod("later-master-0").is_null(); }));
+  const json container = Pod("later-master-0")["spec"]["containers"][0];
+  EXPECT_EQ(container["image"], "registry.example.com/tf:1.15-py3.7");
+  const std::vector<std::string> command = container["command"];
+  EXPECT_THAT(command, ::testing::Contains("python3.7"));
+  controller.Stop();
+  std::remove(path.c_str());
 }
 
 // A job deleted behind a stale cache: the reconcile's first write is the

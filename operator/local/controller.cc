@@ -362,6 +362,7 @@ absl::StatusOr<bool> Controller::SyncJob(const std::string& name) {
   options.machine_gpus = options_.machine_gpus;
   options.tuner_factory = options_.tuner_factory;
   options.stop_rule = options_.stop_rule;
+  if (options_.runtime_catalog != nullptr) options.runtimes = options_.runtime_catalog->Current();
   options.address = core::LoopbackAddresses([&](std::string_view replica) -> int {
     auto it = ports->find(std::string(replica));
     if (it != ports->end()) return it->second;
@@ -447,14 +448,32 @@ absl::Status Controller::CreateReplica(const v1::TrainingJob& job,
   std::filesystem::remove(metric_path, ec);
 
   const v1::TrainingInput& input = job.spec().training_input();
+  // A job that names its runtime runs on that runtime's Python (the local
+  // catalog's entry); one that does not, on options_.python.
+  std::string python = options_.python;
+  if (!input.runtime_version().empty() || !input.python_version().empty()) {
+    std::shared_ptr<const api::PythonRuntimeCatalog> runtimes =
+        options_.runtime_catalog != nullptr
+            ? options_.runtime_catalog->Current()
+            : std::make_shared<api::PythonRuntimeCatalog>(api::PythonRuntimeCatalog::BuiltIn());
+    if (const api::PythonRuntime* runtime =
+            runtimes->Find(input.runtime_version(), input.python_version());
+        runtime != nullptr) {
+      python = runtime->python;
+    }
+  }
   if (!replica.python_module.empty() && AnyToInstall(input.package_uris())) {
     // Files and URLs are installed by exec (python_module.h), into an
-    // environment made from options_.python, whose python3 the module runs on.
+    // environment made from `python`, whose python3 the module runs on.
     request.argv = replica.command;
     request.argv[0] = options_.runtime_binary;
-    request.argv.insert(request.argv.begin() + 2, {"--python", options_.python});
+    if (request.argv.size() > 3 && request.argv[2] == "--python") {
+      request.argv[3] = python;  // the runtime's, named by the plan
+    } else {
+      request.argv.insert(request.argv.begin() + 2, {"--python", python});
+    }
   } else if (!replica.python_module.empty()) {
-    request.argv = {options_.python, "-m", input.python_module()};
+    request.argv = {python, "-m", input.python_module()};
     std::vector<std::string> paths(input.package_uris().begin(), input.package_uris().end());
     if (const char* existing = std::getenv("PYTHONPATH");
         existing != nullptr && *existing != '\0') {

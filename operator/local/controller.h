@@ -47,6 +47,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "api/python_runtimes.h"
 #include "common/hypertune/hypertune.h"
 #include "operator/core/reconciler.h"
 #include "operator/local/job_store.h"
@@ -72,6 +73,10 @@ struct ControllerOptions {
   // jobs that ask for more (core::ReconcileOptions::machine_gpus); nullopt:
   // not told.
   std::optional<int> machine_gpus;
+  // $KUBETRAIN_HOME/runtimes.yaml: the runtimes runtimeVersion and
+  // pythonVersion may name, and the Python each runs the module with. Null:
+  // kubetrain's own only. Not owned.
+  api::RuntimeCatalogFile* runtime_catalog = nullptr;
 };
 
 // The NVIDIA GPUs this machine shows its processes: one per entry of

@@ -38,6 +38,10 @@ using fake_apiserver::FakeApiServer;
 using nlohmann::json;
 
 const fs::path kCorpus = fs::path(KUBETRAIN_SOURCE_DIR) / ".." / "shared" / "corpus";
+// Cloud ML's runtime versions, as a cluster that runs these configs
+// registers them.
+const std::string kCloudMlRuntimes =
+    (fs::path(KUBETRAIN_SOURCE_DIR) / "tests" / "corpus" / "cloudml_runtimes.yaml").string();
 constexpr char kNamespace[] = "corpus";
 
 std::vector<fs::path> FilesIn(const fs::path& dir) {
@@ -178,14 +182,16 @@ TEST_F(CorpusTest, CloudMlConfigsThatValidateAcceptsTheApiServerStores) {
   int id = 0;
   for (const fs::path& file : files) {
     const std::string name = file.filename().string();
-    CliResult validate = Kubetrain({"validate", file.string()});
+    CliResult validate =
+        Kubetrain({"validate", "--runtime-catalog", kCloudMlRuntimes, file.string()});
     if (validate.code != 0) {
       refusals[ReasonOf(validate.out.substr(file.string().size() + 1))].push_back(name);
       continue;
     }
     ++accepted;
     const std::string job = absl::StrCat("corpus_", ++id);
-    CliResult submit = Kubetrain({"jobs", "submit", "training", job, "--config", file.string()});
+    CliResult submit = Kubetrain({"jobs", "submit", "training", job, "--config", file.string(),
+                                  "--runtime-catalog", kCloudMlRuntimes});
     EXPECT_EQ(submit.code, 0) << name << ": validate accepts it, but the submission failed:\n"
                               << submit.out << submit.err;
     if (submit.code == 0) {
@@ -195,17 +201,18 @@ TEST_F(CorpusTest, CloudMlConfigsThatValidateAcceptsTheApiServerStores) {
   }
   Report("cloudml", accepted, files.size(), refusals);
   EXPECT_EQ(server_->Count("trainingjobs"), accepted);
-  // Runtime versions wait for a catalog of runtime images; TPUs have no
-  // equivalent; the rest are errors in the files themselves.
+  // With the runtime catalog of Cloud ML's versions, what is left: TPUs
+  // (no equivalent), Compute Engine machine types (not in the machine-type
+  // table), and errors in the files themselves.
   EXPECT_EQ(RefusedByField(refusals),
             (std::map<std::string, size_t>{
                 {"customCommands", 1},
                 {"trainingInput.hyperparameters.maxParallelTrials", 1},
                 {"trainingInput.hyperparameters.params", 1},
+                {"trainingInput.hyperparameters.params[N].discreteValues[N]", 1},
+                {"trainingInput.hyperparameters.params[N].minValue", 2},
                 {"trainingInput.hyperparameters.params[N].parameterName", 1},
                 {"trainingInput.masterType", 3},
-                {"trainingInput.pythonVersion", 6},
-                {"trainingInput.runtimeVersion", 26},
                 {"trainingInput.scaleTier", 2},
                 {"trainingInput.workerConfig.acceleratorConfig.type", 2},
                 {"trainingInput.workerType", 5},
