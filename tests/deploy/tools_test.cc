@@ -10,6 +10,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/deploy/manifest_checks.h"
 #include "tests/deploy/rbac_calls.h"
@@ -68,6 +69,35 @@ void ExpectEveryObjectWellFormed(const std::vector<YAML::Node>& docs) {
   }
 }
 
+// The runtime catalog: a ConfigMap `name` with a runtimes.yaml, mounted into
+// the operator, whose --runtime-catalog names the file. Returns the ConfigMap.
+const YAML::Node* ExpectRuntimeCatalogMounted(const std::vector<YAML::Node>& docs,
+                                              const YAML::Node& deployment,
+                                              const std::string& name) {
+  const YAML::Node* config_map = nullptr;
+  for (const YAML::Node& doc : docs) {
+    if (Str(doc["kind"]) == "ConfigMap" && Str(doc["metadata"]["name"]) == name) config_map = &doc;
+  }
+  EXPECT_NE(config_map, nullptr) << name;
+  if (config_map == nullptr) return nullptr;
+  EXPECT_TRUE((*config_map)["data"]["runtimes.yaml"].IsDefined());
+  const YAML::Node pod = deployment["spec"]["template"]["spec"];
+  std::string mount_path;
+  for (const auto& volume : pod["volumes"]) {
+    if (Str(volume["configMap"]["name"]) != name) continue;
+    for (const auto& mount : pod["containers"][0]["volumeMounts"]) {
+      if (Str(mount["name"]) == Str(volume["name"])) mount_path = Str(mount["mountPath"]);
+    }
+  }
+  EXPECT_FALSE(mount_path.empty()) << name << " is not mounted into the operator";
+  bool flag = false;
+  for (const auto& arg : pod["containers"][0]["args"]) {
+    flag |= Str(arg) == "--runtime-catalog=" + mount_path + "/runtimes.yaml";
+  }
+  EXPECT_TRUE(flag) << "no --runtime-catalog=" << mount_path << "/runtimes.yaml";
+  return config_map;
+}
+
 // ---- kubectl kustomize ----
 
 class KustomizeTest : public ::testing::Test {
@@ -83,7 +113,7 @@ TEST_F(KustomizeTest, DeployRendersCrdRbacAndOperator) {
   EXPECT_EQ(Kinds(docs),
             (std::multiset<std::string>{"Namespace", "CustomResourceDefinition", "ServiceAccount",
                                         "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
-                                        "Service", "Service", "Deployment"}));
+                                        "Service", "Service", "Deployment", "ConfigMap"}));
   for (const YAML::Node& doc : docs) {
     const std::string kind = Str(doc["kind"]);
     if (kind == "Namespace" || kind == "CustomResourceDefinition" ||
@@ -107,6 +137,7 @@ TEST_F(KustomizeTest, DeployRendersCrdRbacAndOperator) {
             Str((*deployment)["spec"]["template"]["spec"]["serviceAccountName"]));
   EXPECT_EQ(Str((*binding)["subjects"][0]["namespace"]), "kubetrain-system");
   EXPECT_EQ(DefaultImageArg(*deployment), VersionedRuntimeImage());
+  ExpectRuntimeCatalogMounted(docs, *deployment, "kubetrain-runtimes");
 }
 
 TEST_F(KustomizeTest, NamespacedOverlayUsesRolesOnly) {
@@ -159,7 +190,7 @@ TEST_F(HelmTest, DefaultValuesRenderAClusterWideOperator) {
   EXPECT_EQ(Kinds(docs),
             (std::multiset<std::string>{"CustomResourceDefinition", "ServiceAccount", "ClusterRole",
                                         "ClusterRoleBinding", "Role", "RoleBinding", "Service",
-                                        "Service", "Deployment"}));
+                                        "Service", "Deployment", "ConfigMap"}));
   const YAML::Node* deployment = Find(docs, "Deployment");
   ASSERT_NE(deployment, nullptr);
   std::vector<std::string> problems = OperatorDeploymentProblems(*deployment, 2);
@@ -184,6 +215,10 @@ TEST_F(HelmTest, DefaultValuesRenderAClusterWideOperator) {
   }
   ASSERT_NE(trials, nullptr);
   EXPECT_EQ(Str((*trials)["spec"]["selector"]["kubetrain.io/metrics-leader"]), "true");
+  const YAML::Node* catalog =
+      ExpectRuntimeCatalogMounted(docs, *deployment, "kt-kubetrain-operator-runtimes");
+  ASSERT_NE(catalog, nullptr);
+  EXPECT_EQ(Str((*catalog)["data"]["runtimes.yaml"]), "runtimes: []\n");
   const YAML::Node container = (*deployment)["spec"]["template"]["spec"]["containers"][0];
   std::set<std::string> args;
   for (const auto& arg : container["args"]) args.insert(Str(arg));
@@ -200,7 +235,7 @@ TEST_F(HelmTest, OneWatchedNamespaceRendersRolesThere) {
   ExpectEveryObjectWellFormed(docs);
   EXPECT_EQ(Kinds(docs).count("ClusterRole"), 0u);
   EXPECT_EQ(Kinds(docs).count("ServiceMonitor"), 1u);
-  EXPECT_EQ(Kinds(docs).count("ConfigMap"), 0u);
+  EXPECT_EQ(Kinds(docs).count("ConfigMap"), 1u);  // the runtime catalog
   bool found_operator_role = false;
   for (const YAML::Node& doc : docs) {
     if (Str(doc["kind"]) != "Role" || Str(doc["metadata"]["namespace"]) != "ml-team") continue;
@@ -212,6 +247,12 @@ TEST_F(HelmTest, OneWatchedNamespaceRendersRolesThere) {
   EXPECT_TRUE(found_operator_role);
   const YAML::Node* deployment = Find(docs, "Deployment");
   ASSERT_NE(deployment, nullptr);
+  // The values' runtime, rendered into the catalog the operator reads.
+  const YAML::Node* catalog =
+      ExpectRuntimeCatalogMounted(docs, *deployment, "kt-kubetrain-operator-runtimes");
+  ASSERT_NE(catalog, nullptr);
+  EXPECT_THAT(Str((*catalog)["data"]["runtimes.yaml"]),
+              ::testing::HasSubstr("image: registry.example.com/ml/tensorflow-runtime:1.15-py3.7"));
   std::vector<std::string> problems = OperatorDeploymentProblems(*deployment, 3);
   EXPECT_TRUE(problems.empty()) << absl::StrJoin(problems, "\n");
   const YAML::Node container = (*deployment)["spec"]["template"]["spec"]["containers"][0];
