@@ -325,12 +325,9 @@ int Train(const std::vector<std::string>& args, std::ostream& out, std::ostream&
   }
   if (const std::string* dir = parsed.Flag("job-dir")) input->set_job_dir(*dir);
   for (const std::string& arg : parsed.after_double_dash) input->add_args(arg);
-  absl::StatusOr<api::PythonRuntimeCatalog> runtimes = CommandRuntimeCatalog(parsed);
-  if (!runtimes.ok()) {
-    err << "kubetrain local train: " << runtimes.status().message() << "\n";
-    return kExitUsage;
-  }
-  std::vector<api::FieldError> errors = api::Validate(job, {.runtimes = &*runtimes});
+  // No runtimeVersion or pythonVersion here (no flags set them): the module
+  // runs on this machine's python3.
+  std::vector<api::FieldError> errors = api::Validate(job);
   if (!errors.empty()) {
     err << api::FormatErrors(errors, "kubetrain local train");
     return kExitUsage;
