@@ -144,10 +144,6 @@ std::string PythonRuntimeCatalog::OnOffer() const {
   });
 }
 
-}  // namespace kubetrain::api
-
-namespace kubetrain::api {
-
 RuntimeCatalogFile::RuntimeCatalogFile(std::string path,
                                        std::function<void(const std::string&)> report,
                                        std::chrono::steady_clock::duration look_every)

@@ -82,10 +82,6 @@ inline constexpr char kRegisterRuntimeHint[] =
     "kubetrain-runtimes ConfigMap; Helm: the chart's `runtimes` value), a local user in "
     "$KUBETRAIN_HOME/runtimes.yaml (docs/bring-your-code.md, \"Runtime catalog\")";
 
-}  // namespace kubetrain::api
-
-namespace kubetrain::api {
-
 // A catalog file, read again when it changes: a mounted ConfigMap is
 // replaced in place when the cluster's admin edits it, and a running
 // operator (or local controller) picks the new runtimes up without a
