@@ -85,7 +85,8 @@ DesiredReplica MakeReplica(const v1::TrainingJob& job, const std::vector<api::Re
     r.command = std::move(run.command);
     r.package_mounts = std::move(run.mounts);
     r.python_module = input.python_module();
-    if (group.config.image_uri().empty()) r.image = PythonRuntimeImage(input, Runtimes(options));
+    r.python = std::move(run.python);
+    if (group.config.image_uri().empty()) r.image = std::move(run.image);
   } else {
     r.command = {"kubetrain-runtime", "train"};
   }

@@ -14,11 +14,12 @@ PythonModuleRun PlanPythonModule(const v1::TrainingInput& input,
                                  const api::PythonRuntimeCatalog& runtimes) {
   const api::PythonRuntime* runtime =
       runtimes.Find(input.runtime_version(), input.python_version());
-  const std::string python = runtime == nullptr ? "python3" : runtime->python;
   PythonModuleRun run;
+  run.image = runtime == nullptr ? "" : runtime->image;
+  run.python = runtime == nullptr ? "python3" : runtime->python;
   run.command = {"kubetrain-runtime", "exec"};
   // exec makes the environment it installs packages into with this Python.
-  if (python != "python3") run.command.insert(run.command.end(), {"--python", python});
+  if (run.python != "python3") run.command.insert(run.command.end(), {"--python", run.python});
   for (int i = 0; i < input.package_uris_size(); ++i) {
     const std::string& uri = input.package_uris(i);
     absl::StatusOr<api::PackageSource> source = api::ParsePackageUri(uri);
@@ -35,15 +36,8 @@ PythonModuleRun PlanPythonModule(const v1::TrainingInput& input,
     run.command.push_back(absl::StrCat(mount.mount_path, "/", mount.key));
     run.mounts.push_back(std::move(mount));
   }
-  run.command.insert(run.command.end(), {"--", python, "-m", input.python_module()});
+  run.command.insert(run.command.end(), {"--", run.python, "-m", input.python_module()});
   return run;
-}
-
-std::string PythonRuntimeImage(const v1::TrainingInput& input,
-                               const api::PythonRuntimeCatalog& runtimes) {
-  const api::PythonRuntime* runtime =
-      runtimes.Find(input.runtime_version(), input.python_version());
-  return runtime == nullptr ? "" : runtime->image;
 }
 
 }  // namespace kubetrain::core

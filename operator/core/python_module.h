@@ -39,17 +39,17 @@ bool RunsPythonModule(const v1::TrainingInput& input, const v1::ReplicaConfig& c
 struct PythonModuleRun {
   std::vector<std::string> command;
   std::vector<PackageMount> mounts;  // one per configmap:// package, in packageUris order
+  // The image of the Python runtime that runtimeVersion and pythonVersion
+  // pick in `runtimes`; empty when none does (validation refuses such a job).
+  std::string image;
+  // That runtime's interpreter (python3 when none), the one `command` runs.
+  std::string python;
 };
 
-// The command and mounts of a replica that runs the module. `input` must be
-// valid (api::Validate); an unreadable packageUris entry is passed on as it
-// is, for exec to refuse.
+// The command, mounts and runtime of a replica that runs the module. `input`
+// must be valid (api::Validate); an unreadable packageUris entry is passed on
+// as it is, for exec to refuse.
 PythonModuleRun PlanPythonModule(const v1::TrainingInput& input,
                                  const api::PythonRuntimeCatalog& runtimes);
-
-// The image of the Python runtime that runtimeVersion and pythonVersion pick;
-// empty when none does (validation refuses such a job).
-std::string PythonRuntimeImage(const v1::TrainingInput& input,
-                               const api::PythonRuntimeCatalog& runtimes);
 
 }  // namespace kubetrain::core

@@ -65,7 +65,7 @@ struct DesiredReplica {
   // runAsNonRoot, as Pod Security "restricted" asks.
   bool image_runs_as_non_root = false;
   // containerCommand when given; else, for pythonModule, `kubetrain-runtime
-  // exec ... -- python3 -m MODULE` (python_module.h); else
+  // exec ... -- PYTHON -m MODULE` (python_module.h); else
   // {"kubetrain-runtime", "train"}.
   std::vector<std::string> command;
   // containerArgs when given, else trainingInput.args; then, for trials, one
@@ -79,6 +79,9 @@ struct DesiredReplica {
   // trainingInput.pythonModule when this replica runs it; `command` is then
   // python_module.h's, and `package_mounts` what it reads on Kubernetes.
   std::string python_module;
+  // The interpreter that runs it: the runtime's that runtimeVersion and
+  // pythonVersion pick (python_module.h).
+  std::string python;
   std::vector<PackageMount> package_mounts;
 
   std::string Env(std::string_view name) const;  // "" when absent

@@ -449,19 +449,11 @@ absl::Status Controller::CreateReplica(const v1::TrainingJob& job,
 
   const v1::TrainingInput& input = job.spec().training_input();
   // A job that names its runtime runs on that runtime's Python (the local
-  // catalog's entry); one that does not, on options_.python.
-  std::string python = options_.python;
-  if (!input.runtime_version().empty() || !input.python_version().empty()) {
-    std::shared_ptr<const api::PythonRuntimeCatalog> runtimes =
-        options_.runtime_catalog != nullptr
-            ? options_.runtime_catalog->Current()
-            : std::make_shared<api::PythonRuntimeCatalog>(api::PythonRuntimeCatalog::BuiltIn());
-    if (const api::PythonRuntime* runtime =
-            runtimes->Find(input.runtime_version(), input.python_version());
-        runtime != nullptr) {
-      python = runtime->python;
-    }
-  }
+  // catalog's entry, as the reconcile planned it); one that does not, on
+  // options_.python.
+  const bool names_runtime = !input.runtime_version().empty() || !input.python_version().empty();
+  const std::string& python =
+      names_runtime && !replica.python.empty() ? replica.python : options_.python;
   if (!replica.python_module.empty() && AnyToInstall(input.package_uris())) {
     // Files and URLs are installed by exec (python_module.h), into an
     // environment made from `python`, whose python3 the module runs on.
