@@ -35,6 +35,21 @@ json StandardJob(const std::string& name) {
 
 class ControllerTest : public testing::ControllerOnFakeServerTest {
  protected:
+  // Namespace ns1, no workers: the test calls SyncJob.
+  static ControllerOptions SyncedByTheTest() {
+    ControllerOptions options;
+    options.ns = "ns1";
+    options.workers = 0;
+    return options;
+  }
+  // A controller whose caches are frozen as the server is now (started, so
+  // its informers list once, then stopped); it is told of nothing after.
+  std::unique_ptr<Controller> FrozenController() {
+    auto controller = std::make_unique<Controller>(client_.get(), SyncedByTheTest(), &studies_);
+    EXPECT_TRUE(controller->Start(absl::Seconds(30)));
+    controller->Stop();
+    return controller;
+  }
   json JobObject(const std::string& job) {
     auto j = server_->Get("trainingjobs", "ns1", job);
     return j.ok() ? *j : json();
@@ -245,18 +260,13 @@ TEST_F(ControllerTest, StatusConflictRereadsAndWritesAgain) {
   }
   // A controller whose caches are frozen right after syncing (it sees every
   // pod running), then a change to the job it is not told about.
-  ControllerOptions options;
-  options.ns = "ns1";
-  options.workers = 0;
-  Controller stale(client_.get(), options, &studies_);
-  ASSERT_TRUE(stale.Start(absl::Seconds(30)));
-  stale.Stop();
+  std::unique_ptr<Controller> stale = FrozenController();
   ASSERT_TRUE(
       server_->MergePatch("trainingjobs", "ns1", "s", {{"metadata", {{"labels", {{"team", "a"}}}}}})
           .ok());
   server_->ResetRequestCounts();
   // Its status write carries the old resourceVersion: 409, re-read, write again.
-  ASSERT_TRUE(stale.SyncJob("ns1/s").ok());
+  ASSERT_TRUE(stale->SyncJob("ns1/s").ok());
   auto counts = server_->RequestCounts();
   EXPECT_EQ(counts["update trainingjobs/status"], 2);
   EXPECT_EQ(counts["get trainingjobs"], 1);
@@ -289,20 +299,15 @@ TEST_F(ControllerTest, AJobCreatedAgainUnderItsNameGetsPodsOfItsOwnNotTheDeleted
   auto first = server_->Create("trainingjobs", "ns1", BasicJob("rerun"));
   ASSERT_TRUE(first.ok()) << first.status();
   const std::string first_uid = (*first)["metadata"]["uid"];
-  ControllerOptions options;
-  options.ns = "ns1";
-  options.workers = 0;  // the test calls SyncJob
   // Caches frozen right after syncing: the first job, no pods.
-  Controller stale(client_.get(), options, &studies_);
-  ASSERT_TRUE(stale.Start(absl::Seconds(30)));
-  stale.Stop();
+  std::unique_ptr<Controller> stale = FrozenController();
   ASSERT_TRUE(server_->Delete("trainingjobs", "ns1", "rerun").ok());
   auto second = server_->Create("trainingjobs", "ns1", BasicJob("rerun"));
   ASSERT_TRUE(second.ok()) << second.status();
   const std::string second_uid = (*second)["metadata"]["uid"];
   ASSERT_NE(second_uid, first_uid);
 
-  ASSERT_TRUE(stale.SyncJob("ns1/rerun").ok());
+  ASSERT_TRUE(stale->SyncJob("ns1/rerun").ok());
   for (const char* resource : {"pods", "services", "persistentvolumeclaims", "configmaps"}) {
     for (const json& object : server_->List(resource, "ns1")) {
       EXPECT_NE(ControllerUid(object), first_uid)
@@ -311,7 +316,7 @@ TEST_F(ControllerTest, AJobCreatedAgainUnderItsNameGetsPodsOfItsOwnNotTheDeleted
     }
   }
 
-  Controller current(client_.get(), options, &studies_);
+  Controller current(client_.get(), SyncedByTheTest(), &studies_);
   ASSERT_TRUE(current.Start(absl::Seconds(30)));
   ASSERT_TRUE(current.SyncJob("ns1/rerun").ok());
   auto pod = server_->Get("pods", "ns1", "rerun-master-0");
@@ -371,16 +376,11 @@ TEST_F(ControllerTest, TheRuntimeCatalogPicksTheImageAndFollowsItsEdits) {
 TEST_F(ControllerTest, AJobDeletedBehindAStaleCacheGetsNothingCreated) {
   controller_->Stop();  // this test drives its own controller
   ASSERT_TRUE(server_->Create("trainingjobs", "ns1", BasicJob("gone")).ok());
-  ControllerOptions options;
-  options.ns = "ns1";
-  options.workers = 0;  // the test calls SyncJob
-  Controller stale(client_.get(), options, &studies_);
-  ASSERT_TRUE(stale.Start(absl::Seconds(30)));
-  stale.Stop();
+  std::unique_ptr<Controller> stale = FrozenController();
   ASSERT_TRUE(server_->Delete("trainingjobs", "ns1", "gone").ok());
   server_->ResetRequestCounts();
 
-  EXPECT_TRUE(stale.SyncJob("ns1/gone").ok());
+  EXPECT_TRUE(stale->SyncJob("ns1/gone").ok());
   auto counts = server_->RequestCounts();
   EXPECT_EQ(counts["update trainingjobs/status"], 1);
   EXPECT_EQ(counts["get trainingjobs"], 0);
