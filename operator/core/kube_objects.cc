@@ -350,7 +350,7 @@ json RenderService(const v1::TrainingJob& job, const std::string& namespace_name
 
 json RenderOutputClaim(const v1::TrainingJob& job, const std::string& namespace_name) {
   const v1::NewOutputClaim& claim = job.spec().output_storage().new_claim();
-  const std::string job_label = ReplicaLabels(JobObjectName(job), ReplicaKey{}).at(kLabelJobName);
+  const std::string job_label = JobLabelValue(JobObjectName(job));
   const v1::NewOutputClaim::AccessMode mode =
       claim.access_mode() == v1::NewOutputClaim::ACCESS_MODE_UNSPECIFIED
           ? v1::NewOutputClaim::ReadWriteMany

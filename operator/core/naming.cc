@@ -52,7 +52,7 @@ std::string TaskName(const ReplicaKey& key, bool use_chief) {
 std::map<std::string, std::string> ReplicaLabels(std::string_view job_object_name,
                                                  const ReplicaKey& key, bool use_chief) {
   std::map<std::string, std::string> labels = {
-      {kLabelJobName, Shorten(std::string(job_object_name))},
+      {kLabelJobName, JobLabelValue(job_object_name)},
       {kLabelReplicaType, ReplicaRoleName(key.role, use_chief)},
       {kLabelReplicaIndex, std::to_string(key.index)},
   };
@@ -77,7 +77,11 @@ std::optional<ReplicaKey> ReplicaKeyFromLabels(const std::map<std::string, std::
 }
 
 std::string JobSelector(std::string_view job_object_name) {
-  return std::string(kLabelJobName) + "=" + Shorten(std::string(job_object_name));
+  return std::string(kLabelJobName) + "=" + JobLabelValue(job_object_name);
+}
+
+std::string JobLabelValue(std::string_view job_object_name) {
+  return Shorten(std::string(job_object_name));
 }
 
 }  // namespace kubetrain::core

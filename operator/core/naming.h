@@ -72,4 +72,8 @@ std::optional<ReplicaKey> ReplicaKeyFromLabels(const std::map<std::string, std::
 // replica of a job: "kubetrain.io/job-name=<job>".
 std::string JobSelector(std::string_view job_object_name);
 
+// The value of kLabelJobName on the job's replicas: its object name,
+// shortened as ReplicaName shortens names.
+std::string JobLabelValue(std::string_view job_object_name);
+
 }  // namespace kubetrain::core

@@ -403,13 +403,10 @@ void Controller::Worker() {
 std::vector<ObjectPtr> Controller::Owned(const ObjectCache& cache, const json& job) const {
   std::string ns = MetaString(job, "namespace");
   std::string uid = MetaString(job, "uid");
-  // The label value is the job's object name (core::JobObjectName), shortened
-  // the way ReplicaLabels does. Read from the metadata, not JobFromObject:
-  // parsing the whole job into its message once per cache cost a reconcile
-  // three parses it did not need.
-  const std::string label =
-      core::ReplicaLabels(api::KubernetesName(MetaString(job, "name")), core::ReplicaKey{})
-          .at(core::kLabelJobName);
+  // The job's object name (core::JobObjectName) from the metadata, not
+  // JobFromObject: parsing the whole job into its message once per cache
+  // cost a reconcile three parses it did not need.
+  const std::string label = core::JobLabelValue(api::KubernetesName(MetaString(job, "name")));
   std::vector<ObjectPtr> out;
   for (ObjectPtr& o : cache.ByIndex(ns, label)) {
     // Replicas of an earlier job of the same name are not ours (the garbage
