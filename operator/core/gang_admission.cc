@@ -1,0 +1,684 @@
+#include "operator/core/gang_admission.h"
+
+#include <algorithm>
+#include <cctype>
+#include <limits>
+#include <optional>
+#include <set>
+#include <tuple>
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace kubetrain::core {
+
+using nlohmann::json;
+
+namespace {
+
+constexpr char kPods[] = "pods";
+
+// value * 10^exp10 * 2^exp2, as numerator/denominator of a multiplier.
+struct Multiplier {
+  __int128 numerator = 1;
+  __int128 denominator = 1;
+};
+
+std::optional<Multiplier> SuffixMultiplier(absl::string_view suffix) {
+  auto pow = [](__int128 base, int n) {
+    __int128 r = 1;
+    for (int i = 0; i < n; ++i) r *= base;
+    return r;
+  };
+  static constexpr std::pair<absl::string_view, int> kBinary[] = {
+      {"Ki", 10}, {"Mi", 20}, {"Gi", 30}, {"Ti", 40}, {"Pi", 50}, {"Ei", 60}};
+  for (auto [name, bits] : kBinary) {
+    if (suffix == name) return Multiplier{pow(2, bits), 1};
+  }
+  static constexpr std::pair<absl::string_view, int> kDecimal[] = {
+      {"n", -9}, {"u", -6}, {"m", -3}, {"", 0},   {"k", 3},
+      {"M", 6},  {"G", 9},  {"T", 12}, {"P", 15}, {"E", 18}};
+  for (auto [name, exponent] : kDecimal) {
+    if (suffix == name) {
+      return exponent >= 0 ? Multiplier{pow(10, exponent), 1} : Multiplier{1, pow(10, -exponent)};
+    }
+  }
+  if (suffix.size() >= 2 && (suffix[0] == 'e' || suffix[0] == 'E')) {
+    int exponent = 0;
+    if (!absl::SimpleAtoi(suffix.substr(1), &exponent) || exponent < -18 || exponent > 18) {
+      return std::nullopt;
+    }
+    return exponent >= 0 ? Multiplier{pow(10, exponent), 1} : Multiplier{1, pow(10, -exponent)};
+  }
+  return std::nullopt;
+}
+
+absl::Status BadQuantity(absl::string_view quantity, absl::string_view why) {
+  return absl::InvalidArgumentError(absl::StrCat("quantity \"", quantity, "\": ", why));
+}
+
+// A quantity field that may be a JSON number or a string.
+absl::StatusOr<int64_t> QuantityField(const json& value, const std::string& where) {
+  absl::StatusOr<int64_t> parsed = absl::InvalidArgumentError("not a quantity");
+  if (value.is_string()) {
+    parsed = ParseQuantityMilli(value.get<std::string>());
+  } else if (value.is_number()) {
+    parsed = ParseQuantityMilli(value.dump());
+  }
+  if (!parsed.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": ", parsed.status().message()));
+  }
+  return parsed;
+}
+
+absl::StatusOr<ResourceAmounts> ResourceList(const json& list, const std::string& where) {
+  ResourceAmounts out;
+  if (list.is_null()) return out;
+  if (!list.is_object()) return absl::InvalidArgumentError(absl::StrCat(where, ": not an object"));
+  for (auto it = list.begin(); it != list.end(); ++it) {
+    absl::StatusOr<int64_t> amount = QuantityField(it.value(), absl::StrCat(where, ".", it.key()));
+    if (!amount.ok()) return amount.status();
+    out[it.key()] = *amount;
+  }
+  return out;
+}
+
+const json& Field(const json& object, const char* name) {
+  static const json kNull;
+  if (!object.is_object()) return kNull;
+  auto it = object.find(name);
+  return it == object.end() ? kNull : *it;
+}
+
+std::string StringField(const json& object, const char* name) {
+  const json& value = Field(object, name);
+  return value.is_string() ? value.get<std::string>() : "";
+}
+
+std::map<std::string, std::string> StringMap(const json& object) {
+  std::map<std::string, std::string> out;
+  if (!object.is_object()) return out;
+  for (auto it = object.begin(); it != object.end(); ++it) {
+    if (it.value().is_string()) out[it.key()] = it.value().get<std::string>();
+  }
+  return out;
+}
+
+// A container's requests, with its limits standing in for what it does not request.
+absl::StatusOr<ResourceAmounts> ContainerRequests(const json& container,
+                                                  const std::string& where) {
+  const json& resources = Field(container, "resources");
+  absl::StatusOr<ResourceAmounts> requests =
+      ResourceList(Field(resources, "requests"), where + ".resources.requests");
+  if (!requests.ok()) return requests.status();
+  absl::StatusOr<ResourceAmounts> limits =
+      ResourceList(Field(resources, "limits"), where + ".resources.limits");
+  if (!limits.ok()) return limits.status();
+  for (const auto& [resource, amount] : *limits) requests->emplace(resource, amount);
+  return requests;
+}
+
+absl::StatusOr<std::vector<NodeSelectorRequirement>> Requirements(const json& list,
+                                                                  const std::string& key_override,
+                                                                  const std::string& where) {
+  std::vector<NodeSelectorRequirement> out;
+  if (list.is_null()) return out;
+  if (!list.is_array()) return absl::InvalidArgumentError(absl::StrCat(where, ": not a list"));
+  for (size_t i = 0; i < list.size(); ++i) {
+    const json& item = list[i];
+    NodeSelectorRequirement r;
+    r.key = StringField(item, "key");
+    if (!key_override.empty()) {
+      if (r.key != key_override) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, "[", i, "].key: only ", key_override, " is a node field"));
+      }
+    }
+    r.op = StringField(item, "operator");
+    static const std::set<std::string> kOps = {"In", "NotIn", "Exists", "DoesNotExist", "Gt",
+                                               "Lt"};
+    if (kOps.count(r.op) == 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, "[", i, "].operator: \"", r.op, "\" is not one of ",
+                       absl::StrJoin(kOps, ", ")));
+    }
+    for (const json& v : Field(item, "values")) {
+      if (v.is_string()) r.values.push_back(v.get<std::string>());
+    }
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+bool RequirementHolds(const NodeSelectorRequirement& r, const NodeCapacity& node) {
+  std::optional<std::string> value;
+  if (r.key == "metadata.name") {
+    value = node.name;
+  } else if (auto it = node.labels.find(r.key); it != node.labels.end()) {
+    value = it->second;
+  }
+  const bool listed =
+      value && std::find(r.values.begin(), r.values.end(), *value) != r.values.end();
+  if (r.op == "In") return listed;
+  if (r.op == "NotIn") return !listed;
+  if (r.op == "Exists") return value.has_value();
+  if (r.op == "DoesNotExist") return !value.has_value();
+  int64_t have = 0, bound = 0;
+  if (!value || r.values.size() != 1 || !absl::SimpleAtoi(*value, &have) ||
+      !absl::SimpleAtoi(r.values[0], &bound)) {
+    return false;
+  }
+  return r.op == "Gt" ? have > bound : have < bound;
+}
+
+bool Tolerates(const std::vector<Toleration>& tolerations, const Taint& taint) {
+  for (const Toleration& t : tolerations) {
+    if (!t.effect.empty() && t.effect != taint.effect) continue;
+    if (t.op == "Exists") {
+      if (t.key.empty() || t.key == taint.key) return true;
+    } else if (t.key == taint.key && t.value == taint.value) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// Whether the node accepts the pod at all, whatever is bound there.
+bool Accepts(const NodeCapacity& node, const PodPlacement& pod) {
+  if (node.unschedulable) return false;
+  for (const Taint& taint : node.taints) {
+    if (taint.effect == "PreferNoSchedule") continue;
+    if (!Tolerates(pod.tolerations, taint)) return false;
+  }
+  for (const auto& [key, value] : pod.node_selector) {
+    auto it = node.labels.find(key);
+    if (it == node.labels.end() || it->second != value) return false;
+  }
+  if (pod.required_terms.empty()) return true;
+  for (const std::vector<NodeSelectorRequirement>& term : pod.required_terms) {
+    if (std::all_of(term.begin(), term.end(),
+                    [&](const NodeSelectorRequirement& r) { return RequirementHolds(r, node); })) {
+      return true;
+    }
+  }
+  return false;
+}
+
+int64_t Amount(const ResourceAmounts& amounts, const std::string& resource) {
+  auto it = amounts.find(resource);
+  return it == amounts.end() ? 0 : it->second;
+}
+
+// Nodes and what is placed on them, for one simulation.
+class Placer {
+ public:
+  explicit Placer(const std::vector<NodeCapacity>& nodes) : nodes_(&nodes), used_(nodes.size()) {}
+
+  // Counts a pod that is bound already.
+  void Bind(const PodPlacement& pod) {
+    for (size_t i = 0; i < nodes_->size(); ++i) {
+      if ((*nodes_)[i].name == pod.node) {
+        Add(i, pod.requests);
+        return;
+      }
+    }
+  }
+
+  bool Fits(size_t i, const PodPlacement& pod) const {
+    const NodeCapacity& node = (*nodes_)[i];
+    for (const auto& [resource, amount] : pod.requests) {
+      if (amount <= 0) continue;
+      // A node that does not count pods (not a real kubelet's) holds any number.
+      if (resource == kPods && node.allocatable.count(kPods) == 0) continue;
+      if (Amount(used_[i], resource) + amount > Amount(node.allocatable, resource)) return false;
+    }
+    return true;
+  }
+
+  // The node the pod goes to: of those that accept it and have room, the one
+  // it leaves the least cpu free on (then memory, then name). nullopt: none.
+  std::optional<size_t> Choose(const PodPlacement& pod) const {
+    std::optional<size_t> best;
+    std::pair<int64_t, int64_t> best_free;
+    for (size_t i = 0; i < nodes_->size(); ++i) {
+      if (!Accepts((*nodes_)[i], pod) || !Fits(i, pod)) continue;
+      std::pair<int64_t, int64_t> free = {
+          Free(i, "cpu") - Amount(pod.requests, "cpu"),
+          Free(i, "memory") - Amount(pod.requests, "memory")};
+      if (!best || free < best_free) {
+        best = i;
+        best_free = free;
+      }
+    }
+    return best;
+  }
+
+  bool Place(const PodPlacement& pod) {
+    std::optional<size_t> node = Choose(pod);
+    if (!node) return false;
+    Add(*node, pod.requests);
+    return true;
+  }
+
+ private:
+  int64_t Free(size_t i, const std::string& resource) const {
+    return Amount((*nodes_)[i].allocatable, resource) - Amount(used_[i], resource);
+  }
+  void Add(size_t i, const ResourceAmounts& requests) {
+    for (const auto& [resource, amount] : requests) used_[i][resource] += amount;
+  }
+
+  const std::vector<NodeCapacity>* nodes_;
+  std::vector<ResourceAmounts> used_;
+};
+
+// Largest first, so the big pods find their nodes before the small ones fill them.
+std::vector<const PodPlacement*> PlacementOrder(const std::vector<PodPlacement>& pods) {
+  std::vector<const PodPlacement*> order;
+  for (const PodPlacement& pod : pods) order.push_back(&pod);
+  auto size = [](const PodPlacement* p) {
+    return std::make_tuple(Amount(p->requests, "nvidia.com/gpu"), Amount(p->requests, "cpu"),
+                           Amount(p->requests, "memory"));
+  };
+  std::stable_sort(order.begin(), order.end(),
+                   [&](const PodPlacement* a, const PodPlacement* b) { return size(a) > size(b); });
+  return order;
+}
+
+// Places every pod, or none: true when all of them fit (and are then counted).
+bool PlaceAll(Placer& placer, const std::vector<const PodPlacement*>& pods) {
+  Placer trial = placer;
+  for (const PodPlacement* pod : pods) {
+    if (!trial.Place(*pod)) return false;
+  }
+  placer = std::move(trial);
+  return true;
+}
+
+// How many of the pods fit now, one after another (the ones that do not are skipped).
+int CountPlaceable(const Placer& placer, const std::vector<const PodPlacement*>& pods) {
+  Placer trial = placer;
+  int placed = 0;
+  for (const PodPlacement* pod : pods) placed += trial.Place(*pod) ? 1 : 0;
+  return placed;
+}
+
+// "4 pods of cpu 4, memory 15Gi", or "3 pods (1 of cpu 8, memory 30Gi; 2 of cpu 4, memory 15Gi)".
+std::string DescribePods(const std::vector<PodPlacement>& pods) {
+  std::vector<std::pair<std::string, int>> groups;
+  for (const PodPlacement& pod : pods) {
+    std::string amounts = FormatAmounts(pod.requests);
+    auto it = std::find_if(groups.begin(), groups.end(),
+                           [&](const auto& g) { return g.first == amounts; });
+    if (it == groups.end()) {
+      groups.emplace_back(amounts, 1);
+    } else {
+      ++it->second;
+    }
+  }
+  std::string count = absl::StrCat(pods.size(), pods.size() == 1 ? " pod" : " pods");
+  if (groups.size() == 1) return absl::StrCat(count, " of ", groups[0].first);
+  std::vector<std::string> parts;
+  for (const auto& [amounts, n] : groups) parts.push_back(absl::StrCat(n, " of ", amounts));
+  return absl::StrCat(count, " (", absl::StrJoin(parts, "; "), ")");
+}
+
+std::string JobsAhead(int n) {
+  if (n == 0) return "no job ahead of it";
+  return absl::StrCat(n, n == 1 ? " job" : " jobs", " ahead of it");
+}
+
+// Why the gang cannot be placed even on the empty cluster.
+std::string NeverFitsMessage(const std::vector<NodeCapacity>& nodes, const Gang& gang) {
+  const std::string needs = absl::StrCat("needs ", DescribePods(gang.pods), "; ");
+  if (nodes.empty()) return needs + "the cluster has no nodes";
+  for (const PodPlacement& pod : gang.pods) {
+    const NodeCapacity* largest = nullptr;
+    Placer empty(nodes);
+    bool fits_alone = false;
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      if (!Accepts(nodes[i], pod)) continue;
+      if (empty.Fits(i, pod)) fits_alone = true;
+      auto size = [](const NodeCapacity& n) {
+        return std::make_pair(Amount(n.allocatable, "cpu"), Amount(n.allocatable, "memory"));
+      };
+      if (largest == nullptr || size(nodes[i]) > size(*largest)) largest = &nodes[i];
+    }
+    if (largest == nullptr) {
+      return absl::StrCat(needs, "no node accepts pod ", pod.name,
+                          " (node selector, tolerations of the nodes' taints, node affinity, "
+                          "or the node is cordoned)");
+    }
+    if (!fits_alone) {
+      ResourceAmounts shown = largest->allocatable;
+      for (auto it = shown.begin(); it != shown.end();) {
+        it = pod.requests.count(it->first) ? std::next(it) : shown.erase(it);
+      }
+      return absl::StrCat(needs, "pod ", pod.name, " needs ", FormatAmounts(pod.requests),
+                          " and the largest node that accepts it, ", largest->name, ", has ",
+                          FormatAmounts(shown), " allocatable");
+    }
+  }
+  ResourceAmounts total, allocatable;
+  for (const PodPlacement& pod : gang.pods) {
+    for (const auto& [resource, amount] : pod.requests) total[resource] += amount;
+  }
+  for (const NodeCapacity& node : nodes) {
+    if (node.unschedulable) continue;
+    for (const auto& [resource, amount] : node.allocatable) {
+      if (total.count(resource)) allocatable[resource] += amount;
+    }
+  }
+  return absl::StrCat(needs, "together they ask for ", FormatAmounts(total),
+                      ", more than the cluster's nodes can hold at once even empty (",
+                      FormatAmounts(allocatable), " allocatable in all)");
+}
+
+// The pod resource a quota key counts; "" for keys admission does not read.
+std::string QuotaResource(const std::string& key) {
+  if (key == "count/pods" || key == kPods) return kPods;
+  if (key == "cpu" || key == "memory") return key;
+  if (absl::StartsWith(key, "requests.")) return key.substr(std::string("requests.").size());
+  return "";
+}
+
+}  // namespace
+
+absl::StatusOr<int64_t> ParseQuantityMilli(absl::string_view quantity) {
+  absl::string_view text = absl::StripAsciiWhitespace(quantity);
+  if (text.empty()) return BadQuantity(quantity, "empty");
+  size_t i = 0;
+  if (text[0] == '+') {
+    i = 1;
+  } else if (text[0] == '-') {
+    return BadQuantity(quantity, "negative");
+  }
+  __int128 digits = 0;
+  __int128 scale = 1;  // 10^(digits after the point)
+  bool any_digit = false, point = false;
+  for (; i < text.size(); ++i) {
+    char ch = text[i];
+    if (ch == '.' && !point) {
+      point = true;
+      continue;
+    }
+    if (!std::isdigit(static_cast<unsigned char>(ch))) break;
+    any_digit = true;
+    if (digits > (__int128(1) << 100)) return BadQuantity(quantity, "too large");
+    digits = digits * 10 + (ch - '0');
+    if (point) scale *= 10;
+  }
+  if (!any_digit) return BadQuantity(quantity, "no number");
+  std::optional<Multiplier> multiplier = SuffixMultiplier(text.substr(i));
+  if (!multiplier) {
+    return BadQuantity(quantity, absl::StrCat("unknown suffix \"", text.substr(i),
+                                              "\" (expected one of Ki Mi Gi Ti Pi Ei, n u m k M "
+                                              "G T P E, or an exponent e<n>)"));
+  }
+  __int128 numerator = digits * multiplier->numerator * 1000;
+  __int128 denominator = scale * multiplier->denominator;
+  __int128 milli = (numerator + denominator - 1) / denominator;  // rounded up
+  if (milli > std::numeric_limits<int64_t>::max()) return BadQuantity(quantity, "too large");
+  return static_cast<int64_t>(milli);
+}
+
+std::string FormatQuantity(absl::string_view resource, int64_t milli) {
+  if (resource == "memory" || resource == "ephemeral-storage") {
+    int64_t bytes = (milli + 999) / 1000;
+    static constexpr std::pair<const char*, int> kUnits[] = {
+        {"Ei", 60}, {"Pi", 50}, {"Ti", 40}, {"Gi", 30}, {"Mi", 20}, {"Ki", 10}};
+    for (auto [unit, bits] : kUnits) {
+      int64_t size = int64_t{1} << bits;
+      if (bytes != 0 && bytes % size == 0) return absl::StrCat(bytes / size, unit);
+    }
+    return absl::StrCat(bytes);
+  }
+  if (milli % 1000 == 0) return absl::StrCat(milli / 1000);
+  return absl::StrCat(milli, "m");
+}
+
+std::string FormatAmounts(const ResourceAmounts& amounts) {
+  std::vector<std::string> parts;
+  // cpu and memory first, as people list them; then the rest by name.
+  for (const char* first : {"cpu", "memory"}) {
+    if (auto it = amounts.find(first); it != amounts.end()) {
+      parts.push_back(absl::StrCat(first, " ", FormatQuantity(first, it->second)));
+    }
+  }
+  for (const auto& [resource, amount] : amounts) {
+    if (resource == "cpu" || resource == "memory" || resource == kPods) continue;
+    parts.push_back(absl::StrCat(resource, " ", FormatQuantity(resource, amount)));
+  }
+  if (parts.empty()) return "no resources";
+  return absl::StrJoin(parts, ", ");
+}
+
+absl::StatusOr<PodPlacement> ParsePodPlacement(const json& pod) {
+  PodPlacement out;
+  const json& metadata = Field(pod, "metadata");
+  const json& spec = Field(pod, "spec");
+  out.name = StringField(metadata, "name");
+  out.ns = StringField(metadata, "namespace");
+  out.node = StringField(spec, "nodeName");
+  out.priority_class = StringField(spec, "priorityClassName");
+  const json& containers = Field(spec, "containers");
+  if (containers.is_array()) {
+    for (size_t i = 0; i < containers.size(); ++i) {
+      absl::StatusOr<ResourceAmounts> requests =
+          ContainerRequests(containers[i], absl::StrCat("spec.containers[", i, "]"));
+      if (!requests.ok()) return requests.status();
+      for (const auto& [resource, amount] : *requests) out.requests[resource] += amount;
+    }
+  }
+  // Init containers run one at a time, before the others: the largest counts.
+  const json& init = Field(spec, "initContainers");
+  if (init.is_array()) {
+    for (size_t i = 0; i < init.size(); ++i) {
+      absl::StatusOr<ResourceAmounts> requests =
+          ContainerRequests(init[i], absl::StrCat("spec.initContainers[", i, "]"));
+      if (!requests.ok()) return requests.status();
+      for (const auto& [resource, amount] : *requests) {
+        out.requests[resource] = std::max(out.requests[resource], amount);
+      }
+    }
+  }
+  out.requests[kPods] = 1000;
+  out.node_selector = StringMap(Field(spec, "nodeSelector"));
+  const json& tolerations = Field(spec, "tolerations");
+  if (tolerations.is_array()) {
+    for (const json& t : tolerations) {
+      Toleration toleration;
+      toleration.key = StringField(t, "key");
+      toleration.op = StringField(t, "operator");
+      if (toleration.op.empty()) toleration.op = "Equal";
+      toleration.value = StringField(t, "value");
+      toleration.effect = StringField(t, "effect");
+      out.tolerations.push_back(std::move(toleration));
+    }
+  }
+  const json& terms = Field(
+      Field(Field(Field(spec, "affinity"), "nodeAffinity"),
+            "requiredDuringSchedulingIgnoredDuringExecution"),
+      "nodeSelectorTerms");
+  if (terms.is_array()) {
+    for (size_t i = 0; i < terms.size(); ++i) {
+      const std::string where =
+          absl::StrCat("spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution."
+                       "nodeSelectorTerms[",
+                       i, "]");
+      absl::StatusOr<std::vector<NodeSelectorRequirement>> expressions =
+          Requirements(Field(terms[i], "matchExpressions"), "", where + ".matchExpressions");
+      if (!expressions.ok()) return expressions.status();
+      absl::StatusOr<std::vector<NodeSelectorRequirement>> fields =
+          Requirements(Field(terms[i], "matchFields"), "metadata.name", where + ".matchFields");
+      if (!fields.ok()) return fields.status();
+      expressions->insert(expressions->end(), fields->begin(), fields->end());
+      out.required_terms.push_back(*std::move(expressions));
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<NodeCapacity> ParseNode(const json& node) {
+  NodeCapacity out;
+  out.name = StringField(Field(node, "metadata"), "name");
+  out.labels = StringMap(Field(Field(node, "metadata"), "labels"));
+  const json& spec = Field(node, "spec");
+  out.unschedulable = Field(spec, "unschedulable").is_boolean() && spec["unschedulable"].get<bool>();
+  const json& taints = Field(spec, "taints");
+  if (taints.is_array()) {
+    for (const json& t : taints) {
+      out.taints.push_back(
+          {StringField(t, "key"), StringField(t, "value"), StringField(t, "effect")});
+    }
+  }
+  absl::StatusOr<ResourceAmounts> allocatable = ResourceList(
+      Field(Field(node, "status"), "allocatable"), absl::StrCat("node ", out.name,
+                                                                 ": status.allocatable"));
+  if (!allocatable.ok()) return allocatable.status();
+  out.allocatable = *std::move(allocatable);
+  return out;
+}
+
+absl::StatusOr<NamespaceQuota> ParseResourceQuota(const json& quota) {
+  NamespaceQuota out;
+  out.name = StringField(Field(quota, "metadata"), "name");
+  out.ns = StringField(Field(quota, "metadata"), "namespace");
+  absl::StatusOr<ResourceAmounts> hard =
+      ResourceList(Field(Field(quota, "spec"), "hard"),
+                   absl::StrCat("ResourceQuota ", out.ns, "/", out.name, ": spec.hard"));
+  if (!hard.ok()) return hard.status();
+  out.hard = *std::move(hard);
+  return out;
+}
+
+bool AdmitsBefore(const Gang& a, const Gang& b) {
+  if (a.priority != b.priority) return a.priority > b.priority;
+  if (a.created != b.created) return a.created < b.created;
+  if (a.uid != b.uid) return a.uid < b.uid;
+  return a.key < b.key;
+}
+
+std::vector<AdmissionDecision> PlanAdmission(const ClusterState& cluster,
+                                             const std::vector<Gang>& gangs, absl::Time now,
+                                             const AdmissionPolicy& policy) {
+  std::vector<const Gang*> order;
+  for (const Gang& gang : gangs) order.push_back(&gang);
+  std::stable_sort(order.begin(), order.end(),
+                   [](const Gang* a, const Gang* b) { return AdmitsBefore(*a, *b); });
+
+  // What is bound, and what each namespace's quotas count already.
+  Placer placer(cluster.nodes);
+  std::set<std::string> existing;  // "namespace/name" of every pod there is
+  std::map<std::string, ResourceAmounts> namespace_used;
+  auto count_in_quota = [&](const PodPlacement& pod) {
+    for (const auto& [resource, amount] : pod.requests) namespace_used[pod.ns][resource] += amount;
+  };
+  for (const PodPlacement& pod : cluster.pods) {
+    existing.insert(absl::StrCat(pod.ns, "/", pod.name));
+    count_in_quota(pod);
+    if (!pod.node.empty()) placer.Bind(pod);
+  }
+  std::set<std::string> bound;
+  for (const PodPlacement& pod : cluster.pods) {
+    if (!pod.node.empty()) bound.insert(absl::StrCat(pod.ns, "/", pod.name));
+  }
+  // The pods of a gang that are not there yet (a quota counts them once created).
+  auto missing = [&](const Gang& gang) {
+    std::vector<const PodPlacement*> out;
+    for (const PodPlacement& pod : gang.pods) {
+      if (existing.count(absl::StrCat(gang.ns, "/", pod.name)) == 0) out.push_back(&pod);
+    }
+    return out;
+  };
+  // Admitted gangs' pods still to be placed take their room first.
+  for (const Gang* gang : order) {
+    if (!gang->admitted) continue;
+    std::vector<PodPlacement> unbound;
+    for (const PodPlacement& pod : gang->pods) {
+      if (bound.count(absl::StrCat(gang->ns, "/", pod.name)) == 0) unbound.push_back(pod);
+    }
+    for (const PodPlacement* pod : PlacementOrder(unbound)) placer.Place(*pod);
+    for (const PodPlacement* pod : missing(*gang)) {
+      PodPlacement counted = *pod;
+      counted.ns = gang->ns;
+      count_in_quota(counted);
+    }
+  }
+
+  std::vector<AdmissionDecision> decisions;
+  int waiting = 0;
+  // The head of the queue, once it has waited past the backfill limit.
+  const Gang* holding = nullptr;
+  for (const Gang* gang : order) {
+    if (gang->admitted) continue;
+    AdmissionDecision decision{gang->key, "", 0, ""};
+    const std::vector<const PodPlacement*> pods = PlacementOrder(gang->pods);
+    Placer empty(cluster.nodes);
+    if (!PlaceAll(empty, pods)) {
+      decision.reason = kNeverFitsReason;
+      decision.message = NeverFitsMessage(cluster.nodes, *gang);
+      decisions.push_back(std::move(decision));
+      continue;
+    }
+    // Quotas: what the gang's missing pods add to what the namespace counts.
+    ResourceAmounts adds;
+    for (const PodPlacement* pod : missing(*gang)) {
+      for (const auto& [resource, amount] : pod->requests) adds[resource] += amount;
+    }
+    std::string quota_message;
+    for (const NamespaceQuota& quota : cluster.quotas) {
+      if (quota.ns != gang->ns || !quota_message.empty()) continue;
+      for (const auto& [key, hard] : quota.hard) {
+        const std::string resource = QuotaResource(key);
+        if (resource.empty() || Amount(adds, resource) == 0) continue;
+        const int64_t used = Amount(namespace_used[gang->ns], resource);
+        if (used + Amount(adds, resource) <= hard) continue;
+        quota_message = absl::StrCat(
+            "ResourceQuota ", quota.name, " in namespace ", quota.ns, ": ", key, " ",
+            FormatQuantity(resource, used), " of ", FormatQuantity(resource, hard),
+            " used, and the job asks for ", FormatQuantity(resource, Amount(adds, resource)),
+            Amount(adds, resource) > hard ? " (more than the quota allows at all)" : "");
+        break;
+      }
+    }
+    if (!quota_message.empty()) {
+      decision.reason = kQuotaExceededReason;
+      decision.position = ++waiting;
+      decision.message = absl::StrCat(quota_message, "; ", JobsAhead(decision.position - 1));
+      decisions.push_back(std::move(decision));
+      continue;
+    }
+    if (holding == nullptr && PlaceAll(placer, pods)) {
+      for (const PodPlacement* pod : missing(*gang)) {
+        for (const auto& [resource, amount] : pod->requests) {
+          namespace_used[gang->ns][resource] += amount;
+        }
+      }
+      decision.reason = kAdmittedReason;
+      decision.message = absl::StrCat("its ", DescribePods(gang->pods), " fit the cluster now");
+      decisions.push_back(std::move(decision));
+      continue;
+    }
+    decision.reason = kWaitingForCapacityReason;
+    decision.position = ++waiting;
+    decision.message = absl::StrCat("needs ", DescribePods(gang->pods), "; the cluster can place ",
+                                    CountPlaceable(placer, pods), " of them now; ",
+                                    JobsAhead(decision.position - 1));
+    if (holding != nullptr) {
+      absl::StrAppend(&decision.message, "; jobs behind ", holding->key,
+                      " wait for it: it has waited longer than ",
+                      absl::FormatDuration(policy.backfill_limit));
+    } else if (now - gang->waiting_since >= policy.backfill_limit) {
+      holding = gang;
+    }
+    decisions.push_back(std::move(decision));
+  }
+  return decisions;
+}
+
+}  // namespace kubetrain::core

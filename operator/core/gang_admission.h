@@ -1,0 +1,165 @@
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include "absl/strings/string_view.h"
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "nlohmann/json.hpp"
+
+namespace kubetrain::core {
+
+// Gang admission: a job's pods are created only when all of them can be
+// placed at once, so two jobs that each fit alone never hold half the
+// cluster each, waiting for peers that cannot be placed. Pure: the backend
+// observes nodes, pods and quotas, describes each job as a Gang, and carries
+// out the decisions (docs/admission.md says how they are shown).
+//
+// The simulation is the default scheduler's resource fit (requests against
+// a node's allocatable minus what is bound there), node selectors, taints
+// against tolerations and required node affinity. It places a gang's pods
+// largest first, each on the node it fills most (the default scheduler
+// spreads; packing here is what makes the answer "fits" the safe one).
+
+// The condition admission writes on a job: False while it waits (with one of
+// the reasons below), True once its pods may be created.
+inline constexpr char kAdmittedCondition[] = "Admitted";
+inline constexpr char kAdmittedReason[] = "Admitted";
+inline constexpr char kWaitingForCapacityReason[] = "WaitingForCapacity";
+inline constexpr char kQuotaExceededReason[] = "QuotaExceeded";
+inline constexpr char kNeverFitsReason[] = "NeverFits";
+// The reason of a job seen before the first admission pass decided on it.
+inline constexpr char kQueuedReason[] = "Queued";
+
+// Amounts of resources in thousandths of their unit: cpu "500m" is 500,
+// memory "1Ki" is 1,024,000, "pods" 1 is 1,000. Keys are resource names
+// ("cpu", "memory", "nvidia.com/gpu", "pods").
+using ResourceAmounts = std::map<std::string, int64_t>;
+
+// A Kubernetes quantity ("500m", "4", "15Gi", "1.5", "2e3") in thousandths,
+// rounded up as the API server rounds a request. InvalidArgument naming the
+// text otherwise (negative amounts included).
+absl::StatusOr<int64_t> ParseQuantityMilli(absl::string_view quantity);
+// The amount as a person reads it: cpu "4" or "500m", memory in the largest
+// binary unit that divides it ("15Gi", "512Mi", else bytes), others whole
+// units (or thousandths, "m").
+std::string FormatQuantity(absl::string_view resource, int64_t milli);
+// "cpu 4, memory 15Gi, nvidia.com/gpu 1": every resource but "pods".
+std::string FormatAmounts(const ResourceAmounts& amounts);
+
+struct Toleration {
+  std::string key;  // "" with operator Exists: every taint
+  std::string op = "Equal";  // "Equal" or "Exists"
+  std::string value;
+  std::string effect;  // "" tolerates every effect
+};
+struct Taint {
+  std::string key;
+  std::string value;
+  std::string effect;  // NoSchedule, PreferNoSchedule, NoExecute
+};
+struct NodeSelectorRequirement {
+  std::string key;  // a label; "metadata.name" for a matchFields term
+  std::string op;   // In, NotIn, Exists, DoesNotExist, Gt, Lt
+  std::vector<std::string> values;
+};
+
+// What placing a pod depends on.
+struct PodPlacement {
+  std::string name;
+  std::string ns;
+  std::string node;  // spec.nodeName; "" while unbound
+  // Per resource: the sum over containers (a container without requests
+  // asks for its limits, as the API server defaults it), or an init
+  // container's, when larger; plus "pods" 1.
+  ResourceAmounts requests;
+  std::map<std::string, std::string> node_selector;
+  std::vector<Toleration> tolerations;
+  // requiredDuringSchedulingIgnoredDuringExecution: the node must match one
+  // term, that is every requirement of it. Empty: any node.
+  std::vector<std::vector<NodeSelectorRequirement>> required_terms;
+  std::string priority_class;  // spec.priorityClassName
+};
+// Reads a v1 Pod (as rendered, or as the API returns it). InvalidArgument
+// naming the field when a quantity or a term is malformed.
+absl::StatusOr<PodPlacement> ParsePodPlacement(const nlohmann::json& pod);
+
+struct NodeCapacity {
+  std::string name;
+  ResourceAmounts allocatable;  // status.allocatable
+  std::map<std::string, std::string> labels;
+  std::vector<Taint> taints;
+  bool unschedulable = false;  // spec.unschedulable (cordoned)
+};
+absl::StatusOr<NodeCapacity> ParseNode(const nlohmann::json& node);
+
+// A namespace's ResourceQuota: spec.hard, of which admission reads
+// requests.cpu (or cpu), requests.memory (or memory), requests.<extended
+// resource>, and count/pods (or pods).
+struct NamespaceQuota {
+  std::string name;
+  std::string ns;
+  ResourceAmounts hard;  // keyed as in spec.hard
+};
+absl::StatusOr<NamespaceQuota> ParseResourceQuota(const nlohmann::json& quota);
+
+// One job, or one trial of a study: its pods are admitted together or not at all.
+struct Gang {
+  std::string key;  // "namespace/name"
+  std::string ns;
+  int32_t priority = 0;  // its PriorityClass's value
+  absl::Time created;    // the job's creationTimestamp
+  std::string uid;       // the last tie-breaker of the order
+  std::vector<PodPlacement> pods;  // every pod of the gang
+  // Admitted already: its pods not yet bound are placed before any queued
+  // gang is considered (they are coming).
+  bool admitted = false;
+  // Since when it waits (its Admitted=False condition's transition); the
+  // default: not yet.
+  absl::Time waiting_since = absl::InfiniteFuture();
+};
+
+// What the cluster holds now.
+struct ClusterState {
+  std::vector<NodeCapacity> nodes;
+  // Every pod that is not Succeeded or Failed, bound or not, of any job or none.
+  std::vector<PodPlacement> pods;
+  std::vector<NamespaceQuota> quotas;
+};
+
+struct AdmissionPolicy {
+  // Gangs behind one that waits for capacity and fit now are admitted before
+  // it (backfill) while it has waited less than this; after that, nothing
+  // behind the first gang that has waited this long is, until it is
+  // admitted: a small job does not wait for a big one that needs the cluster
+  // emptied, and the big one waits at most this long plus the time the jobs
+  // running then take to free what it needs.
+  absl::Duration backfill_limit = absl::Minutes(10);
+};
+
+struct AdmissionDecision {
+  std::string key;
+  // kAdmittedReason, kWaitingForCapacityReason, kQuotaExceededReason or kNeverFitsReason.
+  std::string reason;
+  // 1-based place among the gangs still waiting (capacity or quota); 0 when
+  // admitted or never fitting.
+  int position = 0;
+  std::string message;
+};
+
+// Decides on every gang not yet admitted, in queue order: priority (higher
+// first), then creation time, then uid. A gang is admitted when its
+// namespace's quotas hold it and its pods fit the nodes' allocatable minus
+// the requests of every pod bound there and of the admitted gangs' pods still
+// to be placed; a gang that would not fit even the empty cluster never fits.
+std::vector<AdmissionDecision> PlanAdmission(const ClusterState& cluster,
+                                             const std::vector<Gang>& gangs, absl::Time now,
+                                             const AdmissionPolicy& policy = {});
+
+// The gang's order key: true when `a` is admitted before `b`.
+bool AdmitsBefore(const Gang& a, const Gang& b);
+
+}  // namespace kubetrain::core
