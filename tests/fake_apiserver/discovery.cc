@@ -25,7 +25,7 @@ json ResourceList(const std::string& group_version,
     if (r.group_version != group_version) continue;
     json entry = {{"name", r.plural},
                   {"singularName", r.singular},
-                  {"namespaced", true},
+                  {"namespaced", r.namespaced},
                   {"kind", r.kind},
                   {"verbs", Verbs()}};
     if (!r.short_names.empty()) entry["shortNames"] = r.short_names;
@@ -34,7 +34,7 @@ json ResourceList(const std::string& group_version,
     if (r.has_status) {
       list.push_back({{"name", r.plural + "/status"},
                       {"singularName", ""},
-                      {"namespaced", true},
+                      {"namespaced", r.namespaced},
                       {"kind", r.kind},
                       {"verbs", {"get", "patch", "update"}}});
     }

@@ -31,6 +31,7 @@ struct DiscoveredResource {
   std::string plural, singular, kind;
   std::string group_version;  // "v1", "kubetrain.io/v1"
   bool has_status = false;
+  bool namespaced = true;
   std::vector<std::string> short_names, categories;
 };
 

@@ -34,6 +34,7 @@
 #include "tests/fake_apiserver/label_selector.h"
 #include "tests/fake_apiserver/pod_logs.h"
 #include "tests/fake_apiserver/pod_security.h"
+#include "tests/fake_apiserver/scheduler.h"
 #include "tests/fake_apiserver/table.h"
 
 namespace kubetrain::fake_apiserver {
@@ -45,7 +46,8 @@ struct ResourceInfo {
   const char* plural;
   const char* api_version;  // "v1" or "group/version"
   const char* kind;
-  bool has_status;  // status subresource: main writes ignore status and vice versa
+  bool has_status;              // status subresource: main writes ignore status and vice versa
+  bool cluster_scoped = false;  // stored under the namespace ""; paths without /namespaces/
 };
 
 constexpr ResourceInfo kResources[] = {
@@ -57,6 +59,9 @@ constexpr ResourceInfo kResources[] = {
     {"leases", "coordination.k8s.io/v1", "Lease", false},
     {"configmaps", "v1", "ConfigMap", false},
     {"resourcequotas", "v1", "ResourceQuota", true},
+    // Tests write a node's status.allocatable with it (no kubelet reports it).
+    {"nodes", "v1", "Node", false, true},
+    {"priorityclasses", "scheduling.k8s.io/v1", "PriorityClass", false, true},
 };
 
 // The largest ConfigMap the real server stores (validation's
@@ -645,17 +650,20 @@ class FakeApiServer::Impl {
     if (std::optional<Reply> invalid = InvalidConfigMap(res, *obj, name)) return invalid;
     if (write != Write::kCreate) return std::nullopt;
     if (std::optional<Reply> refused = PodSecurityRefusal(res, ns, *obj, name)) return refused;
-    return QuotaRefusal(res, ns, name);
+    return QuotaRefusal(res, ns, *obj, name);
   }
 
   // The ResourceQuota admission for object counts: a pod or Service created
   // in a namespace where a ResourceQuota's spec.hard caps their number
   // ("pods", "services", "count/pods", "count/services") and the cap is
   // reached is refused 403 Forbidden in the real server's words.
-  std::optional<Reply> QuotaRefusal(const ResourceInfo& res, const std::string& ns,
+  std::optional<Reply> QuotaRefusal(const ResourceInfo& res, const std::string& ns, const json& obj,
                                     const std::string& name) const {
     const std::string plural = res.plural;
     if (plural != "pods" && plural != "services") return std::nullopt;
+    if (plural == "pods") {
+      if (std::optional<Reply> refused = ComputeQuotaRefusal(ns, obj, name)) return refused;
+    }
     const std::string prefix = ns + "/";
     // How many of `plural` the namespace holds: counted once, when a quota
     // caps them.
@@ -692,6 +700,61 @@ class FakeApiServer::Impl {
                                   StringAt(quota, "metadata", "name"), ", requested: ", key,
                                   "=1, used: ", key, "=", *used, ", limited: ", key, "=", limit),
                      {{"name", name}, {"kind", plural}});
+      }
+    }
+    return std::nullopt;
+  }
+
+  // The ResourceQuota admission for compute resources: a pod whose requests
+  // (scheduler.h PodRequests) would take the namespace's pods that hold
+  // resources past a quota's requests.cpu, requests.memory or
+  // requests.<extended resource> (cpu and memory are the same as
+  // requests.cpu and requests.memory) is refused 403 Forbidden in the real
+  // server's words.
+  std::optional<Reply> ComputeQuotaRefusal(const std::string& ns, const json& pod,
+                                           const std::string& name) const {
+    const std::string prefix = ns + "/";
+    const auto& quotas = store_.at("resourcequotas");
+    std::optional<std::map<std::string, int64_t>> used;
+    const std::map<std::string, int64_t> requested = PodRequests(pod);
+    auto format = [](int64_t milli) {
+      return milli % 1000 == 0 ? std::to_string(milli / 1000) : absl::StrCat(milli, "m");
+    };
+    for (auto it = quotas.lower_bound(prefix);
+         it != quotas.end() && absl::StartsWith(it->first, prefix); ++it) {
+      const json& quota = *it->second;
+      const json hard = quota.value("spec", json::object()).value("hard", json::object());
+      for (auto limit_field = hard.begin(); limit_field != hard.end(); ++limit_field) {
+        const std::string& key = limit_field.key();
+        std::string resource;
+        if (key == "cpu" || key == "memory") {
+          resource = key;
+        } else if (absl::StartsWith(key, "requests.")) {
+          resource = key.substr(std::string("requests.").size());
+        } else {
+          continue;
+        }
+        auto asked = requested.find(resource);
+        if (asked == requested.end() || asked->second == 0) continue;
+        std::optional<int64_t> limit = QuantityMilli(limit_field.value());
+        if (!limit) continue;
+        if (!used) {
+          used.emplace();
+          const auto& pods = store_.at("pods");
+          for (auto p = pods.lower_bound(prefix);
+               p != pods.end() && absl::StartsWith(p->first, prefix); ++p) {
+            if (!PodHoldsResources(*p->second)) continue;
+            for (const auto& [r, amount] : PodRequests(*p->second)) (*used)[r] += amount;
+          }
+        }
+        const int64_t in_use = (*used)[resource];
+        if (in_use + asked->second <= *limit) continue;
+        return Error(403, "Forbidden",
+                     absl::StrCat("pods \"", name, "\" is forbidden: exceeded quota: ",
+                                  StringAt(quota, "metadata", "name"), ", requested: ", key, "=",
+                                  format(asked->second), ", used: ", key, "=", format(in_use),
+                                  ", limited: ", key, "=", format(*limit)),
+                     {{"name", name}, {"kind", "pods"}});
       }
     }
     return std::nullopt;
@@ -802,7 +865,11 @@ class FakeApiServer::Impl {
     obj["apiVersion"] = res.api_version;
     obj["kind"] = res.kind;
     md["name"] = name;
-    md["namespace"] = ns;
+    if (res.cluster_scoped) {
+      md.erase("namespace");
+    } else {
+      md["namespace"] = ns;
+    }
     md["uid"] = NewUid();
     md["creationTimestamp"] = Rfc3339(absl::Now());
     md["generation"] = 1;
@@ -816,7 +883,9 @@ class FakeApiServer::Impl {
     }
     auto stored = std::make_shared<const json>(std::move(obj));
     objects[key] = stored;
+    if (&res == FindResource("pods")) pod_created_rv_[key] = rv_;
     Emit(res, "ADDED", stored, nullptr);
+    ScheduleLocked(res);
     return Reply{201, *stored};
   }
 
@@ -875,17 +944,80 @@ class FakeApiServer::Impl {
     auto previous = slot;
     slot = std::make_shared<const json>(std::move(next));
     Emit(res, "MODIFIED", slot, previous);
-    return Reply{200, *slot};
+    json written = *slot;  // (scheduling may replace the slot)
+    ScheduleLocked(res);
+    return Reply{200, std::move(written)};
+  }
+
+  // The stand-in for kube-scheduler (Options::schedule_pods; scheduler.h),
+  // after a change to pods or nodes: binds what fits, in the order the pods
+  // were created, and marks the rest Unschedulable. A bound pod starts at
+  // once (phase Running), as if a kubelet were there. Called with mu_ held.
+  void ScheduleLocked(const ResourceInfo& changed) {
+    if (!options_.schedule_pods || scheduling_) return;
+    const ResourceInfo* pods_res = FindResource("pods");
+    if (&changed != pods_res && &changed != FindResource("nodes")) return;
+    scheduling_ = true;
+    std::vector<json> nodes;
+    for (const auto& [key, node] : store_.at("nodes")) nodes.push_back(*node);
+    auto& pods = store_.at("pods");
+    std::vector<std::string> keys;
+    for (const auto& [key, pod] : pods) keys.push_back(key);
+    std::sort(keys.begin(), keys.end(), [&](const std::string& a, const std::string& b) {
+      return pod_created_rv_[a] < pod_created_rv_[b];
+    });
+    std::vector<json> ordered;
+    for (const std::string& key : keys) ordered.push_back(*pods.at(key));
+    for (const SchedulingDecision& decision : SchedulePods(nodes, ordered)) {
+      json pod = ordered[decision.pod];
+      json condition = {{"type", "PodScheduled"},
+                        {"lastProbeTime", nullptr},
+                        {"lastTransitionTime", Rfc3339(absl::Now())}};
+      if (!decision.node.empty()) {
+        pod["spec"]["nodeName"] = decision.node;
+        condition["status"] = "True";
+        pod["status"]["phase"] = "Running";
+        pod["status"]["startTime"] = Rfc3339(absl::Now());
+        json statuses = json::array();
+        for (const json& container : pod["spec"].value("containers", json::array())) {
+          statuses.push_back({{"name", container.value("name", "")},
+                              {"ready", true},
+                              {"restartCount", 0},
+                              {"image", container.value("image", "")},
+                              {"state", {{"running", {{"startedAt", Rfc3339(absl::Now())}}}}}});
+        }
+        pod["status"]["containerStatuses"] = std::move(statuses);
+      } else {
+        condition["status"] = "False";
+        condition["reason"] = "Unschedulable";
+        condition["message"] = decision.message;
+        const json& old = pod["status"].value("conditions", json::array());
+        if (old.size() == 1 && old[0].value("reason", "") == "Unschedulable" &&
+            old[0].value("message", "") == decision.message) {
+          continue;  // as it was
+        }
+      }
+      pod["status"]["conditions"] = json::array({std::move(condition)});
+      ++rv_;
+      pod["metadata"]["resourceVersion"] = std::to_string(rv_);
+      std::shared_ptr<const json>& slot = pods.at(keys[decision.pod]);
+      auto previous = slot;
+      slot = std::make_shared<const json>(std::move(pod));
+      Emit(*pods_res, "MODIFIED", slot, previous);
+    }
+    scheduling_ = false;
   }
 
   json DeleteLocked(const ResourceInfo& res, ObjectMap::iterator it, bool orphan) {
     auto& objects = store_.at(std::string(res.plural));
     json deleted = *it->second;
+    pod_created_rv_.erase(it->first);
     objects.erase(it);
     if (&res == FindResource("pods")) logs_.Forget(StringAt(deleted, "metadata", "uid"));
     ++rv_;
     deleted["metadata"]["resourceVersion"] = std::to_string(rv_);
     Emit(res, "DELETED", std::make_shared<const json>(deleted), nullptr);
+    ScheduleLocked(res);
     if (orphan) return deleted;
     std::string uid = StringAt(deleted, "metadata", "uid");
     std::string ns = StringAt(deleted, "metadata", "namespace");
@@ -1069,6 +1201,9 @@ class FakeApiServer::Impl {
           fd, Error(404, "NotFound",
                     absl::StrCat("the server could not find the requested resource ", req.path)));
     }
+    if (res->cluster_scoped && !ns.empty()) {
+      return SendReply(fd, Error(404, "NotFound", absl::StrCat("no route for ", req.path)));
+    }
     std::string name = parts.size() > i + 1 ? parts[i + 1] : "";
     std::string sub = parts.size() > i + 2 ? parts[i + 2] : "";
     const bool pod_log = sub == "log" && absl::string_view(res->plural) == "pods";
@@ -1127,7 +1262,7 @@ class FakeApiServer::Impl {
       return SendReply(fd,
                        AsRequested(*res, req, List(*res, filter, limit, req.query["continue"])));
     }
-    if (ns.empty() || (name.empty() && req.method != "POST")) {
+    if ((ns.empty() && !res->cluster_scoped) || (name.empty() && req.method != "POST")) {
       return SendReply(fd, Error(405, "MethodNotAllowed",
                                  absl::StrCat(req.method, " is not supported on ", req.path)));
     }
@@ -1255,6 +1390,7 @@ class FakeApiServer::Impl {
       d.kind = r.kind;
       d.group_version = r.api_version;
       d.has_status = r.has_status;
+      d.namespaced = !r.cluster_scoped;
       if (auto it = kShortNames.find(r.plural); it != kShortNames.end()) d.short_names = it->second;
       if (auto it = served_crds_.find(r.plural); it != served_crds_.end()) {
         const json& names = it->second.crd["spec"]["names"];
@@ -1452,6 +1588,9 @@ class FakeApiServer::Impl {
   std::map<const ResourceInfo*, std::condition_variable> resource_cv_;
   bool stopping_ = false;
   int64_t rv_ = 1000;
+  // When each pod was created (its first resourceVersion): the scheduler's order.
+  std::map<std::string, int64_t> pod_created_rv_;
+  bool scheduling_ = false;  // ScheduleLocked is writing
   int64_t compacted_rv_ = 0;
   std::deque<WatchEvent> history_;
   std::map<std::string, ObjectMap> store_ = [] {

@@ -27,7 +27,11 @@ namespace kubetrain::fake_apiserver {
 //   /api/v1/namespaces/NS/events[/NAME]
 //   /apis/coordination.k8s.io/v1/namespaces/NS/leases[/NAME]
 //   /api/v1/namespaces/NS/configmaps[/NAME]
-// and the all-namespace collections (/api/v1/pods, /apis/kubetrain.io/v1/trainingjobs, ...).
+//   /api/v1/namespaces/NS/resourcequotas[/NAME[/status]]
+// and the all-namespace collections (/api/v1/pods, /apis/kubetrain.io/v1/trainingjobs, ...);
+// cluster-scoped (stored under the namespace "", reached without /namespaces/NS):
+//   /api/v1/nodes[/NAME]
+//   /apis/scheduling.k8s.io/v1/priorityclasses[/NAME]
 //
 // Verbs: GET (get, list with labelSelector / fieldSelector (=, ==, !=) on metadata.name,
 // metadata.namespace and, for events, the real server's event field labels
@@ -72,8 +76,13 @@ namespace kubetrain::fake_apiserver {
 //  - a pod or Service created in a namespace with a ResourceQuota whose
 //    spec.hard caps their count (pods, services, count/pods,
 //    count/services) at what the namespace holds is refused 403 Forbidden
-//    ("exceeded quota: ..."), as the ResourceQuota admission does; other
-//    quota keys (CPU, memory) are not checked;
+//    ("exceeded quota: ..."), as the ResourceQuota admission does; so is a
+//    pod whose requests would take the requests of the namespace's pods
+//    that are not Succeeded or Failed past a quota's requests.cpu,
+//    requests.memory or requests.<extended resource> (or cpu, memory);
+//    limits.* keys are not checked;
+//  - with Options::schedule_pods, a stand-in for kube-scheduler binds pods
+//    to nodes by their requests (scheduler.h), or marks them Unschedulable;
 //  - a custom resource whose CRD is served (the TrainingJob CRD is, from the
 //    start: Options::serve_training_job_crd) is pruned and validated against
 //    the CRD's openAPIV3Schema on every write, status included, as
@@ -98,8 +107,8 @@ namespace kubetrain::fake_apiserver {
 //    only drops the dangling reference), and an object created with owners
 //    that are all gone already stays (the collector deletes it a while later);
 //  - resourceVersion on a list (lists always read the latest state);
-//  - cluster-scoped resources and namespaces as objects (a namespace's labels
-//    are set with LabelNamespace);
+//  - namespaces as objects (a namespace's labels are set with LabelNamespace),
+//    cluster-scoped resources but nodes and priority classes;
 //  - consistent list snapshots across pages (each page reads the current
 //    state; the continue token is the last name returned);
 //  - resourceVersionMatch, sendInitialEvents, timeouts other than
@@ -135,6 +144,13 @@ class FakeApiServer {
     absl::Duration request_latency = absl::ZeroDuration();
     absl::Duration write_latency = absl::ZeroDuration();
     int max_in_flight = 0;
+    // Schedule pods onto the nodes tests create (Create("nodes", "", ...)
+    // with status.allocatable), as kube-scheduler does (scheduler.h says how
+    // closely): after every change to pods or nodes, each unbound pod that
+    // fits a node is bound there (spec.nodeName, PodScheduled=True) and,
+    // as if a kubelet started it, Running; the rest get PodScheduled=False,
+    // reason Unschedulable. False: pods stay Pending until a test patches them.
+    bool schedule_pods = false;
   };
 
   static absl::StatusOr<std::unique_ptr<FakeApiServer>> Start(Options options);

@@ -661,5 +661,142 @@ TEST_F(FakeApiServerTest, ConfigMapsHoldStringsUpToOneMebibyte) {
   EXPECT_EQ(server_->Count("configmaps"), 1u);
 }
 
+namespace scheduling {
+
+json Node(const std::string& name, const std::string& cpu, json extra = json::object()) {
+  json node = {{"metadata", {{"name", name}}},
+               {"status", {{"allocatable", {{"cpu", cpu}, {"memory", "8Gi"}, {"pods", "110"}}}}}};
+  node.merge_patch(extra);
+  return node;
+}
+
+json PodOf(const std::string& name, const std::string& cpu, json spec_extra = json::object()) {
+  json pod = {
+      {"metadata", {{"name", name}}},
+      {"spec",
+       {{"containers",
+         {{{"name", "c"}, {"image", "x"}, {"resources", {{"requests", {{"cpu", cpu}}}}}}}}}}};
+  pod["spec"].merge_patch(spec_extra);
+  return pod;
+}
+
+std::string Phase(FakeApiServer& server, const std::string& pod) {
+  return server.Get("pods", "ns1", pod)->value("/status/phase"_json_pointer, std::string());
+}
+
+}  // namespace scheduling
+
+TEST_F(FakeApiServerTest, NodesAndPriorityClassesAreClusterScoped) {
+  Response made = Call(http::methods::POST, "/api/v1/nodes", scheduling::Node("n1", "4"));
+  ASSERT_EQ(made.code, 201) << made.body.dump();
+  EXPECT_FALSE(made.body["metadata"].contains("namespace"));
+  EXPECT_EQ(Call(http::methods::GET, "/api/v1/nodes/n1").body["status"]["allocatable"]["cpu"], "4");
+  EXPECT_EQ(Call(http::methods::GET, "/api/v1/nodes").body["items"].size(), 1u);
+  EXPECT_EQ(Call(http::methods::GET, "/api/v1/namespaces/ns1/nodes").code, 404);
+  ASSERT_EQ(Call(http::methods::POST, "/apis/scheduling.k8s.io/v1/priorityclasses",
+                 {{"metadata", {{"name", "high"}}}, {"value", 1000}})
+                .code,
+            201);
+  EXPECT_EQ(
+      Call(http::methods::GET, "/apis/scheduling.k8s.io/v1/priorityclasses/high").body["value"],
+      1000);
+  EXPECT_EQ(Call(http::methods::GET, "/api/v1").body["resources"][0].value("namespaced", true),
+            true);  // pods and the rest stay namespaced
+}
+
+TEST(FakeApiServerSchedulerTest, BindsWhatFitsInCreationOrderAndTheRestWaitsUnschedulable) {
+  FakeApiServer::Options options;
+  options.schedule_pods = true;
+  std::unique_ptr<FakeApiServer> server = *FakeApiServer::Start(options);
+  ASSERT_TRUE(server->Create("nodes", "", scheduling::Node("n1", "2")).ok());
+  ASSERT_TRUE(server->Create("nodes", "", scheduling::Node("n2", "2")).ok());
+  for (const char* name : {"a", "b", "c"}) {
+    ASSERT_TRUE(server->Create("pods", "ns1", scheduling::PodOf(name, "1500m")).ok());
+  }
+  json a = *server->Get("pods", "ns1", "a");
+  json b = *server->Get("pods", "ns1", "b");
+  EXPECT_EQ(a["status"]["phase"], "Running");
+  EXPECT_EQ(b["status"]["phase"], "Running");
+  EXPECT_NE(a["spec"]["nodeName"], b["spec"]["nodeName"]);  // 1.5 + 1.5 > 2
+  EXPECT_EQ(a["status"]["conditions"][0]["type"], "PodScheduled");
+  EXPECT_EQ(a["status"]["conditions"][0]["status"], "True");
+  json c = *server->Get("pods", "ns1", "c");
+  EXPECT_EQ(c["status"]["phase"], "Pending");
+  EXPECT_FALSE(c["spec"].contains("nodeName"));
+  EXPECT_EQ(c["status"]["conditions"][0]["reason"], "Unschedulable");
+  EXPECT_EQ(c["status"]["conditions"][0]["message"],
+            "0/2 nodes are available: 2 Insufficient cpu.");
+
+  // A pod that ends frees what it held; the waiting one is bound.
+  ASSERT_TRUE(
+      server->MergePatch("pods", "ns1", "a", {{"status", {{"phase", "Succeeded"}}}}, "status")
+          .ok());
+  EXPECT_EQ(scheduling::Phase(*server, "c"), "Running");
+  EXPECT_EQ((*server->Get("pods", "ns1", "c"))["spec"]["nodeName"], a["spec"]["nodeName"]);
+}
+
+TEST(FakeApiServerSchedulerTest, SelectorsTaintsAndCordonsKeepPodsOffNodes) {
+  FakeApiServer::Options options;
+  options.schedule_pods = true;
+  std::unique_ptr<FakeApiServer> server = *FakeApiServer::Start(options);
+  ASSERT_TRUE(
+      server
+          ->Create("nodes", "",
+                   scheduling::Node(
+                       "gpu", "8",
+                       {{"metadata", {{"labels", {{"pool", "gpu"}}}}},
+                        {"spec",
+                         {{"taints", {{{"key", "nvidia.com/gpu"}, {"effect", "NoSchedule"}}}}}}}))
+          .ok());
+  ASSERT_TRUE(server
+                  ->Create("nodes", "",
+                           scheduling::Node("cordoned", "8", {{"spec", {{"unschedulable", true}}}}))
+                  .ok());
+  ASSERT_TRUE(server->Create("pods", "ns1", scheduling::PodOf("plain", "1")).ok());
+  EXPECT_EQ((*server->Get("pods", "ns1", "plain"))["status"]["conditions"][0]["message"],
+            "0/2 nodes are available: 1 node(s) had untolerated taint, 1 node(s) were "
+            "unschedulable.");
+  ASSERT_TRUE(
+      server
+          ->Create("pods", "ns1",
+                   scheduling::PodOf(
+                       "tolerant", "1",
+                       {{"nodeSelector", {{"pool", "gpu"}}},
+                        {"tolerations", {{{"key", "nvidia.com/gpu"}, {"operator", "Exists"}}}}}))
+          .ok());
+  EXPECT_EQ((*server->Get("pods", "ns1", "tolerant"))["spec"]["nodeName"], "gpu");
+  ASSERT_TRUE(server
+                  ->Create("pods", "ns1",
+                           scheduling::PodOf("elsewhere", "1", {{"nodeSelector", {{"pool", "x"}}}}))
+                  .ok());
+  EXPECT_EQ(scheduling::Phase(*server, "elsewhere"), "Pending");
+}
+
+TEST_F(FakeApiServerTest, AQuotaOnRequestsRefusesThePodThatWouldPassIt) {
+  ASSERT_TRUE(server_
+                  ->Create("resourcequotas", "ns1",
+                           {{"metadata", {{"name", "compute"}}},
+                            {"spec", {{"hard", {{"requests.cpu", "2"}}}}}})
+                  .ok());
+  ASSERT_EQ(
+      Call(http::methods::POST, "/api/v1/namespaces/ns1/pods", scheduling::PodOf("first", "1500m"))
+          .code,
+      201);
+  Response refused =
+      Call(http::methods::POST, "/api/v1/namespaces/ns1/pods", scheduling::PodOf("second", "1"));
+  EXPECT_EQ(refused.code, 403);
+  EXPECT_EQ(refused.body["message"],
+            "pods \"second\" is forbidden: exceeded quota: compute, requested: requests.cpu=1, "
+            "used: requests.cpu=1500m, limited: requests.cpu=2");
+  // A finished pod holds nothing.
+  ASSERT_TRUE(
+      server_->MergePatch("pods", "ns1", "first", {{"status", {{"phase", "Succeeded"}}}}, "status")
+          .ok());
+  EXPECT_EQ(
+      Call(http::methods::POST, "/api/v1/namespaces/ns1/pods", scheduling::PodOf("second", "1"))
+          .code,
+      201);
+}
+
 }  // namespace
 }  // namespace kubetrain::fake_apiserver
