@@ -116,9 +116,14 @@ if [[ $mode == tsan ]]; then
   #   with the other CPU kernels over the same transports and threads;
   # - the lost-chief runs (five Fashion-MNIST jobs of four processes on each
   #   backend); the reconciler's unit tests and the ps's hold the rejoin and
-  #   the ps's wait.
+  #   the ps's wait;
+  # - of the all-reduce runs (two to three minutes each here), the one that
+  #   compares the curve with a single process (a numeric check: the
+  #   overlapped run takes the same threads and more) and the killed worker's
+  #   restart (the killed-ps run takes the same error path);
+  # - the UI's escaping check, which trains a local job only to print its values.
   ctest --test-dir build-tsan --output-on-failure -j "$jobs" -L 'unit|integration' \
-    -E '^(FashionMnistTest\.|SyncAndAsync/ParameterServerTrainingTest\.|blas\.|LostChief(OnKubernetes)?Test\.)' \
+    -E '^(FashionMnistTest\.|SyncAndAsync/ParameterServerTrainingTest\.|blas\.|LostChief(OnKubernetes)?Test\.|DistributedTrainingTest\.(ThreeAllReduceWorkersFollowTheSingleProcessCurve|KilledWorkerGivesRetryableExitAndTheRestartResumes)$|UiBrowserTest\.LocalJobValuesAreTextNeverMarkup$)' \
     --timeout 900 || status=$?
   if compgen -G "$reports/race*" >/dev/null; then
     cat "$reports"/race*
