@@ -109,8 +109,7 @@ std::map<std::string, std::string> StringMap(const json& object) {
 }
 
 // A container's requests, with its limits standing in for what it does not request.
-absl::StatusOr<ResourceAmounts> ContainerRequests(const json& container,
-                                                  const std::string& where) {
+absl::StatusOr<ResourceAmounts> ContainerRequests(const json& container, const std::string& where) {
   const json& resources = Field(container, "resources");
   absl::StatusOr<ResourceAmounts> requests =
       ResourceList(Field(resources, "requests"), where + ".resources.requests");
@@ -139,12 +138,10 @@ absl::StatusOr<std::vector<NodeSelectorRequirement>> Requirements(const json& li
       }
     }
     r.op = StringField(item, "operator");
-    static const std::set<std::string> kOps = {"In", "NotIn", "Exists", "DoesNotExist", "Gt",
-                                               "Lt"};
+    static const std::set<std::string> kOps = {"In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"};
     if (kOps.count(r.op) == 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, "[", i, "].operator: \"", r.op, "\" is not one of ",
-                       absl::StrJoin(kOps, ", ")));
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, "[", i, "].operator: \"", r.op, "\" is not one of ", absl::StrJoin(kOps, ", ")));
     }
     for (const json& v : Field(item, "values")) {
       if (v.is_string()) r.values.push_back(v.get<std::string>());
@@ -246,9 +243,8 @@ class Placer {
     std::pair<int64_t, int64_t> best_free;
     for (size_t i = 0; i < nodes_->size(); ++i) {
       if (!Accepts((*nodes_)[i], pod) || !Fits(i, pod)) continue;
-      std::pair<int64_t, int64_t> free = {
-          Free(i, "cpu") - Amount(pod.requests, "cpu"),
-          Free(i, "memory") - Amount(pod.requests, "memory")};
+      std::pair<int64_t, int64_t> free = {Free(i, "cpu") - Amount(pod.requests, "cpu"),
+                                          Free(i, "memory") - Amount(pod.requests, "memory")};
       if (!best || free < best_free) {
         best = i;
         best_free = free;
@@ -429,8 +425,8 @@ absl::StatusOr<int64_t> ParseQuantityMilli(absl::string_view quantity) {
 std::string FormatQuantity(absl::string_view resource, int64_t milli) {
   if (resource == "memory" || resource == "ephemeral-storage") {
     int64_t bytes = (milli + 999) / 1000;
-    static constexpr std::pair<const char*, int> kUnits[] = {
-        {"Ei", 60}, {"Pi", 50}, {"Ti", 40}, {"Gi", 30}, {"Mi", 20}, {"Ki", 10}};
+    static constexpr std::pair<const char*, int> kUnits[] = {{"Ei", 60}, {"Pi", 50}, {"Ti", 40},
+                                                             {"Gi", 30}, {"Mi", 20}, {"Ki", 10}};
     for (auto [unit, bits] : kUnits) {
       int64_t size = int64_t{1} << bits;
       if (bytes != 0 && bytes % size == 0) return absl::StrCat(bytes / size, unit);
@@ -500,16 +496,15 @@ absl::StatusOr<PodPlacement> ParsePodPlacement(const json& pod) {
       out.tolerations.push_back(std::move(toleration));
     }
   }
-  const json& terms = Field(
-      Field(Field(Field(spec, "affinity"), "nodeAffinity"),
-            "requiredDuringSchedulingIgnoredDuringExecution"),
-      "nodeSelectorTerms");
+  const json& terms = Field(Field(Field(Field(spec, "affinity"), "nodeAffinity"),
+                                  "requiredDuringSchedulingIgnoredDuringExecution"),
+                            "nodeSelectorTerms");
   if (terms.is_array()) {
     for (size_t i = 0; i < terms.size(); ++i) {
-      const std::string where =
-          absl::StrCat("spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution."
-                       "nodeSelectorTerms[",
-                       i, "]");
+      const std::string where = absl::StrCat(
+          "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution."
+          "nodeSelectorTerms[",
+          i, "]");
       absl::StatusOr<std::vector<NodeSelectorRequirement>> expressions =
           Requirements(Field(terms[i], "matchExpressions"), "", where + ".matchExpressions");
       if (!expressions.ok()) return expressions.status();
@@ -528,7 +523,8 @@ absl::StatusOr<NodeCapacity> ParseNode(const json& node) {
   out.name = StringField(Field(node, "metadata"), "name");
   out.labels = StringMap(Field(Field(node, "metadata"), "labels"));
   const json& spec = Field(node, "spec");
-  out.unschedulable = Field(spec, "unschedulable").is_boolean() && spec["unschedulable"].get<bool>();
+  out.unschedulable =
+      Field(spec, "unschedulable").is_boolean() && spec["unschedulable"].get<bool>();
   const json& taints = Field(spec, "taints");
   if (taints.is_array()) {
     for (const json& t : taints) {
@@ -536,9 +532,9 @@ absl::StatusOr<NodeCapacity> ParseNode(const json& node) {
           {StringField(t, "key"), StringField(t, "value"), StringField(t, "effect")});
     }
   }
-  absl::StatusOr<ResourceAmounts> allocatable = ResourceList(
-      Field(Field(node, "status"), "allocatable"), absl::StrCat("node ", out.name,
-                                                                 ": status.allocatable"));
+  absl::StatusOr<ResourceAmounts> allocatable =
+      ResourceList(Field(Field(node, "status"), "allocatable"),
+                   absl::StrCat("node ", out.name, ": status.allocatable"));
   if (!allocatable.ok()) return allocatable.status();
   out.allocatable = *std::move(allocatable);
   return out;
@@ -554,6 +550,23 @@ absl::StatusOr<NamespaceQuota> ParseResourceQuota(const json& quota) {
   if (!hard.ok()) return hard.status();
   out.hard = *std::move(hard);
   return out;
+}
+
+std::string AdmittedElsewhere(const v1::TrainingJob& job) {
+  if (job.metadata().labels().count(kKueueQueueLabel) > 0) return "Kueue";
+  auto scheduler = [](const google::protobuf::Struct& pod_template) -> std::string {
+    auto spec = pod_template.fields().find("spec");
+    if (spec == pod_template.fields().end() || !spec->second.has_struct_value()) return "";
+    const auto& fields = spec->second.struct_value().fields();
+    auto name = fields.find("schedulerName");
+    if (name == fields.end() || name->second.string_value() == "default-scheduler") return "";
+    return name->second.string_value();
+  };
+  std::string name = scheduler(job.spec().template_());
+  for (const auto& [role, pod_template] : job.spec().replica_templates()) {
+    if (name.empty()) name = scheduler(pod_template);
+  }
+  return name.empty() ? "" : "scheduler " + name;
 }
 
 bool AdmitsBefore(const Gang& a, const Gang& b) {

@@ -3,11 +3,12 @@
 #include <cstdint>
 #include <map>
 #include <string>
-#include "absl/strings/string_view.h"
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "kubetrain/v1/training_job.pb.h"
 #include "nlohmann/json.hpp"
 
 namespace kubetrain::core {
@@ -33,6 +34,15 @@ inline constexpr char kQuotaExceededReason[] = "QuotaExceeded";
 inline constexpr char kNeverFitsReason[] = "NeverFits";
 // The reason of a job seen before the first admission pass decided on it.
 inline constexpr char kQueuedReason[] = "Queued";
+// Kueue's label: a job that carries it is Kueue's to admit (it resumes the
+// job through runPolicy.suspend).
+inline constexpr char kKueueQueueLabel[] = "kueue.x-k8s.io/queue-name";
+
+// Who admits the job when kubetrain does not: "Kueue" for a job with
+// kKueueQueueLabel; "scheduler NAME" when spec.template or a replica
+// template names a schedulerName other than default-scheduler (a gang
+// scheduler places the pods). "" when kubetrain's own admission does.
+std::string AdmittedElsewhere(const v1::TrainingJob& job);
 
 // Amounts of resources in thousandths of their unit: cpu "500m" is 500,
 // memory "1Ki" is 1,024,000, "pods" 1 is 1,000. Keys are resource names
@@ -51,7 +61,7 @@ std::string FormatQuantity(absl::string_view resource, int64_t milli);
 std::string FormatAmounts(const ResourceAmounts& amounts);
 
 struct Toleration {
-  std::string key;  // "" with operator Exists: every taint
+  std::string key;           // "" with operator Exists: every taint
   std::string op = "Equal";  // "Equal" or "Exists"
   std::string value;
   std::string effect;  // "" tolerates every effect
@@ -110,9 +120,9 @@ absl::StatusOr<NamespaceQuota> ParseResourceQuota(const nlohmann::json& quota);
 struct Gang {
   std::string key;  // "namespace/name"
   std::string ns;
-  int32_t priority = 0;  // its PriorityClass's value
-  absl::Time created;    // the job's creationTimestamp
-  std::string uid;       // the last tie-breaker of the order
+  int32_t priority = 0;            // its PriorityClass's value
+  absl::Time created;              // the job's creationTimestamp
+  std::string uid;                 // the last tie-breaker of the order
   std::vector<PodPlacement> pods;  // every pod of the gang
   // Admitted already: its pods not yet bound are placed before any queued
   // gang is considered (they are coming).

@@ -58,8 +58,8 @@ TEST(QuantityTest, FormatsAsPeopleWriteThem) {
   EXPECT_EQ(FormatQuantity("memory", 1536LL * 1024 * 1024 * 1000), "1536Mi");
   EXPECT_EQ(FormatQuantity("memory", 1000 * 1000), "1000");
   EXPECT_EQ(FormatQuantity("nvidia.com/gpu", 2000), "2");
-  EXPECT_EQ(FormatAmounts({{"pods", 1000}, {"nvidia.com/gpu", 1000}, {"memory", kGi * 1000},
-                           {"cpu", 2000}}),
+  EXPECT_EQ(FormatAmounts(
+                {{"pods", 1000}, {"nvidia.com/gpu", 1000}, {"memory", kGi * 1000}, {"cpu", 2000}}),
             "cpu 2, memory 1Gi, nvidia.com/gpu 1");
 }
 
@@ -90,9 +90,10 @@ TEST(PodPlacementTest, ReadsRequestsLimitsInitContainersAndConstraints) {
   EXPECT_EQ(parsed->priority_class, "high");
   // cpu: the init container's 4 beats the containers' 2.5; memory: the
   // request, not the limit; the GPU: its limit, as the API server defaults.
-  EXPECT_EQ(parsed->requests,
-            (ResourceAmounts{{"cpu", 4000}, {"memory", 4 * kGi * 1000}, {"nvidia.com/gpu", 1000},
-                             {"pods", 1000}}));
+  EXPECT_EQ(
+      parsed->requests,
+      (ResourceAmounts{
+          {"cpu", 4000}, {"memory", 4 * kGi * 1000}, {"nvidia.com/gpu", 1000}, {"pods", 1000}}));
   EXPECT_EQ(parsed->node_selector, (std::map<std::string, std::string>{{"pool", "gpu"}}));
   ASSERT_EQ(parsed->tolerations.size(), 1u);
   EXPECT_EQ(parsed->tolerations[0].op, "Exists");
@@ -262,7 +263,8 @@ TEST(PlanAdmissionTest, ASmallJobBackfillsUntilTheHeadHasWaitedTheLimit) {
   decisions = PlanAdmission(cluster, {big, small}, kNow, policy);
   EXPECT_EQ(decisions[1].reason, kWaitingForCapacityReason);
   EXPECT_EQ(decisions[1].position, 2);
-  EXPECT_THAT(decisions[1].message, HasSubstr("1 job ahead of it; jobs behind ns1/big wait for it"));
+  EXPECT_THAT(decisions[1].message,
+              HasSubstr("1 job ahead of it; jobs behind ns1/big wait for it"));
 }
 
 TEST(PlanAdmissionTest, AJobBiggerThanTheClusterNeverFitsAndSaysWhy) {

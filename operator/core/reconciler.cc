@@ -13,6 +13,7 @@
 #include "api/scale_tiers.h"
 #include "api/validation.h"
 #include "google/protobuf/util/message_differencer.h"
+#include "operator/core/gang_admission.h"
 #include "operator/core/output_storage.h"
 #include "operator/core/reconcile_pass.h"
 
@@ -579,6 +580,28 @@ void ReconcileSuspended(Context& c) {
   }
 }
 
+// ---- Admission -------------------------------------------------------------
+
+bool AwaitsAdmission(const Context& c) {
+  return c.options.gang_admission && c.result.status.state() == v1::QUEUED &&
+         !ConditionIsTrue(c.result.status, kAdmittedCondition) && AdmittedElsewhere(c.job).empty();
+}
+
+// Nothing is created until the admission pass admits the job; until it has
+// looked at the job at all, the job says it is queued.
+void ReconcileAwaitingAdmission(Context& c) {
+  if (FindCondition(&c.status(), kAdmittedCondition) != nullptr) return;
+  v1::Condition* condition = c.status().add_conditions();
+  condition->set_type(kAdmittedCondition);
+  condition->set_status("False");
+  condition->set_reason(kQueuedReason);
+  condition->set_message(
+      "waiting for the operator to admit it: its pods are created once all of "
+      "them can be placed at once");
+  ToProto(c.now, condition->mutable_last_update_time());
+  ToProto(c.now, condition->mutable_last_transition_time());
+}
+
 // ---- Cancellation ----------------------------------------------------------
 
 void ReconcileCancel(Context& c) {
@@ -764,6 +787,8 @@ ReconcileResult ReconcilePass(const v1::TrainingJob& job, const Observed& observ
       StopActiveTrials(c, "stopped: the job failed");
     } else if (c.policy().suspend()) {
       ReconcileSuspended(c);
+    } else if (AwaitsAdmission(c)) {
+      ReconcileAwaitingAdmission(c);
     } else if (IsStudy(c.job)) {
       ReconcileStudy(c);
     } else {

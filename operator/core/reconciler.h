@@ -199,6 +199,13 @@ struct ReconcileOptions {
   // kubetrain-runtimes ConfigMap, the local backend's runtimes.yaml). Null:
   // kubetrain's own, built in.
   std::shared_ptr<const api::PythonRuntimeCatalog> runtimes;
+  // Gang admission (gang_admission.h): a job creates nothing while it is
+  // QUEUED without the Admitted condition True, which the backend's
+  // admission pass sets once all its replicas can be placed at once. Until
+  // the pass first decides, the job shows Admitted=False, reason Queued.
+  // Jobs another admits (AdmittedElsewhere), and jobs past QUEUED (started
+  // before admission was turned on), are not held.
+  bool gang_admission = false;
 };
 
 // options.runtimes, or the built-in catalog.

@@ -1,5 +1,7 @@
 #include "operator/core/reconciler.h"
 
+#include <google/protobuf/util/json_util.h>
+
 #include <algorithm>
 #include <random>
 #include <string>
@@ -7,6 +9,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "operator/core/gang_admission.h"
 #include "operator/core/kube_objects.h"
 
 namespace kubetrain::core {
@@ -2236,6 +2239,78 @@ TEST(KubeObjectsStudyTest, RenderJobShowsTheRequestedTrial) {
             absl::StatusCode::kInvalidArgument);
   h.tuner_capacity = 1;
   EXPECT_EQ(RenderJob(h.job, "ns", 2, h.options).status().code(), absl::StatusCode::kOutOfRange);
+}
+
+// ---- Gang admission ----------------------------------------------------------
+
+TEST(AdmissionGateTest, AQueuedJobCreatesNothingUntilAdmittedThenEverything) {
+  Harness h(Job(2, 1));
+  h.options.gang_admission = true;
+  ReconcileResult r = h.Step();
+  EXPECT_TRUE(Created(r).empty());
+  EXPECT_EQ(h.job.status().state(), v1::QUEUED);
+  const v1::Condition* admitted = h.Condition(kAdmittedCondition);
+  ASSERT_NE(admitted, nullptr);
+  EXPECT_EQ(admitted->status(), "False");
+  EXPECT_EQ(admitted->reason(), kQueuedReason);
+  h.Settle();
+  EXPECT_TRUE(h.observed.replicas.empty());
+
+  // What the admission pass writes: the reconciler keeps it as it is.
+  v1::Condition* written = h.job.mutable_status()->mutable_conditions(0);
+  for (v1::Condition& c : *h.job.mutable_status()->mutable_conditions()) {
+    if (c.type() == kAdmittedCondition) written = &c;
+  }
+  written->set_reason(kWaitingForCapacityReason);
+  written->set_message("needs 4 pods of cpu 1; the cluster can place 2 of them now");
+  r = h.Step();
+  EXPECT_TRUE(Created(r).empty());
+  EXPECT_EQ(h.Condition(kAdmittedCondition)->reason(), kWaitingForCapacityReason);
+
+  written = nullptr;
+  for (v1::Condition& c : *h.job.mutable_status()->mutable_conditions()) {
+    if (c.type() == kAdmittedCondition) written = &c;
+  }
+  written->set_status("True");
+  written->set_reason(kAdmittedReason);
+  r = h.Step();
+  EXPECT_THAT(Created(r), testing::UnorderedElementsAre("mnist-master-0", "mnist-worker-0",
+                                                        "mnist-worker-1", "mnist-ps-0"));
+  EXPECT_EQ(h.Condition(kAdmittedCondition)->status(), "True");
+}
+
+TEST(AdmissionGateTest, JobsAdmittedElsewhereOrStartedBeforeAreNotHeld) {
+  v1::TrainingJob kueue = Job(1, 0);
+  (*kueue.mutable_metadata()->mutable_labels())[kKueueQueueLabel] = "team-a";
+  EXPECT_EQ(AdmittedElsewhere(kueue), "Kueue");
+  Harness k(kueue);
+  k.options.gang_admission = true;
+  EXPECT_EQ(Created(k.Step()).size(), 2u);
+  EXPECT_EQ(k.Condition(kAdmittedCondition), nullptr);
+
+  v1::TrainingJob coscheduled = Job(1, 0);
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(
+                  R"({"spec": {"schedulerName": "scheduler-plugins-scheduler"}})",
+                  &(*coscheduled.mutable_spec()->mutable_replica_templates())["worker"])
+                  .ok());
+  EXPECT_EQ(AdmittedElsewhere(coscheduled), "scheduler scheduler-plugins-scheduler");
+  v1::TrainingJob default_scheduler = Job(1, 0);
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(
+                  R"({"spec": {"schedulerName": "default-scheduler"}})",
+                  default_scheduler.mutable_spec()->mutable_template_())
+                  .ok());
+  EXPECT_EQ(AdmittedElsewhere(default_scheduler), "");
+
+  // Running before admission was turned on: it goes on, nothing is deleted.
+  Harness running(Job(1, 0));
+  running.Settle();
+  running.RunAll();
+  running.Settle();
+  ASSERT_EQ(running.job.status().state(), v1::RUNNING);
+  running.options.gang_admission = true;
+  ReconcileResult r = running.Step();
+  EXPECT_TRUE(r.actions.empty());
+  EXPECT_EQ(running.observed.replicas.size(), 2u);
 }
 
 }  // namespace

@@ -185,6 +185,8 @@ Controller::Controller(ClusterClient* client, ControllerOptions options, StudySt
   auto enqueue_job = [this](const ObjectPtr& o) {
     std::string key = ObjectKey(*o);
     if (!key.empty()) queue_.Add(key);
+    // A job that comes, changes or goes may change who is admitted.
+    if (admission_ != nullptr) admission_->Poke();
   };
   jobs_ = std::make_unique<Informer>(
       client_, InformerOptions{.resource = kTrainingJobs, .ns = options_.ns},
@@ -215,6 +217,14 @@ Controller::Controller(ClusterClient* client, ControllerOptions options, StudySt
             .on_delete = [this,
                           kind](const ObjectPtr& o) { OnReplicaEvent(o, false, true, kind); }});
   };
+  if (options_.gang_admission) {
+    GangAdmissionOptions admission = options_.admission;
+    admission.ns = options_.ns;
+    admission.clock = options_.clock;
+    admission_ = std::make_unique<GangAdmission>(
+        client_, &jobs_->cache(), admission,
+        [this](const std::string& ns) { return ReconcileOptionsFor(ns); }, &recorder_);
+  }
   pods_ = replica_informer(kPods, "pods");
   services_ = replica_informer(kServices, "services");
   claims_ = replica_informer(kPersistentVolumeClaims, "persistentvolumeclaims");
@@ -237,6 +247,15 @@ void Controller::OnReplicaEvent(const ObjectPtr& object, bool added, bool delete
   queue_.Add(job_key);
 }
 
+core::ReconcileOptions Controller::ReconcileOptionsFor(const std::string& ns) const {
+  core::ReconcileOptions reconcile = options_.reconcile;
+  reconcile.address = core::KubernetesAddresses(ns);
+  if (options_.runtime_catalog != nullptr) reconcile.runtimes = options_.runtime_catalog->Current();
+  reconcile.replicas_have_own_filesystems = true;  // pods: outputs need shared storage
+  reconcile.gang_admission = options_.gang_admission;
+  return reconcile;
+}
+
 bool Controller::Start(absl::Duration sync_timeout) {
   jobs_->Start();
   pods_->Start();
@@ -248,6 +267,7 @@ bool Controller::Start(absl::Duration sync_timeout) {
     if (!informer->WaitForSync(deadline - absl::Now())) return false;
   }
   if (!archive_.WaitForSync(deadline - absl::Now())) return false;
+  if (admission_ != nullptr && !admission_->Start(deadline - absl::Now())) return false;
   for (int i = 0; i < options_.workers; ++i) {
     workers_.emplace_back([this] { Worker(); });
   }
@@ -268,6 +288,7 @@ void Controller::Stop() {
   queue_.ShutDown();
   for (auto& t : workers_) t.join();
   workers_.clear();
+  if (admission_ != nullptr) admission_->Stop();
   jobs_->Stop();
   pods_->Stop();
   services_->Stop();
@@ -771,10 +792,7 @@ absl::Status Controller::SyncJob(const std::string& key, bool* requeued) {
   if (!previous.ok()) return previous.status();
   observed.previous_study = *std::move(previous);
 
-  core::ReconcileOptions reconcile = options_.reconcile;
-  reconcile.address = core::KubernetesAddresses(ns);
-  if (options_.runtime_catalog != nullptr) reconcile.runtimes = options_.runtime_catalog->Current();
-  reconcile.replicas_have_own_filesystems = true;  // pods: outputs need shared storage
+  const core::ReconcileOptions reconcile = ReconcileOptionsFor(ns);
   core::ReconcileResult result = core::Reconcile(*job, observed, now, reconcile);
 
   // A stale cache entry is not acted on. The job cache may still hold a job

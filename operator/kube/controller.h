@@ -19,6 +19,7 @@
 #include "operator/kube/cluster_client.h"
 #include "operator/kube/event_recorder.h"
 #include "operator/kube/expectations.h"
+#include "operator/kube/gang_admission.h"
 #include "operator/kube/informer.h"
 #include "operator/kube/study_store.h"
 #include "operator/kube/trial_archive.h"
@@ -46,6 +47,10 @@ struct ControllerOptions {
   // read again when it changes; each reconcile uses its current version.
   // Null: reconcile.runtimes as given. Not owned.
   api::RuntimeCatalogFile* runtime_catalog = nullptr;
+  // Gang admission (gang_admission.h): a job's pods are created only once all
+  // of them can be placed; until then it is QUEUED with Admitted=False.
+  bool gang_admission = false;
+  GangAdmissionOptions admission{};
 };
 
 // The Kubernetes controller for TrainingJobs: informers (jobs; the operator's
@@ -115,6 +120,8 @@ class Controller {
   class JobSink;
 
   void Worker();
+  // What jobs of namespace `ns` are reconciled with.
+  core::ReconcileOptions ReconcileOptionsFor(const std::string& ns) const;
   // Jobs and trials by state, counted from the job cache, into metrics.
   void RecordStateMetrics();
   void OnReplicaEvent(const ObjectPtr& object, bool added, bool deleted, const std::string& kind);
@@ -137,6 +144,7 @@ class Controller {
   Expectations expectations_;
   WorkQueue queue_;
   std::unique_ptr<Informer> jobs_, pods_, services_, claims_;
+  std::unique_ptr<GangAdmission> admission_;  // with options.gang_admission
   TrialArchive archive_;
   std::vector<std::thread> workers_;
   std::thread state_metrics_thread_;

@@ -42,8 +42,8 @@ std::map<std::string, int64_t> PodRequests(const nlohmann::json& pod);
 bool PodHoldsResources(const nlohmann::json& pod);
 
 struct SchedulingDecision {
-  size_t pod = 0;     // index into the pods given
-  std::string node;   // bound here; "" when it fits nowhere
+  size_t pod = 0;       // index into the pods given
+  std::string node;     // bound here; "" when it fits nowhere
   std::string message;  // the Unschedulable message when `node` is ""
 };
 

@@ -1,0 +1,310 @@
+// Gang admission end to end: the real controller against the fake API
+// server, whose stand-in scheduler binds pods to nodes by their requests
+// (FakeApiServer::Options::schedule_pods) and starts them.
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "operator/core/gang_admission.h"
+#include "operator/kube/controller.h"
+#include "operator/kube/rest_client.h"
+#include "operator/kube/study_store.h"
+#include "operator/kube/test_objects.h"
+#include "tests/fake_apiserver/fake_apiserver.h"
+
+namespace kubetrain::kube {
+namespace {
+
+using fake_apiserver::FakeApiServer;
+using nlohmann::json;
+using ::testing::HasSubstr;
+
+// Synchronous PS: a master, two workers and a ps, each a "standard" machine
+// (4 CPUs, 15 GiB); `extra` is merged into the spec.
+json SyncPsJob(const std::string& name, json extra = json::object()) {
+  json spec = {{"trainingInput",
+                {{"scaleTier", "CUSTOM"},
+                 {"masterType", "standard"},
+                 {"workerType", "standard"},
+                 {"workerCount", 2},
+                 {"parameterServerType", "standard"},
+                 {"parameterServerCount", 1}}},
+               {"runPolicy", {{"restartPolicy", "Never"}}}};
+  spec.merge_patch(extra);
+  return testing::TrainingJobObject(name, spec);
+}
+
+// A node with room for two "standard" replicas.
+json Node(const std::string& name) {
+  return {{"metadata", {{"name", name}}},
+          {"status", {{"allocatable", {{"cpu", "8"}, {"memory", "32Gi"}, {"pods", "110"}}}}}};
+}
+
+class AdmissionTest : public ::testing::Test {
+ protected:
+  // `nodes` nodes of two replicas each; `write_latency` on every write, so
+  // the pods of jobs submitted together are created interleaved, as the
+  // round trips of a real API server interleave them.
+  void StartServer(int nodes, absl::Duration write_latency = absl::ZeroDuration()) {
+    FakeApiServer::Options options;
+    options.bookmark_interval = absl::Milliseconds(200);
+    options.schedule_pods = true;
+    options.write_latency = write_latency;
+    server_ = *FakeApiServer::Start(options);
+    for (int i = 0; i < nodes; ++i) {
+      ASSERT_TRUE(server_->Create("nodes", "", Node(absl::StrCat("node-", i))).ok());
+    }
+    client_ = testing::FakeServerClient(server_->url());
+  }
+
+  void StartController(bool admission) {
+    ControllerOptions options;
+    options.ns = "ns1";
+    options.workers = 2;
+    options.gang_admission = admission;
+    options.admission.min_interval = absl::Milliseconds(20);
+    controller_ = std::make_unique<Controller>(client_.get(), options, &studies_);
+    ASSERT_TRUE(controller_->Start(absl::Seconds(30)));
+  }
+
+  void TearDown() override {
+    if (controller_ != nullptr) controller_->Stop();
+  }
+
+  json Job(const std::string& name) const {
+    auto job = server_->Get("trainingjobs", "ns1", name);
+    return job.ok() ? *job : json::object();
+  }
+  std::string State(const std::string& name) const {
+    return Job(name).value("/status/state"_json_pointer, std::string());
+  }
+  json Admitted(const std::string& name) const {
+    for (const json& c : Job(name).value("/status/conditions"_json_pointer, json::array())) {
+      if (c.value("type", "") == core::kAdmittedCondition) return c;
+    }
+    return json::object();
+  }
+  bool WaitForAdmitted(const std::string& name, const std::string& reason,
+                       absl::Duration timeout = absl::Seconds(30)) {
+    return server_->WaitUntil([&] { return Admitted(name).value("reason", "") == reason; },
+                              timeout);
+  }
+
+  // The job's pods by phase.
+  std::map<std::string, int> Phases(const std::string& job) const {
+    std::map<std::string, int> phases;
+    for (const json& pod : server_->List("pods", "ns1")) {
+      if (pod.value("/metadata/labels/kubetrain.io~1job-name"_json_pointer, std::string()) == job) {
+        ++phases[pod.value("/status/phase"_json_pointer, std::string())];
+      }
+    }
+    return phases;
+  }
+  int PodCount(const std::string& job) const {
+    int n = 0;
+    for (const auto& [phase, count] : Phases(job)) n += count;
+    return n;
+  }
+
+  // Every pod of the job exits 0, as its trainer ends.
+  void Finish(const std::string& job) {
+    for (const json& pod : server_->List("pods", "ns1")) {
+      if (pod.value("/metadata/labels/kubetrain.io~1job-name"_json_pointer, std::string()) != job) {
+        continue;
+      }
+      ASSERT_TRUE(server_
+                      ->MergePatch("pods", "ns1", pod["metadata"]["name"].get<std::string>(),
+                                   testing::TerminatedPodStatus("Succeeded", 0), "status")
+                      .ok());
+    }
+  }
+
+  std::vector<std::string> Events(const std::string& job, const std::string& type) const {
+    std::vector<std::string> reasons;
+    for (const json& e : server_->List("events", "ns1")) {
+      if (e["involvedObject"].value("name", "") == job && e.value("type", "") == type) {
+        reasons.push_back(e.value("reason", ""));
+      }
+    }
+    return reasons;
+  }
+
+  std::unique_ptr<FakeApiServer> server_;
+  std::unique_ptr<RestClusterClient> client_;
+  InMemoryStudyStore studies_;
+  std::unique_ptr<Controller> controller_;
+};
+
+TEST_F(AdmissionTest, WithoutAdmissionTwoJobsThatFitOneAtATimeEachHoldHalfTheCluster) {
+  // Room for 6 replicas, two jobs of 4 submitted together: the scheduler
+  // places pods one by one, with no notion of the job.
+  StartServer(3, absl::Milliseconds(100));
+  StartController(/*admission=*/false);
+  ASSERT_TRUE(server_->Create("trainingjobs", "ns1", SyncPsJob("a")).ok());
+  ASSERT_TRUE(server_->Create("trainingjobs", "ns1", SyncPsJob("b")).ok());
+  ASSERT_TRUE(server_->WaitUntil([&] { return PodCount("a") == 4 && PodCount("b") == 4; }));
+  const std::map<std::string, int> a = Phases("a"), b = Phases("b");
+  // The deadlock: each job has replicas running that wait for peers that
+  // cannot be placed while the other job's hold their room.
+  EXPECT_GT(a.count("Running") ? a.at("Running") : 0, 0);
+  EXPECT_GT(a.count("Pending") ? a.at("Pending") : 0, 0);
+  EXPECT_GT(b.count("Running") ? b.at("Running") : 0, 0);
+  EXPECT_GT(b.count("Pending") ? b.at("Pending") : 0, 0);
+  EXPECT_EQ(a.at("Running") + b.at("Running"), 6);
+}
+
+TEST_F(AdmissionTest, OneJobRunsWhileTheOtherWaitsQueuedThenBothSucceed) {
+  StartServer(3, absl::Milliseconds(100));
+  StartController(/*admission=*/true);
+  ASSERT_TRUE(server_->Create("trainingjobs", "ns1", SyncPsJob("a")).ok());
+  ASSERT_TRUE(server_->Create("trainingjobs", "ns1", SyncPsJob("b")).ok());
+  // Created in the same second, they are ordered by uid: either may go first.
+  std::string first, second;
+  ASSERT_TRUE(server_->WaitUntil([&] {
+    const std::string a = Admitted("a").value("reason", ""), b = Admitted("b").value("reason", "");
+    if (a == core::kAdmittedReason && b == core::kWaitingForCapacityReason) {
+      first = "a", second = "b";
+    } else if (b == core::kAdmittedReason && a == core::kWaitingForCapacityReason) {
+      first = "b", second = "a";
+    }
+    return !first.empty();
+  })) << Admitted("a").dump() << Admitted("b").dump();
+  ASSERT_TRUE(server_->WaitUntil([&] { return Phases(first)["Running"] == 4; }));
+  EXPECT_EQ(PodCount(second), 0);
+  EXPECT_EQ(State(second), "QUEUED");
+  EXPECT_EQ(Admitted(second)["status"], "False");
+  EXPECT_EQ(Admitted(second)["message"],
+            "needs 4 pods of cpu 4, memory 15Gi; the cluster can place 2 of them now; no job "
+            "ahead of it");
+  EXPECT_EQ(Admitted(first)["status"], "True");
+
+  Finish(first);
+  ASSERT_TRUE(server_->WaitUntil([&] { return State(first) == "SUCCEEDED"; }));
+  ASSERT_TRUE(WaitForAdmitted(second, core::kAdmittedReason)) << Admitted(second).dump();
+  ASSERT_TRUE(server_->WaitUntil([&] { return Phases(second)["Running"] == 4; }));
+  Finish(second);
+  ASSERT_TRUE(server_->WaitUntil([&] { return State(second) == "SUCCEEDED"; }));
+  EXPECT_THAT(Events("a", "Normal"), ::testing::Contains("Admitted"));
+  EXPECT_THAT(Events("b", "Normal"), ::testing::Contains("Admitted"));
+  // The server refused no create.
+  EXPECT_EQ(server_->RefusalCounts().count("create pods 403"), 0u);
+}
+
+TEST_F(AdmissionTest, AJobBiggerThanTheClusterNeverFitsAtOnce) {
+  StartServer(2);
+  StartController(/*admission=*/true);
+  ASSERT_TRUE(server_
+                  ->Create("trainingjobs", "ns1",
+                           SyncPsJob("huge", {{"trainingInput", {{"workerCount", 8}}}}))
+                  .ok());
+  ASSERT_TRUE(WaitForAdmitted("huge", core::kNeverFitsReason)) << Admitted("huge").dump();
+  EXPECT_THAT(Admitted("huge")["message"].get<std::string>(),
+              HasSubstr("needs 10 pods of cpu 4, memory 15Gi; together they ask for cpu 40, "
+                        "memory 150Gi, more than the cluster's nodes can hold at once even empty "
+                        "(cpu 16, memory 64Gi allocatable in all)"));
+  EXPECT_EQ(PodCount("huge"), 0);
+  EXPECT_EQ(State("huge"), "QUEUED");
+  ASSERT_TRUE(server_->WaitUntil([&] { return !Events("huge", "Warning").empty(); }));
+  EXPECT_EQ(Events("huge", "Warning"), std::vector<std::string>{core::kNeverFitsReason});
+  // A node more and it fits... not yet: 10 replicas need 5 nodes.
+  ASSERT_TRUE(server_->Create("nodes", "", Node("node-2")).ok());
+  ASSERT_TRUE(server_->Create("nodes", "", Node("node-3")).ok());
+  ASSERT_TRUE(server_->Create("nodes", "", Node("node-4")).ok());
+  ASSERT_TRUE(WaitForAdmitted("huge", core::kAdmittedReason)) << Admitted("huge").dump();
+  ASSERT_TRUE(server_->WaitUntil([&] { return Phases("huge")["Running"] == 10; }));
+}
+
+TEST_F(AdmissionTest, AJobOverTheNamespaceQuotaWaitsAndNoCreateIsRefused) {
+  StartServer(4);
+  ASSERT_TRUE(server_
+                  ->Create("resourcequotas", "ns1",
+                           {{"metadata", {{"name", "team-cpu"}}},
+                            {"spec", {{"hard", {{"requests.cpu", "20"}}}}}})
+                  .ok());
+  StartController(/*admission=*/true);
+  ASSERT_TRUE(server_->Create("trainingjobs", "ns1", SyncPsJob("a")).ok());
+  ASSERT_TRUE(WaitForAdmitted("a", core::kAdmittedReason));
+  ASSERT_TRUE(server_->Create("trainingjobs", "ns1", SyncPsJob("b")).ok());
+  ASSERT_TRUE(WaitForAdmitted("b", core::kQuotaExceededReason)) << Admitted("b").dump();
+  EXPECT_EQ(Admitted("b")["message"],
+            "ResourceQuota team-cpu in namespace ns1: requests.cpu 16 of 20 used, and the job "
+            "asks for 16; no job ahead of it");
+  EXPECT_EQ(PodCount("b"), 0);
+  ASSERT_TRUE(server_->WaitUntil([&] { return !Events("b", "Warning").empty(); }));
+  EXPECT_EQ(Events("b", "Warning"), std::vector<std::string>{core::kQuotaExceededReason});
+
+  Finish("a");
+  ASSERT_TRUE(WaitForAdmitted("b", core::kAdmittedReason)) << Admitted("b").dump();
+  ASSERT_TRUE(server_->WaitUntil([&] { return Phases("b")["Running"] == 4; }));
+  EXPECT_EQ(server_->RefusalCounts().count("create pods 403"), 0u);
+}
+
+// A job that takes the whole cluster (3 nodes, 6 replicas) runs; `first`
+// and then `second` are submitted behind it.
+class QueueOrderTest : public AdmissionTest {
+ protected:
+  void FillTheCluster() {
+    StartServer(2);
+    ASSERT_TRUE(server_
+                    ->Create("priorityclasses", "",
+                             {{"metadata", {{"name", "urgent"}}}, {"value", 100000}})
+                    .ok());
+    StartController(/*admission=*/true);
+    ASSERT_TRUE(server_->Create("trainingjobs", "ns1", SyncPsJob("running")).ok());
+    ASSERT_TRUE(server_->WaitUntil([&] { return Phases("running")["Running"] == 4; }));
+  }
+};
+
+TEST_F(QueueOrderTest, AHigherPriorityJobSubmittedLaterIsAdmittedFirst) {
+  FillTheCluster();
+  ASSERT_TRUE(server_->Create("trainingjobs", "ns1", SyncPsJob("low")).ok());
+  ASSERT_TRUE(WaitForAdmitted("low", core::kWaitingForCapacityReason));
+  ASSERT_TRUE(server_
+                  ->Create("trainingjobs", "ns1",
+                           SyncPsJob("high", {{"template",
+                                               {{"spec", {{"priorityClassName", "urgent"}}}}}}))
+                  .ok());
+  ASSERT_TRUE(server_->WaitUntil([&] {
+    return absl::StrContains(Admitted("low").value("message", ""), "1 job ahead of it");
+  })) << Admitted("low").dump();
+  EXPECT_THAT(Admitted("high")["message"].get<std::string>(), HasSubstr("no job ahead of it"));
+
+  Finish("running");
+  ASSERT_TRUE(WaitForAdmitted("high", core::kAdmittedReason)) << Admitted("high").dump();
+  ASSERT_TRUE(server_->WaitUntil([&] { return Phases("high")["Running"] == 4; }));
+  EXPECT_EQ(PodCount("low"), 0);
+  EXPECT_EQ(Admitted("low")["reason"], core::kWaitingForCapacityReason);
+}
+
+TEST_F(QueueOrderTest, ARestartedOperatorKeepsTheOrder) {
+  FillTheCluster();
+  ASSERT_TRUE(server_->Create("trainingjobs", "ns1", SyncPsJob("first")).ok());
+  ASSERT_TRUE(WaitForAdmitted("first", core::kWaitingForCapacityReason));
+  // Created in a later second than `first`: the order is the objects' own.
+  absl::SleepFor(absl::Seconds(1));
+  ASSERT_TRUE(server_->Create("trainingjobs", "ns1", SyncPsJob("second")).ok());
+  ASSERT_TRUE(server_->WaitUntil([&] {
+    return absl::StrContains(Admitted("second").value("message", ""), "1 job ahead of it");
+  })) << Admitted("second").dump();
+
+  // A new operator (a restart, or another replica taking the lease) finds
+  // the queue in the jobs, with nothing remembered.
+  controller_->Stop();
+  controller_.reset();
+  Finish("running");
+  StartController(/*admission=*/true);
+  ASSERT_TRUE(WaitForAdmitted("first", core::kAdmittedReason)) << Admitted("first").dump();
+  ASSERT_TRUE(server_->WaitUntil([&] { return Phases("first")["Running"] == 4; }));
+  EXPECT_EQ(PodCount("second"), 0);
+  EXPECT_THAT(Admitted("second")["message"].get<std::string>(),
+              HasSubstr("the cluster can place 0 of them now; no job ahead of it"));
+}
+
+}  // namespace
+}  // namespace kubetrain::kube

@@ -1,0 +1,336 @@
+#include "operator/kube/gang_admission.h"
+
+#include <algorithm>
+#include <iostream>
+#include <set>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "api/validation.h"
+#include "operator/core/kube_objects.h"
+#include "operator/core/reconcile_pass.h"
+#include "operator/kube/api_status.h"
+#include "operator/kube/controller.h"
+
+namespace kubetrain::kube {
+
+using nlohmann::json;
+
+namespace {
+
+// The all-pods cache keeps what placement reads: at 10,000 pods their
+// environments and labels would dominate the operator's memory.
+void StripPodForAdmission(json& pod) {
+  json kept = json::object();
+  if (auto md = pod.find("metadata"); md != pod.end() && md->is_object()) {
+    for (const char* field : {"name", "namespace"}) {
+      if (auto value = md->find(field); value != md->end()) kept["metadata"][field] = *value;
+    }
+  }
+  if (auto spec = pod.find("spec"); spec != pod.end() && spec->is_object()) {
+    if (auto node = spec->find("nodeName"); node != spec->end()) kept["spec"]["nodeName"] = *node;
+    for (const char* list : {"containers", "initContainers"}) {
+      auto containers = spec->find(list);
+      if (containers == spec->end() || !containers->is_array()) continue;
+      json resources = json::array();
+      for (const json& container : *containers) {
+        resources.push_back({{"resources", container.is_object()
+                                               ? container.value("resources", json::object())
+                                               : json::object()}});
+      }
+      kept["spec"][list] = std::move(resources);
+    }
+  }
+  if (auto status = pod.find("status"); status != pod.end() && status->is_object()) {
+    if (auto phase = status->find("phase"); phase != status->end()) {
+      kept["status"]["phase"] = *phase;
+    }
+  }
+  pod = std::move(kept);
+}
+
+bool Terminal(const json& pod) {
+  const std::string phase = pod.value("/status/phase"_json_pointer, std::string());
+  return phase == "Succeeded" || phase == "Failed";
+}
+
+const v1::Condition* AdmittedCondition(const v1::TrainingJobStatus& status) {
+  for (const v1::Condition& c : status.conditions()) {
+    if (c.type() == core::kAdmittedCondition) return &c;
+  }
+  return nullptr;
+}
+
+absl::Time ParseTimestamp(const std::string& text, absl::Time otherwise) {
+  absl::Time t;
+  std::string error;
+  return !text.empty() && absl::ParseTime(absl::RFC3339_full, text, &t, &error) ? t : otherwise;
+}
+
+// Which writes go first when a pass has more to write than it may.
+int WriteRank(const std::string& reason, const v1::Condition* current) {
+  if (reason == core::kAdmittedReason) return 0;
+  if (current == nullptr || current->reason() != reason) return 1;
+  return 2;
+}
+
+}  // namespace
+
+GangAdmission::GangAdmission(ClusterClient* client, const ObjectCache* jobs,
+                             GangAdmissionOptions options,
+                             std::function<core::ReconcileOptions(const std::string& ns)> reconcile,
+                             EventRecorder* recorder)
+    : client_(client),
+      jobs_(jobs),
+      options_(std::move(options)),
+      reconcile_(std::move(reconcile)),
+      recorder_(recorder) {
+  auto poke = InformerHandlers{
+      .on_add = [this](const ObjectPtr&) { Poke(); },
+      .on_update = [this](const ObjectPtr&, const ObjectPtr&) { Poke(); },
+      .on_delete = [this](const ObjectPtr&) { Poke(); }};
+  nodes_ = std::make_unique<Informer>(client_, InformerOptions{.resource = kNodes}, poke);
+  pods_ = std::make_unique<Informer>(
+      client_, InformerOptions{.resource = kPods, .transform = StripPodForAdmission},
+      InformerHandlers{
+          .on_add = [this](const ObjectPtr&) { Poke(); },
+          // Only what frees or takes room: a binding, an end.
+          .on_update =
+              [this](const ObjectPtr& before, const ObjectPtr& after) {
+                if (Terminal(*before) != Terminal(*after) ||
+                    before->value("/spec/nodeName"_json_pointer, std::string()) !=
+                        after->value("/spec/nodeName"_json_pointer, std::string())) {
+                  Poke();
+                }
+              },
+          .on_delete = [this](const ObjectPtr&) { Poke(); }});
+  quotas_ = std::make_unique<Informer>(
+      client_, InformerOptions{.resource = kResourceQuotas, .ns = options_.ns}, poke);
+  priority_classes_ =
+      std::make_unique<Informer>(client_, InformerOptions{.resource = kPriorityClasses}, poke);
+}
+
+GangAdmission::~GangAdmission() { Stop(); }
+
+bool GangAdmission::Start(absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  for (Informer* informer : {nodes_.get(), pods_.get(), quotas_.get(), priority_classes_.get()}) {
+    informer->Start();
+  }
+  for (Informer* informer : {nodes_.get(), pods_.get(), quotas_.get(), priority_classes_.get()}) {
+    if (!informer->WaitForSync(deadline - absl::Now())) return false;
+  }
+  thread_ = std::thread([this] { Loop(); });
+  return true;
+}
+
+void GangAdmission::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return;
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  for (Informer* informer : {nodes_.get(), pods_.get(), quotas_.get(), priority_classes_.get()}) {
+    informer->Stop();
+  }
+}
+
+void GangAdmission::Poke() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    dirty_ = true;
+  }
+  wake_.notify_all();
+}
+
+int64_t GangAdmission::passes() const {
+  std::lock_guard<std::mutex> lock(const_cast<std::mutex&>(mu_));
+  return passes_;
+}
+
+void GangAdmission::Loop() {
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      wake_.wait_for(lock, absl::ToChronoNanoseconds(options_.period),
+                     [this] { return dirty_ || stopping_; });
+      if (stopping_) return;
+      dirty_ = false;
+    }
+    if (absl::Status status = RunPass(); !status.ok()) {
+      std::cerr << "kubetrain-operator: admission pass: " << status << "\n";
+    }
+    std::unique_lock<std::mutex> lock(mu_);
+    // Changes that come meanwhile wait for the next pass together.
+    wake_.wait_for(lock, absl::ToChronoNanoseconds(options_.min_interval),
+                   [this] { return stopping_; });
+    if (stopping_) return;
+  }
+}
+
+std::vector<core::PodPlacement> GangAdmission::GangPods(const v1::TrainingJob& job) {
+  Rendered& rendered = rendered_[job.metadata().uid()];
+  if (rendered.generation == job.metadata().generation() && !rendered.pods.empty()) {
+    return rendered.pods;
+  }
+  const std::string& ns = job.metadata().namespace_();
+  // One trial of a study: each trial is a gang of its own.
+  const std::string trial = core::internal::IsStudy(job) ? "1" : "";
+  rendered.pods.clear();
+  for (const core::DesiredReplica& replica :
+       core::DesiredReplicas(job, trial, {}, reconcile_(ns))) {
+    absl::StatusOr<core::PodPlacement> pod =
+        core::ParsePodPlacement(core::RenderPod(job, ns, replica));
+    if (!pod.ok()) {
+      // The API server would refuse this pod too; the controller says so
+      // when it creates it. Here it asks for nothing it can name.
+      std::cerr << "kubetrain-operator: admission: " << ns << "/" << job.metadata().name() << ": "
+                << pod.status() << "\n";
+      continue;
+    }
+    pod->ns = ns;
+    rendered.pods.push_back(*std::move(pod));
+  }
+  rendered.generation = job.metadata().generation();
+  return rendered.pods;
+}
+
+absl::Status GangAdmission::RunPass() {
+  std::lock_guard<std::mutex> pass_lock(pass_mu_);
+  const absl::Time now = options_.clock();
+  core::ClusterState cluster;
+  for (const ObjectPtr& node : nodes_->cache().List()) {
+    absl::StatusOr<core::NodeCapacity> parsed = core::ParseNode(*node);
+    if (parsed.ok()) cluster.nodes.push_back(*std::move(parsed));
+  }
+  for (const ObjectPtr& pod : pods_->cache().List()) {
+    if (Terminal(*pod)) continue;
+    absl::StatusOr<core::PodPlacement> parsed = core::ParsePodPlacement(*pod);
+    if (parsed.ok()) cluster.pods.push_back(*std::move(parsed));
+  }
+  for (const ObjectPtr& quota : quotas_->cache().List()) {
+    absl::StatusOr<core::NamespaceQuota> parsed = core::ParseResourceQuota(*quota);
+    if (parsed.ok()) cluster.quotas.push_back(*std::move(parsed));
+  }
+  std::map<std::string, int32_t> priorities;
+  for (const ObjectPtr& pc : priority_classes_->cache().List()) {
+    if (pc->contains("value") && (*pc)["value"].is_number_integer()) {
+      priorities[MetaString(*pc, "name")] = (*pc)["value"].get<int32_t>();
+    }
+  }
+
+  std::vector<core::Gang> gangs;
+  std::map<std::string, std::pair<ObjectPtr, v1::TrainingJob>> jobs;
+  std::set<std::string> live_uids;
+  for (const ObjectPtr& object : jobs_->List()) {
+    absl::StatusOr<v1::TrainingJob> job = JobFromObject(*object);
+    if (!job.ok()) continue;  // the controller fails it
+    live_uids.insert(job->metadata().uid());
+    const v1::TrainingJobStatus& status = job->status();
+    if (core::IsTerminal(status.state()) || status.state() == v1::CANCELLING ||
+        job->spec().cancel() || job->spec().run_policy().suspend() ||
+        !core::AdmittedElsewhere(*job).empty()) {
+      continue;
+    }
+    const core::ReconcileOptions reconcile = reconcile_(job->metadata().namespace_());
+    if (!api::Validate(*job, {.runtimes = &core::Runtimes(reconcile)}).empty()) continue;
+    const v1::Condition* condition = AdmittedCondition(status);
+    core::Gang gang;
+    gang.key = ObjectKey(*object);
+    gang.ns = job->metadata().namespace_();
+    gang.uid = job->metadata().uid();
+    gang.created = ParseTimestamp(job->metadata().creation_timestamp(), now);
+    gang.admitted = (condition != nullptr && condition->status() == "True") ||
+                    (status.state() != v1::QUEUED && status.state() != v1::STATE_UNSPECIFIED);
+    if (condition != nullptr && condition->status() == "False" &&
+        condition->has_last_transition_time()) {
+      gang.waiting_since = core::internal::FromProto(condition->last_transition_time());
+    } else {
+      gang.waiting_since = now;
+    }
+    // An admitted study's trials are its pods (counted where they are
+    // bound); a queued one needs one trial's.
+    if (!(gang.admitted && core::internal::IsStudy(*job))) gang.pods = GangPods(*job);
+    if (!gang.pods.empty()) {
+      auto priority = priorities.find(gang.pods.front().priority_class);
+      if (priority != priorities.end()) gang.priority = priority->second;
+    }
+    jobs[gang.key] = {object, *std::move(job)};
+    gangs.push_back(std::move(gang));
+  }
+  std::erase_if(rendered_, [&](const auto& entry) { return live_uids.count(entry.first) == 0; });
+
+  std::vector<core::AdmissionDecision> decisions =
+      core::PlanAdmission(cluster, gangs, now, options_.policy);
+  std::stable_sort(decisions.begin(), decisions.end(), [&](const auto& a, const auto& b) {
+    return WriteRank(a.reason, AdmittedCondition(jobs[a.key].second.status())) <
+           WriteRank(b.reason, AdmittedCondition(jobs[b.key].second.status()));
+  });
+  int writes = 0;
+  bool more = false;
+  for (const core::AdmissionDecision& decision : decisions) {
+    auto& [object, job] = jobs[decision.key];
+    const v1::Condition* current = AdmittedCondition(job.status());
+    const bool admitted = decision.reason == core::kAdmittedReason;
+    if (current != nullptr && current->reason() == decision.reason &&
+        current->message() == decision.message) {
+      continue;
+    }
+    if (writes >= options_.max_writes_per_pass) {
+      more = true;
+      break;
+    }
+    v1::TrainingJobStatus status = job.status();
+    v1::Condition* condition = nullptr;
+    for (v1::Condition& c : *status.mutable_conditions()) {
+      if (c.type() == core::kAdmittedCondition) condition = &c;
+    }
+    if (condition == nullptr) {
+      condition = status.add_conditions();
+      condition->set_type(core::kAdmittedCondition);
+    }
+    const std::string value = admitted ? "True" : "False";
+    if (condition->status() != value || !condition->has_last_transition_time()) {
+      core::internal::ToProto(now, condition->mutable_last_transition_time());
+    }
+    condition->set_status(value);
+    condition->set_reason(decision.reason);
+    condition->set_message(decision.message);
+    core::internal::ToProto(now, condition->mutable_last_update_time());
+    if (status.state() == v1::STATE_UNSPECIFIED) status.set_state(v1::QUEUED);
+    json updated = *object;
+    updated["status"] = StatusToJson(status);
+    ++writes;
+    absl::StatusOr<json> written =
+        client_->Update(kTrainingJobs, MetaString(*object, "namespace"), updated, true);
+    if (!written.ok()) {
+      // A 409 (the job changed) or a job gone: the next pass sees it anew.
+      if (!IsConflict(written.status()) && HttpCode(written.status()) != 404) {
+        std::cerr << "kubetrain-operator: admission: " << decision.key << ": "
+                  << written.status() << "\n";
+      }
+      more = true;
+      continue;
+    }
+    const bool reason_changed = current == nullptr || current->reason() != decision.reason;
+    if (reason_changed && recorder_ != nullptr) {
+      if (admitted) {
+        recorder_->Record(*written, EventRecorder::Type::kNormal, "Admitted", decision.message);
+      } else if (decision.reason == core::kNeverFitsReason ||
+                 decision.reason == core::kQuotaExceededReason) {
+        recorder_->Record(*written, EventRecorder::Type::kWarning, decision.reason,
+                          decision.message);
+      }
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++passes_;
+    if (more) dirty_ = true;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace kubetrain::kube
