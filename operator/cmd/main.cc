@@ -2,6 +2,7 @@
 //
 //   kubetrain-operator [--kubeconfig PATH [--context NAME]] [--namespace NS]
 //                      [--workers 16] [--leader-elect=true|false]
+//                      [--gang-admission=true|false] [--admission-backfill-limit 10m]
 //                      [--kube-api-qps 2000] [--kube-api-burst 4000]
 //                      [--kube-api-io-threads 2]
 //                      [--http-address :8080] [--log-level info]
@@ -41,6 +42,7 @@
 #include "common/flags/flags.h"
 #include "common/observability/metrics_server.h"
 #include "grpcpp/grpcpp.h"
+#include "operator/core/gang_admission.h"
 #include "operator/core/reconciler.h"
 #include "operator/kube/controller.h"
 #include "operator/kube/kubeconfig.h"
@@ -107,6 +109,8 @@ struct Flags {
   // Measured, not habit: docs/operator.md, "Throughput".
   int workers = 16;
   bool leader_elect = true;
+  bool gang_admission = false;
+  absl::Duration admission_backfill_limit = kubetrain::core::AdmissionPolicy().backfill_limit;
   double qps = 2000, lease_duration = 15, renew_deadline = 10, retry_period = 2;
   int burst = 4000;
   int io_threads = 2;
@@ -169,6 +173,32 @@ void DefineFlags(CLI::App& app, Flags* flags) {
       ->type_name("=BOOL")
       ->expected(0)
       ->default_str("true");
+  app.add_option_function<std::string>(
+         "--gang-admission",
+         [flags](const std::string& value) {
+           if (value != "true" && value != "false") {
+             kubetrain::flags::Reject("--gang-admission must be true or false");
+           }
+           flags->gang_admission = value == "true";
+         },
+         "create a job's pods only once all of them can be placed\n"
+         "(docs/admission.md)")
+      ->type_name("=BOOL")
+      ->expected(0)
+      ->default_str("false");
+  app.add_option_function<std::string>(
+         "--admission-backfill-limit",
+         [flags](const std::string& value) {
+           if (!absl::ParseDuration(value, &flags->admission_backfill_limit) ||
+               flags->admission_backfill_limit < absl::ZeroDuration()) {
+             kubetrain::flags::Reject(
+                 "--admission-backfill-limit: not a duration such as 0s, 10m or 1h: " + value);
+           }
+         },
+         "how long jobs that fit may pass one that waits for\n"
+         "capacity, before they wait behind it")
+      ->type_name("DURATION")
+      ->default_str(absl::FormatDuration(flags->admission_backfill_limit));
   text("--leader-election-namespace", &flags->lease_ns, "NS",
        "where the Lease lives (default: --namespace, else the\ncredentials' namespace)");
   text("--lease-name", &flags->lease_name, "NAME", "")->capture_default_str();
@@ -339,6 +369,8 @@ int main(int argc, char** argv) {
   kubetrain::kube::ControllerOptions options;
   options.ns = flags.ns;
   options.workers = std::max(1, flags.workers);
+  options.gang_admission = flags.gang_admission;
+  options.admission.policy.backfill_limit = flags.admission_backfill_limit;
   if (!flags.default_image.empty()) options.reconcile.default_image = flags.default_image;
   options.reconcile.metrics_address = flags.metrics_address;
   kubetrain::kube::TrialTokenIssuer trial_tokens;

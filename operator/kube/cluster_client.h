@@ -28,6 +28,12 @@ inline const Resource kEvents{"api/v1", "events", "Event", "v1"};
 inline const Resource kConfigMaps{"api/v1", "configmaps", "ConfigMap", "v1"};
 inline const Resource kLeases{"apis/coordination.k8s.io/v1", "leases", "Lease",
                               "coordination.k8s.io/v1"};
+// What gang admission reads (gang_admission.h): nodes and priority classes
+// are cluster-scoped (their namespace is always "").
+inline const Resource kNodes{"api/v1", "nodes", "Node", "v1"};
+inline const Resource kResourceQuotas{"api/v1", "resourcequotas", "ResourceQuota", "v1"};
+inline const Resource kPriorityClasses{"apis/scheduling.k8s.io/v1", "priorityclasses",
+                                       "PriorityClass", "scheduling.k8s.io/v1"};
 
 struct ListOptions {
   std::string label_selector{};

@@ -174,7 +174,8 @@ TEST_F(AdmissionTest, OneJobRunsWhileTheOtherWaitsQueuedThenBothSucceed) {
       first = "b", second = "a";
     }
     return !first.empty();
-  })) << Admitted("a").dump() << Admitted("b").dump();
+  })) << Admitted("a").dump()
+      << Admitted("b").dump();
   ASSERT_TRUE(server_->WaitUntil([&] { return Phases(first)["Running"] == 4; }));
   EXPECT_EQ(PodCount(second), 0);
   EXPECT_EQ(State(second), "QUEUED");
@@ -251,10 +252,10 @@ class QueueOrderTest : public AdmissionTest {
  protected:
   void FillTheCluster() {
     StartServer(2);
-    ASSERT_TRUE(server_
-                    ->Create("priorityclasses", "",
-                             {{"metadata", {{"name", "urgent"}}}, {"value", 100000}})
-                    .ok());
+    ASSERT_TRUE(
+        server_
+            ->Create("priorityclasses", "", {{"metadata", {{"name", "urgent"}}}, {"value", 100000}})
+            .ok());
     StartController(/*admission=*/true);
     ASSERT_TRUE(server_->Create("trainingjobs", "ns1", SyncPsJob("running")).ok());
     ASSERT_TRUE(server_->WaitUntil([&] { return Phases("running")["Running"] == 4; }));
@@ -265,11 +266,11 @@ TEST_F(QueueOrderTest, AHigherPriorityJobSubmittedLaterIsAdmittedFirst) {
   FillTheCluster();
   ASSERT_TRUE(server_->Create("trainingjobs", "ns1", SyncPsJob("low")).ok());
   ASSERT_TRUE(WaitForAdmitted("low", core::kWaitingForCapacityReason));
-  ASSERT_TRUE(server_
-                  ->Create("trainingjobs", "ns1",
-                           SyncPsJob("high", {{"template",
-                                               {{"spec", {{"priorityClassName", "urgent"}}}}}}))
-                  .ok());
+  ASSERT_TRUE(
+      server_
+          ->Create("trainingjobs", "ns1",
+                   SyncPsJob("high", {{"template", {{"spec", {{"priorityClassName", "urgent"}}}}}}))
+          .ok());
   ASSERT_TRUE(server_->WaitUntil([&] {
     return absl::StrContains(Admitted("low").value("message", ""), "1 job ahead of it");
   })) << Admitted("low").dump();

@@ -34,9 +34,9 @@ void StripPodForAdmission(json& pod) {
       if (containers == spec->end() || !containers->is_array()) continue;
       json resources = json::array();
       for (const json& container : *containers) {
-        resources.push_back({{"resources", container.is_object()
-                                               ? container.value("resources", json::object())
-                                               : json::object()}});
+        resources.push_back(
+            {{"resources", container.is_object() ? container.value("resources", json::object())
+                                                 : json::object()}});
       }
       kept["spec"][list] = std::move(resources);
     }
@@ -85,25 +85,23 @@ GangAdmission::GangAdmission(ClusterClient* client, const ObjectCache* jobs,
       options_(std::move(options)),
       reconcile_(std::move(reconcile)),
       recorder_(recorder) {
-  auto poke = InformerHandlers{
-      .on_add = [this](const ObjectPtr&) { Poke(); },
-      .on_update = [this](const ObjectPtr&, const ObjectPtr&) { Poke(); },
-      .on_delete = [this](const ObjectPtr&) { Poke(); }};
+  auto poke = InformerHandlers{.on_add = [this](const ObjectPtr&) { Poke(); },
+                               .on_update = [this](const ObjectPtr&, const ObjectPtr&) { Poke(); },
+                               .on_delete = [this](const ObjectPtr&) { Poke(); }};
   nodes_ = std::make_unique<Informer>(client_, InformerOptions{.resource = kNodes}, poke);
   pods_ = std::make_unique<Informer>(
       client_, InformerOptions{.resource = kPods, .transform = StripPodForAdmission},
-      InformerHandlers{
-          .on_add = [this](const ObjectPtr&) { Poke(); },
-          // Only what frees or takes room: a binding, an end.
-          .on_update =
-              [this](const ObjectPtr& before, const ObjectPtr& after) {
-                if (Terminal(*before) != Terminal(*after) ||
-                    before->value("/spec/nodeName"_json_pointer, std::string()) !=
-                        after->value("/spec/nodeName"_json_pointer, std::string())) {
-                  Poke();
-                }
-              },
-          .on_delete = [this](const ObjectPtr&) { Poke(); }});
+      InformerHandlers{.on_add = [this](const ObjectPtr&) { Poke(); },
+                       // Only what frees or takes room: a binding, an end.
+                       .on_update =
+                           [this](const ObjectPtr& before, const ObjectPtr& after) {
+                             if (Terminal(*before) != Terminal(*after) ||
+                                 before->value("/spec/nodeName"_json_pointer, std::string()) !=
+                                     after->value("/spec/nodeName"_json_pointer, std::string())) {
+                               Poke();
+                             }
+                           },
+                       .on_delete = [this](const ObjectPtr&) { Poke(); }});
   quotas_ = std::make_unique<Informer>(
       client_, InformerOptions{.resource = kResourceQuotas, .ns = options_.ns}, poke);
   priority_classes_ =
@@ -308,8 +306,8 @@ absl::Status GangAdmission::RunPass() {
     if (!written.ok()) {
       // A 409 (the job changed) or a job gone: the next pass sees it anew.
       if (!IsConflict(written.status()) && HttpCode(written.status()) != 404) {
-        std::cerr << "kubetrain-operator: admission: " << decision.key << ": "
-                  << written.status() << "\n";
+        std::cerr << "kubetrain-operator: admission: " << decision.key << ": " << written.status()
+                  << "\n";
       }
       more = true;
       continue;

@@ -19,11 +19,6 @@
 
 namespace kubetrain::kube {
 
-inline const Resource kNodes{"api/v1", "nodes", "Node", "v1"};
-inline const Resource kResourceQuotas{"api/v1", "resourcequotas", "ResourceQuota", "v1"};
-inline const Resource kPriorityClasses{"apis/scheduling.k8s.io/v1", "priorityclasses",
-                                       "PriorityClass", "scheduling.k8s.io/v1"};
-
 struct GangAdmissionOptions {
   std::string ns;  // the jobs' and quotas' namespace; "" = every namespace
   core::AdmissionPolicy policy;
@@ -89,7 +84,7 @@ class GangAdmission {
 
   std::mutex mu_;
   std::condition_variable wake_;
-  bool dirty_ = true;     // guarded by mu_
+  bool dirty_ = true;      // guarded by mu_
   bool stopping_ = false;  // guarded by mu_
   int64_t passes_ = 0;     // guarded by mu_
   std::thread thread_;

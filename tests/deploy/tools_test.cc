@@ -147,7 +147,14 @@ TEST_F(KustomizeTest, NamespacedOverlayUsesRolesOnly) {
   EXPECT_EQ(Kinds(docs).count("ClusterRole"), 0u);
   EXPECT_EQ(Kinds(docs).count("ClusterRoleBinding"), 0u);
   for (const YAML::Node& doc : docs) EXPECT_EQ(Str(doc["metadata"]["namespace"]), "ml-team");
-  EXPECT_EQ(Granted(docs, "Role", "kubetrain-operator"), CheckedClusterRole());
+  // All of the ClusterRole but what is cluster-scoped (gang admission's
+  // reads, which deploy/rbac/admission adds where it is turned on).
+  std::set<Permission> cluster_role = CheckedClusterRole();
+  for (const char* verb : {"list", "watch"}) {
+    cluster_role.erase({verb, "/nodes"});
+    cluster_role.erase({verb, "scheduling.k8s.io/priorityclasses"});
+  }
+  EXPECT_EQ(Granted(docs, "Role", "kubetrain-operator"), cluster_role);
   const YAML::Node* deployment = Find(docs, "Deployment");
   ASSERT_NE(deployment, nullptr);
   std::vector<std::string> problems = OperatorDeploymentProblems(*deployment, 2);
@@ -227,6 +234,28 @@ TEST_F(HelmTest, DefaultValuesRenderAClusterWideOperator) {
         "--metrics-address=kt-kubetrain-operator-trials.$(POD_NAMESPACE).svc:9091"}) {
     EXPECT_EQ(args.count(want), 1u) << want;
   }
+}
+
+TEST_F(HelmTest, GangAdmissionInOneNamespaceAddsAReadOnlyClusterRole) {
+  std::vector<YAML::Node> docs = Render(
+      "helm template kt " + Chart() + " --namespace kubetrain-system -f " + Values("namespaced") +
+      " --set admission.enabled=true --set admission.backfillLimit=3m");
+  ExpectEveryObjectWellFormed(docs);
+  EXPECT_EQ(Granted(docs, "ClusterRole", "kt-kubetrain-operator-admission"),
+            (std::set<Permission>{{"list", "/nodes"},
+                                  {"watch", "/nodes"},
+                                  {"list", "/pods"},
+                                  {"watch", "/pods"},
+                                  {"list", "scheduling.k8s.io/priorityclasses"},
+                                  {"watch", "scheduling.k8s.io/priorityclasses"}}));
+  const YAML::Node* deployment = Find(docs, "Deployment");
+  ASSERT_NE(deployment, nullptr);
+  std::set<std::string> args;
+  for (const auto& arg : (*deployment)["spec"]["template"]["spec"]["containers"][0]["args"]) {
+    args.insert(Str(arg));
+  }
+  EXPECT_EQ(args.count("--gang-admission=true"), 1u);
+  EXPECT_EQ(args.count("--admission-backfill-limit=3m"), 1u);
 }
 
 TEST_F(HelmTest, OneWatchedNamespaceRendersRolesThere) {

@@ -53,4 +53,10 @@ deploy/rbac/cluster/cluster_role.yaml (tests/deploy checks both).
 - apiGroups: [""]
   resources: ["configmaps"]
   verbs: ["get", "list", "watch", "create", "update"]
+- apiGroups: [""]
+  resources: ["nodes", "resourcequotas"]
+  verbs: ["list", "watch"]
+- apiGroups: ["scheduling.k8s.io"]
+  resources: ["priorityclasses"]
+  verbs: ["list", "watch"]
 {{- end -}}
