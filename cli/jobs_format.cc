@@ -16,6 +16,7 @@
 #include "absl/time/time.h"
 #include "api/codec.h"
 #include "google/protobuf/util/time_util.h"
+#include "operator/core/gang_admission.h"
 #include "operator/core/reconciler.h"
 #include "operator/core/waiting_reasons.h"
 #include "operator/tuner/tuner.h"
@@ -124,7 +125,8 @@ nlohmann::json JobResource(const v1::TrainingJob& job,
     // Replicas that run without the GPUs they asked for.
     if (c.type() == core::kNoGpuCondition && c.status() == "True")
       resource["warning"] = c.message();
-    if (c.type() != core::kReplicasWaitingCondition || c.status() != "True") continue;
+    const bool queued = c.type() == core::kAdmittedCondition && c.status() == "False";
+    if (!queued && (c.type() != core::kReplicasWaitingCondition || c.status() != "True")) continue;
     nlohmann::json waiting = ToJson(c);
     waiting.erase("type");
     waiting.erase("status");
@@ -133,7 +135,7 @@ nlohmann::json JobResource(const v1::TrainingJob& job,
       waiting["since"] = waiting["lastTransitionTime"];
       waiting.erase("lastTransitionTime");
     }
-    resource["waiting"] = waiting;
+    resource[queued ? "queued" : "waiting"] = waiting;
   }
   if (!job.metadata().labels().empty()) resource["labels"] = ToJson(job.metadata())["labels"];
   resource["trainingInput"] = ToJson(job.spec().training_input());
@@ -198,6 +200,10 @@ std::string SummarizeJob(const nlohmann::json& resource) {
   if (resource.contains("errorMessage")) out += "ERROR: " + Str(resource["errorMessage"]) + "\n";
   if (resource.contains("outputLocation"))
     out += "OUTPUTS: " + OutputsLine(resource["outputLocation"]) + "\n";
+  if (resource.contains("queued")) {
+    out += "QUEUED: " + Str(resource["queued"].value("reason", nlohmann::json())) + ": " +
+           Str(resource["queued"].value("message", nlohmann::json())) + "\n";
+  }
   if (resource.contains("waiting")) {
     out += "WAITING: " + Str(resource["waiting"].value("reason", nlohmann::json())) + ": " +
            Str(resource["waiting"].value("message", nlohmann::json())) + "\n";

@@ -20,8 +20,10 @@ namespace kubetrain::cli {
 // labels, trainingInput (as submitted), outputLocation (kubetrain's: where
 // outputs go, status.outputLocation), trainingOutput (each trial with its
 // outputPath), and, while the ReplicasWaiting condition holds, `waiting`
-// {reason, message, since}: why the replicas do not run (not a Cloud ML
-// field). int64 fields are
+// {reason, message, since}: why the replicas do not run, and while gang
+// admission holds the job (its Admitted condition is False), `queued` {reason,
+// message, since}: why its pods are not created yet (docs/admission.md; not
+// Cloud ML fields). int64 fields are
 // strings and times RFC 3339 (protobuf's JSON mapping); trials, with
 // `archived` ones added back, sorted best first by the study's goal (trials
 // without an objective last, by id); hyperparameter values are strings.

@@ -90,6 +90,29 @@ TEST(JobResourceTest, SaysWhyReplicasWaitWhileTheyDo) {
   EXPECT_FALSE(JobResource(job).contains("waiting"));
 }
 
+TEST(JobResourceTest, SaysWhyAQueuedJobIsNotAdmittedYet) {
+  v1::TrainingJob job = StudyWithTrials(v1::HyperparameterSpec::MAXIMIZE);
+  job.mutable_status()->set_state(v1::QUEUED);
+  v1::Condition* c = job.mutable_status()->add_conditions();
+  c->set_type("Admitted");
+  c->set_status("False");
+  c->set_reason("WaitingForCapacity");
+  c->set_message(
+      "needs 4 pods of cpu 4, memory 15Gi; the cluster can place 2 of them now; 1 job "
+      "ahead of it");
+  c->mutable_last_transition_time()->set_seconds(1800000060);
+  nlohmann::json r = JobResource(job);
+  EXPECT_EQ(r["queued"]["reason"], "WaitingForCapacity");
+  EXPECT_EQ(r["queued"]["since"], "2027-01-15T08:01:00Z");
+  EXPECT_FALSE(r.contains("waiting"));
+  EXPECT_THAT(SummarizeJob(r),
+              HasSubstr("QUEUED: WaitingForCapacity: needs 4 pods of cpu 4, memory 15Gi; the "
+                        "cluster can place 2 of them now; 1 job ahead of it\n"));
+  c->set_status("True");
+  c->set_reason("Admitted");
+  EXPECT_FALSE(JobResource(job).contains("queued"));
+}
+
 TEST(JobResourceTest, WarnsOfReplicasRunningWithoutTheirGpus) {
   v1::TrainingJob job = StudyWithTrials(v1::HyperparameterSpec::MAXIMIZE);
   EXPECT_FALSE(JobResource(job).contains("warning"));

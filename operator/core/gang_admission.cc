@@ -87,19 +87,19 @@ absl::StatusOr<ResourceAmounts> ResourceList(const json& list, const std::string
   return out;
 }
 
-const json& Field(const json& object, const char* name) {
+const json& JsonMember(const json& object, const char* name) {
   static const json kNull;
   if (!object.is_object()) return kNull;
   auto it = object.find(name);
   return it == object.end() ? kNull : *it;
 }
 
-std::string StringField(const json& object, const char* name) {
-  const json& value = Field(object, name);
+std::string JsonString(const json& object, const char* name) {
+  const json& value = JsonMember(object, name);
   return value.is_string() ? value.get<std::string>() : "";
 }
 
-std::map<std::string, std::string> StringMap(const json& object) {
+std::map<std::string, std::string> JsonStringMap(const json& object) {
   std::map<std::string, std::string> out;
   if (!object.is_object()) return out;
   for (auto it = object.begin(); it != object.end(); ++it) {
@@ -110,12 +110,12 @@ std::map<std::string, std::string> StringMap(const json& object) {
 
 // A container's requests, with its limits standing in for what it does not request.
 absl::StatusOr<ResourceAmounts> ContainerRequests(const json& container, const std::string& where) {
-  const json& resources = Field(container, "resources");
+  const json& resources = JsonMember(container, "resources");
   absl::StatusOr<ResourceAmounts> requests =
-      ResourceList(Field(resources, "requests"), where + ".resources.requests");
+      ResourceList(JsonMember(resources, "requests"), where + ".resources.requests");
   if (!requests.ok()) return requests.status();
   absl::StatusOr<ResourceAmounts> limits =
-      ResourceList(Field(resources, "limits"), where + ".resources.limits");
+      ResourceList(JsonMember(resources, "limits"), where + ".resources.limits");
   if (!limits.ok()) return limits.status();
   for (const auto& [resource, amount] : *limits) requests->emplace(resource, amount);
   return requests;
@@ -130,20 +130,20 @@ absl::StatusOr<std::vector<NodeSelectorRequirement>> Requirements(const json& li
   for (size_t i = 0; i < list.size(); ++i) {
     const json& item = list[i];
     NodeSelectorRequirement r;
-    r.key = StringField(item, "key");
+    r.key = JsonString(item, "key");
     if (!key_override.empty()) {
       if (r.key != key_override) {
         return absl::InvalidArgumentError(
             absl::StrCat(where, "[", i, "].key: only ", key_override, " is a node field"));
       }
     }
-    r.op = StringField(item, "operator");
+    r.op = JsonString(item, "operator");
     static const std::set<std::string> kOps = {"In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"};
     if (kOps.count(r.op) == 0) {
       return absl::InvalidArgumentError(absl::StrCat(
           where, "[", i, "].operator: \"", r.op, "\" is not one of ", absl::StrJoin(kOps, ", ")));
     }
-    for (const json& v : Field(item, "values")) {
+    for (const json& v : JsonMember(item, "values")) {
       if (v.is_string()) r.values.push_back(v.get<std::string>());
     }
     out.push_back(std::move(r));
@@ -455,13 +455,13 @@ std::string FormatAmounts(const ResourceAmounts& amounts) {
 
 absl::StatusOr<PodPlacement> ParsePodPlacement(const json& pod) {
   PodPlacement out;
-  const json& metadata = Field(pod, "metadata");
-  const json& spec = Field(pod, "spec");
-  out.name = StringField(metadata, "name");
-  out.ns = StringField(metadata, "namespace");
-  out.node = StringField(spec, "nodeName");
-  out.priority_class = StringField(spec, "priorityClassName");
-  const json& containers = Field(spec, "containers");
+  const json& metadata = JsonMember(pod, "metadata");
+  const json& spec = JsonMember(pod, "spec");
+  out.name = JsonString(metadata, "name");
+  out.ns = JsonString(metadata, "namespace");
+  out.node = JsonString(spec, "nodeName");
+  out.priority_class = JsonString(spec, "priorityClassName");
+  const json& containers = JsonMember(spec, "containers");
   if (containers.is_array()) {
     for (size_t i = 0; i < containers.size(); ++i) {
       absl::StatusOr<ResourceAmounts> requests =
@@ -471,7 +471,7 @@ absl::StatusOr<PodPlacement> ParsePodPlacement(const json& pod) {
     }
   }
   // Init containers run one at a time, before the others: the largest counts.
-  const json& init = Field(spec, "initContainers");
+  const json& init = JsonMember(spec, "initContainers");
   if (init.is_array()) {
     for (size_t i = 0; i < init.size(); ++i) {
       absl::StatusOr<ResourceAmounts> requests =
@@ -483,22 +483,23 @@ absl::StatusOr<PodPlacement> ParsePodPlacement(const json& pod) {
     }
   }
   out.requests[kPods] = 1000;
-  out.node_selector = StringMap(Field(spec, "nodeSelector"));
-  const json& tolerations = Field(spec, "tolerations");
+  out.node_selector = JsonStringMap(JsonMember(spec, "nodeSelector"));
+  const json& tolerations = JsonMember(spec, "tolerations");
   if (tolerations.is_array()) {
     for (const json& t : tolerations) {
       Toleration toleration;
-      toleration.key = StringField(t, "key");
-      toleration.op = StringField(t, "operator");
+      toleration.key = JsonString(t, "key");
+      toleration.op = JsonString(t, "operator");
       if (toleration.op.empty()) toleration.op = "Equal";
-      toleration.value = StringField(t, "value");
-      toleration.effect = StringField(t, "effect");
+      toleration.value = JsonString(t, "value");
+      toleration.effect = JsonString(t, "effect");
       out.tolerations.push_back(std::move(toleration));
     }
   }
-  const json& terms = Field(Field(Field(Field(spec, "affinity"), "nodeAffinity"),
-                                  "requiredDuringSchedulingIgnoredDuringExecution"),
-                            "nodeSelectorTerms");
+  const json& terms =
+      JsonMember(JsonMember(JsonMember(JsonMember(spec, "affinity"), "nodeAffinity"),
+                            "requiredDuringSchedulingIgnoredDuringExecution"),
+                 "nodeSelectorTerms");
   if (terms.is_array()) {
     for (size_t i = 0; i < terms.size(); ++i) {
       const std::string where = absl::StrCat(
@@ -506,10 +507,10 @@ absl::StatusOr<PodPlacement> ParsePodPlacement(const json& pod) {
           "nodeSelectorTerms[",
           i, "]");
       absl::StatusOr<std::vector<NodeSelectorRequirement>> expressions =
-          Requirements(Field(terms[i], "matchExpressions"), "", where + ".matchExpressions");
+          Requirements(JsonMember(terms[i], "matchExpressions"), "", where + ".matchExpressions");
       if (!expressions.ok()) return expressions.status();
-      absl::StatusOr<std::vector<NodeSelectorRequirement>> fields =
-          Requirements(Field(terms[i], "matchFields"), "metadata.name", where + ".matchFields");
+      absl::StatusOr<std::vector<NodeSelectorRequirement>> fields = Requirements(
+          JsonMember(terms[i], "matchFields"), "metadata.name", where + ".matchFields");
       if (!fields.ok()) return fields.status();
       expressions->insert(expressions->end(), fields->begin(), fields->end());
       out.required_terms.push_back(*std::move(expressions));
@@ -520,20 +521,19 @@ absl::StatusOr<PodPlacement> ParsePodPlacement(const json& pod) {
 
 absl::StatusOr<NodeCapacity> ParseNode(const json& node) {
   NodeCapacity out;
-  out.name = StringField(Field(node, "metadata"), "name");
-  out.labels = StringMap(Field(Field(node, "metadata"), "labels"));
-  const json& spec = Field(node, "spec");
+  out.name = JsonString(JsonMember(node, "metadata"), "name");
+  out.labels = JsonStringMap(JsonMember(JsonMember(node, "metadata"), "labels"));
+  const json& spec = JsonMember(node, "spec");
   out.unschedulable =
-      Field(spec, "unschedulable").is_boolean() && spec["unschedulable"].get<bool>();
-  const json& taints = Field(spec, "taints");
+      JsonMember(spec, "unschedulable").is_boolean() && spec["unschedulable"].get<bool>();
+  const json& taints = JsonMember(spec, "taints");
   if (taints.is_array()) {
     for (const json& t : taints) {
-      out.taints.push_back(
-          {StringField(t, "key"), StringField(t, "value"), StringField(t, "effect")});
+      out.taints.push_back({JsonString(t, "key"), JsonString(t, "value"), JsonString(t, "effect")});
     }
   }
   absl::StatusOr<ResourceAmounts> allocatable =
-      ResourceList(Field(Field(node, "status"), "allocatable"),
+      ResourceList(JsonMember(JsonMember(node, "status"), "allocatable"),
                    absl::StrCat("node ", out.name, ": status.allocatable"));
   if (!allocatable.ok()) return allocatable.status();
   out.allocatable = *std::move(allocatable);
@@ -542,10 +542,10 @@ absl::StatusOr<NodeCapacity> ParseNode(const json& node) {
 
 absl::StatusOr<NamespaceQuota> ParseResourceQuota(const json& quota) {
   NamespaceQuota out;
-  out.name = StringField(Field(quota, "metadata"), "name");
-  out.ns = StringField(Field(quota, "metadata"), "namespace");
+  out.name = JsonString(JsonMember(quota, "metadata"), "name");
+  out.ns = JsonString(JsonMember(quota, "metadata"), "namespace");
   absl::StatusOr<ResourceAmounts> hard =
-      ResourceList(Field(Field(quota, "spec"), "hard"),
+      ResourceList(JsonMember(JsonMember(quota, "spec"), "hard"),
                    absl::StrCat("ResourceQuota ", out.ns, "/", out.name, ": spec.hard"));
   if (!hard.ok()) return hard.status();
   out.hard = *std::move(hard);

@@ -11,15 +11,15 @@ namespace {
 
 using nlohmann::json;
 
-const json& At(const json& object, const char* key) {
+const json& FieldAt(const json& object, const char* key) {
   static const json kNull;
   if (!object.is_object()) return kNull;
   auto it = object.find(key);
   return it == object.end() ? kNull : *it;
 }
 
-std::string Text(const json& object, const char* key) {
-  const json& value = At(object, key);
+std::string FieldText(const json& object, const char* key) {
+  const json& value = FieldAt(object, key);
   return value.is_string() ? value.get<std::string>() : "";
 }
 
@@ -33,26 +33,29 @@ std::map<std::string, int64_t> Amounts(const json& list) {
 }
 
 std::map<std::string, int64_t> ContainerRequests(const json& container) {
-  std::map<std::string, int64_t> requests = Amounts(At(At(container, "resources"), "requests"));
-  for (const auto& [resource, amount] : Amounts(At(At(container, "resources"), "limits"))) {
+  std::map<std::string, int64_t> requests =
+      Amounts(FieldAt(FieldAt(container, "resources"), "requests"));
+  for (const auto& [resource, amount] :
+       Amounts(FieldAt(FieldAt(container, "resources"), "limits"))) {
     requests.emplace(resource, amount);
   }
   return requests;
 }
 
-int64_t Get(const std::map<std::string, int64_t>& amounts, const std::string& key) {
+int64_t AmountOf(const std::map<std::string, int64_t>& amounts, const std::string& key) {
   auto it = amounts.find(key);
   return it == amounts.end() ? 0 : it->second;
 }
 
 bool Tolerated(const json& pod, const json& taint) {
-  for (const json& t : At(At(pod, "spec"), "tolerations")) {
-    const std::string effect = Text(t, "effect");
-    if (!effect.empty() && effect != Text(taint, "effect")) continue;
-    const std::string key = Text(t, "key");
-    if (Text(t, "operator") == "Exists") {
-      if (key.empty() || key == Text(taint, "key")) return true;
-    } else if (key == Text(taint, "key") && Text(t, "value") == Text(taint, "value")) {
+  for (const json& t : FieldAt(FieldAt(pod, "spec"), "tolerations")) {
+    const std::string effect = FieldText(t, "effect");
+    if (!effect.empty() && effect != FieldText(taint, "effect")) continue;
+    const std::string key = FieldText(t, "key");
+    if (FieldText(t, "operator") == "Exists") {
+      if (key.empty() || key == FieldText(taint, "key")) return true;
+    } else if (key == FieldText(taint, "key") &&
+               FieldText(t, "value") == FieldText(taint, "value")) {
       return true;
     }
   }
@@ -94,11 +97,11 @@ std::optional<int64_t> QuantityMilli(const json& quantity) {
 
 std::map<std::string, int64_t> PodRequests(const json& pod) {
   std::map<std::string, int64_t> total;
-  const json& spec = At(pod, "spec");
-  for (const json& container : At(spec, "containers")) {
+  const json& spec = FieldAt(pod, "spec");
+  for (const json& container : FieldAt(spec, "containers")) {
     for (const auto& [resource, amount] : ContainerRequests(container)) total[resource] += amount;
   }
-  for (const json& container : At(spec, "initContainers")) {
+  for (const json& container : FieldAt(spec, "initContainers")) {
     for (const auto& [resource, amount] : ContainerRequests(container)) {
       total[resource] = std::max(total[resource], amount);
     }
@@ -108,7 +111,7 @@ std::map<std::string, int64_t> PodRequests(const json& pod) {
 }
 
 bool PodHoldsResources(const json& pod) {
-  const std::string phase = Text(At(pod, "status"), "phase");
+  const std::string phase = FieldText(FieldAt(pod, "status"), "phase");
   return phase != "Succeeded" && phase != "Failed";
 }
 
@@ -116,16 +119,16 @@ std::vector<SchedulingDecision> SchedulePods(const std::vector<json>& nodes,
                                              const std::vector<json>& pods) {
   std::vector<std::map<std::string, int64_t>> free(nodes.size());
   for (size_t n = 0; n < nodes.size(); ++n) {
-    free[n] = Amounts(At(At(nodes[n], "status"), "allocatable"));
+    free[n] = Amounts(FieldAt(FieldAt(nodes[n], "status"), "allocatable"));
   }
   auto node_index = [&](const std::string& name) -> std::optional<size_t> {
     for (size_t n = 0; n < nodes.size(); ++n) {
-      if (Text(At(nodes[n], "metadata"), "name") == name) return n;
+      if (FieldText(FieldAt(nodes[n], "metadata"), "name") == name) return n;
     }
     return std::nullopt;
   };
   for (const json& pod : pods) {
-    const std::string node = Text(At(pod, "spec"), "nodeName");
+    const std::string node = FieldText(FieldAt(pod, "spec"), "nodeName");
     if (node.empty() || !PodHoldsResources(pod)) continue;
     if (std::optional<size_t> n = node_index(node)) {
       for (const auto& [resource, amount] : PodRequests(pod)) free[*n][resource] -= amount;
@@ -135,22 +138,22 @@ std::vector<SchedulingDecision> SchedulePods(const std::vector<json>& nodes,
   std::vector<SchedulingDecision> decisions;
   for (size_t p = 0; p < pods.size(); ++p) {
     const json& pod = pods[p];
-    if (!Text(At(pod, "spec"), "nodeName").empty() || !PodHoldsResources(pod)) continue;
+    if (!FieldText(FieldAt(pod, "spec"), "nodeName").empty() || !PodHoldsResources(pod)) continue;
     const std::map<std::string, int64_t> requests = PodRequests(pod);
     std::map<std::string, int> reasons;  // why nodes were passed over, counted
     std::optional<size_t> best;
     for (size_t n = 0; n < nodes.size(); ++n) {
-      const json& spec = At(nodes[n], "spec");
-      if (At(spec, "unschedulable").is_boolean() && spec["unschedulable"].get<bool>()) {
+      const json& spec = FieldAt(nodes[n], "spec");
+      if (FieldAt(spec, "unschedulable").is_boolean() && spec["unschedulable"].get<bool>()) {
         ++reasons["node(s) were unschedulable"];
         continue;
       }
       bool selected = true;
-      const json& selector = At(At(pod, "spec"), "nodeSelector");
+      const json& selector = FieldAt(FieldAt(pod, "spec"), "nodeSelector");
       if (selector.is_object()) {
-        const json& labels = At(At(nodes[n], "metadata"), "labels");
+        const json& labels = FieldAt(FieldAt(nodes[n], "metadata"), "labels");
         for (auto it = selector.begin(); it != selector.end(); ++it) {
-          if (Text(labels, it.key().c_str()) != it.value()) selected = false;
+          if (FieldText(labels, it.key().c_str()) != it.value()) selected = false;
         }
       }
       if (!selected) {
@@ -158,8 +161,8 @@ std::vector<SchedulingDecision> SchedulePods(const std::vector<json>& nodes,
         continue;
       }
       bool tainted = false;
-      for (const json& taint : At(spec, "taints")) {
-        const std::string effect = Text(taint, "effect");
+      for (const json& taint : FieldAt(spec, "taints")) {
+        const std::string effect = FieldText(taint, "effect");
         if ((effect == "NoSchedule" || effect == "NoExecute") && !Tolerated(pod, taint)) {
           tainted = true;
         }
@@ -172,17 +175,17 @@ std::vector<SchedulingDecision> SchedulePods(const std::vector<json>& nodes,
       for (const auto& [resource, amount] : requests) {
         if (amount <= 0) continue;
         if (resource == "pods" && free[n].count("pods") == 0) continue;  // not counted there
-        if (Get(free[n], resource) < amount) {
+        if (AmountOf(free[n], resource) < amount) {
           ++reasons[absl::StrCat("Insufficient ", resource)];
           fits = false;
         }
       }
       if (!fits) continue;
-      if (!best || Get(free[n], "cpu") > Get(free[*best], "cpu")) best = n;
+      if (!best || AmountOf(free[n], "cpu") > AmountOf(free[*best], "cpu")) best = n;
     }
     SchedulingDecision decision{p, "", ""};
     if (best) {
-      decision.node = Text(At(nodes[*best], "metadata"), "name");
+      decision.node = FieldText(FieldAt(nodes[*best], "metadata"), "name");
       for (const auto& [resource, amount] : requests) free[*best][resource] -= amount;
     } else {
       std::vector<std::string> parts;
