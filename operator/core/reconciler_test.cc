@@ -2313,5 +2313,33 @@ TEST(AdmissionGateTest, JobsAdmittedElsewhereOrStartedBeforeAreNotHeld) {
   EXPECT_EQ(running.observed.replicas.size(), 2u);
 }
 
+TEST(AdmissionGateTest, AnAdmittedStudyStartsOnlyTheTrialsAdmissionLetsStart) {
+  Harness h(Study(6, 3));
+  h.options.gang_admission = true;
+  h.Settle();
+  EXPECT_TRUE(h.observed.replicas.empty());
+  EXPECT_EQ(h.job.status().training_output().total_trial_count(), 0);
+
+  // The admission pass admits the study with its first trial.
+  auto admit = [&](int64_t trials) {
+    for (v1::Condition& c : *h.job.mutable_status()->mutable_conditions()) {
+      if (c.type() != kAdmittedCondition) continue;
+      c.set_status("True");
+      c.set_reason(kAdmittedReason);
+    }
+    h.job.mutable_status()->set_admitted_trial_count(trials);
+  };
+  admit(1);
+  h.Settle();
+  EXPECT_EQ(h.job.status().training_output().total_trial_count(), 1);
+  EXPECT_EQ(h.observed.replicas.size(), 2u);  // one trial: master and worker
+  EXPECT_EQ(h.suggest_calls.size(), 1u);
+
+  admit(3);  // two more fit
+  h.Settle();
+  EXPECT_EQ(h.job.status().training_output().total_trial_count(), 3);
+  EXPECT_EQ(h.observed.replicas.size(), 6u);
+}
+
 }  // namespace
 }  // namespace kubetrain::core

@@ -10,6 +10,7 @@
 
 #include "api/defaults.h"
 #include "api/validation.h"
+#include "operator/core/gang_admission.h"
 #include "operator/core/naming.h"
 #include "operator/core/reconcile_pass.h"
 #include "operator/tuner/search_space.h"
@@ -325,6 +326,20 @@ ResumedHistory ResumedTrials(const Context& c) {
 
 }  // namespace
 
+namespace {
+
+// Whether gang admission admits this study's trials one by one: it is on,
+// and admitted the study itself (a study that ran before it was turned on,
+// or that another admits, starts its trials as before).
+bool TrialsAwaitAdmission(Context& c) {
+  if (!c.options.gang_admission || !AdmittedElsewhere(c.job).empty()) return false;
+  const v1::Condition* admitted = FindCondition(&c.status(), kAdmittedCondition);
+  return admitted != nullptr && admitted->status() == "True" &&
+         admitted->reason() == kAdmittedReason;
+}
+
+}  // namespace
+
 void ReconcileStudy(Context& c) {
   const v1::HyperparameterSpec& spec = c.hp();
   v1::TrainingOutput* out = c.status().mutable_training_output();
@@ -501,8 +516,15 @@ void ReconcileStudy(Context& c) {
   // Start new trials into the free slots.
   int running = 0;
   for (const v1::HyperparameterOutput& t : out->trials()) running += TrialActive(t) ? 1 : 0;
-  const int64_t free_slots = std::min<int64_t>(spec.max_parallel_trials() - running,
-                                               spec.max_trials() - out->total_trial_count());
+  int64_t free_slots = std::min<int64_t>(spec.max_parallel_trials() - running,
+                                         spec.max_trials() - out->total_trial_count());
+  // Under gang admission, a trial starts only once admission has let it
+  // (each trial is a gang of its own): the tuner is asked when it starts,
+  // with every result that came in while it waited.
+  if (TrialsAwaitAdmission(c)) {
+    free_slots =
+        std::min<int64_t>(free_slots, c.status().admitted_trial_count() - out->total_trial_count());
+  }
   bool exhausted = false;
   if (free_slots > 0) {
     std::vector<tuner::TrialRecord> history = resumed.trials;

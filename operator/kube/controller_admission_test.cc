@@ -246,6 +246,66 @@ TEST_F(AdmissionTest, AJobOverTheNamespaceQuotaWaitsAndNoCreateIsRefused) {
   EXPECT_EQ(server_->RefusalCounts().count("create pods 403"), 0u);
 }
 
+TEST_F(AdmissionTest, AStudyOfFourParallelTrialsOnRoomForOneAndAHalfRunsEveryTrial) {
+  StartServer(3);  // 6 replicas; a trial is 4
+  StartController(/*admission=*/true);
+  json study = SyncPsJob("sweep");
+  study["spec"]["trainingInput"]["hyperparameters"] = {
+      {"goal", "MAXIMIZE"},
+      {"maxTrials", 4},
+      {"maxParallelTrials", 4},
+      {"hyperparameterMetricTag", "accuracy"},
+      {"params",
+       {{{"parameterName", "lr"}, {"type", "DOUBLE"}, {"minValue", 0.001}, {"maxValue", 0.1}}}}};
+  ASSERT_TRUE(server_->Create("trainingjobs", "ns1", study).ok());
+  auto trial_pods = [&] {
+    std::map<std::string, std::map<std::string, int>> by_trial;  // trial -> phase -> count
+    for (const json& pod : server_->List("pods", "ns1")) {
+      const std::string trial =
+          pod.value("/metadata/labels/kubetrain.io~1trial-id"_json_pointer, std::string());
+      ++by_trial[trial][pod.value("/status/phase"_json_pointer, std::string())];
+    }
+    return by_trial;
+  };
+  std::set<std::string> finished;
+  for (int round = 0; round < 4; ++round) {
+    std::string running;
+    ASSERT_TRUE(server_->WaitUntil([&] {
+      for (const auto& [trial, phases] : trial_pods()) {
+        if (finished.count(trial) == 0 && phases.count("Running") && phases.at("Running") == 4) {
+          running = trial;
+          return true;
+        }
+      }
+      return false;
+    })) << Job("sweep").dump();
+    // One trial at a time fits, and only one was let start: no pod of the
+    // study waits for room.
+    for (const auto& [trial, phases] : trial_pods()) {
+      EXPECT_EQ(phases.count("Pending"), 0u) << "trial " << trial;
+      if (finished.count(trial) == 0) EXPECT_EQ(trial, running);
+    }
+    for (const json& pod : server_->List("pods", "ns1")) {
+      if (pod.value("/metadata/labels/kubetrain.io~1trial-id"_json_pointer, std::string()) ==
+          running) {
+        ASSERT_TRUE(server_
+                        ->MergePatch("pods", "ns1", pod["metadata"]["name"].get<std::string>(),
+                                     testing::TerminatedPodStatus("Succeeded", 0), "status")
+                        .ok());
+      }
+    }
+    finished.insert(running);
+  }
+  ASSERT_TRUE(server_->WaitUntil([&] {
+    const std::string state = State("sweep");
+    return state == "SUCCEEDED" || state == "FAILED";
+  })) << Job("sweep").dump();
+  const json output = Job("sweep")["status"]["trainingOutput"];
+  ASSERT_EQ(output["trials"].size(), 4u) << output.dump();
+  for (const json& trial : output["trials"]) EXPECT_EQ(trial["state"], "SUCCEEDED") << trial.dump();
+  EXPECT_EQ(Job("sweep")["status"]["admittedTrialCount"], 4);
+}
+
 // A job that takes the whole cluster (3 nodes, 6 replicas) runs; `first`
 // and then `second` are submitted behind it.
 class QueueOrderTest : public AdmissionTest {

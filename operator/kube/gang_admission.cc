@@ -49,6 +49,9 @@ void StripPodForAdmission(json& pod) {
   pod = std::move(kept);
 }
 
+// A trial's gang is keyed "namespace/name#trial".
+constexpr char kTrialKeySeparator[] = "#";
+
 bool Terminal(const json& pod) {
   const std::string phase = pod.value("/status/phase"_json_pointer, std::string());
   return phase == "Succeeded" || phase == "Failed";
@@ -168,14 +171,13 @@ void GangAdmission::Loop() {
   }
 }
 
-std::vector<core::PodPlacement> GangAdmission::GangPods(const v1::TrainingJob& job) {
-  Rendered& rendered = rendered_[job.metadata().uid()];
+std::vector<core::PodPlacement> GangAdmission::GangPods(const v1::TrainingJob& job,
+                                                        const std::string& trial) {
+  Rendered& rendered = rendered_[absl::StrCat(job.metadata().uid(), "/", trial)];
   if (rendered.generation == job.metadata().generation() && !rendered.pods.empty()) {
     return rendered.pods;
   }
   const std::string& ns = job.metadata().namespace_();
-  // One trial of a study: each trial is a gang of its own.
-  const std::string trial = core::internal::IsStudy(job) ? "1" : "";
   rendered.pods.clear();
   for (const core::DesiredReplica& replica :
        core::DesiredReplicas(job, trial, {}, reconcile_(ns))) {
@@ -248,26 +250,91 @@ absl::Status GangAdmission::RunPass() {
     } else {
       gang.waiting_since = now;
     }
-    // An admitted study's trials are its pods (counted where they are
-    // bound); a queued one needs one trial's.
-    if (!(gang.admitted && core::internal::IsStudy(*job))) gang.pods = GangPods(*job);
+    const bool study = core::internal::IsStudy(*job);
+    // A queued study waits for its first trial's gang.
+    gang.pods = GangPods(*job, study ? "1" : "");
     if (!gang.pods.empty()) {
       auto priority = priorities.find(gang.pods.front().priority_class);
       if (priority != priorities.end()) gang.priority = priority->second;
     }
+    const bool trials_one_by_one = study && condition != nullptr && condition->status() == "True" &&
+                                   condition->reason() == core::kAdmittedReason;
+    if (trials_one_by_one) {
+      // Each trial is a gang: those running (their pods not yet bound keep
+      // their room), those admitted but not started, and as many more as the
+      // study would start now, queued one after another.
+      const v1::HyperparameterSpec& hp =
+          core::Normalize(*job).spec().training_input().hyperparameters();
+      const int64_t started = status.training_output().total_trial_count();
+      const int64_t unused = std::max<int64_t>(0, status.admitted_trial_count() - started);
+      int64_t active = 0;
+      auto trial_gang = [&](const std::string& trial, bool admitted) {
+        core::Gang t = gang;
+        t.key = absl::StrCat(gang.key, kTrialKeySeparator, trial);
+        t.pods = GangPods(*job, trial);
+        t.admitted = admitted;
+        return t;
+      };
+      for (const v1::HyperparameterOutput& trial : status.training_output().trials()) {
+        if (core::IsTerminal(trial.state())) continue;
+        ++active;
+        gangs.push_back(trial_gang(trial.trial_id(), true));
+      }
+      for (int64_t k = 1; k <= unused; ++k) {
+        gangs.push_back(trial_gang(std::to_string(started + k), true));
+      }
+      const int64_t wanted = std::min<int64_t>(hp.max_parallel_trials() - active - unused,
+                                               hp.max_trials() - started - unused);
+      for (int64_t k = 1; k <= wanted; ++k) {
+        gangs.push_back(trial_gang(std::to_string(started + unused + k), false));
+      }
+      jobs[gang.key] = {object, *std::move(job)};
+      continue;
+    }
     jobs[gang.key] = {object, *std::move(job)};
     gangs.push_back(std::move(gang));
   }
-  std::erase_if(rendered_, [&](const auto& entry) { return live_uids.count(entry.first) == 0; });
+  std::erase_if(rendered_, [&](const auto& entry) {
+    return live_uids.count(entry.first.substr(0, entry.first.find('/'))) == 0;
+  });
 
   std::vector<core::AdmissionDecision> decisions =
       core::PlanAdmission(cluster, gangs, now, options_.policy);
+  // Trials of admitted studies: how many more each may start.
+  std::map<std::string, int64_t> trials_admitted;
+  std::erase_if(decisions, [&](const core::AdmissionDecision& d) {
+    const size_t at = d.key.find(kTrialKeySeparator);
+    if (at == std::string::npos) return false;
+    if (d.reason == core::kAdmittedReason) ++trials_admitted[d.key.substr(0, at)];
+    return true;
+  });
+  int writes = 0;
+  bool more = false;
+  for (const auto& [key, count] : trials_admitted) {
+    auto& [object, job] = jobs[key];
+    v1::TrainingJobStatus status = job.status();
+    status.set_admitted_trial_count(
+        std::max(status.admitted_trial_count(), status.training_output().total_trial_count()) +
+        count);
+    json updated = *object;
+    updated["status"] = StatusToJson(status);
+    ++writes;
+    absl::StatusOr<json> written =
+        client_->Update(kTrainingJobs, MetaString(*object, "namespace"), updated, true);
+    if (!written.ok()) {
+      more = true;  // the next pass sees the job anew
+      continue;
+    }
+    if (recorder_ != nullptr) {
+      recorder_->Record(*written, EventRecorder::Type::kNormal, "TrialsAdmitted",
+                        absl::StrCat(count, count == 1 ? " trial" : " trials",
+                                     " admitted: all of their pods can be placed now"));
+    }
+  }
   std::stable_sort(decisions.begin(), decisions.end(), [&](const auto& a, const auto& b) {
     return WriteRank(a.reason, AdmittedCondition(jobs[a.key].second.status())) <
            WriteRank(b.reason, AdmittedCondition(jobs[b.key].second.status()));
   });
-  int writes = 0;
-  bool more = false;
   for (const core::AdmissionDecision& decision : decisions) {
     auto& [object, job] = jobs[decision.key];
     const v1::Condition* current = AdmittedCondition(job.status());
@@ -298,6 +365,11 @@ absl::Status GangAdmission::RunPass() {
     condition->set_message(decision.message);
     core::internal::ToProto(now, condition->mutable_last_update_time());
     if (status.state() == v1::STATE_UNSPECIFIED) status.set_state(v1::QUEUED);
+    // A study is admitted with its first trial; the next ones, one gang each.
+    if (admitted && core::internal::IsStudy(job)) {
+      status.set_admitted_trial_count(std::max<int64_t>(
+          status.admitted_trial_count(), 1 + status.training_output().total_trial_count()));
+    }
     json updated = *object;
     updated["status"] = StatusToJson(status);
     ++writes;

@@ -70,9 +70,10 @@ class GangAdmission {
   int64_t passes() const;
 
  private:
-  // The pods one job's gang needs, rendered as the controller would create
-  // them; cached by uid and generation.
-  std::vector<core::PodPlacement> GangPods(const v1::TrainingJob& job);
+  // The pods of a job's gang (`trial` "") or of one trial of a study,
+  // rendered as the controller would create them; cached by uid, trial and
+  // generation.
+  std::vector<core::PodPlacement> GangPods(const v1::TrainingJob& job, const std::string& trial);
   void Loop();
 
   ClusterClient* const client_;
@@ -94,7 +95,7 @@ class GangAdmission {
     int64_t generation = 0;
     std::vector<core::PodPlacement> pods;
   };
-  std::map<std::string, Rendered> rendered_;  // by job uid
+  std::map<std::string, Rendered> rendered_;  // by "uid/trial"
 };
 
 }  // namespace kubetrain::kube
