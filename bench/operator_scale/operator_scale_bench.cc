@@ -7,7 +7,7 @@
 //   operator_scale_bench [--jobs 1000] [--qps Q] [--burst B] [--workers W]
 //                        [--request-latency-ms 1] [--write-latency-ms 5]
 //                        [--max-in-flight 400] [--study]
-//                        [--peer PATH] [--rounds 1]
+//                        [--peer PATH | --admission] [--rounds 1]
 //
 // Each run:
 // 1. starts the operator and waits until its informers watch;
@@ -22,6 +22,9 @@
 // operator and the binary at PATH (another build, e.g. the previous commit's),
 // and the pods/s of each, and their ratio, close the report. Flags the
 // operator does not get (--qps, --burst, --workers) keep its own defaults.
+// With --admission, the runs alternate between this build with
+// --gang-admission and without it, on a fake cluster whose nodes hold every
+// pod (all jobs are admitted): what admission costs the time to all pods.
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -95,6 +98,7 @@ bool Has(int argc, char** argv, const std::string& name) {
 struct Setup {
   int jobs = 1000;
   bool study = false;
+  bool admission = false;  // nodes for every pod; this build with and without --gang-admission
   std::string qps, burst, workers;  // "": the operator's default
   FakeApiServer::Options server;
 };
@@ -133,11 +137,25 @@ json StudyJob() {
             {"runPolicy", {{"restartPolicy", "OnFailure"}}}}}};
 }
 
-std::optional<Result> RunOnce(const std::string& operator_binary, const Setup& setup) {
+std::optional<Result> RunOnce(const std::string& operator_binary,
+                              const std::vector<std::string>& extra_args, const Setup& setup) {
   auto server = FakeApiServer::Start(setup.server);
   if (!server.ok()) {
     std::cerr << server.status() << "\n";
     return std::nullopt;
+  }
+  if (setup.admission) {
+    // Room for every pod of every job (or trial), so each is admitted: 100
+    // nodes of 400 CPUs, 1.2 TiB and 1,000 pods each.
+    for (int i = 0; i < 100; ++i) {
+      json node = {
+          {"metadata", {{"name", absl::StrCat("node-", i)}}},
+          {"status", {{"allocatable", {{"cpu", "400"}, {"memory", "1200Gi"}, {"pods", "1000"}}}}}};
+      if (auto made = (*server)->Create("nodes", "", node); !made.ok()) {
+        std::cerr << made.status() << "\n";
+        return std::nullopt;
+      }
+    }
   }
   char dir_template[] = "/tmp/operator_scale_XXXXXX";
   const std::string dir = mkdtemp(dir_template);
@@ -155,6 +173,7 @@ std::optional<Result> RunOnce(const std::string& operator_binary, const Setup& s
   if (!setup.workers.empty()) args.insert(args.end(), {"--workers", setup.workers});
   if (!setup.qps.empty()) args.insert(args.end(), {"--kube-api-qps", setup.qps});
   if (!setup.burst.empty()) args.insert(args.end(), {"--kube-api-burst", setup.burst});
+  args.insert(args.end(), extra_args.begin(), extra_args.end());
   const pid_t pid = fork();
   if (pid == 0) {
     const int fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -266,6 +285,7 @@ int main(int argc, char** argv) {
   Setup setup;
   setup.jobs = std::atoi(Flag(argc, argv, "jobs", "1000").c_str());
   setup.study = Has(argc, argv, "study");
+  setup.admission = Has(argc, argv, "admission");
   setup.qps = Flag(argc, argv, "qps", "");
   setup.burst = Flag(argc, argv, "burst", "");
   setup.workers = Flag(argc, argv, "workers", "");
@@ -284,29 +304,37 @@ int main(int argc, char** argv) {
                   : absl::StrCat(setup.jobs, " STANDARD_1 TrainingJobs x 8 replicas").c_str(),
       absl::FormatDuration(setup.server.request_latency).c_str(),
       absl::FormatDuration(setup.server.write_latency).c_str(), setup.server.max_in_flight);
-  std::vector<std::pair<std::string, std::string>> operators = {
-      {"this build", KUBETRAIN_OPERATOR_BINARY}};
-  if (!peer.empty()) operators.emplace_back("peer " + peer, peer);
+  struct Operator {
+    std::string who, binary;
+    std::vector<std::string> args;
+  };
+  std::vector<Operator> operators = {{"this build", KUBETRAIN_OPERATOR_BINARY, {}}};
+  if (setup.admission) {
+    operators = {{"this build, admission on", KUBETRAIN_OPERATOR_BINARY, {"--gang-admission"}},
+                 {"this build, admission off", KUBETRAIN_OPERATOR_BINARY, {}}};
+  } else if (!peer.empty()) {
+    operators.push_back({"peer " + peer, peer, {}});
+  }
   std::map<std::string, std::vector<double>> rates;
   bool all_done = true;
   for (int round = 0; round < rounds; ++round) {
-    for (const auto& [who, binary] : operators) {
-      std::optional<Result> r = RunOnce(binary, setup);
+    for (const auto& [who, binary, args] : operators) {
+      std::optional<Result> r = RunOnce(binary, args, setup);
       if (!r) return 1;
       Report(absl::StrCat(who, ", round ", round + 1), setup, *r);
       rates[who].push_back(static_cast<double>(r->pods) / std::max(r->seconds, 1e-9));
       all_done &= r->done;
     }
   }
-  if (!peer.empty()) {
+  if (operators.size() == 2) {
     auto median = [](std::vector<double> v) {
       std::sort(v.begin(), v.end());
       return v[v.size() / 2];
     };
-    const double mine = median(rates["this build"]);
-    const double theirs = median(rates["peer " + peer]);
-    std::printf("pods/s, median of %d: this build %.1f, peer %.1f, ratio %.2f\n", rounds, mine,
-                theirs, mine / theirs);
+    const double mine = median(rates[operators[0].who]);
+    const double theirs = median(rates[operators[1].who]);
+    std::printf("pods/s, median of %d: %s %.1f, %s %.1f, ratio %.2f\n", rounds,
+                operators[0].who.c_str(), mine, operators[1].who.c_str(), theirs, mine / theirs);
   }
   return all_done ? 0 : 1;
 }

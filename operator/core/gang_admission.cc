@@ -253,11 +253,18 @@ class Placer {
     return best;
   }
 
-  bool Place(const PodPlacement& pod) {
+  bool Place(const PodPlacement& pod) { return PlaceOn(pod).has_value(); }
+
+  // Where the pod went; nullopt when nowhere.
+  std::optional<size_t> PlaceOn(const PodPlacement& pod) {
     std::optional<size_t> node = Choose(pod);
-    if (!node) return false;
-    Add(*node, pod.requests);
-    return true;
+    if (node) Add(*node, pod.requests);
+    return node;
+  }
+
+  // Takes back a pod placed on node `i`.
+  void Remove(size_t i, const ResourceAmounts& requests) {
+    for (const auto& [resource, amount] : requests) used_[i][resource] -= amount;
   }
 
  private:
@@ -286,21 +293,51 @@ std::vector<const PodPlacement*> PlacementOrder(const std::vector<PodPlacement>&
 }
 
 // Places every pod, or none: true when all of them fit (and are then counted).
+// (What is placed is taken back on the way out, rather than the placer
+// copied: a pass tries a thousand gangs on a hundred nodes.)
 bool PlaceAll(Placer& placer, const std::vector<const PodPlacement*>& pods) {
-  Placer trial = placer;
+  std::vector<std::pair<size_t, const PodPlacement*>> placed;
   for (const PodPlacement* pod : pods) {
-    if (!trial.Place(*pod)) return false;
+    std::optional<size_t> node = placer.PlaceOn(*pod);
+    if (!node) {
+      for (const auto& [i, p] : placed) placer.Remove(i, p->requests);
+      return false;
+    }
+    placed.emplace_back(*node, pod);
   }
-  placer = std::move(trial);
   return true;
 }
 
 // How many of the pods fit now, one after another (the ones that do not are skipped).
-int CountPlaceable(const Placer& placer, const std::vector<const PodPlacement*>& pods) {
-  Placer trial = placer;
-  int placed = 0;
-  for (const PodPlacement* pod : pods) placed += trial.Place(*pod) ? 1 : 0;
-  return placed;
+int CountPlaceable(Placer& placer, const std::vector<const PodPlacement*>& pods) {
+  std::vector<std::pair<size_t, const PodPlacement*>> placed;
+  for (const PodPlacement* pod : pods) {
+    if (std::optional<size_t> node = placer.PlaceOn(*pod)) placed.emplace_back(*node, pod);
+  }
+  for (const auto& [i, p] : placed) placer.Remove(i, p->requests);
+  return static_cast<int>(placed.size());
+}
+
+// What placing a gang depends on, as text: gangs of one shape fare alike.
+std::string Shape(const Gang& gang) {
+  std::string shape;
+  for (const PodPlacement* pod : PlacementOrder(gang.pods)) {
+    for (const auto& [resource, amount] : pod->requests)
+      absl::StrAppend(&shape, resource, "=", amount, ",");
+    for (const auto& [key, value] : pod->node_selector)
+      absl::StrAppend(&shape, "s:", key, "=", value, ",");
+    for (const Toleration& t : pod->tolerations) {
+      absl::StrAppend(&shape, "t:", t.key, "/", t.op, "/", t.value, "/", t.effect, ",");
+    }
+    for (const auto& term : pod->required_terms) {
+      absl::StrAppend(&shape, "a:");
+      for (const NodeSelectorRequirement& r : term) {
+        absl::StrAppend(&shape, r.key, " ", r.op, " ", absl::StrJoin(r.values, "|"), ";");
+      }
+    }
+    shape += "\n";
+  }
+  return shape;
 }
 
 // "4 pods of cpu 4, memory 15Gi", or "3 pods (1 of cpu 8, memory 30Gi; 2 of cpu 4, memory 15Gi)".
@@ -627,14 +664,27 @@ std::vector<AdmissionDecision> PlanAdmission(const ClusterState& cluster,
   int waiting = 0;
   // The head of the queue, once it has waited past the backfill limit.
   const Gang* holding = nullptr;
+  // Per shape (Shape): whether the empty cluster holds it, and, until the
+  // next admission (what is free only shrinks in between), how many of its
+  // pods fit now when it does not fit whole.
+  std::map<std::string, std::optional<std::string>> never_fits;  // the message
+  std::map<std::string, int> does_not_fit_now;
+  std::map<std::string, std::string> described;  // DescribePods by shape
   for (const Gang* gang : order) {
     if (gang->admitted) continue;
     AdmissionDecision decision{gang->key, "", 0, ""};
     const std::vector<const PodPlacement*> pods = PlacementOrder(gang->pods);
-    Placer empty(cluster.nodes);
-    if (!PlaceAll(empty, pods)) {
+    const std::string shape = Shape(*gang);
+    auto never = never_fits.find(shape);
+    if (never == never_fits.end()) {
+      Placer empty(cluster.nodes);
+      std::optional<std::string> message;
+      if (!PlaceAll(empty, pods)) message = NeverFitsMessage(cluster.nodes, *gang);
+      never = never_fits.emplace(shape, std::move(message)).first;
+    }
+    if (never->second) {
       decision.reason = kNeverFitsReason;
-      decision.message = NeverFitsMessage(cluster.nodes, *gang);
+      decision.message = *never->second;
       decisions.push_back(std::move(decision));
       continue;
     }
@@ -666,7 +716,9 @@ std::vector<AdmissionDecision> PlanAdmission(const ClusterState& cluster,
       decisions.push_back(std::move(decision));
       continue;
     }
-    if (holding == nullptr && PlaceAll(placer, pods)) {
+    auto known_misfit = does_not_fit_now.find(shape);
+    if (holding == nullptr && known_misfit == does_not_fit_now.end() && PlaceAll(placer, pods)) {
+      does_not_fit_now.clear();
       for (const PodPlacement* pod : missing(*gang)) {
         for (const auto& [resource, amount] : pod->requests) {
           namespace_used[gang->ns][resource] += amount;
@@ -679,9 +731,16 @@ std::vector<AdmissionDecision> PlanAdmission(const ClusterState& cluster,
     }
     decision.reason = kWaitingForCapacityReason;
     decision.position = ++waiting;
-    decision.message = absl::StrCat("needs ", DescribePods(gang->pods), "; the cluster can place ",
-                                    CountPlaceable(placer, pods), " of them now; ",
-                                    JobsAhead(decision.position - 1));
+    if (known_misfit == does_not_fit_now.end()) {
+      known_misfit = does_not_fit_now.emplace(shape, CountPlaceable(placer, pods)).first;
+    }
+    auto description = described.find(shape);
+    if (description == described.end()) {
+      description = described.emplace(shape, DescribePods(gang->pods)).first;
+    }
+    decision.message =
+        absl::StrCat("needs ", description->second, "; the cluster can place ",
+                     known_misfit->second, " of them now; ", JobsAhead(decision.position - 1));
     if (holding != nullptr) {
       absl::StrAppend(&decision.message, "; jobs behind ", holding->key,
                       " wait for it: it has waited longer than ",

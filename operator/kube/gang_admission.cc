@@ -1,6 +1,7 @@
 #include "operator/kube/gang_admission.h"
 
 #include <algorithm>
+#include <atomic>
 #include <iostream>
 #include <set>
 #include <utility>
@@ -48,6 +49,9 @@ void StripPodForAdmission(json& pod) {
   }
   pod = std::move(kept);
 }
+
+// Status writes a pass has in flight at once.
+constexpr size_t kConcurrentWrites = 8;
 
 // A trial's gang is keyed "namespace/name#trial".
 constexpr char kTrialKeySeparator[] = "#";
@@ -222,21 +226,37 @@ absl::Status GangAdmission::RunPass() {
   }
 
   std::vector<core::Gang> gangs;
-  std::map<std::string, std::pair<ObjectPtr, v1::TrainingJob>> jobs;
+  std::map<std::string, std::pair<ObjectPtr, std::shared_ptr<const v1::TrainingJob>>> jobs;
   std::set<std::string> live_uids;
   for (const ObjectPtr& object : jobs_->List()) {
-    absl::StatusOr<v1::TrainingJob> job = JobFromObject(*object);
-    if (!job.ok()) continue;  // the controller fails it
-    live_uids.insert(job->metadata().uid());
+    // Read (and checked) once per version of the job, not once per pass.
+    const std::string uid = MetaString(*object, "uid");
+    live_uids.insert(uid);
+    ParsedJob& parsed = parsed_[uid];
+    if (parsed.resource_version != MetaString(*object, "resourceVersion")) {
+      parsed.resource_version = MetaString(*object, "resourceVersion");
+      absl::StatusOr<v1::TrainingJob> read = JobFromObject(*object);
+      parsed.job = read.ok() ? std::make_shared<const v1::TrainingJob>(*std::move(read)) : nullptr;
+      parsed.valid.reset();
+    }
+    if (parsed.job == nullptr) continue;  // the controller fails it
+    const std::shared_ptr<const v1::TrainingJob> job = parsed.job;
     const v1::TrainingJobStatus& status = job->status();
     if (core::IsTerminal(status.state()) || status.state() == v1::CANCELLING ||
         job->spec().cancel() || job->spec().run_policy().suspend() ||
         !core::AdmittedElsewhere(*job).empty()) {
       continue;
     }
-    const core::ReconcileOptions reconcile = reconcile_(job->metadata().namespace_());
-    if (!api::Validate(*job, {.runtimes = &core::Runtimes(reconcile)}).empty()) continue;
+    if (!parsed.valid) {
+      const core::ReconcileOptions reconcile = reconcile_(job->metadata().namespace_());
+      parsed.valid = api::Validate(*job, {.runtimes = &core::Runtimes(reconcile)}).empty();
+    }
+    if (!*parsed.valid) continue;
     const v1::Condition* condition = AdmittedCondition(status);
+    // A job the reconciler has not seen yet (it writes Admitted=False,
+    // Queued first) waits for that write: deciding before it would only
+    // race it (a 409, and the write again).
+    if (condition == nullptr && status.state() == v1::STATE_UNSPECIFIED) continue;
     core::Gang gang;
     gang.key = ObjectKey(*object);
     gang.ns = job->metadata().namespace_();
@@ -288,12 +308,13 @@ absl::Status GangAdmission::RunPass() {
       for (int64_t k = 1; k <= wanted; ++k) {
         gangs.push_back(trial_gang(std::to_string(started + unused + k), false));
       }
-      jobs[gang.key] = {object, *std::move(job)};
+      jobs[gang.key] = {object, job};
       continue;
     }
-    jobs[gang.key] = {object, *std::move(job)};
+    jobs[gang.key] = {object, job};
     gangs.push_back(std::move(gang));
   }
+  std::erase_if(parsed_, [&](const auto& entry) { return live_uids.count(entry.first) == 0; });
   std::erase_if(rendered_, [&](const auto& entry) {
     return live_uids.count(entry.first.substr(0, entry.first.find('/'))) == 0;
   });
@@ -308,46 +329,48 @@ absl::Status GangAdmission::RunPass() {
     if (d.reason == core::kAdmittedReason) ++trials_admitted[d.key.substr(0, at)];
     return true;
   });
-  int writes = 0;
+  // The status writes of this pass, made a few at once (each is a round
+  // trip: 1,000 admissions one after another would take seconds).
+  struct Write {
+    std::string key;
+    json updated;
+    EventRecorder::Type event_type = EventRecorder::Type::kNormal;
+    std::string event_reason;  // "": no event
+    std::string event_message;
+  };
+  std::vector<Write> writes;
   bool more = false;
   for (const auto& [key, count] : trials_admitted) {
     auto& [object, job] = jobs[key];
-    v1::TrainingJobStatus status = job.status();
+    v1::TrainingJobStatus status = job->status();
     status.set_admitted_trial_count(
         std::max(status.admitted_trial_count(), status.training_output().total_trial_count()) +
         count);
     json updated = *object;
     updated["status"] = StatusToJson(status);
-    ++writes;
-    absl::StatusOr<json> written =
-        client_->Update(kTrainingJobs, MetaString(*object, "namespace"), updated, true);
-    if (!written.ok()) {
-      more = true;  // the next pass sees the job anew
-      continue;
-    }
-    if (recorder_ != nullptr) {
-      recorder_->Record(*written, EventRecorder::Type::kNormal, "TrialsAdmitted",
-                        absl::StrCat(count, count == 1 ? " trial" : " trials",
-                                     " admitted: all of their pods can be placed now"));
-    }
+    writes.push_back({key, std::move(updated), EventRecorder::Type::kNormal, "TrialsAdmitted",
+                      absl::StrCat(count, count == 1 ? " trial" : " trials",
+                                   " admitted: all of their pods can be placed now")});
   }
   std::stable_sort(decisions.begin(), decisions.end(), [&](const auto& a, const auto& b) {
-    return WriteRank(a.reason, AdmittedCondition(jobs[a.key].second.status())) <
-           WriteRank(b.reason, AdmittedCondition(jobs[b.key].second.status()));
+    return WriteRank(a.reason, AdmittedCondition(jobs[a.key].second->status())) <
+           WriteRank(b.reason, AdmittedCondition(jobs[b.key].second->status()));
   });
+  int informing = 0;  // writes that are not admissions
   for (const core::AdmissionDecision& decision : decisions) {
     auto& [object, job] = jobs[decision.key];
-    const v1::Condition* current = AdmittedCondition(job.status());
+    const v1::Condition* current = AdmittedCondition(job->status());
     const bool admitted = decision.reason == core::kAdmittedReason;
     if (current != nullptr && current->reason() == decision.reason &&
         current->message() == decision.message) {
       continue;
     }
-    if (writes >= options_.max_writes_per_pass) {
+    // Admissions are never held back; what only informs waits its turn.
+    if (!admitted && ++informing > options_.max_writes_per_pass) {
       more = true;
-      break;
+      continue;
     }
-    v1::TrainingJobStatus status = job.status();
+    v1::TrainingJobStatus status = job->status();
     v1::Condition* condition = nullptr;
     for (v1::Condition& c : *status.mutable_conditions()) {
       if (c.type() == core::kAdmittedCondition) condition = &c;
@@ -366,35 +389,52 @@ absl::Status GangAdmission::RunPass() {
     core::internal::ToProto(now, condition->mutable_last_update_time());
     if (status.state() == v1::STATE_UNSPECIFIED) status.set_state(v1::QUEUED);
     // A study is admitted with its first trial; the next ones, one gang each.
-    if (admitted && core::internal::IsStudy(job)) {
+    if (admitted && core::internal::IsStudy(*job)) {
       status.set_admitted_trial_count(std::max<int64_t>(
           status.admitted_trial_count(), 1 + status.training_output().total_trial_count()));
     }
-    json updated = *object;
-    updated["status"] = StatusToJson(status);
-    ++writes;
-    absl::StatusOr<json> written =
-        client_->Update(kTrainingJobs, MetaString(*object, "namespace"), updated, true);
-    if (!written.ok()) {
-      // A 409 (the job changed) or a job gone: the next pass sees it anew.
-      if (!IsConflict(written.status()) && HttpCode(written.status()) != 404) {
-        std::cerr << "kubetrain-operator: admission: " << decision.key << ": " << written.status()
-                  << "\n";
-      }
-      more = true;
-      continue;
-    }
+    Write write;
+    write.key = decision.key;
+    write.updated = *object;
+    write.updated["status"] = StatusToJson(status);
     const bool reason_changed = current == nullptr || current->reason() != decision.reason;
-    if (reason_changed && recorder_ != nullptr) {
-      if (admitted) {
-        recorder_->Record(*written, EventRecorder::Type::kNormal, "Admitted", decision.message);
-      } else if (decision.reason == core::kNeverFitsReason ||
-                 decision.reason == core::kQuotaExceededReason) {
-        recorder_->Record(*written, EventRecorder::Type::kWarning, decision.reason,
-                          decision.message);
+    if (reason_changed && admitted) {
+      write.event_reason = "Admitted";
+    } else if (reason_changed && (decision.reason == core::kNeverFitsReason ||
+                                  decision.reason == core::kQuotaExceededReason)) {
+      write.event_type = EventRecorder::Type::kWarning;
+      write.event_reason = decision.reason;
+    }
+    write.event_message = decision.message;
+    writes.push_back(std::move(write));
+  }
+  std::atomic<size_t> next{0};
+  std::atomic<bool> failed{false};
+  auto writer = [&] {
+    for (size_t i = next++; i < writes.size(); i = next++) {
+      const Write& write = writes[i];
+      absl::StatusOr<json> written = client_->Update(
+          kTrainingJobs, MetaString(write.updated, "namespace"), write.updated, true);
+      if (!written.ok()) {
+        // A 409 (the job changed) or a job gone: the next pass sees it anew.
+        if (!IsConflict(written.status()) && HttpCode(written.status()) != 404) {
+          std::cerr << "kubetrain-operator: admission: " << write.key << ": " << written.status()
+                    << "\n";
+        }
+        failed = true;
+        continue;
+      }
+      if (!write.event_reason.empty() && recorder_ != nullptr) {
+        recorder_->Record(*written, write.event_type, write.event_reason, write.event_message);
       }
     }
-  }
+  };
+  std::vector<std::thread> threads;
+  const size_t concurrent = std::min<size_t>(writes.size(), kConcurrentWrites);
+  for (size_t t = 1; t < concurrent; ++t) threads.emplace_back(writer);
+  writer();
+  for (std::thread& t : threads) t.join();
+  more = more || failed;
   {
     std::lock_guard<std::mutex> lock(mu_);
     ++passes_;

@@ -5,6 +5,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -27,10 +28,10 @@ struct GangAdmissionOptions {
   // expire with no change).
   absl::Duration min_interval = absl::Milliseconds(200);
   absl::Duration period = absl::Seconds(10);
-  // Status writes one pass makes at most: admissions first, then changed
-  // reasons, then changed messages (a queue position that moved). The rest
-  // wait for the next pass, so 1,000 positions moving at once do not hold
-  // the API server.
+  // Status writes one pass makes at most, admissions aside (always made):
+  // changed reasons first, then changed messages (a queue position that
+  // moved). The rest wait for the next pass, so 1,000 positions moving at
+  // once do not hold the API server.
   int max_writes_per_pass = 50;
   std::function<absl::Time()> clock = [] { return absl::Now(); };
 };
@@ -96,6 +97,12 @@ class GangAdmission {
     std::vector<core::PodPlacement> pods;
   };
   std::map<std::string, Rendered> rendered_;  // by "uid/trial"
+  struct ParsedJob {
+    std::string resource_version;
+    std::shared_ptr<const v1::TrainingJob> job;  // null: unreadable
+    std::optional<bool> valid;                   // api::Validate's verdict, once asked
+  };
+  std::map<std::string, ParsedJob> parsed_;  // by job uid
 };
 
 }  // namespace kubetrain::kube
