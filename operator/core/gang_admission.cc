@@ -667,7 +667,7 @@ std::vector<AdmissionDecision> PlanAdmission(const ClusterState& cluster,
   // Per shape (Shape): whether the empty cluster holds it, and, until the
   // next admission (what is free only shrinks in between), how many of its
   // pods fit now when it does not fit whole.
-  std::map<std::string, std::optional<std::string>> never_fits;  // the message
+  std::map<std::string, bool> never_fits;
   std::map<std::string, int> does_not_fit_now;
   std::map<std::string, std::string> described;  // DescribePods by shape
   for (const Gang* gang : order) {
@@ -678,13 +678,11 @@ std::vector<AdmissionDecision> PlanAdmission(const ClusterState& cluster,
     auto never = never_fits.find(shape);
     if (never == never_fits.end()) {
       Placer empty(cluster.nodes);
-      std::optional<std::string> message;
-      if (!PlaceAll(empty, pods)) message = NeverFitsMessage(cluster.nodes, *gang);
-      never = never_fits.emplace(shape, std::move(message)).first;
+      never = never_fits.emplace(shape, !PlaceAll(empty, pods)).first;
     }
     if (never->second) {
       decision.reason = kNeverFitsReason;
-      decision.message = *never->second;
+      decision.message = NeverFitsMessage(cluster.nodes, *gang);  // names the gang's own pods
       decisions.push_back(std::move(decision));
       continue;
     }

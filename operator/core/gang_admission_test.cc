@@ -286,6 +286,9 @@ TEST(PlanAdmissionTest, AJobBiggerThanTheClusterNeverFitsAndSaysWhy) {
   // No nodes at all.
   EXPECT_THAT(PlanAdmission(ClusterState{}, {Job("a", 1, 1)}, kNow)[0].message,
               HasSubstr("the cluster has no nodes"));
+  // Each job of a shape that never fits is told of its own pods.
+  decisions = PlanAdmission(cluster, {Job("huge", 1, 4, 0), Job("other", 1, 4, 1)}, kNow);
+  EXPECT_THAT(decisions[1].message, HasSubstr("pod other-worker-0 needs"));
   // A job that never fits holds nobody back.
   decisions = PlanAdmission(cluster, {Job("huge", 1, 4, 0), Job("ok", 1, 1, 1)}, kNow);
   EXPECT_EQ(decisions[1].reason, kAdmittedReason);
