@@ -83,9 +83,9 @@ int main(int argc, char** argv) {
     return 1;
   }
   for (int i = 0; i < nodes; ++i) {
-    json node = {{"metadata", {{"name", absl::StrCat("node-", i)}}},
-                 {"status",
-                  {{"allocatable", {{"cpu", "8"}, {"memory", "32Gi"}, {"pods", "110"}}}}}};
+    json node = {
+        {"metadata", {{"name", absl::StrCat("node-", i)}}},
+        {"status", {{"allocatable", {{"cpu", "8"}, {"memory", "32Gi"}, {"pods", "110"}}}}}};
     if (!(*server)->Create("nodes", "", node).ok()) return 1;
   }
   // What fills the cluster: two pods of 4 CPUs on every node, of someone else.
@@ -108,9 +108,10 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
-  std::printf("admission_pass: %d queued STANDARD_1 jobs (8 replicas each), %d full nodes, %d "
-              "pods bound\n",
-              jobs, nodes, 2 * nodes);
+  std::printf(
+      "admission_pass: %d queued STANDARD_1 jobs (8 replicas each), %d full nodes, %d "
+      "pods bound\n",
+      jobs, nodes, 2 * nodes);
 
   kubetrain::kube::ClusterConfig config;
   config.server = (*server)->url();

@@ -306,6 +306,19 @@ TEST_F(AdmissionTest, AStudyOfFourParallelTrialsOnRoomForOneAndAHalfRunsEveryTri
   EXPECT_EQ(Job("sweep")["status"]["admittedTrialCount"], 4);
 }
 
+TEST_F(AdmissionTest, AJobLeftToKueueIsNotHeld) {
+  StartServer(1);  // room for 2 replicas; the job has 4
+  StartController(/*admission=*/true);
+  json job = SyncPsJob("kueued");
+  job["metadata"]["labels"] = {{core::kKueueQueueLabel, "team-a"}};
+  ASSERT_TRUE(server_->Create("trainingjobs", "ns1", job).ok());
+  // Kueue admitted it (it would have suspended it otherwise): its pods are
+  // created at once, and the scheduler places what it can.
+  ASSERT_TRUE(server_->WaitUntil([&] { return PodCount("kueued") == 4; }));
+  EXPECT_EQ(Phases("kueued")["Running"], 2);
+  EXPECT_EQ(Admitted("kueued"), json::object());
+}
+
 // A job that takes the whole cluster (3 nodes, 6 replicas) runs; `first`
 // and then `second` are submitted behind it.
 class QueueOrderTest : public AdmissionTest {
