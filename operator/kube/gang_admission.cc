@@ -283,8 +283,8 @@ absl::Status GangAdmission::RunPass() {
       // Each trial is a gang: those running (their pods not yet bound keep
       // their room), those admitted but not started, and as many more as the
       // study would start now, queued one after another.
-      const v1::HyperparameterSpec& hp =
-          core::Normalize(*job).spec().training_input().hyperparameters();
+      const v1::TrainingJob normalized = core::Normalize(*job);
+      const v1::HyperparameterSpec& hp = normalized.spec().training_input().hyperparameters();
       const int64_t started = status.training_output().total_trial_count();
       const int64_t unused = std::max<int64_t>(0, status.admitted_trial_count() - started);
       int64_t active = 0;
