@@ -221,6 +221,7 @@ Controller::Controller(ClusterClient* client, ControllerOptions options, StudySt
     GangAdmissionOptions admission = options_.admission;
     admission.ns = options_.ns;
     admission.clock = options_.clock;
+    admission.metrics = options_.metrics;
     admission_ = std::make_unique<GangAdmission>(
         client_, &jobs_->cache(), admission,
         [this](const std::string& ns) { return ReconcileOptionsFor(ns); }, &recorder_);

@@ -16,6 +16,8 @@
 #include "operator/kube/rest_client.h"
 #include "operator/kube/study_store.h"
 #include "operator/kube/test_objects.h"
+#include "operator/observability/operator_metrics.h"
+#include "prometheus/registry.h"
 #include "tests/fake_apiserver/fake_apiserver.h"
 
 namespace kubetrain::kube {
@@ -69,6 +71,7 @@ class AdmissionTest : public ::testing::Test {
     options.workers = 2;
     options.gang_admission = admission;
     options.admission.min_interval = absl::Milliseconds(20);
+    options.metrics = &metrics_;
     controller_ = std::make_unique<Controller>(client_.get(), options, &studies_);
     ASSERT_TRUE(controller_->Start(absl::Seconds(30)));
   }
@@ -138,7 +141,23 @@ class AdmissionTest : public ::testing::Test {
   std::unique_ptr<FakeApiServer> server_;
   std::unique_ptr<RestClusterClient> client_;
   InMemoryStudyStore studies_;
+  prometheus::Registry registry_;
+  observability::OperatorMetrics metrics_{registry_};
   std::unique_ptr<Controller> controller_;
+
+  // A gauge's or counter's value, a histogram's count.
+  double Metric(const std::string& family) {
+    for (const prometheus::MetricFamily& f : registry_.Collect()) {
+      if (f.name != family || f.metric.empty()) continue;
+      const prometheus::ClientMetric& m = f.metric.front();
+      if (f.type == prometheus::MetricType::Gauge) return m.gauge.value;
+      if (f.type == prometheus::MetricType::Counter) return m.counter.value;
+      if (f.type == prometheus::MetricType::Histogram) {
+        return static_cast<double>(m.histogram.sample_count);
+      }
+    }
+    return -1;
+  }
 };
 
 TEST_F(AdmissionTest, WithoutAdmissionTwoJobsThatFitOneAtATimeEachHoldHalfTheCluster) {
@@ -184,6 +203,8 @@ TEST_F(AdmissionTest, OneJobRunsWhileTheOtherWaitsQueuedThenBothSucceed) {
             "needs 4 pods of cpu 4, memory 15Gi; the cluster can place 2 of them now; no job "
             "ahead of it");
   EXPECT_EQ(Admitted(first)["status"], "True");
+  EXPECT_EQ(Metric("kubetrain_operator_admission_queued_jobs"), 1.0);
+  EXPECT_EQ(Metric("kubetrain_operator_admission_admitted_total"), 1.0);
 
   Finish(first);
   ASSERT_TRUE(server_->WaitUntil([&] { return State(first) == "SUCCEEDED"; }));
@@ -193,6 +214,9 @@ TEST_F(AdmissionTest, OneJobRunsWhileTheOtherWaitsQueuedThenBothSucceed) {
   ASSERT_TRUE(server_->WaitUntil([&] { return State(second) == "SUCCEEDED"; }));
   EXPECT_THAT(Events("a", "Normal"), ::testing::Contains("Admitted"));
   EXPECT_THAT(Events("b", "Normal"), ::testing::Contains("Admitted"));
+  EXPECT_EQ(Metric("kubetrain_operator_admission_admitted_total"), 2.0);
+  EXPECT_EQ(Metric("kubetrain_operator_admission_wait_seconds"), 2.0);
+  EXPECT_GT(Metric("kubetrain_operator_admission_pass_duration_seconds"), 0.0);
   // The server refused no create.
   EXPECT_EQ(server_->RefusalCounts().count("create pods 403"), 0u);
 }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <iostream>
+#include <optional>
 #include <set>
 #include <utility>
 
@@ -203,6 +204,7 @@ std::vector<core::PodPlacement> GangAdmission::GangPods(const v1::TrainingJob& j
 
 absl::Status GangAdmission::RunPass() {
   std::lock_guard<std::mutex> pass_lock(pass_mu_);
+  const absl::Time pass_start = absl::Now();
   const absl::Time now = options_.clock();
   core::ClusterState cluster;
   for (const ObjectPtr& node : nodes_->cache().List()) {
@@ -337,6 +339,7 @@ absl::Status GangAdmission::RunPass() {
     EventRecorder::Type event_type = EventRecorder::Type::kNormal;
     std::string event_reason;  // "": no event
     std::string event_message;
+    std::optional<double> waited_seconds;  // an admission: since the job's creation
   };
   std::vector<Write> writes;
   bool more = false;
@@ -400,6 +403,8 @@ absl::Status GangAdmission::RunPass() {
     const bool reason_changed = current == nullptr || current->reason() != decision.reason;
     if (reason_changed && admitted) {
       write.event_reason = "Admitted";
+      write.waited_seconds =
+          absl::ToDoubleSeconds(now - ParseTimestamp(job->metadata().creation_timestamp(), now));
     } else if (reason_changed && (decision.reason == core::kNeverFitsReason ||
                                   decision.reason == core::kQuotaExceededReason)) {
       write.event_type = EventRecorder::Type::kWarning;
@@ -424,6 +429,9 @@ absl::Status GangAdmission::RunPass() {
         failed = true;
         continue;
       }
+      if (write.waited_seconds && options_.metrics != nullptr) {
+        options_.metrics->ObserveAdmission(*write.waited_seconds);
+      }
       if (!write.event_reason.empty() && recorder_ != nullptr) {
         recorder_->Record(*written, write.event_type, write.event_reason, write.event_message);
       }
@@ -435,6 +443,14 @@ absl::Status GangAdmission::RunPass() {
   writer();
   for (std::thread& t : threads) t.join();
   more = more || failed;
+  if (options_.metrics != nullptr) {
+    int64_t queued = 0;
+    for (const core::AdmissionDecision& decision : decisions) {
+      queued += decision.reason == core::kAdmittedReason ? 0 : 1;
+    }
+    options_.metrics->SetQueuedJobs(queued);
+    options_.metrics->ObserveAdmissionPass(absl::ToDoubleSeconds(absl::Now() - pass_start));
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     ++passes_;

@@ -17,6 +17,7 @@
 #include "operator/kube/cluster_client.h"
 #include "operator/kube/event_recorder.h"
 #include "operator/kube/informer.h"
+#include "operator/observability/operator_metrics.h"
 
 namespace kubetrain::kube {
 
@@ -34,6 +35,9 @@ struct GangAdmissionOptions {
   // once do not hold the API server.
   int max_writes_per_pass = 50;
   std::function<absl::Time()> clock = [] { return absl::Now(); };
+  // Where the queued count, admissions and their waits, and pass times are
+  // recorded; null: nowhere. Not owned.
+  observability::OperatorMetrics* metrics = nullptr;
 };
 
 // The operator's gang admission on Kubernetes: informers on nodes, every

@@ -25,6 +25,13 @@ const Histogram::BucketBoundaries& SuggestionBuckets() {
   return buckets;
 }
 
+// A job waits for admission from seconds to a day.
+const Histogram::BucketBoundaries& WaitBuckets() {
+  static const Histogram::BucketBoundaries buckets = {1,   5,    15,   30,   60,    120,  300,
+                                                      600, 1800, 3600, 7200, 21600, 86400};
+  return buckets;
+}
+
 template <size_t N>
 std::string Bounded(std::string_view value, const std::string_view (&allowed)[N]) {
   return std::find(std::begin(allowed), std::end(allowed), value) != std::end(allowed)
@@ -84,7 +91,27 @@ OperatorMetrics::OperatorMetrics(prometheus::Registry& registry)
                   .Name("kubetrain_operator_leader")
                   .Help("1 while this replica holds the leader lease, else 0.")
                   .Register(registry)
-                  .Add({})) {
+                  .Add({})),
+      admission_queued_(BuildGauge()
+                            .Name("kubetrain_operator_admission_queued_jobs")
+                            .Help("Jobs gang admission holds (not yet admitted).")
+                            .Register(registry)
+                            .Add({})),
+      admission_admitted_total_(BuildCounter()
+                                    .Name("kubetrain_operator_admission_admitted_total")
+                                    .Help("Jobs gang admission admitted.")
+                                    .Register(registry)
+                                    .Add({})),
+      admission_wait_seconds_(BuildHistogram()
+                                  .Name("kubetrain_operator_admission_wait_seconds")
+                                  .Help("Time from a job's creation to its admission.")
+                                  .Register(registry)
+                                  .Add({}, WaitBuckets())),
+      admission_pass_seconds_(BuildHistogram()
+                                  .Name("kubetrain_operator_admission_pass_duration_seconds")
+                                  .Help("Time one gang-admission pass took.")
+                                  .Register(registry)
+                                  .Add({}, LatencyBuckets())) {
   // Every documented series exists from the start, at 0: dashboards and
   // alerts (rate(), absent()) need not special-case a fresh operator.
   for (std::string_view result : kResults) {

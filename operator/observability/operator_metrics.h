@@ -26,6 +26,10 @@ namespace kubetrain::observability {
 //   kubetrain_operator_trials{state}                       gauge
 //   kubetrain_operator_trial_suggestion_duration_seconds   histogram
 //   kubetrain_operator_leader                              gauge (1 while leading)
+//   kubetrain_operator_admission_queued_jobs               gauge      (held by gang admission)
+//   kubetrain_operator_admission_admitted_total            counter
+//   kubetrain_operator_admission_wait_seconds              histogram  (creation to admission)
+//   kubetrain_operator_admission_pass_duration_seconds     histogram
 //
 // Label values are bounded: results and verbs outside the documented sets are
 // recorded as "other", so no input can grow the number of series without
@@ -61,6 +65,14 @@ class OperatorMetrics {
   void SetWorkQueueDepth(int64_t depth) { workqueue_depth_.Set(static_cast<double>(depth)); }
   void ObserveWorkQueueWait(double seconds) { workqueue_wait_seconds_.Observe(seconds); }
   void ObserveTrialSuggestion(double seconds) { trial_suggestion_seconds_.Observe(seconds); }
+  // Gang admission (docs/admission.md): jobs it holds after a pass, one admitted after waiting
+  // `waited_seconds` since it was created, and how long a pass took.
+  void SetQueuedJobs(int64_t n) { admission_queued_.Set(static_cast<double>(n)); }
+  void ObserveAdmission(double waited_seconds) {
+    admission_admitted_total_.Increment();
+    admission_wait_seconds_.Observe(waited_seconds);
+  }
+  void ObserveAdmissionPass(double seconds) { admission_pass_seconds_.Observe(seconds); }
 
  private:
   prometheus::Family<prometheus::Counter>& reconcile_total_;
@@ -72,6 +84,10 @@ class OperatorMetrics {
   prometheus::Family<prometheus::Gauge>& trials_;
   prometheus::Histogram& trial_suggestion_seconds_;
   prometheus::Gauge& leader_;
+  prometheus::Gauge& admission_queued_;
+  prometheus::Counter& admission_admitted_total_;
+  prometheus::Histogram& admission_wait_seconds_;
+  prometheus::Histogram& admission_pass_seconds_;
 };
 
 }  // namespace kubetrain::observability

@@ -127,5 +127,20 @@ TEST(OperatorMetricsTest, QueueLeaderAndSuggestions) {
   EXPECT_EQ(Sample(registry, "kubetrain_operator_leader", {}), 0.0);
 }
 
+TEST(OperatorMetricsTest, Admission) {
+  prometheus::Registry registry;
+  OperatorMetrics metrics(registry);
+  EXPECT_EQ(Sample(registry, "kubetrain_operator_admission_queued_jobs", {}), 0.0);
+  EXPECT_EQ(Sample(registry, "kubetrain_operator_admission_admitted_total", {}), 0.0);
+  metrics.SetQueuedJobs(3);
+  metrics.ObserveAdmission(42);
+  metrics.ObserveAdmission(7);
+  metrics.ObserveAdmissionPass(0.02);
+  EXPECT_EQ(Sample(registry, "kubetrain_operator_admission_queued_jobs", {}), 3.0);
+  EXPECT_EQ(Sample(registry, "kubetrain_operator_admission_admitted_total", {}), 2.0);
+  EXPECT_EQ(Sample(registry, "kubetrain_operator_admission_wait_seconds", {}), 2.0);
+  EXPECT_EQ(Sample(registry, "kubetrain_operator_admission_pass_duration_seconds", {}), 1.0);
+}
+
 }  // namespace
 }  // namespace kubetrain::observability
