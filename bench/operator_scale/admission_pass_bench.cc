@@ -107,6 +107,23 @@ int main(int argc, char** argv) {
       std::cerr << created.status() << "\n";
       return 1;
     }
+    // What the reconciler writes when it first sees a job under admission
+    // (the pass decides only on jobs it has seen).
+    json queued = {{"status",
+                    {{"state", "QUEUED"},
+                     {"conditions",
+                      {{{"type", "Admitted"},
+                        {"status", "False"},
+                        {"reason", "Queued"},
+                        {"message", "waiting for the operator to admit it"},
+                        {"lastTransitionTime", absl::FormatTime(absl::RFC3339_sec, absl::Now(),
+                                                                absl::UTCTimeZone())}}}}}}};
+    if (auto written = (*server)->MergePatch("trainingjobs", "bench", absl::StrCat("job-", i),
+                                             queued, "status");
+        !written.ok()) {
+      std::cerr << written.status() << "\n";
+      return 1;
+    }
   }
   std::printf(
       "admission_pass: %d queued STANDARD_1 jobs (8 replicas each), %d full nodes, %d "
