@@ -160,32 +160,25 @@ void DefineFlags(CLI::App& app, Flags* flags) {
   text("--context", &flags->context, "NAME", "kubeconfig context (default: current-context)");
   text("--namespace", &flags->ns, "NS", "watch only NS (default: all namespaces)");
   integer("--workers", &flags->workers, "N", "concurrent reconciles");
-  // --leader-elect alone is true; a value must be spelled true or false.
-  app.add_option_function<std::string>(
-         "--leader-elect",
-         [flags](const std::string& value) {
-           if (value != "true" && value != "false") {
-             kubetrain::flags::Reject("--leader-elect must be true or false");
-           }
-           flags->leader_elect = value == "true";
-         },
-         "elect a leader over a Lease")
-      ->type_name("=BOOL")
-      ->expected(0)
-      ->default_str("true");
-  app.add_option_function<std::string>(
-         "--gang-admission",
-         [flags](const std::string& value) {
-           if (value != "true" && value != "false") {
-             kubetrain::flags::Reject("--gang-admission must be true or false");
-           }
-           flags->gang_admission = value == "true";
-         },
-         "create a job's pods only once all of them can be placed\n"
-         "(docs/admission.md)")
-      ->type_name("=BOOL")
-      ->expected(0)
-      ->default_str("false");
+  // A switch: alone it is true; a value must be spelled true or false.
+  auto boolean = [&](const char* name, bool* value, const char* what) {
+    app.add_option_function<std::string>(
+           name,
+           [name, value](const std::string& given) {
+             if (given != "true" && given != "false") {
+               kubetrain::flags::Reject(std::string(name) + " must be true or false");
+             }
+             *value = given == "true";
+           },
+           what)
+        ->type_name("=BOOL")
+        ->expected(0)
+        ->default_str(*value ? "true" : "false");
+  };
+  boolean("--leader-elect", &flags->leader_elect, "elect a leader over a Lease");
+  boolean("--gang-admission", &flags->gang_admission,
+          "create a job's pods only once all of them can be placed\n"
+          "(docs/admission.md)");
   app.add_option_function<std::string>(
          "--admission-backfill-limit",
          [flags](const std::string& value) {

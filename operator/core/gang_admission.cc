@@ -13,6 +13,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "operator/core/reconcile_pass.h"
 
 namespace kubetrain::core {
 
@@ -498,24 +499,19 @@ absl::StatusOr<PodPlacement> ParsePodPlacement(const json& pod) {
   out.ns = JsonString(metadata, "namespace");
   out.node = JsonString(spec, "nodeName");
   out.priority_class = JsonString(spec, "priorityClassName");
-  const json& containers = JsonMember(spec, "containers");
-  if (containers.is_array()) {
+  // Containers run together: their requests add up. Init containers run one
+  // at a time, before them: the largest counts, when it is larger.
+  for (const bool init : {false, true}) {
+    const char* list = init ? "initContainers" : "containers";
+    const json& containers = JsonMember(spec, list);
+    if (!containers.is_array()) continue;
     for (size_t i = 0; i < containers.size(); ++i) {
       absl::StatusOr<ResourceAmounts> requests =
-          ContainerRequests(containers[i], absl::StrCat("spec.containers[", i, "]"));
-      if (!requests.ok()) return requests.status();
-      for (const auto& [resource, amount] : *requests) out.requests[resource] += amount;
-    }
-  }
-  // Init containers run one at a time, before the others: the largest counts.
-  const json& init = JsonMember(spec, "initContainers");
-  if (init.is_array()) {
-    for (size_t i = 0; i < init.size(); ++i) {
-      absl::StatusOr<ResourceAmounts> requests =
-          ContainerRequests(init[i], absl::StrCat("spec.initContainers[", i, "]"));
+          ContainerRequests(containers[i], absl::StrCat("spec.", list, "[", i, "]"));
       if (!requests.ok()) return requests.status();
       for (const auto& [resource, amount] : *requests) {
-        out.requests[resource] = std::max(out.requests[resource], amount);
+        int64_t& total = out.requests[resource];
+        total = init ? std::max(total, amount) : total + amount;
       }
     }
   }
@@ -589,6 +585,39 @@ absl::StatusOr<NamespaceQuota> ParseResourceQuota(const json& quota) {
   return out;
 }
 
+const v1::Condition* FindAdmittedCondition(const v1::TrainingJobStatus& status) {
+  for (const v1::Condition& c : status.conditions()) {
+    if (c.type() == kAdmittedCondition) return &c;
+  }
+  return nullptr;
+}
+
+void SetAdmittedCondition(v1::TrainingJobStatus* status, bool admitted, const std::string& reason,
+                          const std::string& message, absl::Time now) {
+  v1::Condition* condition = nullptr;
+  for (v1::Condition& c : *status->mutable_conditions()) {
+    if (c.type() == kAdmittedCondition) condition = &c;
+  }
+  if (condition == nullptr) {
+    condition = status->add_conditions();
+    condition->set_type(kAdmittedCondition);
+  }
+  const std::string value = admitted ? "True" : "False";
+  if (condition->status() != value || !condition->has_last_transition_time()) {
+    internal::ToProto(now, condition->mutable_last_transition_time());
+  }
+  condition->set_status(value);
+  condition->set_reason(reason);
+  condition->set_message(message);
+  internal::ToProto(now, condition->mutable_last_update_time());
+}
+
+bool AdmitsTrialsOneByOne(const v1::TrainingJobStatus& status) {
+  const v1::Condition* admitted = FindAdmittedCondition(status);
+  return admitted != nullptr && admitted->status() == "True" &&
+         admitted->reason() == kAdmittedReason;
+}
+
 std::string AdmittedElsewhere(const v1::TrainingJob& job) {
   if (job.metadata().labels().count(kKueueQueueLabel) > 0) return "Kueue";
   auto scheduler = [](const google::protobuf::Struct& pod_template) -> std::string {
@@ -628,14 +657,13 @@ std::vector<AdmissionDecision> PlanAdmission(const ClusterState& cluster,
   auto count_in_quota = [&](const PodPlacement& pod) {
     for (const auto& [resource, amount] : pod.requests) namespace_used[pod.ns][resource] += amount;
   };
+  std::set<std::string> bound;
   for (const PodPlacement& pod : cluster.pods) {
     existing.insert(absl::StrCat(pod.ns, "/", pod.name));
     count_in_quota(pod);
-    if (!pod.node.empty()) placer.Bind(pod);
-  }
-  std::set<std::string> bound;
-  for (const PodPlacement& pod : cluster.pods) {
-    if (!pod.node.empty()) bound.insert(absl::StrCat(pod.ns, "/", pod.name));
+    if (pod.node.empty()) continue;
+    placer.Bind(pod);
+    bound.insert(absl::StrCat(pod.ns, "/", pod.name));
   }
   // The pods of a gang that are not there yet (a quota counts them once created).
   auto missing = [&](const Gang& gang) {

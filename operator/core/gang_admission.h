@@ -38,6 +38,16 @@ inline constexpr char kQueuedReason[] = "Queued";
 // job through runPolicy.suspend).
 inline constexpr char kKueueQueueLabel[] = "kueue.x-k8s.io/queue-name";
 
+// The job's Admitted condition; null when it has none.
+const v1::Condition* FindAdmittedCondition(const v1::TrainingJobStatus& status);
+// Sets the Admitted condition (adding it, False included), its transition
+// time when its status changes.
+void SetAdmittedCondition(v1::TrainingJobStatus* status, bool admitted, const std::string& reason,
+                          const std::string& message, absl::Time now);
+// Whether admission let the study in and now admits its trials one gang at a
+// time (status.admittedTrialCount caps the trials it starts).
+bool AdmitsTrialsOneByOne(const v1::TrainingJobStatus& status);
+
 // Who admits the job when kubetrain does not: "Kueue" for a job with
 // kKueueQueueLabel; "scheduler NAME" when spec.template or a replica
 // template names a schedulerName other than default-scheduler (a gang

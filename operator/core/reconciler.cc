@@ -590,16 +590,11 @@ bool AwaitsAdmission(const Context& c) {
 // Nothing is created until the admission pass admits the job; until it has
 // looked at the job at all, the job says it is queued.
 void ReconcileAwaitingAdmission(Context& c) {
-  if (FindCondition(&c.status(), kAdmittedCondition) != nullptr) return;
-  v1::Condition* condition = c.status().add_conditions();
-  condition->set_type(kAdmittedCondition);
-  condition->set_status("False");
-  condition->set_reason(kQueuedReason);
-  condition->set_message(
-      "waiting for the operator to admit it: its pods are created once all of "
-      "them can be placed at once");
-  ToProto(c.now, condition->mutable_last_update_time());
-  ToProto(c.now, condition->mutable_last_transition_time());
+  if (FindAdmittedCondition(c.status()) != nullptr) return;
+  SetAdmittedCondition(&c.status(), false, kQueuedReason,
+                       "waiting for the operator to admit it: its pods are created once all of "
+                       "them can be placed at once",
+                       c.now);
 }
 
 // ---- Cancellation ----------------------------------------------------------

@@ -332,10 +332,8 @@ namespace {
 // and admitted the study itself (a study that ran before it was turned on,
 // or that another admits, starts its trials as before).
 bool TrialsAwaitAdmission(Context& c) {
-  if (!c.options.gang_admission || !AdmittedElsewhere(c.job).empty()) return false;
-  const v1::Condition* admitted = FindCondition(&c.status(), kAdmittedCondition);
-  return admitted != nullptr && admitted->status() == "True" &&
-         admitted->reason() == kAdmittedReason;
+  return c.options.gang_admission && AdmittedElsewhere(c.job).empty() &&
+         AdmitsTrialsOneByOne(c.status());
 }
 
 }  // namespace

@@ -62,13 +62,6 @@ bool Terminal(const json& pod) {
   return phase == "Succeeded" || phase == "Failed";
 }
 
-const v1::Condition* AdmittedCondition(const v1::TrainingJobStatus& status) {
-  for (const v1::Condition& c : status.conditions()) {
-    if (c.type() == core::kAdmittedCondition) return &c;
-  }
-  return nullptr;
-}
-
 absl::Time ParseTimestamp(const std::string& text, absl::Time otherwise) {
   absl::Time t;
   std::string error;
@@ -149,11 +142,6 @@ void GangAdmission::Poke() {
     dirty_ = true;
   }
   wake_.notify_all();
-}
-
-int64_t GangAdmission::passes() const {
-  std::lock_guard<std::mutex> lock(const_cast<std::mutex&>(mu_));
-  return passes_;
 }
 
 void GangAdmission::Loop() {
@@ -254,7 +242,7 @@ absl::Status GangAdmission::RunPass() {
       parsed.valid = api::Validate(*job, {.runtimes = &core::Runtimes(reconcile)}).empty();
     }
     if (!*parsed.valid) continue;
-    const v1::Condition* condition = AdmittedCondition(status);
+    const v1::Condition* condition = core::FindAdmittedCondition(status);
     // A job the reconciler has not seen yet (it writes Admitted=False,
     // Queued first) waits for that write: deciding before it would only
     // race it (a 409, and the write again).
@@ -279,9 +267,7 @@ absl::Status GangAdmission::RunPass() {
       auto priority = priorities.find(gang.pods.front().priority_class);
       if (priority != priorities.end()) gang.priority = priority->second;
     }
-    const bool trials_one_by_one = study && condition != nullptr && condition->status() == "True" &&
-                                   condition->reason() == core::kAdmittedReason;
-    if (trials_one_by_one) {
+    if (study && core::AdmitsTrialsOneByOne(status)) {
       // Each trial is a gang: those running (their pods not yet bound keep
       // their room), those admitted but not started, and as many more as the
       // study would start now, queued one after another.
@@ -356,13 +342,13 @@ absl::Status GangAdmission::RunPass() {
                                    " admitted: all of their pods can be placed now")});
   }
   std::stable_sort(decisions.begin(), decisions.end(), [&](const auto& a, const auto& b) {
-    return WriteRank(a.reason, AdmittedCondition(jobs[a.key].second->status())) <
-           WriteRank(b.reason, AdmittedCondition(jobs[b.key].second->status()));
+    return WriteRank(a.reason, core::FindAdmittedCondition(jobs[a.key].second->status())) <
+           WriteRank(b.reason, core::FindAdmittedCondition(jobs[b.key].second->status()));
   });
   int informing = 0;  // writes that are not admissions
   for (const core::AdmissionDecision& decision : decisions) {
     auto& [object, job] = jobs[decision.key];
-    const v1::Condition* current = AdmittedCondition(job->status());
+    const v1::Condition* current = core::FindAdmittedCondition(job->status());
     const bool admitted = decision.reason == core::kAdmittedReason;
     if (current != nullptr && current->reason() == decision.reason &&
         current->message() == decision.message) {
@@ -374,22 +360,7 @@ absl::Status GangAdmission::RunPass() {
       continue;
     }
     v1::TrainingJobStatus status = job->status();
-    v1::Condition* condition = nullptr;
-    for (v1::Condition& c : *status.mutable_conditions()) {
-      if (c.type() == core::kAdmittedCondition) condition = &c;
-    }
-    if (condition == nullptr) {
-      condition = status.add_conditions();
-      condition->set_type(core::kAdmittedCondition);
-    }
-    const std::string value = admitted ? "True" : "False";
-    if (condition->status() != value || !condition->has_last_transition_time()) {
-      core::internal::ToProto(now, condition->mutable_last_transition_time());
-    }
-    condition->set_status(value);
-    condition->set_reason(decision.reason);
-    condition->set_message(decision.message);
-    core::internal::ToProto(now, condition->mutable_last_update_time());
+    core::SetAdmittedCondition(&status, admitted, decision.reason, decision.message, now);
     if (status.state() == v1::STATE_UNSPECIFIED) status.set_state(v1::QUEUED);
     // A study is admitted with its first trial; the next ones, one gang each.
     if (admitted && core::internal::IsStudy(*job)) {
@@ -453,7 +424,6 @@ absl::Status GangAdmission::RunPass() {
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
-    ++passes_;
     if (more) dirty_ = true;
   }
   return absl::OkStatus();

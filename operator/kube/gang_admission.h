@@ -72,7 +72,6 @@ class GangAdmission {
 
   // One admission pass now, on the caller's thread. Public for tests.
   absl::Status RunPass();
-  int64_t passes() const;
 
  private:
   // The pods of a job's gang (`trial` "") or of one trial of a study,
@@ -92,7 +91,6 @@ class GangAdmission {
   std::condition_variable wake_;
   bool dirty_ = true;      // guarded by mu_
   bool stopping_ = false;  // guarded by mu_
-  int64_t passes_ = 0;     // guarded by mu_
   std::thread thread_;
 
   std::mutex pass_mu_;  // one pass at a time; guards rendered_
