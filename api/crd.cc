@@ -94,6 +94,7 @@ nlohmann::json TrainingJobCrd() {
       {"additionalPrinterColumns",
        {
            column("State", "string", "status.state"),
+           column("Queue", "integer", "status.queuePosition"),
            column("Trials", "string", "status.trialProgress"),
            best,
            {{"name", "Age"},

@@ -195,7 +195,7 @@ TEST(CrdTest, PrinterColumnsAndCategory) {
   const nlohmann::json crd = TrainingJobCrd();
   EXPECT_EQ(crd["spec"]["names"]["categories"], nlohmann::json::array({"kubetrain"}));
   const nlohmann::json& columns = crd["spec"]["versions"][0]["additionalPrinterColumns"];
-  ASSERT_EQ(columns.size(), 4u);
+  ASSERT_EQ(columns.size(), 5u);
   std::vector<std::string> summary;
   for (const nlohmann::json& c : columns) {
     summary.push_back(absl::StrCat(c["name"].get<std::string>(), " ", c["type"].get<std::string>(),
@@ -208,12 +208,14 @@ TEST(CrdTest, PrinterColumnsAndCategory) {
             "The job's state: QUEUED, PREPARING, RUNNING, then SUCCEEDED or FAILED; or CANCELLING, "
             "then CANCELLED.");
   EXPECT_THAT(summary, ::testing::ElementsAre("State string .status.state 0",
+                                              "Queue integer .status.queuePosition 0",
                                               "Trials string .status.trialProgress 0",
                                               "Best number .status.bestObjectiveValue 1",
                                               "Age date .metadata.creationTimestamp 0"));
   // Every column's path exists in the schema.
   const nlohmann::json schema = OpenApi();
   EXPECT_NE(At(schema, "status.trialProgress"), nullptr);
+  EXPECT_NE(At(schema, "status.queuePosition"), nullptr);
   EXPECT_NE(At(schema, "status.bestObjectiveValue"), nullptr);
 }
 

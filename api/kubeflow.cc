@@ -372,9 +372,7 @@ class Converter {
       Map(path, "left out: kubetrain's operator runs the TrainingJob");
       return;
     } else if (field == "schedulingPolicy") {
-      Error(path,
-            "no equivalent: kubetrain has no gang scheduling (minAvailable, queue, "
-            "priorityClass); a pod template may set priorityClassName");
+      SchedulingPolicy(value, path, policy->mutable_scheduling_policy());
       return;
     } else {
       Error(path, "unknown field of a runPolicy");
@@ -382,6 +380,59 @@ class Converter {
     }
     Map(path,
         absl::StrCat(target, ": ", value.is_string() ? value.get<std::string>() : Quoted(value)));
+  }
+
+  // Kubeflow's gang scheduling: kubetrain's own admission, or a PodGroup for
+  // the scheduler the pod templates name (docs/admission.md).
+  void SchedulingPolicy(const json& value, const std::string& path, v1::SchedulingPolicy* policy) {
+    if (!ExpectObject(value, path)) return;
+    for (const auto& [field, item] : value.items()) {
+      const std::string item_path = path + "." + field;
+      const std::string target = "spec.runPolicy.schedulingPolicy." + field;
+      auto positive = [&]() -> std::optional<int32_t> {
+        std::optional<int64_t> n = IntegerOf(item);
+        if (!n || *n < 1 || *n > INT32_MAX) {
+          Error(item_path, "expected an integer >= 1, got " + Quoted(item));
+          return std::nullopt;
+        }
+        return static_cast<int32_t>(*n);
+      };
+      auto text = [&]() -> std::optional<std::string> {
+        if (!item.is_string()) {
+          Error(item_path, "expected a string, got " + Quoted(item));
+          return std::nullopt;
+        }
+        return item.get<std::string>();
+      };
+      if (field == "minAvailable") {
+        std::optional<int32_t> n = positive();
+        if (!n) continue;
+        policy->set_min_available(*n);
+      } else if (field == "scheduleTimeoutSeconds") {
+        std::optional<int32_t> n = positive();
+        if (!n) continue;
+        policy->set_schedule_timeout_seconds(*n);
+      } else if (field == "queue") {
+        std::optional<std::string> s = text();
+        if (!s) continue;
+        policy->set_queue(*s);
+      } else if (field == "priorityClass") {
+        std::optional<std::string> s = text();
+        if (!s) continue;
+        policy->set_priority_class(*s);
+      } else if (field == "minResources") {
+        if (!ExpectObject(item, item_path)) continue;
+        Map(item_path,
+            "left out: a PodGroup's minResources is the sum of the requests of the pods that "
+            "must start together");
+        continue;
+      } else {
+        Error(item_path, "unknown field of a schedulingPolicy");
+        continue;
+      }
+      Map(item_path,
+          absl::StrCat(target, ": ", item.is_string() ? item.get<std::string>() : Quoted(item)));
+    }
   }
 
   // ---- replica specs

@@ -215,6 +215,25 @@ TEST(KubeflowTest, RunPolicyPortAndSidecar) {
   }
 }
 
+TEST(KubeflowTest, SchedulingPolicyBecomesTheJobsGangSchedulingPolicy) {
+  CheckedJob checked = Check(Fixture("tf-gang-scheduling.yaml"));
+  ASSERT_TRUE(checked.ok()) << FormatErrors(checked.errors);
+  const v1::SchedulingPolicy& policy = checked.job.spec().run_policy().scheduling_policy();
+  EXPECT_EQ(policy.min_available(), 3);
+  EXPECT_EQ(policy.queue(), "research");
+  EXPECT_EQ(policy.priority_class(), "team-high");
+  EXPECT_EQ(policy.schedule_timeout_seconds(), 120);
+  EXPECT_EQ(Template(checked.job, "worker")["spec"]["schedulerName"], "volcano");
+  for (const char* line :
+       {"spec.runPolicy.schedulingPolicy.minAvailable -> "
+        "spec.runPolicy.schedulingPolicy.minAvailable: 3",
+        "spec.runPolicy.schedulingPolicy.queue -> spec.runPolicy.schedulingPolicy.queue: research",
+        "spec.runPolicy.schedulingPolicy.minResources -> left out: a PodGroup's minResources is "
+        "the sum of the requests of the pods that must start together"}) {
+    EXPECT_THAT(Mapped(checked), Contains(line));
+  }
+}
+
 TEST(KubeflowTest, PolicyFieldsUnderSpecAndAWorkerOnlyJob) {
   CheckedJob checked = Check(Fixture("tf-legacy-run-policy.yaml"));
   ASSERT_TRUE(checked.ok()) << FormatErrors(checked.errors);
@@ -248,10 +267,13 @@ TEST(KubeflowTest, FixturesWithNoEquivalent) {
            {"tf-unknown-replica-type.yaml",
             "8:5: spec.tfReplicaSpecs.Scheduler: unknown replica type \"Scheduler\"; a TFJob has "
             "Chief, Master, Worker, PS, Evaluator"},
-           {"tf-gang-scheduling.yaml",
-            "8:5: spec.runPolicy.schedulingPolicy: no equivalent: kubetrain has no gang "
-            "scheduling (minAvailable, queue, priorityClass); a pod template may set "
-            "priorityClassName"},
+           {"tf-gang-scheduling-invalid.yaml",
+            "9:7: spec.runPolicy.schedulingPolicy.minAvailable: expected an integer >= 1, got 0"},
+           {"tf-gang-scheduling-invalid.yaml",
+            "10:7: spec.runPolicy.schedulingPolicy.queue: expected a string, got 7"},
+           {"tf-gang-scheduling-invalid.yaml",
+            "11:7: spec.runPolicy.schedulingPolicy.minMember: unknown field of a "
+            "schedulingPolicy"},
            {"pytorch-no-command.yaml",
             "13:15: spec.pytorchReplicaSpecs.Master.template.spec.containers[0].command: "
             "required: Kubeflow runs the image's entrypoint where a container names no command, "

@@ -87,6 +87,13 @@ class Validator {
     if (policy.has_ttl_seconds_after_finished() && policy.ttl_seconds_after_finished() < 0) {
       Error("spec.runPolicy.ttlSecondsAfterFinished", "must be >= 0");
     }
+    const auto& scheduling = policy.scheduling_policy();
+    if (scheduling.has_min_available() && scheduling.min_available() < 1) {
+      Error("spec.runPolicy.schedulingPolicy.minAvailable", "must be >= 1");
+    }
+    if (scheduling.has_schedule_timeout_seconds() && scheduling.schedule_timeout_seconds() < 1) {
+      Error("spec.runPolicy.schedulingPolicy.scheduleTimeoutSeconds", "must be >= 1");
+    }
     if (spec.has_port() && (spec.port() < 1 || spec.port() > 65535)) {
       Error("spec.port", absl::StrCat("must be between 1 and 65535, got ", spec.port()));
     }

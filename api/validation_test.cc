@@ -370,6 +370,14 @@ std::vector<InvalidCase> Cases() {
       {"zero_deadline",
        std::string(kJobHead) + "    scaleTier: BASIC\n  runPolicy: {activeDeadlineSeconds: 0}\n",
        "spec.runPolicy.activeDeadlineSeconds", "must be > 0"},
+      {"zero_min_available",
+       std::string(kJobHead) +
+           "    scaleTier: BASIC\n  runPolicy: {schedulingPolicy: {minAvailable: 0}}\n",
+       "spec.runPolicy.schedulingPolicy.minAvailable", "must be >= 1"},
+      {"zero_schedule_timeout",
+       std::string(kJobHead) +
+           "    scaleTier: BASIC\n  runPolicy: {schedulingPolicy: {scheduleTimeoutSeconds: 0}}\n",
+       "spec.runPolicy.schedulingPolicy.scheduleTimeoutSeconds", "must be >= 1"},
       {"unknown_restart_policy",
        std::string(kJobHead) + "    scaleTier: BASIC\n  runPolicy: {restartPolicy: Sometimes}\n",
        "spec.runPolicy.restartPolicy",

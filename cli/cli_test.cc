@@ -218,11 +218,12 @@ TEST(KubeflowManifestTest, ValidateSaysWhatEachFieldBecame) {
                                      "  kind -> spec.trainingInput.framework: PYTORCH\n"));
   EXPECT_THAT(r.out, ::testing::HasSubstr("  spec.pytorchReplicaSpecs.Worker.replicas -> "
                                           "spec.trainingInput.workerCount: 3\n"));
-  r = RunKubetrain({"validate", kKubeflow + "tf-gang-scheduling.yaml"});
+  r = RunKubetrain({"validate", kKubeflow + "tf-gang-scheduling-invalid.yaml"});
   EXPECT_EQ(r.code, 2);
-  EXPECT_THAT(r.out, ::testing::HasSubstr(kKubeflow + "tf-gang-scheduling.yaml:8:5: "
-                                                      "spec.runPolicy.schedulingPolicy: no "
-                                                      "equivalent"));
+  EXPECT_THAT(r.out,
+              ::testing::HasSubstr(kKubeflow + "tf-gang-scheduling-invalid.yaml:9:7: "
+                                               "spec.runPolicy.schedulingPolicy.minAvailable: "
+                                               "expected an integer >= 1, got 0"));
 }
 
 TEST(KubeflowManifestTest, ThePyTorchExamplesValidate) {

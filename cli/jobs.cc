@@ -384,25 +384,36 @@ int List(const std::vector<std::string>& args, std::ostream& out, std::ostream& 
       })) {
     KeepMoving(*backend, command, err);
   }
-  std::vector<std::vector<std::string>> rows = {{"JOB_ID", "STATUS", "CREATED"}};
+  // gcloud's three columns; a fourth, QUEUE, while gang admission holds a
+  // listed job (its place in the queue, docs/admission.md).
+  std::vector<std::vector<std::string>> rows = {{"JOB_ID", "STATUS", "CREATED", "QUEUE"}};
+  bool queued = false;
   for (auto it = jobs->rbegin(); it != jobs->rend(); ++it) {  // newest first, as gcloud
     if (!keep(*it)) continue;
     if (limit >= 0 && static_cast<int64_t>(rows.size()) > limit) break;
     nlohmann::json resource = JobResource(*it);
+    const int32_t position = it->status().queue_position();
+    queued = queued || position > 0;
     rows.push_back({it->metadata().name(), resource["state"].get<std::string>(),
-                    resource.value("createTime", std::string())});
-  }
-  std::vector<size_t> widths(3, 0);
-  for (const auto& row : rows) {
-    for (size_t i = 0; i < 3; ++i) widths[i] = std::max(widths[i], row[i].size());
+                    resource.value("createTime", std::string()),
+                    position > 0 ? std::to_string(position) : ""});
   }
   if (rows.size() == 1) {
     err << "Listed 0 items.\n";
     return kExitOk;
   }
+  const size_t columns = queued ? 4 : 3;
+  std::vector<size_t> widths(columns, 0);
   for (const auto& row : rows) {
-    out << row[0] << std::string(widths[0] - row[0].size() + 2, ' ') << row[1]
-        << std::string(widths[1] - row[1].size() + 2, ' ') << row[2] << "\n";
+    for (size_t i = 0; i < columns; ++i) widths[i] = std::max(widths[i], row[i].size());
+  }
+  for (const auto& row : rows) {
+    std::string line;
+    for (size_t i = 0; i < columns; ++i) {
+      line += row[i];
+      if (i + 1 < columns) line += std::string(widths[i] - row[i].size() + 2, ' ');
+    }
+    out << absl::StripTrailingAsciiWhitespace(line) << "\n";
   }
   return kExitOk;
 }

@@ -135,6 +135,7 @@ nlohmann::json JobResource(const v1::TrainingJob& job,
       waiting["since"] = waiting["lastTransitionTime"];
       waiting.erase("lastTransitionTime");
     }
+    if (queued && status.queue_position() > 0) waiting["position"] = status.queue_position();
     resource[queued ? "queued" : "waiting"] = waiting;
   }
   if (!job.metadata().labels().empty()) resource["labels"] = ToJson(job.metadata())["labels"];
@@ -201,7 +202,9 @@ std::string SummarizeJob(const nlohmann::json& resource) {
   if (resource.contains("outputLocation"))
     out += "OUTPUTS: " + OutputsLine(resource["outputLocation"]) + "\n";
   if (resource.contains("queued")) {
-    out += "QUEUED: " + Str(resource["queued"].value("reason", nlohmann::json())) + ": " +
+    const nlohmann::json position = resource["queued"].value("position", nlohmann::json());
+    out += "QUEUED" + (position.is_null() ? "" : ", position " + Str(position)) + ": " +
+           Str(resource["queued"].value("reason", nlohmann::json())) + ": " +
            Str(resource["queued"].value("message", nlohmann::json())) + "\n";
   }
   if (resource.contains("waiting")) {

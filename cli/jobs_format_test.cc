@@ -104,10 +104,15 @@ TEST(JobResourceTest, SaysWhyAQueuedJobIsNotAdmittedYet) {
   nlohmann::json r = JobResource(job);
   EXPECT_EQ(r["queued"]["reason"], "WaitingForCapacity");
   EXPECT_EQ(r["queued"]["since"], "2027-01-15T08:01:00Z");
+  EXPECT_FALSE(r["queued"].contains("position"));
   EXPECT_FALSE(r.contains("waiting"));
   EXPECT_THAT(SummarizeJob(r),
               HasSubstr("QUEUED: WaitingForCapacity: needs 4 pods of cpu 4, memory 15Gi; the "
                         "cluster can place 2 of them now; 1 job ahead of it\n"));
+  job.mutable_status()->set_queue_position(2);
+  r = JobResource(job);
+  EXPECT_EQ(r["queued"]["position"], 2);
+  EXPECT_THAT(SummarizeJob(r), HasSubstr("QUEUED, position 2: WaitingForCapacity: needs 4"));
   c->set_status("True");
   c->set_reason("Admitted");
   EXPECT_FALSE(JobResource(job).contains("queued"));

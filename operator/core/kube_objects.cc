@@ -16,6 +16,7 @@
 #include "common/status_macros.h"
 #include "google/protobuf/util/json_util.h"
 #include "operator/core/output_storage.h"
+#include "operator/core/pod_group.h"
 
 namespace kubetrain::core {
 namespace {
@@ -326,6 +327,7 @@ json RenderPod(const v1::TrainingJob& job, const std::string& namespace_name,
   pod["metadata"]["namespace"] = namespace_name;
   pod["metadata"]["ownerReferences"] = json::array({OwnerReference(job)});
   for (const auto& [k, v] : replica.labels) pod["metadata"]["labels"][k] = v;
+  AddPodGroupMembership(job, replica.key.trial_id, pod);
   return pod;
 }
 
@@ -546,11 +548,21 @@ absl::StatusOr<std::vector<json>> RenderJob(const v1::TrainingJob& job,
   if (!NewOutputClaimName(defaulted).empty()) {
     objects.push_back(RenderOutputClaim(defaulted, namespace_name));
   }
-  for (const DesiredReplica& replica :
-       DesiredReplicas(defaulted, trial_id, assignment, render_options)) {
-    if (render_options.services)
-      objects.push_back(RenderService(defaulted, namespace_name, replica));
-    objects.push_back(RenderPod(defaulted, namespace_name, replica));
+  const std::vector<DesiredReplica> replicas =
+      DesiredReplicas(defaulted, trial_id, assignment, render_options);
+  std::vector<json> pods;
+  for (const DesiredReplica& replica : replicas) {
+    pods.push_back(RenderPod(defaulted, namespace_name, replica));
+  }
+  // A gang scheduler's PodGroup goes before the pods that name it.
+  if (json group = RenderPodGroup(defaulted, namespace_name, trial_id, pods); !group.is_null()) {
+    objects.push_back(std::move(group));
+  }
+  for (size_t i = 0; i < replicas.size(); ++i) {
+    if (render_options.services) {
+      objects.push_back(RenderService(defaulted, namespace_name, replicas[i]));
+    }
+    objects.push_back(std::move(pods[i]));
   }
   return objects;
 }

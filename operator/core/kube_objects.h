@@ -79,7 +79,8 @@ absl::StatusOr<ObservedReplica> ParsePod(const nlohmann::json& pod);
 absl::StatusOr<ObservedService> ParseService(const nlohmann::json& service);
 
 // What `kubetrain render` prints: the per-job output claim when the job has
-// one, then for every replica of the job (of trial `trial` for a tuning
+// one, then the gang's PodGroup when its pods name a gang scheduler
+// (pod_group.h), then for every replica of the job (of trial `trial` for a tuning
 // study; the trial's hyperparameters are what the tuner suggests for it when
 // the earlier trials are still running), its Service then its Pod, as the
 // operator would create them in `namespace_name` (TF_CONFIG addresses

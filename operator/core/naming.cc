@@ -43,6 +43,11 @@ std::string OutputClaimName(std::string_view job_object_name) {
   return Shorten(std::string(job_object_name) + "-output");
 }
 
+std::string PodGroupName(std::string_view job_object_name, std::string_view trial_id) {
+  if (trial_id.empty()) return Shorten(std::string(job_object_name));
+  return Shorten(std::string(job_object_name) + "-t" + std::string(trial_id));
+}
+
 std::string TaskName(const ReplicaKey& key, bool use_chief) {
   std::string task = ReplicaRoleName(key.role, use_chief) + "-" + std::to_string(key.index);
   if (key.trial_id.empty()) return task;

@@ -54,6 +54,10 @@ std::string ReplicaName(std::string_view job_object_name, const ReplicaKey& key,
 // (spec.outputStorage.newClaim): "<job>-output", shortened as ReplicaName.
 std::string OutputClaimName(std::string_view job_object_name);
 
+// The PodGroup of a gang (pod_group.h): "<job>", or "<job>-t<trialId>" for a
+// trial's, shortened as ReplicaName.
+std::string PodGroupName(std::string_view job_object_name, std::string_view trial_id);
+
 // The task name used in messages and log prefixes: "worker-2" ("master-0"),
 // or "trial 3 worker-2" for trials.
 std::string TaskName(const ReplicaKey& key, bool use_chief = false);

@@ -35,6 +35,13 @@ inline const Resource kResourceQuotas{"api/v1", "resourcequotas", "ResourceQuota
 inline const Resource kPriorityClasses{"apis/scheduling.k8s.io/v1", "priorityclasses",
                                        "PriorityClass", "scheduling.k8s.io/v1"};
 
+// The PodGroups of the gang schedulers (operator/core/pod_group.h), served
+// only where their CRDs are installed.
+inline const Resource kCoschedulingPodGroups{"apis/scheduling.x-k8s.io/v1alpha1", "podgroups",
+                                             "PodGroup", "scheduling.x-k8s.io/v1alpha1"};
+inline const Resource kVolcanoPodGroups{"apis/scheduling.volcano.sh/v1beta1", "podgroups",
+                                        "PodGroup", "scheduling.volcano.sh/v1beta1"};
+
 struct ListOptions {
   std::string label_selector{};
   std::string field_selector{};

@@ -21,6 +21,7 @@
 #include "operator/core/carry_out.h"
 #include "operator/core/kube_objects.h"
 #include "operator/core/naming.h"
+#include "operator/core/pod_group.h"
 #include "operator/core/previous_study.h"
 #include "operator/core/tf_config.h"
 #include "operator/kube/api_status.h"
@@ -589,6 +590,7 @@ class Controller::JobSink : public core::ResultSink {
       }
       first_error = CreateOne(*claim);
     }
+    if (first_error.ok()) first_error = CreatePodGroups(others);
     if (!first_error.ok()) {
       for (const core::Creation* other : others) NotAttempted(*other);
       return first_error;
@@ -631,6 +633,59 @@ class Controller::JobSink : public core::ResultSink {
   void NotAttempted(const core::Creation& creation) {
     const auto [resource, name] = Target(creation);
     c_->expectations_.CreationObserved(uid_, ExpectationKey(resource->plural, name));
+  }
+
+  // The PodGroup of each gang whose pods are about to be created, where they
+  // name a gang scheduler (pod_group.h): before the pods, which that
+  // scheduler would otherwise place one by one (Volcano) or hold
+  // (coscheduling). One refused (its CRD not installed, say) refuses the
+  // gang's pods, and the job's condition says why.
+  absl::Status CreatePodGroups(const std::vector<const core::Creation*>& creations) {
+    std::map<std::string, std::vector<const core::CreateReplica*>> gangs;  // by trial
+    for (const core::Creation* creation : creations) {
+      if (auto* c = std::get_if<core::CreateReplica>(creation)) {
+        gangs[c->replica.key.trial_id].push_back(c);
+      }
+    }
+    for (const auto& [trial, creating] : gangs) {
+      if (core::PodGroupApiOf(job_, core::RenderPod(job_, ns_, creating.front()->replica)) ==
+          core::PodGroupApi::kNone) {
+        continue;
+      }
+      std::vector<json> pods;
+      for (const core::DesiredReplica& replica :
+           core::DesiredReplicas(job_, trial, {}, c_->ReconcileOptionsFor(ns_))) {
+        pods.push_back(core::RenderPod(job_, ns_, replica));
+      }
+      const json group = core::RenderPodGroup(job_, ns_, trial, pods);
+      if (group.is_null()) continue;
+      const bool volcano = group["apiVersion"] == core::kVolcanoApiVersion;
+      const std::string api_version = group["apiVersion"].get<std::string>();
+      const std::string name = group["metadata"]["name"].get<std::string>();
+      absl::StatusOr<json> created = volcano
+                                         ? c_->client_->Create(kVolcanoPodGroups, ns_, group)
+                                         : c_->client_->Create(kCoschedulingPodGroups, ns_, group);
+      if (created.ok()) {
+        c_->recorder_.Record(
+            object_, EventRecorder::Type::kNormal, "SuccessfulCreate",
+            absl::StrCat("Created PodGroup ", name, " (", api_version, ") for the gang scheduler"));
+        continue;
+      }
+      if (created.status().code() == absl::StatusCode::kAlreadyExists) continue;
+      const std::string message = absl::StrCat(
+          "PodGroup ", name, " (", api_version,
+          "), which the pods' scheduler reads, was refused: ", ServerMessage(created.status()),
+          HttpCode(created.status()) == 404 ? " (is that scheduler's PodGroup CRD installed?)"
+                                            : "");
+      {
+        absl::MutexLock lock(&refused_lock_);
+        for (const core::CreateReplica* c : creating) {
+          refused_.push_back({.name = c->replica.name, .key = c->replica.key, .message = message});
+        }
+      }
+      return absl::FailedPreconditionError(message);
+    }
+    return absl::OkStatus();
   }
 
   // Creates one object. Creating what exists and is this job's is success.

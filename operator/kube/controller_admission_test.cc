@@ -53,11 +53,13 @@ class AdmissionTest : public ::testing::Test {
   // `nodes` nodes of two replicas each; `write_latency` on every write, so
   // the pods of jobs submitted together are created interleaved, as the
   // round trips of a real API server interleave them.
-  void StartServer(int nodes, absl::Duration write_latency = absl::ZeroDuration()) {
+  void StartServer(int nodes, absl::Duration write_latency = absl::ZeroDuration(),
+                   bool pod_group_crds = false) {
     FakeApiServer::Options options;
     options.bookmark_interval = absl::Milliseconds(200);
     options.schedule_pods = true;
     options.write_latency = write_latency;
+    options.pod_group_crds = pod_group_crds;
     server_ = *FakeApiServer::Start(options);
     for (int i = 0; i < nodes; ++i) {
       ASSERT_TRUE(server_->Create("nodes", "", Node(absl::StrCat("node-", i))).ok());
@@ -203,6 +205,9 @@ TEST_F(AdmissionTest, OneJobRunsWhileTheOtherWaitsQueuedThenBothSucceed) {
             "needs 4 pods of cpu 4, memory 15Gi; the cluster can place 2 of them now; no job "
             "ahead of it");
   EXPECT_EQ(Admitted(first)["status"], "True");
+  // Its place in the queue, for kubectl's Queue column and `jobs list`.
+  EXPECT_EQ(Job(second).value("/status/queuePosition"_json_pointer, 0), 1);
+  EXPECT_FALSE(Job(first)["status"].contains("queuePosition"));
   EXPECT_EQ(Metric("kubetrain_operator_admission_queued_jobs"), 1.0);
   EXPECT_EQ(Metric("kubetrain_operator_admission_admitted_total"), 1.0);
 
@@ -210,6 +215,7 @@ TEST_F(AdmissionTest, OneJobRunsWhileTheOtherWaitsQueuedThenBothSucceed) {
   ASSERT_TRUE(server_->WaitUntil([&] { return State(first) == "SUCCEEDED"; }));
   ASSERT_TRUE(WaitForAdmitted(second, core::kAdmittedReason)) << Admitted(second).dump();
   ASSERT_TRUE(server_->WaitUntil([&] { return Phases(second)["Running"] == 4; }));
+  EXPECT_FALSE(Job(second)["status"].contains("queuePosition"));
   Finish(second);
   ASSERT_TRUE(server_->WaitUntil([&] { return State(second) == "SUCCEEDED"; }));
   EXPECT_THAT(Events("a", "Normal"), ::testing::Contains("Admitted"));
@@ -359,14 +365,98 @@ class QueueOrderTest : public AdmissionTest {
   }
 };
 
+TEST_F(AdmissionTest, AVolcanoJobGetsItsPodGroupAndIsLeftToVolcano) {
+  StartServer(1, absl::ZeroDuration(), /*pod_group_crds=*/true);
+  StartController(/*admission=*/true);
+  // Bigger than the cluster: the operator's admission would hold it.
+  ASSERT_TRUE(
+      server_
+          ->Create(
+              "trainingjobs", "ns1",
+              SyncPsJob("gang", {{"template", {{"spec", {{"schedulerName", "volcano"}}}}},
+                                 {"runPolicy",
+                                  {{"schedulingPolicy",
+                                    {{"queue", "research"}, {"priorityClass", "team-high"}}}}}}))
+          .ok());
+  ASSERT_TRUE(server_->WaitUntil([&] { return PodCount("gang") == 4; }));
+  const auto group = server_->Get("podgroups.scheduling.volcano.sh", "ns1", "gang");
+  ASSERT_TRUE(group.ok()) << group.status();
+  EXPECT_EQ((*group)["spec"]["minMember"], 4);
+  EXPECT_EQ((*group)["spec"]["minResources"], json({{"cpu", "16"}, {"memory", "60Gi"}}));
+  EXPECT_EQ((*group)["spec"]["queue"], "research");
+  EXPECT_EQ((*group)["spec"]["priorityClassName"], "team-high");
+  EXPECT_EQ((*group)["metadata"]["ownerReferences"][0]["name"], "gang");
+  for (const json& pod : server_->List("pods", "ns1")) {
+    EXPECT_EQ(pod.value("/metadata/annotations/scheduling.k8s.io~1group-name"_json_pointer,
+                        std::string()),
+              "gang");
+    // Volcano places them, not the default scheduler.
+    EXPECT_EQ(pod.value("/status/phase"_json_pointer, std::string()), "Pending");
+  }
+  EXPECT_TRUE(Admitted("gang").is_null() || Admitted("gang").empty());
+  EXPECT_TRUE(server_->List("podgroups.scheduling.x-k8s.io", "ns1").empty());
+}
+
+TEST_F(AdmissionTest, ACoschedulingJobGetsItsPodGroupWithTheTimeout) {
+  StartServer(3, absl::ZeroDuration(), /*pod_group_crds=*/true);
+  StartController(/*admission=*/true);
+  ASSERT_TRUE(
+      server_
+          ->Create("trainingjobs", "ns1",
+                   SyncPsJob("cosched",
+                             {{"template", {{"spec", {{"schedulerName", "scheduler-plugins"}}}}},
+                              {"runPolicy",
+                               {{"schedulingPolicy",
+                                 {{"minAvailable", 3}, {"scheduleTimeoutSeconds", 60}}}}}}))
+          .ok());
+  ASSERT_TRUE(server_->WaitUntil([&] { return PodCount("cosched") == 4; }));
+  const auto group = server_->Get("podgroups.scheduling.x-k8s.io", "ns1", "cosched");
+  ASSERT_TRUE(group.ok()) << group.status();
+  EXPECT_EQ((*group)["apiVersion"], "scheduling.x-k8s.io/v1alpha1");
+  EXPECT_EQ((*group)["spec"]["minMember"], 3);
+  EXPECT_EQ((*group)["spec"]["minResources"], json({{"cpu", "12"}, {"memory", "45Gi"}}));
+  EXPECT_EQ((*group)["spec"]["scheduleTimeoutSeconds"], 60);
+  for (const json& pod : server_->List("pods", "ns1")) {
+    EXPECT_EQ(
+        pod.value("/metadata/labels/scheduling.x-k8s.io~1pod-group"_json_pointer, std::string()),
+        "cosched");
+  }
+}
+
+TEST_F(AdmissionTest, WithoutThePodGroupCrdTheJobSaysWhyNoPodIsCreated) {
+  StartServer(3);
+  StartController(/*admission=*/true);
+  ASSERT_TRUE(
+      server_
+          ->Create("trainingjobs", "ns1",
+                   SyncPsJob("orphan", {{"template", {{"spec", {{"schedulerName", "volcano"}}}}}}))
+          .ok());
+  json waiting;
+  ASSERT_TRUE(server_->WaitUntil([&] {
+    for (const json& c : Job("orphan").value("/status/conditions"_json_pointer, json::array())) {
+      if (c.value("type", "") == "ReplicasWaiting") waiting = c;
+    }
+    return !waiting.is_null();
+  })) << Job("orphan").dump();
+  EXPECT_THAT(waiting["message"].get<std::string>(),
+              HasSubstr("PodGroup orphan (scheduling.volcano.sh/v1beta1), which the pods' "
+                        "scheduler reads, was refused"));
+  EXPECT_THAT(waiting["message"].get<std::string>(),
+              HasSubstr("(is that scheduler's PodGroup CRD installed?)"));
+  EXPECT_EQ(PodCount("orphan"), 0);
+}
+
 TEST_F(QueueOrderTest, AHigherPriorityJobSubmittedLaterIsAdmittedFirst) {
   FillTheCluster();
   ASSERT_TRUE(server_->Create("trainingjobs", "ns1", SyncPsJob("low")).ok());
   ASSERT_TRUE(WaitForAdmitted("low", core::kWaitingForCapacityReason));
+  // Kubeflow's form: the pods' priorityClassName (read by the planner's
+  // tests) or, here, runPolicy.schedulingPolicy.priorityClass.
   ASSERT_TRUE(
       server_
           ->Create("trainingjobs", "ns1",
-                   SyncPsJob("high", {{"template", {{"spec", {{"priorityClassName", "urgent"}}}}}}))
+                   SyncPsJob("high", {{"runPolicy",
+                                       {{"schedulingPolicy", {{"priorityClass", "urgent"}}}}}}))
           .ok());
   // (One pass writes both, at once.)
   ASSERT_TRUE(server_->WaitUntil([&] {
@@ -374,6 +464,8 @@ TEST_F(QueueOrderTest, AHigherPriorityJobSubmittedLaterIsAdmittedFirst) {
            absl::StrContains(Admitted("high").value("message", ""), "no job ahead of it");
   })) << Admitted("low").dump()
       << Admitted("high").dump();
+  EXPECT_EQ(Job("high").value("/status/queuePosition"_json_pointer, 0), 1);
+  EXPECT_EQ(Job("low").value("/status/queuePosition"_json_pointer, 0), 2);
 
   Finish("running");
   ASSERT_TRUE(WaitForAdmitted("high", core::kAdmittedReason)) << Admitted("high").dump();

@@ -263,9 +263,13 @@ absl::Status GangAdmission::RunPass() {
     const bool study = core::internal::IsStudy(*job);
     // A queued study waits for its first trial's gang.
     gang.pods = GangPods(*job, study ? "1" : "");
-    if (!gang.pods.empty()) {
-      auto priority = priorities.find(gang.pods.front().priority_class);
-      if (priority != priorities.end()) gang.priority = priority->second;
+    // The pods' PriorityClass, else Kubeflow's schedulingPolicy.priorityClass.
+    std::string priority_class = gang.pods.empty() ? "" : gang.pods.front().priority_class;
+    if (priority_class.empty()) {
+      priority_class = job->spec().run_policy().scheduling_policy().priority_class();
+    }
+    if (auto priority = priorities.find(priority_class); priority != priorities.end()) {
+      gang.priority = priority->second;
     }
     if (study && core::AdmitsTrialsOneByOne(status)) {
       // Each trial is a gang: those running (their pods not yet bound keep
@@ -351,7 +355,8 @@ absl::Status GangAdmission::RunPass() {
     const v1::Condition* current = core::FindAdmittedCondition(job->status());
     const bool admitted = decision.reason == core::kAdmittedReason;
     if (current != nullptr && current->reason() == decision.reason &&
-        current->message() == decision.message) {
+        current->message() == decision.message &&
+        job->status().queue_position() == decision.position) {
       continue;
     }
     // Admissions are never held back; what only informs waits its turn.
@@ -362,6 +367,7 @@ absl::Status GangAdmission::RunPass() {
     v1::TrainingJobStatus status = job->status();
     core::SetAdmittedCondition(&status, admitted, decision.reason, decision.message, now);
     if (status.state() == v1::STATE_UNSPECIFIED) status.set_state(v1::QUEUED);
+    status.set_queue_position(decision.position);
     // A study is admitted with its first trial; the next ones, one gang each.
     if (admitted && core::internal::IsStudy(*job)) {
       status.set_admitted_trial_count(std::max<int64_t>(

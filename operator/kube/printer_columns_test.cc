@@ -148,8 +148,8 @@ TEST_F(PrinterColumnsTest, TableCarriesTheCrdsColumnsForListAndGet) {
     names.push_back(c["name"].get<std::string>() + "/" + c["type"].get<std::string>() + "/" +
                     std::to_string(c["priority"].get<int>()));
   }
-  EXPECT_EQ(names, (std::vector<std::string>{"Name/string/0", "State/string/0", "Trials/string/0",
-                                             "Best/number/1", "Age/date/0"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"Name/string/0", "State/string/0", "Queue/integer/0",
+                                             "Trials/string/0", "Best/number/1", "Age/date/0"}));
   ASSERT_EQ(table["rows"].size(), 1u);
   EXPECT_EQ(table["rows"][0]["object"]["kind"], "PartialObjectMetadata");
   EXPECT_EQ(table["rows"][0]["object"]["metadata"]["name"], "one");

@@ -278,17 +278,25 @@ TEST_F(KubectlPluginTest, KubectlGetAndExplainUseTheGeneratedCrd) {
               "status")
           .ok());
 
+  // A job gang admission holds: its place in the queue.
+  ASSERT_TRUE(server().Create("trainingjobs", "ns1", Job("waiting", "QUEUED")).ok());
+  ASSERT_TRUE(server()
+                  .MergePatch("trainingjobs", "ns1", "waiting",
+                              {{"status", {{"state", "QUEUED"}, {"queuePosition", 2}}}}, "status")
+                  .ok());
+
   CommandResult get = Kubectl("get tj");
   ASSERT_EQ(get.exit_code, 0) << get.output;
-  EXPECT_THAT(get.output, ::testing::ContainsRegex("NAME +STATE +TRIALS +AGE\n"));
+  EXPECT_THAT(get.output, ::testing::ContainsRegex("NAME +STATE +QUEUE +TRIALS +AGE\n"));
   EXPECT_THAT(get.output, ::testing::ContainsRegex("\nsweep +RUNNING +2/10 +[0-9]+[smhd]"));
   // A job that does not tune: the Trials cell is null, which kubectl prints empty.
   EXPECT_THAT(get.output, ::testing::ContainsRegex("\nmnist +RUNNING +[0-9]+[smhd]"));
+  EXPECT_THAT(get.output, ::testing::ContainsRegex("\nwaiting +QUEUED +2 +[0-9]+[smhd]"));
   EXPECT_THAT(get.output, Not(HasSubstr("BEST")));
 
   CommandResult wide = Kubectl("get trainingjobs -o wide");
   ASSERT_EQ(wide.exit_code, 0) << wide.output;
-  EXPECT_THAT(wide.output, ::testing::ContainsRegex("NAME +STATE +TRIALS +BEST +AGE\n"));
+  EXPECT_THAT(wide.output, ::testing::ContainsRegex("NAME +STATE +QUEUE +TRIALS +BEST +AGE\n"));
   EXPECT_THAT(wide.output, ::testing::ContainsRegex("\nsweep +RUNNING +2/10 +0.875 +[0-9]+[smhd]"));
 
   CommandResult category = Kubectl("get kubetrain");

@@ -197,10 +197,22 @@ TEST_F(OperatorRbacTest, ClusterRoleAndLeaseRoleGrantExactlyWhatTheCodeCalls) {
               needed_.count({"update", "kubetrain.io/trainingjobs/status"}))
       << "extraction found too little; operator/kube changed shape?";
   std::set<Permission> granted = GrantedBy("deploy/rbac/cluster/cluster_role.yaml");
-  for (const Permission& p : GrantedBy("deploy/rbac/base/leader_election_role.yaml")) {
-    granted.insert(p);
+  for (const char* optional :
+       {"deploy/rbac/base/leader_election_role.yaml", "deploy/rbac/podgroups/cluster_role.yaml"}) {
+    for (const Permission& p : GrantedBy(optional)) granted.insert(p);
   }
   EXPECT_EQ(granted, needed_) << Explain(granted);
+}
+
+TEST_F(OperatorRbacTest, PodGroupsAreAnOptionalRoleOfTheirOwn) {
+  // Only clusters with a gang scheduler have the CRDs; the main role does
+  // not grant them.
+  const std::set<Permission> pod_groups = GrantedBy("deploy/rbac/podgroups/cluster_role.yaml");
+  EXPECT_EQ(pod_groups, (std::set<Permission>{{"create", "scheduling.x-k8s.io/podgroups"},
+                                              {"create", "scheduling.volcano.sh/podgroups"}}));
+  for (const Permission& p : GrantedBy("deploy/rbac/cluster/cluster_role.yaml")) {
+    EXPECT_EQ(pod_groups.count(p), 0u) << p.first << " " << p.second;
+  }
 }
 
 TEST_F(OperatorRbacTest, LeasesOnlyInTheOperatorsNamespace) {

@@ -258,6 +258,28 @@ TEST_F(HelmTest, GangAdmissionInOneNamespaceAddsAReadOnlyClusterRole) {
   EXPECT_EQ(args.count("--admission-backfill-limit=3m"), 1u);
 }
 
+TEST_F(HelmTest, PodGroupsAddTheirOwnRoleBoundWhereTheOperatorWatches) {
+  const std::set<Permission> pod_groups = {{"create", "scheduling.x-k8s.io/podgroups"},
+                                           {"create", "scheduling.volcano.sh/podgroups"}};
+  std::vector<YAML::Node> docs = Render(
+      "helm template kt " + Chart() + " --namespace kubetrain-system --set podGroups.enabled=true");
+  ExpectEveryObjectWellFormed(docs);
+  EXPECT_EQ(Granted(docs, "ClusterRole", "kt-kubetrain-operator-podgroups"), pod_groups);
+  EXPECT_EQ(Kinds(docs).count("ClusterRoleBinding"), 2u);
+  docs = Render("helm template kt " + Chart() + " --namespace kubetrain-system -f " +
+                Values("namespaced") + " --set podGroups.enabled=true");
+  ExpectEveryObjectWellFormed(docs);
+  EXPECT_EQ(Granted(docs, "ClusterRole", "kt-kubetrain-operator-podgroups"), pod_groups);
+  bool bound_in_ml_team = false;
+  for (const YAML::Node& doc : docs) {
+    bound_in_ml_team |= Str(doc["kind"]) == "RoleBinding" &&
+                        Str(doc["metadata"]["name"]) == "kt-kubetrain-operator-podgroups" &&
+                        Str(doc["metadata"]["namespace"]) == "ml-team";
+  }
+  EXPECT_TRUE(bound_in_ml_team);
+  EXPECT_EQ(Kinds(docs).count("ClusterRoleBinding"), 0u);
+}
+
 TEST_F(HelmTest, OneWatchedNamespaceRendersRolesThere) {
   std::vector<YAML::Node> docs = Render("helm template kt " + Chart() +
                                         " --namespace kubetrain-system -f " + Values("namespaced"));

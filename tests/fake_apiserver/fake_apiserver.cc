@@ -48,7 +48,15 @@ struct ResourceInfo {
   const char* kind;
   bool has_status;              // status subresource: main writes ignore status and vice versa
   bool cluster_scoped = false;  // stored under the namespace ""; paths without /namespaces/
+  // What tests name it by, its StoreKey (FakeApiServer::Create("podgroups.scheduling.volcano.sh",
+  // ...)): "plural.group" where two groups serve one plural; the plural otherwise.
+  const char* key = nullptr;
+  // Served only with Options::pod_group_crds, as where a gang scheduler's
+  // CRDs are installed.
+  bool pod_group = false;
 };
+
+std::string StoreKey(const ResourceInfo& r) { return r.key != nullptr ? r.key : r.plural; }
 
 constexpr ResourceInfo kResources[] = {
     {"trainingjobs", "kubetrain.io/v1", "TrainingJob", true},
@@ -62,6 +70,10 @@ constexpr ResourceInfo kResources[] = {
     // Tests write a node's status.allocatable with it (no kubelet reports it).
     {"nodes", "v1", "Node", false, true},
     {"priorityclasses", "scheduling.k8s.io/v1", "PriorityClass", false, true},
+    {"podgroups", "scheduling.x-k8s.io/v1alpha1", "PodGroup", true, false,
+     "podgroups.scheduling.x-k8s.io", true},
+    {"podgroups", "scheduling.volcano.sh/v1beta1", "PodGroup", true, false,
+     "podgroups.scheduling.volcano.sh", true},
 };
 
 // The largest ConfigMap the real server stores (validation's
@@ -78,9 +90,18 @@ bool IsConfigMapKey(const std::string& key) {
   return true;
 }
 
-const ResourceInfo* FindResource(absl::string_view plural) {
+// By the name tests use (StoreKey).
+const ResourceInfo* FindResource(absl::string_view key) {
   for (const ResourceInfo& r : kResources) {
-    if (plural == r.plural) return &r;
+    if (key == StoreKey(r)) return &r;
+  }
+  return nullptr;
+}
+
+// By a request's path: its group/version and plural.
+const ResourceInfo* FindRoute(absl::string_view api_version, absl::string_view plural) {
+  for (const ResourceInfo& r : kResources) {
+    if (plural == r.plural && api_version == r.api_version) return &r;
   }
   return nullptr;
 }
@@ -474,7 +495,7 @@ class FakeApiServer::Impl {
 
   Reply Get(const ResourceInfo& res, const std::string& ns, const std::string& name) const {
     std::lock_guard<std::mutex> lock(mu_);
-    auto& objects = store_.at(std::string(res.plural));
+    auto& objects = store_.at(StoreKey(res));
     auto it = objects.find(Key(ns, name));
     if (it == objects.end()) return NotFound(res, name);
     return Reply{200, *it->second};
@@ -483,7 +504,7 @@ class FakeApiServer::Impl {
   Reply List(const ResourceInfo& res, const Filter& filter, size_t limit,
              const std::string& continue_token) const {
     std::lock_guard<std::mutex> lock(mu_);
-    const auto& objects = store_.at(std::string(res.plural));
+    const auto& objects = store_.at(StoreKey(res));
     json items = json::array();
     auto it = continue_token.empty() ? objects.begin() : objects.upper_bound(continue_token);
     std::string last_key;
@@ -508,7 +529,7 @@ class FakeApiServer::Impl {
   Reply Update(const ResourceInfo& res, const std::string& ns, const std::string& name, json body,
                bool status) {
     std::lock_guard<std::mutex> lock(mu_);
-    auto& objects = store_.at(std::string(res.plural));
+    auto& objects = store_.at(StoreKey(res));
     auto it = objects.find(Key(ns, name));
     if (it == objects.end()) return NotFound(res, name);
     if (!body.is_object()) return Error(400, "BadRequest", "body must be a JSON object");
@@ -524,7 +545,7 @@ class FakeApiServer::Impl {
   Reply MergePatch(const ResourceInfo& res, const std::string& ns, const std::string& name,
                    const json& patch, bool status) {
     std::lock_guard<std::mutex> lock(mu_);
-    auto& objects = store_.at(std::string(res.plural));
+    auto& objects = store_.at(StoreKey(res));
     auto it = objects.find(Key(ns, name));
     if (it == objects.end()) return NotFound(res, name);
     if (!patch.is_object()) return Error(400, "BadRequest", "merge patch must be a JSON object");
@@ -542,7 +563,7 @@ class FakeApiServer::Impl {
   Reply Delete(const ResourceInfo& res, const std::string& ns, const std::string& name,
                bool orphan) {
     std::lock_guard<std::mutex> lock(mu_);
-    auto& objects = store_.at(std::string(res.plural));
+    auto& objects = store_.at(StoreKey(res));
     auto it = objects.find(Key(ns, name));
     if (it == objects.end()) return NotFound(res, name);
     json deleted = DeleteLocked(res, it, orphan);
@@ -552,7 +573,7 @@ class FakeApiServer::Impl {
   std::vector<json> ListAll(const ResourceInfo& res, const std::string& ns) const {
     std::lock_guard<std::mutex> lock(mu_);
     std::vector<json> out;
-    for (const auto& [key, obj] : store_.at(std::string(res.plural))) {
+    for (const auto& [key, obj] : store_.at(StoreKey(res))) {
       if (ns.empty() || StringAt(*obj, "metadata", "namespace") == ns) out.push_back(*obj);
     }
     return out;
@@ -560,7 +581,7 @@ class FakeApiServer::Impl {
 
   size_t Count(const ResourceInfo& res) const {
     std::lock_guard<std::mutex> lock(mu_);
-    return store_.at(std::string(res.plural)).size();
+    return store_.at(StoreKey(res)).size();
   }
 
   bool WaitUntil(const std::function<bool()>& predicate, absl::Duration timeout) {
@@ -855,7 +876,7 @@ class FakeApiServer::Impl {
                    "the request");
     }
     if (std::optional<Reply> refused = Admit(res, ns, &obj, name, Write::kCreate)) return *refused;
-    auto& objects = store_.at(std::string(res.plural));
+    auto& objects = store_.at(StoreKey(res));
     std::string key = Key(ns, name);
     if (objects.count(key)) {
       return Error(409, "AlreadyExists", absl::StrCat(res.plural, " \"", name, "\" already exists"),
@@ -1009,7 +1030,7 @@ class FakeApiServer::Impl {
   }
 
   json DeleteLocked(const ResourceInfo& res, ObjectMap::iterator it, bool orphan) {
-    auto& objects = store_.at(std::string(res.plural));
+    auto& objects = store_.at(StoreKey(res));
     json deleted = *it->second;
     pod_created_rv_.erase(it->first);
     objects.erase(it);
@@ -1022,7 +1043,7 @@ class FakeApiServer::Impl {
     std::string uid = StringAt(deleted, "metadata", "uid");
     std::string ns = StringAt(deleted, "metadata", "namespace");
     for (const ResourceInfo& dep_res : kResources) {
-      auto& deps = store_.at(std::string(dep_res.plural));
+      auto& deps = store_.at(StoreKey(dep_res));
       std::vector<std::string> doomed;
       for (const auto& [key, obj] : deps) {
         if (StringAt(*obj, "metadata", "namespace") != ns) continue;
@@ -1195,8 +1216,8 @@ class FakeApiServer::Impl {
     if (parts.size() <= i) {
       return SendReply(fd, Error(404, "NotFound", absl::StrCat("no route for ", req.path)));
     }
-    const ResourceInfo* res = FindResource(parts[i]);
-    if (res == nullptr || api_version != res->api_version) {
+    const ResourceInfo* res = FindRoute(api_version, parts[i]);
+    if (res == nullptr || (res->pod_group && !options_.pod_group_crds)) {
       return SendReply(
           fd, Error(404, "NotFound",
                     absl::StrCat("the server could not find the requested resource ", req.path)));
@@ -1384,6 +1405,7 @@ class FakeApiServer::Impl {
     std::vector<json> crds;
     std::lock_guard<std::mutex> lock(mu_);
     for (const ResourceInfo& r : kResources) {
+      if (r.pod_group && !options_.pod_group_crds) continue;
       DiscoveredResource d;
       d.plural = r.plural;
       d.singular = absl::AsciiStrToLower(r.kind);
@@ -1465,7 +1487,7 @@ class FakeApiServer::Impl {
       compact_generation = compact_generation_;
       compacted = compacted_rv_;
       if (from == 0) {
-        for (const auto& [key, obj] : store_.at(std::string(res.plural))) {
+        for (const auto& [key, obj] : store_.at(StoreKey(res))) {
           if (filter.Matches(*obj)) initial.push_back({{"type", "ADDED"}, {"object", *obj}});
         }
         position = rv_;
@@ -1595,7 +1617,7 @@ class FakeApiServer::Impl {
   std::deque<WatchEvent> history_;
   std::map<std::string, ObjectMap> store_ = [] {
     std::map<std::string, ObjectMap> m;
-    for (const ResourceInfo& r : kResources) m[std::string(r.plural)];
+    for (const ResourceInfo& r : kResources) m[StoreKey(r)];
     return m;
   }();
   std::mt19937_64 uid_rng_{std::random_device{}()};

@@ -151,6 +151,12 @@ class FakeApiServer {
     // as if a kubelet started it, Running; the rest get PodScheduled=False,
     // reason Unschedulable. False: pods stay Pending until a test patches them.
     bool schedule_pods = false;
+    // Serve the PodGroups of scheduler-plugins' coscheduling
+    // (scheduling.x-k8s.io/v1alpha1) and Volcano (scheduling.volcano.sh/v1beta1),
+    // named "podgroups.<group>" here, as a cluster with those schedulers'
+    // CRDs does. False: their paths are 404 and discovery lists neither, as
+    // on a cluster without them.
+    bool pod_group_crds = false;
   };
 
   static absl::StatusOr<std::unique_ptr<FakeApiServer>> Start(Options options);

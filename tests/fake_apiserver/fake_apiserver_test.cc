@@ -704,6 +704,33 @@ TEST_F(FakeApiServerTest, NodesAndPriorityClassesAreClusterScoped) {
             true);  // pods and the rest stay namespaced
 }
 
+TEST_F(FakeApiServerTest, PodGroupsAreServedOnlyWhereTheirCrdsAreAndEachGroupHasItsOwn) {
+  const std::string coscheduling = "/apis/scheduling.x-k8s.io/v1alpha1/namespaces/ns1/podgroups";
+  const std::string volcano = "/apis/scheduling.volcano.sh/v1beta1/namespaces/ns1/podgroups";
+  auto group = [](int members) {
+    return json{{"metadata", {{"name", "gang"}}}, {"spec", {{"minMember", members}}}};
+  };
+  // A cluster without the gang schedulers.
+  EXPECT_EQ(Call(http::methods::POST, coscheduling, group(3)).code, 404);
+  EXPECT_EQ(Call(http::methods::POST, volcano, group(3)).code, 404);
+  EXPECT_EQ(Call(http::methods::GET, "/apis/scheduling.volcano.sh/v1beta1").code, 404);
+
+  FakeApiServer::Options options;
+  options.pod_group_crds = true;
+  server_ = *FakeApiServer::Start(options);
+  client_ = std::make_unique<http::client::http_client>(server_->url());
+  ASSERT_EQ(Call(http::methods::POST, coscheduling, group(3)).code, 201);
+  // The same name in the other group is another object.
+  ASSERT_EQ(Call(http::methods::POST, volcano, group(4)).code, 201);
+  EXPECT_EQ(Call(http::methods::POST, volcano, group(4)).code, 409);
+  EXPECT_EQ(Call(http::methods::GET, coscheduling + "/gang").body["spec"]["minMember"], 3);
+  const json from_volcano = Call(http::methods::GET, volcano + "/gang").body;
+  EXPECT_EQ(from_volcano["spec"]["minMember"], 4);
+  EXPECT_EQ(from_volcano["apiVersion"], "scheduling.volcano.sh/v1beta1");
+  EXPECT_EQ(server_->List("podgroups.scheduling.x-k8s.io", "ns1").size(), 1u);
+  EXPECT_EQ(Call(http::methods::GET, "/apis/scheduling.volcano.sh/v1beta1").code, 200);
+}
+
 TEST(FakeApiServerSchedulerTest, BindsWhatFitsInCreationOrderAndTheRestWaitsUnschedulable) {
   FakeApiServer::Options options;
   options.schedule_pods = true;
@@ -770,6 +797,13 @@ TEST(FakeApiServerSchedulerTest, SelectorsTaintsAndCordonsKeepPodsOffNodes) {
                            scheduling::PodOf("elsewhere", "1", {{"nodeSelector", {{"pool", "x"}}}}))
                   .ok());
   EXPECT_EQ(scheduling::Phase(*server, "elsewhere"), "Pending");
+  // Volcano's pod is Volcano's to place: no binding, no verdict.
+  ASSERT_TRUE(
+      server->Create("pods", "ns1", scheduling::PodOf("gang", "1", {{"schedulerName", "volcano"}}))
+          .ok());
+  const json gang = *server->Get("pods", "ns1", "gang");
+  EXPECT_FALSE(gang["spec"].contains("nodeName"));
+  EXPECT_FALSE(gang.contains("status") && gang["status"].contains("conditions"));
 }
 
 TEST_F(FakeApiServerTest, AQuotaOnRequestsRefusesThePodThatWouldPassIt) {

@@ -139,6 +139,11 @@ std::vector<SchedulingDecision> SchedulePods(const std::vector<json>& nodes,
   for (size_t p = 0; p < pods.size(); ++p) {
     const json& pod = pods[p];
     if (!FieldText(FieldAt(pod, "spec"), "nodeName").empty() || !PodHoldsResources(pod)) continue;
+    // Another scheduler's pod (Volcano, coscheduling): not this one's to place.
+    if (const std::string scheduler = FieldText(FieldAt(pod, "spec"), "schedulerName");
+        !scheduler.empty() && scheduler != "default-scheduler") {
+      continue;
+    }
     const std::map<std::string, int64_t> requests = PodRequests(pod);
     std::map<std::string, int> reasons;  // why nodes were passed over, counted
     std::optional<size_t> best;

@@ -48,7 +48,8 @@ struct SchedulingDecision {
 };
 
 // Places the unbound pods among `pods` (spec.nodeName empty, holding
-// resources) in the order given, onto `nodes`, counting the bound ones.
+// resources, and spec.schedulerName empty or default-scheduler: a pod for
+// another scheduler gets no decision) in the order given, onto `nodes`, counting the bound ones.
 std::vector<SchedulingDecision> SchedulePods(const std::vector<nlohmann::json>& nodes,
                                              const std::vector<nlohmann::json>& pods);
 
