@@ -38,6 +38,22 @@ inline constexpr char kQueuedReason[] = "Queued";
 // job through runPolicy.suspend).
 inline constexpr char kKueueQueueLabel[] = "kueue.x-k8s.io/queue-name";
 
+// What admission decided about one job, carried to the reconciler
+// (Observed::admission), which writes it with the job's status: admitting
+// costs no status write of its own, and the pods are created in the same
+// pass.
+struct AdmissionVerdict {
+  std::string reason;  // kAdmittedReason, or why the job waits
+  std::string message;
+  int32_t position = 0;  // its place in the queue; 0 when admitted or never fitting
+  // An admitted study: how many of its trials admission has let start in
+  // all (status.admittedTrialCount); 0 for other jobs.
+  int64_t admitted_trials = 0;
+
+  bool admitted() const { return reason == kAdmittedReason; }
+  bool operator==(const AdmissionVerdict&) const = default;
+};
+
 // The job's Admitted condition; null when it has none.
 const v1::Condition* FindAdmittedCondition(const v1::TrainingJobStatus& status);
 // Sets the Admitted condition (adding it, False included), its transition

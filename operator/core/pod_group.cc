@@ -70,15 +70,15 @@ json RenderPodGroup(const v1::TrainingJob& job, const std::string& namespace_nam
             : pods.front().value("/spec/priorityClassName"_json_pointer, std::string());
     if (!priority.empty()) spec["priorityClassName"] = priority;
   }
-  return {{"apiVersion",
-           api == PodGroupApi::kVolcano ? kVolcanoApiVersion : kCoschedulingApiVersion},
-          {"kind", "PodGroup"},
-          {"metadata",
-           {{"name", PodGroupName(JobObjectName(job), trial_id)},
-            {"namespace", namespace_name},
-            {"labels", labels},
-            {"ownerReferences", json::array({OwnerReference(job)})}}},
-          {"spec", spec}};
+  return {
+      {"apiVersion", api == PodGroupApi::kVolcano ? kVolcanoApiVersion : kCoschedulingApiVersion},
+      {"kind", "PodGroup"},
+      {"metadata",
+       {{"name", PodGroupName(JobObjectName(job), trial_id)},
+        {"namespace", namespace_name},
+        {"labels", labels},
+        {"ownerReferences", json::array({OwnerReference(job)})}}},
+      {"spec", spec}};
 }
 
 }  // namespace kubetrain::core

@@ -71,7 +71,8 @@ TEST(PodGroupTest, TheSchedulerNamedAndThePolicyPickTheApi) {
 
 TEST(PodGroupTest, VolcanoGroupTakesEveryPodAndThePolicysQueueAndPriority) {
   v1::TrainingJob job = GangJob("volcano");
-  v1::SchedulingPolicy* policy = job.mutable_spec()->mutable_run_policy()->mutable_scheduling_policy();
+  v1::SchedulingPolicy* policy =
+      job.mutable_spec()->mutable_run_policy()->mutable_scheduling_policy();
   policy->set_queue("research");
   policy->set_priority_class("team-high");
   policy->set_schedule_timeout_seconds(60);  // coscheduling's, not Volcano's
@@ -88,16 +89,16 @@ TEST(PodGroupTest, VolcanoGroupTakesEveryPodAndThePolicysQueueAndPriority) {
   EXPECT_EQ(group["metadata"]["namespace"], "ns1");
   EXPECT_EQ(group["metadata"]["labels"]["kubetrain.io/job-name"], "gang");
   EXPECT_EQ(group["metadata"]["ownerReferences"][0]["uid"], "uid-7");
-  EXPECT_EQ(group["spec"],
-            json({{"minMember", 4},
-                  {"minResources", {{"cpu", "16"}, {"memory", "60Gi"}}},
-                  {"queue", "research"},
-                  {"priorityClassName", "team-high"}}));
+  EXPECT_EQ(group["spec"], json({{"minMember", 4},
+                                 {"minResources", {{"cpu", "16"}, {"memory", "60Gi"}}},
+                                 {"queue", "research"},
+                                 {"priorityClassName", "team-high"}}));
 }
 
 TEST(PodGroupTest, CoschedulingGroupCountsTheFirstMinAvailablePodsOfATrial) {
   v1::TrainingJob job = GangJob("scheduler-plugins-scheduler");
-  v1::SchedulingPolicy* policy = job.mutable_spec()->mutable_run_policy()->mutable_scheduling_policy();
+  v1::SchedulingPolicy* policy =
+      job.mutable_spec()->mutable_run_policy()->mutable_scheduling_policy();
   policy->set_min_available(2);
   policy->set_schedule_timeout_seconds(60);
   policy->set_queue("research");  // Volcano's, not coscheduling's

@@ -587,14 +587,69 @@ bool AwaitsAdmission(const Context& c) {
          !ConditionIsTrue(c.result.status, kAdmittedCondition) && AdmittedElsewhere(c.job).empty();
 }
 
-// Nothing is created until the admission pass admits the job; until it has
-// looked at the job at all, the job says it is queued.
+// The backend's verdict, written with the status (Observed::admission).
+void ApplyAdmissionVerdict(Context& c) {
+  if (!c.options.gang_admission || !c.observed.admission || !AdmittedElsewhere(c.job).empty()) {
+    return;
+  }
+  const AdmissionVerdict& verdict = *c.observed.admission;
+  v1::TrainingJobStatus& s = c.status();
+  const v1::Condition* current = FindAdmittedCondition(s);
+  const bool was_admitted = ConditionIsTrue(s, kAdmittedCondition) ||
+                            (s.state() != v1::QUEUED && s.state() != v1::STATE_UNSPECIFIED);
+  if (!was_admitted) {
+    const bool reason_changed = current == nullptr || current->reason() != verdict.reason;
+    SetAdmittedCondition(&s, verdict.admitted(), verdict.reason, verdict.message, c.now);
+    s.set_queue_position(verdict.position);
+    if (reason_changed && verdict.admitted()) {
+      c.Emit(EmitEvent::Type::kNormal, kAdmittedReason, verdict.message);
+    } else if (reason_changed &&
+               (verdict.reason == kNeverFitsReason || verdict.reason == kQuotaExceededReason)) {
+      c.Emit(EmitEvent::Type::kWarning, verdict.reason, verdict.message);
+    }
+  }
+  if (!verdict.admitted() || verdict.admitted_trials <= s.admitted_trial_count()) return;
+  if (was_admitted) {
+    const int64_t more =
+        verdict.admitted_trials -
+        std::max(s.admitted_trial_count(), s.training_output().total_trial_count());
+    if (more > 0) {
+      c.Emit(EmitEvent::Type::kNormal, "TrialsAdmitted",
+             absl::StrCat(more, more == 1 ? " trial" : " trials",
+                          " admitted: all of their pods can be placed now"));
+    }
+  }
+  s.set_admitted_trial_count(verdict.admitted_trials);
+}
+
+// Nothing is created until a verdict admits the job; until one comes, the
+// job says it is queued (after kFirstVerdictWait: a verdict usually comes
+// sooner, and is written with the job's first status).
 void ReconcileAwaitingAdmission(Context& c) {
   if (FindAdmittedCondition(c.status()) != nullptr) return;
   SetAdmittedCondition(&c.status(), false, kQueuedReason,
                        "waiting for the operator to admit it: its pods are created once all of "
                        "them can be placed at once",
                        c.now);
+}
+
+// A new job's first verdict is still to come: how much longer to wait for it
+// before the job writes that it is queued; nullopt when it should not wait.
+std::optional<absl::Duration> FirstVerdictDue(const Context& c, const v1::TrainingJob& stored) {
+  if (c.observed.admission || stored.status().state() != v1::STATE_UNSPECIFIED ||
+      FindAdmittedCondition(stored.status()) != nullptr) {
+    return std::nullopt;
+  }
+  absl::Time created;
+  std::string unparsed;
+  if (stored.metadata().creation_timestamp().empty() ||
+      !absl::ParseTime(absl::RFC3339_full, stored.metadata().creation_timestamp(), &created,
+                       &unparsed)) {
+    return std::nullopt;
+  }
+  const absl::Duration left = created + kFirstVerdictWait - c.now;
+  if (left <= absl::ZeroDuration()) return std::nullopt;
+  return left;
 }
 
 // ---- Cancellation ----------------------------------------------------------
@@ -782,12 +837,23 @@ ReconcileResult ReconcilePass(const v1::TrainingJob& job, const Observed& observ
       StopActiveTrials(c, "stopped: the job failed");
     } else if (c.policy().suspend()) {
       ReconcileSuspended(c);
-    } else if (AwaitsAdmission(c)) {
-      ReconcileAwaitingAdmission(c);
-    } else if (IsStudy(c.job)) {
-      ReconcileStudy(c);
     } else {
-      ReconcileJob(c);
+      ApplyAdmissionVerdict(c);
+      if (AwaitsAdmission(c)) {
+        if (std::optional<absl::Duration> due = FirstVerdictDue(c, job)) {
+          // Nothing written yet: the verdict and the job's first status go
+          // together.
+          ReconcileResult waiting;
+          waiting.status = job.status();
+          waiting.requeue_after = *due;
+          return waiting;
+        }
+        ReconcileAwaitingAdmission(c);
+      } else if (IsStudy(c.job)) {
+        ReconcileStudy(c);
+      } else {
+        ReconcileJob(c);
+      }
     }
     ReconcileOutputs(c);  // after the study: its new trials get their folders
     ReconcileGpus(c);

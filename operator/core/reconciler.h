@@ -14,6 +14,7 @@
 #include "api/defaults.h"
 #include "api/python_runtimes.h"
 #include "kubetrain/v1/training_job.pb.h"
+#include "operator/core/gang_admission.h"
 #include "operator/core/replica.h"
 #include "operator/core/tf_config.h"
 #include "operator/tuner/tuner.h"
@@ -82,6 +83,13 @@ struct Observed {
   // Pods of the job the API server refused to create on the backend's last
   // attempt (Kubernetes only); named in the ReplicasWaiting condition.
   std::vector<RefusedCreation> refused_creations;
+  // Gang admission's latest verdict on the job (ReconcileOptions::
+  // gang_admission; admission_queue.h), when it has one. The reconciler
+  // writes it with the job's status (the Admitted condition,
+  // status.queuePosition, a study's status.admittedTrialCount, and an event
+  // when the reason changes) and, when it admits, creates the pods in the
+  // same pass. A verdict never takes an admission back.
+  std::optional<AdmissionVerdict> admission;
 };
 
 // ---- Actions. Carry them out in this order: store ArchiveTrials, write
@@ -163,6 +171,11 @@ extern const char kDefaultRuntimeImage[];
 // they run on has (ReconcileOptions::machine_gpus).
 inline constexpr char kNoGpuCondition[] = "NoGpu";
 
+// How long a new job under gang admission waits for its first verdict
+// before it writes Admitted=False, reason Queued itself (from its
+// creationTimestamp).
+inline constexpr absl::Duration kFirstVerdictWait = absl::Seconds(2);
+
 // Per-process configuration of the reconciler; the same for every job.
 struct ReconcileOptions {
   // How tasks reach each other (TF_CONFIG endpoints). Required.
@@ -200,11 +213,14 @@ struct ReconcileOptions {
   // kubetrain's own, built in.
   std::shared_ptr<const api::PythonRuntimeCatalog> runtimes;
   // Gang admission (gang_admission.h): a job creates nothing while it is
-  // QUEUED without the Admitted condition True, which the backend's
-  // admission pass sets once all its replicas can be placed at once. Until
-  // the pass first decides, the job shows Admitted=False, reason Queued.
-  // Jobs another admits (AdmittedElsewhere), and jobs past QUEUED (started
-  // before admission was turned on), are not held.
+  // QUEUED without the Admitted condition True, which the backend's verdict
+  // (Observed::admission) sets once all its replicas can be placed at once.
+  // A new job waits up to kFirstVerdictWait for its first verdict without a
+  // status write of its own (one write fewer per job, as admissions come
+  // within a pass); after that, until a verdict comes, it shows
+  // Admitted=False, reason Queued. Jobs another admits (AdmittedElsewhere),
+  // and jobs past QUEUED (started before admission was turned on), are not
+  // held.
   bool gang_admission = false;
 };
 

@@ -239,6 +239,17 @@ std::vector<std::string> EventReasons(const ReconcileResult& r) {
   }
   return reasons;
 }
+// "Type Reason: message" of each event.
+std::vector<std::string> Events(const ReconcileResult& r) {
+  std::vector<std::string> events;
+  for (const Action& a : r.actions) {
+    if (auto* e = std::get_if<EmitEvent>(&a)) {
+      events.push_back(absl::StrCat(e->type == EmitEvent::Type::kWarning ? "Warning" : "Normal",
+                                    " ", e->reason, ": ", e->message));
+    }
+  }
+  return events;
+}
 const CreateReplica* CreateOf(const ReconcileResult& r, const std::string& name) {
   for (const Action& a : r.actions) {
     if (auto* c = std::get_if<CreateReplica>(&a); c && c->replica.name == name) return c;
@@ -2243,7 +2254,7 @@ TEST(KubeObjectsStudyTest, RenderJobShowsTheRequestedTrial) {
 
 // ---- Gang admission ----------------------------------------------------------
 
-TEST(AdmissionGateTest, AQueuedJobCreatesNothingUntilAdmittedThenEverything) {
+TEST(AdmissionGateTest, AQueuedJobCreatesNothingUntilAVerdictAdmitsItThenEverything) {
   Harness h(Job(2, 1));
   h.options.gang_admission = true;
   ReconcileResult r = h.Step();
@@ -2256,27 +2267,67 @@ TEST(AdmissionGateTest, AQueuedJobCreatesNothingUntilAdmittedThenEverything) {
   h.Settle();
   EXPECT_TRUE(h.observed.replicas.empty());
 
-  // What the admission pass writes: the reconciler keeps it as it is.
-  v1::Condition* written = h.job.mutable_status()->mutable_conditions(0);
-  for (v1::Condition& c : *h.job.mutable_status()->mutable_conditions()) {
-    if (c.type() == kAdmittedCondition) written = &c;
-  }
-  written->set_reason(kWaitingForCapacityReason);
-  written->set_message("needs 4 pods of cpu 1; the cluster can place 2 of them now");
+  // The backend's verdict is written with the status.
+  h.observed.admission = AdmissionVerdict{
+      .reason = kWaitingForCapacityReason,
+      .message = "needs 4 pods of cpu 1; the cluster can place 2 of them now; 1 job ahead of it",
+      .position = 2};
   r = h.Step();
   EXPECT_TRUE(Created(r).empty());
+  EXPECT_TRUE(r.status_changed);
   EXPECT_EQ(h.Condition(kAdmittedCondition)->reason(), kWaitingForCapacityReason);
+  EXPECT_EQ(h.Condition(kAdmittedCondition)->message(), h.observed.admission->message);
+  EXPECT_EQ(h.job.status().queue_position(), 2);
+  EXPECT_TRUE(Events(r).empty());         // waiting for capacity is no news
+  EXPECT_FALSE(h.Step().status_changed);  // written once
 
-  written = nullptr;
-  for (v1::Condition& c : *h.job.mutable_status()->mutable_conditions()) {
-    if (c.type() == kAdmittedCondition) written = &c;
-  }
-  written->set_status("True");
-  written->set_reason(kAdmittedReason);
+  h.observed.admission = AdmissionVerdict{.reason = kNeverFitsReason, .message = "too big"};
+  r = h.Step();
+  EXPECT_THAT(Events(r), testing::ElementsAre("Warning NeverFits: too big"));
+  EXPECT_EQ(h.job.status().queue_position(), 0);
+
+  // Admitted: the condition, the event and every pod in the same pass.
+  h.observed.admission =
+      AdmissionVerdict{.reason = kAdmittedReason, .message = "its 4 pods fit the cluster now"};
   r = h.Step();
   EXPECT_THAT(Created(r), testing::UnorderedElementsAre("mnist-master-0", "mnist-worker-0",
                                                         "mnist-worker-1", "mnist-ps-0"));
   EXPECT_EQ(h.Condition(kAdmittedCondition)->status(), "True");
+  EXPECT_THAT(Events(r), testing::Contains("Normal Admitted: its 4 pods fit the cluster now"));
+  // A later verdict never takes the admission back.
+  h.observed.admission = AdmissionVerdict{.reason = kWaitingForCapacityReason, .message = "x"};
+  h.Settle();
+  EXPECT_EQ(h.Condition(kAdmittedCondition)->status(), "True");
+  EXPECT_EQ(h.observed.replicas.size(), 4u);
+}
+
+TEST(AdmissionGateTest, ANewJobWaitsBrieflyForItsFirstVerdictWithoutAWrite) {
+  v1::TrainingJob job = Job(1, 0);
+  Harness h(job);
+  h.job.mutable_metadata()->set_creation_timestamp(
+      absl::FormatTime(absl::RFC3339_sec, h.now - absl::Seconds(1), absl::UTCTimeZone()));
+  h.options.gang_admission = true;
+  ReconcileResult r = h.Reconcile();
+  EXPECT_FALSE(r.status_changed);
+  EXPECT_TRUE(r.actions.empty());
+  ASSERT_TRUE(r.requeue_after.has_value());
+  EXPECT_EQ(*r.requeue_after, absl::Seconds(1));
+  // The verdict comes in time: one write, with the pods.
+  h.observed.admission = AdmissionVerdict{.reason = kAdmittedReason, .message = "fits"};
+  r = h.Reconcile();
+  EXPECT_TRUE(r.status_changed);
+  EXPECT_EQ(Created(r).size(), 2u);
+  EXPECT_EQ(h.job.status().state(), v1::QUEUED);  // PREPARING once its pods are seen
+  EXPECT_EQ(h.Condition(kAdmittedCondition)->status(), "True");
+
+  // None in time: the job says it is queued.
+  Harness late(job);
+  late.job.mutable_metadata()->set_creation_timestamp(
+      absl::FormatTime(absl::RFC3339_sec, late.now - absl::Seconds(3), absl::UTCTimeZone()));
+  late.options.gang_admission = true;
+  r = late.Reconcile();
+  EXPECT_TRUE(r.status_changed);
+  EXPECT_EQ(late.Condition(kAdmittedCondition)->reason(), kQueuedReason);
 }
 
 TEST(AdmissionGateTest, JobsAdmittedElsewhereOrStartedBeforeAreNotHeld) {
@@ -2320,22 +2371,25 @@ TEST(AdmissionGateTest, AnAdmittedStudyStartsOnlyTheTrialsAdmissionLetsStart) {
   EXPECT_TRUE(h.observed.replicas.empty());
   EXPECT_EQ(h.job.status().training_output().total_trial_count(), 0);
 
-  // The admission pass admits the study with its first trial.
+  // Admission admits the study with its first trial.
   auto admit = [&](int64_t trials) {
-    for (v1::Condition& c : *h.job.mutable_status()->mutable_conditions()) {
-      if (c.type() != kAdmittedCondition) continue;
-      c.set_status("True");
-      c.set_reason(kAdmittedReason);
-    }
-    h.job.mutable_status()->set_admitted_trial_count(trials);
+    h.observed.admission =
+        AdmissionVerdict{.reason = kAdmittedReason, .message = "fits", .admitted_trials = trials};
   };
   admit(1);
+  ReconcileResult r = h.Step();
+  EXPECT_THAT(Events(r), testing::Contains("Normal Admitted: fits"));
   h.Settle();
   EXPECT_EQ(h.job.status().training_output().total_trial_count(), 1);
+  EXPECT_EQ(h.job.status().admitted_trial_count(), 1);
   EXPECT_EQ(h.observed.replicas.size(), 2u);  // one trial: master and worker
   EXPECT_EQ(h.suggest_calls.size(), 1u);
 
   admit(3);  // two more fit
+  r = h.Step();
+  EXPECT_THAT(Events(r),
+              testing::Contains("Normal TrialsAdmitted: 2 trials admitted: all of their pods can "
+                                "be placed now"));
   h.Settle();
   EXPECT_EQ(h.job.status().training_output().total_trial_count(), 3);
   EXPECT_EQ(h.observed.replicas.size(), 6u);

@@ -186,20 +186,36 @@ Controller::Controller(ClusterClient* client, ControllerOptions options, StudySt
   auto enqueue_job = [this](const ObjectPtr& o) {
     std::string key = ObjectKey(*o);
     if (!key.empty()) queue_.Add(key);
-    // A job that comes, changes or goes may change who is admitted.
+  };
+  // A job that comes, goes or changes its spec may change who is admitted;
+  // its status moving on does not (what its pods take or free, their own
+  // events tell).
+  auto poke_admission = [this] {
     if (admission_ != nullptr) admission_->Poke();
   };
   jobs_ = std::make_unique<Informer>(
       client_, InformerOptions{.resource = kTrainingJobs, .ns = options_.ns},
       InformerHandlers{
-          .on_add = enqueue_job,
-          .on_update = [enqueue_job](const ObjectPtr&, const ObjectPtr& o) { enqueue_job(o); },
+          .on_add =
+              [enqueue_job, poke_admission](const ObjectPtr& o) {
+                enqueue_job(o);
+                poke_admission();
+              },
+          .on_update =
+              [enqueue_job, poke_admission](const ObjectPtr& before, const ObjectPtr& o) {
+                enqueue_job(o);
+                const auto generation = "/metadata/generation"_json_pointer;
+                if (before->value(generation, int64_t{0}) != o->value(generation, int64_t{0})) {
+                  poke_admission();
+                }
+              },
           .on_delete =
-              [this, enqueue_job](const ObjectPtr& o) {
+              [this, enqueue_job, poke_admission](const ObjectPtr& o) {
                 // Its replicas go with it (the garbage collector); what it
                 // expected to see will not come.
                 expectations_.Forget(MetaString(*o, "uid"));
                 enqueue_job(o);
+                poke_admission();
               }});
   // Only our own replicas: everything we create carries the job-name label.
   auto replica_informer = [this](const Resource& resource, const std::string& kind) {
@@ -218,6 +234,54 @@ Controller::Controller(ClusterClient* client, ControllerOptions options, StudySt
             .on_delete = [this,
                           kind](const ObjectPtr& o) { OnReplicaEvent(o, false, true, kind); }});
   };
+  // Gang admission reads every pod in the cluster. An operator that watches
+  // every namespace has one pods informer for both, so each pod event is
+  // read once: every pod, indexed by its job, keeping what either reads.
+  const bool share_pods = options_.gang_admission && options_.ns.empty();
+  if (share_pods) {
+    pods_ = std::make_unique<Informer>(
+        client_,
+        InformerOptions{
+            .resource = kPods,
+            .index_label = core::kLabelJobName,
+            .transform =
+                [](json& o) {
+                  json placement = json::object();
+                  GangAdmission::KeepForPlacement(o, placement);
+                  StripForCache(kPods, o);
+                  o.merge_patch({{"status", placement.value("status", json::object())}});
+                  if (placement.contains("spec")) {
+                    json& spec = o["spec"];
+                    if (placement["spec"].contains("nodeName")) {
+                      spec["nodeName"] = placement["spec"]["nodeName"];
+                    }
+                    for (const char* list : {"containers", "initContainers"}) {
+                      if (!placement["spec"].contains(list)) continue;
+                      if (!spec.contains(list)) spec[list] = json::array();
+                      for (json& c : placement["spec"][list]) {
+                        spec[list].push_back(std::move(c));
+                      }
+                    }
+                  }
+                }},
+        InformerHandlers{.on_add =
+                             [this](const ObjectPtr& o) {
+                               OnReplicaEvent(o, true, false, "pods");
+                               if (admission_ != nullptr) admission_->OnPodChange(nullptr, o);
+                             },
+                         .on_update =
+                             [this](const ObjectPtr& before, const ObjectPtr& o) {
+                               OnReplicaEvent(o, false, false, "pods");
+                               if (admission_ != nullptr) admission_->OnPodChange(before, o);
+                             },
+                         .on_delete =
+                             [this](const ObjectPtr& o) {
+                               OnReplicaEvent(o, false, true, "pods");
+                               if (admission_ != nullptr) admission_->OnPodChange(o, nullptr);
+                             }});
+  } else {
+    pods_ = replica_informer(kPods, "pods");
+  }
   if (options_.gang_admission) {
     GangAdmissionOptions admission = options_.admission;
     admission.ns = options_.ns;
@@ -225,9 +289,10 @@ Controller::Controller(ClusterClient* client, ControllerOptions options, StudySt
     admission.metrics = options_.metrics;
     admission_ = std::make_unique<GangAdmission>(
         client_, &jobs_->cache(), admission,
-        [this](const std::string& ns) { return ReconcileOptionsFor(ns); }, &recorder_);
+        [this](const std::string& ns) { return ReconcileOptionsFor(ns); },
+        [this](const std::string& job_key) { queue_.Add(job_key); },
+        share_pods ? &pods_->cache() : nullptr);
   }
-  pods_ = replica_informer(kPods, "pods");
   services_ = replica_informer(kServices, "services");
   claims_ = replica_informer(kPersistentVolumeClaims, "persistentvolumeclaims");
 }
@@ -511,6 +576,15 @@ class Controller::JobSink : public core::ResultSink {
     ended_early_ = !written.ok();
     status_conflicted_ = IsConflict(written);
     job_gone_ = written.code() == absl::StatusCode::kNotFound;
+    if (written.ok() && c_->options_.metrics != nullptr && Admits(status) &&
+        !Admits(job_.status())) {
+      // Admitted in this write: how long it waited, from its creation.
+      absl::Time created = now_;
+      std::string unparsed;
+      absl::ParseTime(absl::RFC3339_full, job_.metadata().creation_timestamp(), &created,
+                      &unparsed);
+      c_->options_.metrics->ObserveAdmission(absl::ToDoubleSeconds(now_ - created));
+    }
     return written;
   }
 
@@ -629,6 +703,11 @@ class Controller::JobSink : public core::ResultSink {
   }
 
  private:
+  static bool Admits(const v1::TrainingJobStatus& status) {
+    const v1::Condition* condition = core::FindAdmittedCondition(status);
+    return condition != nullptr && condition->status() == "True";
+  }
+
   // A creation the batches never sent: no object will be observed for it.
   void NotAttempted(const core::Creation& creation) {
     const auto [resource, name] = Target(creation);
@@ -817,6 +896,7 @@ absl::Status Controller::SyncJob(const std::string& key, bool* requeued) {
     }
   }
   if (studies_ != nullptr) observed.trial_metrics = studies_->TrialMetrics(uid);
+  if (admission_ != nullptr) observed.admission = admission_->VerdictFor(uid);
   // Every trial ever started is in status or archived.
   auto archived_count = [](const v1::TrainingJob& j) {
     const v1::TrainingOutput& out = j.status().training_output();

@@ -15,7 +15,6 @@
 #include "operator/core/gang_admission.h"
 #include "operator/core/reconciler.h"
 #include "operator/kube/cluster_client.h"
-#include "operator/kube/event_recorder.h"
 #include "operator/kube/informer.h"
 #include "operator/observability/operator_metrics.h"
 
@@ -29,10 +28,10 @@ struct GangAdmissionOptions {
   // expire with no change).
   absl::Duration min_interval = absl::Milliseconds(200);
   absl::Duration period = absl::Seconds(10);
-  // Status writes one pass makes at most, admissions aside (always made):
-  // changed reasons first, then changed messages (a queue position that
-  // moved). The rest wait for the next pass, so 1,000 positions moving at
-  // once do not hold the API server.
+  // Jobs one pass sends to the controller at most to write what only
+  // informs (a reason, or a queue position that moved), changed reasons
+  // first; admissions are always sent. The rest wait for the next pass, so
+  // 1,000 positions moving at once do not hold the API server.
   int max_writes_per_pass = 50;
   std::function<absl::Time()> clock = [] { return absl::Now(); };
   // Where the queued count, admissions and their waits, and pass times are
@@ -42,24 +41,30 @@ struct GangAdmissionOptions {
 
 // The operator's gang admission on Kubernetes: informers on nodes, every
 // pod (what is bound where), the jobs' namespace's ResourceQuotas and the
-// PriorityClasses feed core::PlanAdmission with the queued TrainingJobs of
-// the controller's cache; each decision is written to the job's status as
-// its Admitted condition (core::kAdmittedCondition), which the reconciler
-// waits for before it creates anything (ReconcileOptions::gang_admission).
-// A job that never fits, or is over its quota, gets one Warning event; an
-// admitted one a Normal event. The queue's order comes from the jobs
-// themselves (priority, creationTimestamp, uid) and how long the head has
-// waited from its condition, so a restarted operator, or a new leader,
-// decides the same. docs/admission.md says what users see.
+// PriorityClasses feed core::PlanJobs with the TrainingJobs of the
+// controller's cache. Each job's verdict is kept here (VerdictFor) and the
+// job is sent to the controller, whose reconcile writes it with the job's
+// status (Observed::admission) and, once admitted, creates its pods in the
+// same pass: admission costs no status write of its own. An admission made
+// but not yet written counts as made in the next pass. The queue's order
+// comes from the jobs themselves (priority, creationTimestamp, uid) and how
+// long the head has waited from its condition, so a restarted operator, or a
+// new leader, decides the same. docs/admission.md says what users see.
 class GangAdmission {
  public:
   // `jobs`: the controller's TrainingJob cache (not owned). `reconcile`: the
   // options the controller reconciles with (the replicas a job asks for are
-  // rendered from them, as the controller creates them). `poke_job` is
-  // called with "namespace/name" of each job whose condition it wrote.
+  // rendered from them, as the controller creates them). `on_verdict` is
+  // called, on the pass's thread, with "namespace/name" of each job whose
+  // status should show a new verdict.
+  // `shared_pods`: a cache of every pod in the cluster that another
+  // informer keeps (the controller's, when it watches every namespace),
+  // holding at least what KeepForPlacement keeps, whose changes are passed
+  // to OnPodChange; null: admission watches the pods itself.
   GangAdmission(ClusterClient* client, const ObjectCache* jobs, GangAdmissionOptions options,
                 std::function<core::ReconcileOptions(const std::string& ns)> reconcile,
-                EventRecorder* recorder);
+                std::function<void(const std::string& job_key)> on_verdict,
+                const ObjectCache* shared_pods = nullptr);
   ~GangAdmission();
 
   // Starts the informers and waits for their first lists (false after
@@ -69,23 +74,40 @@ class GangAdmission {
 
   // Something changed: a pass runs soon.
   void Poke();
+  // A pod was added (`before` null), changed or deleted (`after` null): a
+  // pass runs soon when that frees room, or takes room admission did not set
+  // aside (another owner's pod).
+  void OnPodChange(const ObjectPtr& before, const ObjectPtr& after);
+
+  // Adds to `kept` what placement reads of `pod` (its name and namespace,
+  // its kubetrain.io/job-name label, nodeName, each container's and init container's resources, its
+  // phase): for a shared pods informer's transform.
+  static void KeepForPlacement(const nlohmann::json& pod, nlohmann::json& kept);
 
   // One admission pass now, on the caller's thread. Public for tests.
   absl::Status RunPass();
+
+  // The last pass's verdict on the job of this uid; nullopt when it has
+  // none (not seen yet, admitted and written, or not admission's to hold).
+  std::optional<core::AdmissionVerdict> VerdictFor(const std::string& uid) const;
 
  private:
   // The pods of a job's gang (`trial` "") or of one trial of a study,
   // rendered as the controller would create them; cached by uid, trial and
   // generation.
-  std::vector<core::PodPlacement> GangPods(const v1::TrainingJob& job, const std::string& trial);
+  const std::vector<core::PodPlacement>& GangPods(const v1::TrainingJob& job,
+                                                  const std::string& trial);
   void Loop();
 
   ClusterClient* const client_;
   const ObjectCache* const jobs_;
   const GangAdmissionOptions options_;
   const std::function<core::ReconcileOptions(const std::string& ns)> reconcile_;
-  EventRecorder* const recorder_;
-  std::unique_ptr<Informer> nodes_, pods_, quotas_, priority_classes_;
+  const std::function<void(const std::string& job_key)> on_verdict_;
+  std::vector<Informer*> OwnInformers();
+
+  std::unique_ptr<Informer> nodes_, pods_, quotas_, priority_classes_;  // pods_: unless shared
+  const ObjectCache* pods_cache_ = nullptr;
 
   std::mutex mu_;
   std::condition_variable wake_;
@@ -101,10 +123,19 @@ class GangAdmission {
   std::map<std::string, Rendered> rendered_;  // by "uid/trial"
   struct ParsedJob {
     std::string resource_version;
+    int64_t generation = 0;
     std::shared_ptr<const v1::TrainingJob> job;  // null: unreadable
-    std::optional<bool> valid;                   // api::Validate's verdict, once asked
+    std::optional<bool> valid;                   // api::Validate's verdict on this generation
   };
   std::map<std::string, ParsedJob> parsed_;  // by job uid
+  struct ParsedPod {
+    ObjectPtr object;                             // the version read
+    std::optional<core::PodPlacement> placement;  // nullopt: malformed
+  };
+  std::map<std::string, ParsedPod> parsed_pods_;  // by "namespace/name"
+
+  mutable std::mutex verdicts_mu_;
+  std::map<std::string, core::AdmissionVerdict> verdicts_;  // by job uid; guarded by verdicts_mu_
 };
 
 }  // namespace kubetrain::kube

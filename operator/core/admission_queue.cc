@@ -1,0 +1,154 @@
+#include "operator/core/admission_queue.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "operator/core/reconcile_pass.h"
+#include "operator/core/reconciler.h"
+
+namespace kubetrain::core {
+namespace {
+
+// A trial's gang is keyed "<job key>#<trial>".
+constexpr char kTrialSeparator = '#';
+
+}  // namespace
+
+bool AdmittedByStatus(const v1::TrainingJobStatus& status) {
+  const v1::Condition* condition = FindAdmittedCondition(status);
+  return (condition != nullptr && condition->status() == "True") ||
+         (status.state() != v1::QUEUED && status.state() != v1::STATE_UNSPECIFIED);
+}
+
+bool TakesPartInAdmission(const v1::TrainingJob& job) {
+  const v1::TrainingJobStatus& status = job.status();
+  if (IsTerminal(status.state()) || status.state() == v1::CANCELLING || job.spec().cancel() ||
+      job.spec().run_policy().suspend() || !AdmittedElsewhere(job).empty()) {
+    return false;
+  }
+  return status.state() != v1::RUNNING || internal::IsStudy(job);
+}
+
+std::map<std::string, AdmissionVerdict> PlanJobs(const ClusterState& cluster,
+                                                 const std::vector<JobToAdmit>& jobs,
+                                                 absl::Time now, const AdmissionPolicy& policy) {
+  std::vector<Gang> gangs;
+  // Per study admitted already: how many trials it has let in so far.
+  std::map<std::string, int64_t> admitted_trials;
+  std::map<std::string, const JobToAdmit*> by_key;
+  for (const JobToAdmit& entry : jobs) {
+    const v1::TrainingJob& job = *entry.job;
+    const v1::TrainingJobStatus& status = job.status();
+    by_key[entry.key] = &entry;
+    const v1::Condition* condition = FindAdmittedCondition(status);
+    Gang gang;
+    gang.key = entry.key;
+    gang.ns = job.metadata().namespace_();
+    gang.uid = job.metadata().uid();
+    gang.priority = entry.priority;
+    gang.created = now;
+    std::string unparsed;
+    if (absl::Time created; !job.metadata().creation_timestamp().empty() &&
+                            absl::ParseTime(absl::RFC3339_full, job.metadata().creation_timestamp(),
+                                            &created, &unparsed)) {
+      gang.created = created;
+    }
+    const bool pending_admission = entry.pending && entry.pending->admitted();
+    gang.admitted = AdmittedByStatus(status) || pending_admission;
+    gang.waiting_since = now;
+    if (condition != nullptr && condition->status() == "False" &&
+        condition->has_last_transition_time()) {
+      gang.waiting_since = internal::FromProto(condition->last_transition_time());
+    }
+    const bool study = internal::IsStudy(job);
+    // A queued study waits for its first trial's gang.
+    gang.pods = entry.pods_of(study ? "1" : "");  // (a copy: the gang keeps it)
+    if (!study || !gang.admitted ||
+        (!AdmitsTrialsOneByOne(status) && !pending_admission)) {
+      gangs.push_back(std::move(gang));
+      continue;
+    }
+    // An admitted study: each trial is a gang. Those running (their pods not
+    // yet bound keep their room), those admitted but not started, and as
+    // many more as the study would start now, queued one after another.
+    const v1::TrainingJob normalized = Normalize(job);
+    const v1::HyperparameterSpec& hp = normalized.spec().training_input().hyperparameters();
+    const int64_t started = status.training_output().total_trial_count();
+    int64_t admitted = std::max(status.admitted_trial_count(), started);
+    if (entry.pending) admitted = std::max(admitted, entry.pending->admitted_trials);
+    admitted_trials[entry.key] = admitted;
+    const int64_t unused = admitted - started;
+    int64_t active = 0;
+    auto trial_gang = [&](const std::string& trial, bool trial_admitted) {
+      Gang t = gang;
+      t.key = absl::StrCat(entry.key, std::string(1, kTrialSeparator), trial);
+      t.pods = entry.pods_of(trial);
+      t.admitted = trial_admitted;
+      return t;
+    };
+    for (const v1::HyperparameterOutput& trial : status.training_output().trials()) {
+      if (IsTerminal(trial.state())) continue;
+      ++active;
+      gangs.push_back(trial_gang(trial.trial_id(), true));
+    }
+    for (int64_t k = 1; k <= unused; ++k) {
+      gangs.push_back(trial_gang(std::to_string(started + k), true));
+    }
+    const int64_t wanted = std::min<int64_t>(hp.max_parallel_trials() - active - unused,
+                                             hp.max_trials() - started - unused);
+    for (int64_t k = 1; k <= wanted; ++k) {
+      gangs.push_back(trial_gang(std::to_string(started + unused + k), false));
+    }
+  }
+
+  std::map<std::string, AdmissionVerdict> verdicts;
+  // Admitted studies keep their admission's message; their verdict counts
+  // trials.
+  for (const auto& [key, count] : admitted_trials) {
+    const JobToAdmit& entry = *by_key[key];
+    const v1::Condition* condition = FindAdmittedCondition(entry.job->status());
+    std::string message = condition != nullptr ? condition->message() : "";
+    if (entry.pending && entry.pending->admitted() && !AdmittedByStatus(entry.job->status())) {
+      message = entry.pending->message;
+    }
+    verdicts[key] = {.reason = kAdmittedReason, .message = message, .admitted_trials = count};
+  }
+  for (const AdmissionDecision& decision : PlanAdmission(cluster, gangs, now, policy)) {
+    if (const size_t at = decision.key.rfind(kTrialSeparator); at != std::string::npos &&
+                                                             by_key.count(decision.key) == 0) {
+      if (decision.reason == kAdmittedReason) ++verdicts[decision.key.substr(0, at)].admitted_trials;
+      continue;
+    }
+    AdmissionVerdict& verdict = verdicts[decision.key];
+    verdict.reason = decision.reason;
+    verdict.message = decision.message;
+    verdict.position = decision.position;
+    const v1::TrainingJob& job = *by_key[decision.key]->job;
+    // A study is admitted with its first trial.
+    if (decision.reason == kAdmittedReason && internal::IsStudy(job)) {
+      verdict.admitted_trials = std::max<int64_t>(
+          job.status().admitted_trial_count(), 1 + job.status().training_output().total_trial_count());
+    }
+  }
+  // An admission not yet in the job's status stands until it is. (Jobs
+  // admitted before, not studies, have nothing more to be told.)
+  for (const JobToAdmit& entry : jobs) {
+    if (verdicts.count(entry.key) == 0 && entry.pending && entry.pending->admitted() &&
+        !AdmittedByStatus(entry.job->status())) {
+      verdicts[entry.key] = *entry.pending;
+    }
+  }
+  return verdicts;
+}
+
+bool StatusShows(const v1::TrainingJobStatus& status, const AdmissionVerdict& verdict) {
+  const v1::Condition* condition = FindAdmittedCondition(status);
+  if (condition == nullptr || condition->reason() != verdict.reason ||
+      condition->message() != verdict.message || status.queue_position() != verdict.position) {
+    return false;
+  }
+  return status.admitted_trial_count() >= verdict.admitted_trials;
+}
+
+}  // namespace kubetrain::core
