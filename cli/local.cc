@@ -38,6 +38,10 @@ std::vector<FlagSpec> ServeFlags() {
   return {
       {"exit-when-idle", "", "exit once no job has needed the controller for a few seconds"},
       {"quiet-if-running", "", "when another local controller already runs, exit 0 saying nothing"},
+      {"slots", "N",
+       "processes that run at once: a job (a trial) starts when all of its processes have a "
+       "slot, in submission order; one with more processes than slots runs alone; 0: no limit "
+       "(default $KUBETRAIN_LOCAL_SLOTS, else this machine's CPUs)"},
   };
 }
 
@@ -54,6 +58,12 @@ int Serve(const std::vector<std::string>& args, std::ostream& out, std::ostream&
   ServeOptions options;
   options.exit_when_idle = parsed.Switch("exit-when-idle");
   options.quiet_if_running = parsed.Switch("quiet-if-running");
+  absl::StatusOr<int> slots = LocalSlots(parsed.Flag("slots"));
+  if (!slots.ok()) {
+    err << "kubetrain local serve: " << slots.status().message() << "\n";
+    return kExitUsage;
+  }
+  options.slots = *slots;
   return ServeLocalController(KubetrainHome(), options, out, err);
 }
 

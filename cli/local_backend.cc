@@ -3,15 +3,18 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <filesystem>
 #include <ostream>
 #include <thread>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "api/storage_uri.h"
+#include "common/cpu_budget/cpu_budget.h"
 #include "common/process/process.h"
 #include "operator/tuner/tuner.h"
 
@@ -94,6 +97,22 @@ std::string RuntimeBinary() {
   return "kubetrain-runtime";
 }
 
+absl::StatusOr<int> LocalSlots(const std::string* flag) {
+  auto parse = [](const std::string& text, const std::string& what) -> absl::StatusOr<int> {
+    int slots = 0;
+    if (!absl::SimpleAtoi(text, &slots) || slots < 0 || slots > 1000) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ": a whole number of process slots from 0 (no limit) to 1000, got \"", text, "\""));
+    }
+    return slots;
+  };
+  if (flag != nullptr) return parse(*flag, "--slots");
+  if (const char* env = std::getenv("KUBETRAIN_LOCAL_SLOTS"); env != nullptr && *env != '\0') {
+    return parse(env, "KUBETRAIN_LOCAL_SLOTS");
+  }
+  return std::max(1, cpu_budget::AffinityCpuCount());
+}
+
 int ServeLocalController(const std::string& home, const ServeOptions& options, std::ostream& out,
                          std::ostream& err) {
   absl::StatusOr<std::unique_ptr<local::ControllerLock>> lock =
@@ -121,6 +140,7 @@ int ServeLocalController(const std::string& home, const ServeOptions& options, s
   controller_options.tuner_factory = tuner::Tuner::Create;
   controller_options.stop_rule = tuner::ShouldStopEarly;
   controller_options.machine_gpus = local::MachineGpuCount();
+  controller_options.slots = options.slots;
   api::RuntimeCatalogFile runtime_catalog(
       LocalRuntimeCatalogPath(home), [&err, home](const std::string& message) {
         // Quiet about a missing file: most machines register nothing.

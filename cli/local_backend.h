@@ -51,7 +51,15 @@ std::string RuntimeBinary();
 struct ServeOptions {
   bool exit_when_idle = false;
   bool quiet_if_running = false;
+  // Process slots (local::ControllerOptions::slots); 0: no admission.
+  int slots = 0;
 };
+
+// The process slots of `kubetrain local serve`: --slots when given, else
+// $KUBETRAIN_LOCAL_SLOTS (what a controller started by `jobs submit`
+// inherits), else this process's CPUs. A whole number from 0 (every job at
+// once) to 1000; an error names the flag or the variable.
+absl::StatusOr<int> LocalSlots(const std::string* flag);
 int ServeLocalController(const std::string& home, const ServeOptions& options, std::ostream& out,
                          std::ostream& err);
 

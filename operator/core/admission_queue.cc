@@ -45,7 +45,7 @@ std::map<std::string, AdmissionVerdict> PlanJobs(const ClusterState& cluster,
     Gang gang;
     gang.key = entry.key;
     gang.ns = job.metadata().namespace_();
-    gang.uid = job.metadata().uid();
+    gang.uid = entry.tie_breaker.empty() ? job.metadata().uid() : entry.tie_breaker;
     gang.priority = entry.priority;
     gang.created = now;
     std::string unparsed;
@@ -64,8 +64,7 @@ std::map<std::string, AdmissionVerdict> PlanJobs(const ClusterState& cluster,
     const bool study = internal::IsStudy(job);
     // A queued study waits for its first trial's gang.
     gang.pods = entry.pods_of(study ? "1" : "");  // (a copy: the gang keeps it)
-    if (!study || !gang.admitted ||
-        (!AdmitsTrialsOneByOne(status) && !pending_admission)) {
+    if (!study || !gang.admitted || (!AdmitsTrialsOneByOne(status) && !pending_admission)) {
       gangs.push_back(std::move(gang));
       continue;
     }
@@ -115,9 +114,10 @@ std::map<std::string, AdmissionVerdict> PlanJobs(const ClusterState& cluster,
     verdicts[key] = {.reason = kAdmittedReason, .message = message, .admitted_trials = count};
   }
   for (const AdmissionDecision& decision : PlanAdmission(cluster, gangs, now, policy)) {
-    if (const size_t at = decision.key.rfind(kTrialSeparator); at != std::string::npos &&
-                                                             by_key.count(decision.key) == 0) {
-      if (decision.reason == kAdmittedReason) ++verdicts[decision.key.substr(0, at)].admitted_trials;
+    if (const size_t at = decision.key.rfind(kTrialSeparator);
+        at != std::string::npos && by_key.count(decision.key) == 0) {
+      if (decision.reason == kAdmittedReason)
+        ++verdicts[decision.key.substr(0, at)].admitted_trials;
       continue;
     }
     AdmissionVerdict& verdict = verdicts[decision.key];
@@ -127,8 +127,9 @@ std::map<std::string, AdmissionVerdict> PlanJobs(const ClusterState& cluster,
     const v1::TrainingJob& job = *by_key[decision.key]->job;
     // A study is admitted with its first trial.
     if (decision.reason == kAdmittedReason && internal::IsStudy(job)) {
-      verdict.admitted_trials = std::max<int64_t>(
-          job.status().admitted_trial_count(), 1 + job.status().training_output().total_trial_count());
+      verdict.admitted_trials =
+          std::max<int64_t>(job.status().admitted_trial_count(),
+                            1 + job.status().training_output().total_trial_count());
     }
   }
   // An admission not yet in the job's status stands until it is. (Jobs

@@ -37,6 +37,10 @@ struct JobToAdmit {
   // As stored (its status is read); valid, and TakesPartInAdmission.
   const v1::TrainingJob* job = nullptr;
   int32_t priority = 0;  // its PriorityClass's value
+  // What orders jobs of one priority created in the same second (creation
+  // timestamps are whole seconds): "" for the job's uid, as Kueue does; the
+  // local backend gives its submission order.
+  std::string tie_breaker;
   // The pods of trial `trial` ("" outside studies) as they would be
   // created; the reference need only last until the next call.
   std::function<const std::vector<PodPlacement>&(const std::string& trial)> pods_of;

@@ -41,7 +41,8 @@ v1::TrainingJob QueuedJob(const std::string& name, int created_second) {
 
 v1::TrainingJob QueuedStudy(const std::string& name, int max_trials, int parallel) {
   v1::TrainingJob job = QueuedJob(name, 0);
-  v1::HyperparameterSpec* hp = job.mutable_spec()->mutable_training_input()->mutable_hyperparameters();
+  v1::HyperparameterSpec* hp =
+      job.mutable_spec()->mutable_training_input()->mutable_hyperparameters();
   hp->set_goal(v1::HyperparameterSpec::MAXIMIZE);
   hp->set_hyperparameter_metric_tag("accuracy");
   hp->set_max_trials(max_trials);

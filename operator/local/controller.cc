@@ -12,16 +12,22 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <optional>
 #include <variant>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "api/scale_tiers.h"
 #include "api/storage_uri.h"
+#include "api/validation.h"
+#include "operator/core/admission_queue.h"
 #include "operator/core/carry_out.h"
+#include "operator/core/naming.h"
 #include "operator/core/previous_study.h"
 #include "operator/core/tf_config.h"
 
@@ -158,9 +164,131 @@ Controller::Controller(JobStore* store, ProcessLauncher* launcher, ControllerOpt
   if (!options_.allocate_port) options_.allocate_port = PickFreePort;
 }
 
+namespace {
+
+// The machine, as admission's one node.
+constexpr char kThisMachine[] = "this machine";
+
+std::string SlotsAhead(int n) {
+  if (n == 0) return "no job ahead of it";
+  return absl::StrCat(n, n == 1 ? " job" : " jobs", " ahead of it");
+}
+
+}  // namespace
+
+absl::StatusOr<std::map<std::string, core::AdmissionVerdict>> Controller::PlanSlots(
+    const std::vector<v1::TrainingJob>& jobs) {
+  const int64_t slots = options_.slots;
+  core::ClusterState machine;
+  machine.nodes.push_back({.name = kThisMachine, .allocatable = {{"pods", slots * 1000}}});
+  // Per job: its processes, and the thousandths of a slot each takes (all
+  // of them together never more than every slot).
+  std::map<std::string, int64_t> processes, share;
+  std::vector<core::JobToAdmit> entries;
+  std::vector<std::unique_ptr<v1::TrainingJob>> normalized;
+  std::map<std::string, std::vector<core::PodPlacement>> gangs;  // by "job/trial"
+  std::shared_ptr<const api::PythonRuntimeCatalog> runtimes =
+      options_.runtime_catalog != nullptr ? options_.runtime_catalog->Current() : nullptr;
+  for (size_t seq = 0; seq < jobs.size(); ++seq) {
+    const v1::TrainingJob& job = jobs[seq];
+    const std::string& name = job.metadata().name();
+    if (!core::TakesPartInAdmission(job)) continue;
+    core::ReconcileOptions reconcile;
+    reconcile.runtimes = runtimes;
+    if (!api::Validate(job, {.runtimes = &core::Runtimes(reconcile)}).empty()) continue;
+    normalized.push_back(std::make_unique<v1::TrainingJob>(core::Normalize(job)));
+    const v1::TrainingJob& defaulted = *normalized.back();
+    const v1::TrainingInput& input = defaulted.spec().training_input();
+    const std::vector<api::ReplicaGroup> groups = api::ReplicaGroups(input);
+    int64_t n = 0;
+    for (const api::ReplicaGroup& group : groups) n += group.count;
+    processes[name] = n;
+    share[name] = n <= slots ? 1000 : slots * 1000 / std::max<int64_t>(n, 1);
+    core::JobToAdmit entry;
+    entry.key = name;
+    entry.job = &job;
+    // The store lists jobs as they were submitted: that order, within a second.
+    entry.tie_breaker = absl::StrFormat("%012d", seq);
+    entry.pods_of = [&, name, groups, use_chief = input.use_chief_in_tf_config(),
+                     object_name = core::JobObjectName(defaulted)](
+                        const std::string& trial) -> const std::vector<core::PodPlacement>& {
+      std::vector<core::PodPlacement>& gang = gangs[absl::StrCat(name, "/", trial)];
+      gang.clear();
+      for (const api::ReplicaGroup& group : groups) {
+        for (int64_t i = 0; i < group.count; ++i) {
+          core::PodPlacement process;
+          process.name = core::ReplicaName(
+              object_name, {.trial_id = trial, .role = group.role, .index = i}, use_chief);
+          process.requests = {{"pods", share[name]}};
+          gang.push_back(std::move(process));
+        }
+      }
+      return gang;
+    };
+    entries.push_back(std::move(entry));
+  }
+  // The processes that run (or start) now hold their slots.
+  int64_t held = 0;
+  for (const v1::TrainingJob& job : jobs) {
+    absl::StatusOr<std::vector<ReplicaRecord>> records =
+        store_->ListReplicas(job.metadata().name());
+    if (!records.ok()) return records.status();
+    for (const ReplicaRecord& record : *records) {
+      if (record.pid != kPidStarting && !launcher_->Alive({record.pid, record.start_ticks})) {
+        continue;
+      }
+      auto job_share = share.find(record.job);
+      core::PodPlacement process;
+      process.name = record.name;
+      process.node = kThisMachine;
+      process.requests = {{"pods", job_share != share.end() ? job_share->second : 1000}};
+      held += process.requests["pods"];
+      machine.pods.push_back(std::move(process));
+    }
+  }
+  std::map<std::string, core::AdmissionVerdict> verdicts =
+      core::PlanJobs(machine, entries, options_.clock());
+  // What this plan's admissions take, besides what runs.
+  std::map<std::string, const v1::TrainingJob*> by_name;
+  for (const v1::TrainingJob& job : jobs) by_name[job.metadata().name()] = &job;
+  for (const auto& [name, verdict] : verdicts) {
+    if (!verdict.admitted()) continue;
+    const v1::TrainingJobStatus& status = by_name[name]->status();
+    int64_t gangs = core::AdmittedByStatus(status) ? 0 : 1;
+    if (verdict.admitted_trials > 0) {
+      gangs = verdict.admitted_trials -
+              std::max(status.admitted_trial_count(), status.training_output().total_trial_count());
+    }
+    held += std::max<int64_t>(0, gangs) * processes[name] * share[name];
+  }
+  // In this machine's words: processes and slots, not pods and nodes.
+  const int64_t free_slots = std::max<int64_t>(0, (slots * 1000 - held) / 1000);
+  for (auto& [name, verdict] : verdicts) {
+    const int64_t n = processes[name];
+    const std::string alone =
+        n > slots ? absl::StrCat(" (more than the ", slots, " slots: it runs alone)") : "";
+    if (verdict.admitted()) {
+      if (verdict.message.empty() || absl::StartsWith(verdict.message, "its ")) {
+        verdict.message = absl::StrCat("its ", n, n == 1 ? " process has" : " processes have",
+                                       " process slots now", alone);
+      }
+    } else {
+      verdict.message = absl::StrCat("needs ", n, n == 1 ? " process slot" : " process slots",
+                                     alone, "; ", free_slots, " of this machine's ", slots,
+                                     " are free now; ", SlotsAhead(verdict.position - 1));
+    }
+  }
+  return verdicts;
+}
+
 absl::StatusOr<int> Controller::SyncAll() {
   absl::StatusOr<std::vector<v1::TrainingJob>> jobs = store_->ListJobs();
   if (!jobs.ok()) return jobs.status();
+  if (options_.slots > 0) {
+    absl::StatusOr<std::map<std::string, core::AdmissionVerdict>> verdicts = PlanSlots(*jobs);
+    if (!verdicts.ok()) return verdicts.status();
+    slot_verdicts_ = *std::move(verdicts);
+  }
   int active = 0;
   std::vector<std::string> errors;
   for (const v1::TrainingJob& job : *jobs) {
@@ -357,8 +485,14 @@ absl::StatusOr<bool> Controller::SyncJob(const std::string& name) {
   auto ports = store_->Ports(name);
   if (!ports.ok()) return ports.status();
   absl::Status port_error;
+  if (options_.slots > 0) {
+    if (auto verdict = slot_verdicts_.find(name); verdict != slot_verdicts_.end()) {
+      observed.admission = verdict->second;
+    }
+  }
   core::ReconcileOptions options;
   options.services = false;
+  options.gang_admission = options_.slots > 0;
   options.machine_gpus = options_.machine_gpus;
   options.tuner_factory = options_.tuner_factory;
   options.stop_rule = options_.stop_rule;

@@ -77,6 +77,13 @@ struct ControllerOptions {
   // pythonVersion may name, and the Python each runs the module with. Null:
   // kubetrain's own only. Not owned.
   api::RuntimeCatalogFile* runtime_catalog = nullptr;
+  // Process slots: gang admission on this machine (docs/admission.md). Each
+  // replica process takes a slot; a job (a trial of a study) starts only
+  // when all its processes have one, in submission order (the store's), and waits QUEUED
+  // with its place in the queue until then. A job with more processes than
+  // there are slots takes them all: it runs alone. 0: no admission, every
+  // job starts at once.
+  int slots = 0;
 };
 
 // The NVIDIA GPUs this machine shows its processes: one per entry of
@@ -95,7 +102,8 @@ class Controller {
   absl::StatusOr<int> SyncAll();
 
   // One sync of one job (see above). Returns false when the job is finished
-  // and none of its replicas runs (nothing more to do).
+  // and none of its replicas runs (nothing more to do). With slots, the job
+  // gets the admission verdict of the last SyncAll.
   absl::StatusOr<bool> SyncJob(const std::string& name);
 
  private:
@@ -103,6 +111,9 @@ class Controller {
   class JobSink;
 
   absl::Status CreateReplica(const v1::TrainingJob& job, const core::DesiredReplica& replica);
+  // The admission verdicts of every job on the process slots (by job name).
+  absl::StatusOr<std::map<std::string, core::AdmissionVerdict>> PlanSlots(
+      const std::vector<v1::TrainingJob>& jobs);
   std::string TaskFileStem(const core::ReplicaKey& key) const;
   // Drops the records of the job's terminating replicas whose process group
   // is gone and SIGKILLs those past their grace period. Returns whether any
@@ -125,6 +136,8 @@ class Controller {
   // By replica name. In memory only: a restarted controller sees such a
   // replica as running (or ended) again, and the reconciler deletes it again.
   std::map<std::string, Termination> terminations_;
+  // By job name: the last SyncAll's (with slots).
+  std::map<std::string, core::AdmissionVerdict> slot_verdicts_;
 };
 
 // The log task name of a replica: "master-replica-0", "worker-replica-1".

@@ -57,7 +57,14 @@ class ControllerTest : public ::testing::Test {
       return std::make_unique<tuner::RecordingTuner>(*std::move(inner), &last_history_);
     };
     options.stop_rule = tuner::ShouldStopEarly;
+    options.slots = slots_;
     controller_ = std::make_unique<Controller>(store_.get(), &launcher_, options);
+  }
+
+  void SyncAll() {
+    now_ += absl::Seconds(1);
+    absl::StatusOr<int> active = controller_->SyncAll();
+    ASSERT_TRUE(active.ok()) << active.status();
   }
 
   void Submit(v1::TrainingJob job) {
@@ -143,6 +150,7 @@ class ControllerTest : public ::testing::Test {
   // in a row (as the kernel may give a just-probed port again).
   int port_draws_ = 0;
   int port_repeats_ = 1;
+  int slots_ = 0;                                 // ControllerOptions::slots
   std::vector<tuner::TrialRecord> last_history_;  // what the tuner saw last
 };
 
@@ -261,6 +269,73 @@ TEST_F(ControllerTest, StudyRunsMaxTrialsWithMetricsAcrossAControllerRestart) {
   }
   EXPECT_EQ(ids, (std::set<std::string>{"1", "2", "3", "4"}));
   EXPECT_EQ(launcher_.launched.size(), 4u);  // one master per trial, none twice
+}
+
+TEST_F(ControllerTest, ThreeSweepsSubmittedAtOnceRunTheirTrialsWithinTheProcessSlots) {
+  slots_ = 2;
+  NewController();
+  // Each sweep would run 4 one-process trials at once: 12 processes.
+  for (const char* name : {"sweep_a", "sweep_b", "sweep_c"}) Submit(StudyJob(name, 4, 4));
+  SyncAll();
+  // A sweep is admitted with its first trial (a gang of its own): the first
+  // two sweeps take the slots; the third waits its turn, and says so.
+  EXPECT_EQ(launcher_.Running().size(), 2u);
+  v1::TrainingJob c = Get("sweep_c");
+  EXPECT_EQ(c.status().state(), v1::QUEUED);
+  EXPECT_EQ(c.status().queue_position(), 1);
+  bool said = false;
+  for (const v1::Condition& cond : c.status().conditions()) {
+    if (cond.type() != "Admitted") continue;
+    said = true;
+    EXPECT_EQ(cond.reason(), "WaitingForCapacity");
+    EXPECT_EQ(cond.message(),
+              "needs 1 process slot; 0 of this machine's 2 are free now; no job ahead of it");
+  }
+  EXPECT_TRUE(said);
+
+  size_t most = 0;
+  for (int round = 0; round < 60; ++round) {
+    SyncAll();
+    most = std::max(most, launcher_.Running().size());
+    for (const std::string& name : launcher_.Running()) {
+      FakeProcessLauncher::Process* p = launcher_.Find(name);
+      Report(p->request, 0.5, 10);
+      launcher_.Exit(name, 0);
+    }
+  }
+  EXPECT_EQ(most, 2u);  // never more processes than slots
+  for (const char* name : {"sweep_a", "sweep_b", "sweep_c"}) {
+    v1::TrainingJob job = Get(name);
+    EXPECT_EQ(job.status().state(), v1::SUCCEEDED) << name << job.status().error_message();
+    EXPECT_EQ(job.status().training_output().completed_trial_count(), 4) << name;
+    EXPECT_EQ(job.status().queue_position(), 0) << name;
+  }
+  EXPECT_EQ(launcher_.launched.size(), 12u);
+}
+
+TEST_F(ControllerTest, AJobWithMoreProcessesThanSlotsRunsAlone) {
+  slots_ = 2;
+  NewController();
+  Submit(DistributedJob("big"));  // 4 processes
+  Submit(BasicJob("small"));
+  SyncAll();
+  EXPECT_EQ(launcher_.Running().size(), 4u);  // the whole gang, past the slots
+  EXPECT_EQ(Get("small").status().state(), v1::QUEUED);
+  const v1::TrainingJob big = Get("big");
+  for (const v1::Condition& cond : big.status().conditions()) {
+    if (cond.type() == "Admitted") {
+      EXPECT_EQ(cond.message(),
+                "its 4 processes have process slots now (more than the 2 slots: it "
+                "runs alone)");
+    }
+  }
+  SyncAll();
+  EXPECT_EQ(Get("small").status().state(), v1::QUEUED);
+  for (const std::string& name : launcher_.Running()) launcher_.Exit(name, 0);
+  SyncAll();
+  SyncAll();
+  EXPECT_EQ(Get("big").status().state(), v1::SUCCEEDED);
+  EXPECT_THAT(launcher_.Running(), ElementsAre("small-master-0"));
 }
 
 TEST_F(ControllerTest, ResumedStudySeedsTheTunerWithTheEarlierJobsTrials) {

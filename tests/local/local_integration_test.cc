@@ -314,6 +314,49 @@ TEST_F(LocalBackendTest, KilledControllerRestartsAndTheSweepRunsEachTrialOnce) {
     EXPECT_EQ(count, 1) << "trial " << trial << " ran " << count << " times";
 }
 
+TEST_F(LocalBackendTest, ThreeSweepsSubmittedTogetherShareTheProcessSlotsAndListShowsTheQueue) {
+  const std::string config = WriteConfig(
+      "sweep.yaml",
+      FakeTrainerConfig(
+          "  hyperparameters:\n    goal: MAXIMIZE\n    maxTrials: 4\n    maxParallelTrials: 4\n"
+          "    algorithm: RANDOM_SEARCH\n"
+          "    params:\n      - {parameterName: x, type: DOUBLE, minValue: 0, maxValue: 1,"
+          " scaleType: UNIT_LINEAR_SCALE}\n",
+          "--sleep_ms=1500"));
+  // The controller `jobs submit` starts takes its slots from the environment.
+  for (const char* name : {"sweep_a", "sweep_b", "sweep_c"}) {
+    RunResult r = Kubetrain({"jobs", "submit", "training", name, "--local", "--config", config},
+                            "KUBETRAIN_LOCAL_SLOTS=2");
+    ASSERT_EQ(r.code, 0) << r.err;
+  }
+  // Two slots, twelve processes wanted: the last sweep submitted waits its
+  // turn, with its place in the queue.
+  ASSERT_TRUE(test_support::WaitUntil([&] { return Job("sweep_c").status().queue_position() > 0; },
+                                      absl::Seconds(60)))
+      << Job("sweep_c").status().DebugString();
+  RunResult list = Kubetrain({"jobs", "list", "--local"});
+  ASSERT_EQ(list.code, 0) << list.err;
+  EXPECT_THAT(list.out, ::testing::ContainsRegex("JOB_ID +STATUS +CREATED +QUEUE\n"));
+  // (Its place counts the earlier sweeps' trials still to start.)
+  EXPECT_THAT(list.out, ::testing::ContainsRegex("\nsweep_c +QUEUED +[0-9T:Z-]+ +[1-9]\n"));
+  RunResult describe = Kubetrain({"jobs", "describe", "sweep_c", "--local", "--summarize"});
+  EXPECT_THAT(describe.out,
+              ::testing::ContainsRegex("QUEUED, position [1-9]: WaitingForCapacity: needs 1 "
+                                       "process slot; 0 of this machine's 2 are free now; [1-8] "
+                                       "jobs? ahead of it"));
+  for (const char* name : {"sweep_a", "sweep_b", "sweep_c"}) {
+    ASSERT_TRUE(test_support::WaitUntil([&] { return Finished(name); }, absl::Seconds(180)))
+        << ReadFile(home_.path() + "/controller.log");
+    const v1::TrainingJob job = Job(name);
+    EXPECT_EQ(job.status().state(), v1::SUCCEEDED) << name << ": " << job.status().error_message();
+    EXPECT_EQ(job.status().training_output().completed_trial_count(), 4) << name;
+  }
+  EXPECT_EQ(Runs().size(), 12u);  // each trial once
+  list = Kubetrain({"jobs", "list", "--local"});
+  EXPECT_THAT(list.out, ::testing::StartsWith("JOB_ID"));
+  EXPECT_THAT(list.out, Not(HasSubstr("QUEUE\n")));
+}
+
 TEST_F(LocalBackendTest, CommandsThatShowAnUnfinishedJobRestartADeadController) {
   const std::string config = WriteConfig("short.yaml", FakeTrainerConfig("", "--sleep_ms=1500"));
   auto submit_and_kill_the_controller = [&](const std::string& name) {
