@@ -75,6 +75,7 @@ int main(int argc, char** argv) {
   const int passes = std::max(1, std::atoi(Flag(argc, argv, "passes", "20").c_str()));
 
   FakeApiServer::Options options;
+  options.default_nodes = 0;  // the bench's own
   options.schedule_pods = true;
   auto server = FakeApiServer::Start(options);
   if (!server.ok()) {

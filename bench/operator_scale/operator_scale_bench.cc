@@ -22,9 +22,10 @@
 // operator and the binary at PATH (another build, e.g. the previous commit's),
 // and the pods/s of each, and their ratio, close the report. Flags the
 // operator does not get (--qps, --burst, --workers) keep its own defaults.
-// With --admission, the runs alternate between this build with
-// --gang-admission and without it, on a fake cluster whose nodes hold every
-// pod (all jobs are admitted): what admission costs the time to all pods.
+// The fake cluster's nodes hold every pod, so where gang admission is on
+// (this build's default) every job is admitted. With --admission, the runs
+// alternate between this build with --gang-admission=true and =false: what
+// admission costs the time to all pods.
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -98,7 +99,7 @@ bool Has(int argc, char** argv, const std::string& name) {
 struct Setup {
   int jobs = 1000;
   bool study = false;
-  bool admission = false;  // nodes for every pod; this build with and without --gang-admission
+  bool admission = false;           // this build with and without --gang-admission
   std::string qps, burst, workers;  // "": the operator's default
   FakeApiServer::Options server;
 };
@@ -144,9 +145,10 @@ std::optional<Result> RunOnce(const std::string& operator_binary,
     std::cerr << server.status() << "\n";
     return std::nullopt;
   }
-  if (setup.admission) {
-    // Room for every pod of every job (or trial), so each is admitted: 100
-    // nodes of 400 CPUs, 1.2 TiB and 1,000 pods each.
+  {
+    // Room for every pod of every job (or trial), so each is admitted where
+    // admission is on (this build's default): 100 nodes of 400 CPUs, 1.2 TiB
+    // and 1,000 pods each.
     for (int i = 0; i < 100; ++i) {
       json node = {
           {"metadata", {{"name", absl::StrCat("node-", i)}}},
@@ -290,6 +292,7 @@ int main(int argc, char** argv) {
   setup.burst = Flag(argc, argv, "burst", "");
   setup.workers = Flag(argc, argv, "workers", "");
   setup.server.bookmark_interval = absl::Seconds(5);
+  setup.server.default_nodes = 0;  // the bench's own (RunOnce)
   setup.server.request_latency =
       absl::Milliseconds(std::atof(Flag(argc, argv, "request-latency-ms", "1").c_str()));
   setup.server.write_latency =
@@ -310,8 +313,9 @@ int main(int argc, char** argv) {
   };
   std::vector<Operator> operators = {{"this build", KUBETRAIN_OPERATOR_BINARY, {}}};
   if (setup.admission) {
-    operators = {{"this build, admission on", KUBETRAIN_OPERATOR_BINARY, {"--gang-admission"}},
-                 {"this build, admission off", KUBETRAIN_OPERATOR_BINARY, {}}};
+    operators = {
+        {"this build, admission on", KUBETRAIN_OPERATOR_BINARY, {"--gang-admission=true"}},
+        {"this build, admission off", KUBETRAIN_OPERATOR_BINARY, {"--gang-admission=false"}}};
   } else if (!peer.empty()) {
     operators.push_back({"peer " + peer, peer, {}});
   }

@@ -109,7 +109,7 @@ struct Flags {
   // Measured, not habit: docs/operator.md, "Throughput".
   int workers = 16;
   bool leader_elect = true;
-  bool gang_admission = false;
+  bool gang_admission = true;
   absl::Duration admission_backfill_limit = kubetrain::core::AdmissionPolicy().backfill_limit;
   double qps = 2000, lease_duration = 15, renew_deadline = 10, retry_period = 2;
   int burst = 4000;
@@ -178,7 +178,8 @@ void DefineFlags(CLI::App& app, Flags* flags) {
   boolean("--leader-elect", &flags->leader_elect, "elect a leader over a Lease");
   boolean("--gang-admission", &flags->gang_admission,
           "create a job's pods only once all of them can be placed\n"
-          "(docs/admission.md)");
+          "(docs/admission.md); an operator confined to one namespace\n"
+          "needs deploy/rbac/admission for it, or false");
   app.add_option_function<std::string>(
          "--admission-backfill-limit",
          [flags](const std::string& value) {

@@ -56,6 +56,7 @@ class AdmissionTest : public ::testing::Test {
   void StartServer(int nodes, absl::Duration write_latency = absl::ZeroDuration(),
                    bool pod_group_crds = false) {
     FakeApiServer::Options options;
+    options.default_nodes = 0;  // this test's own
     options.bookmark_interval = absl::Milliseconds(200);
     options.schedule_pods = true;
     options.write_latency = write_latency;

@@ -1686,7 +1686,17 @@ absl::StatusOr<std::unique_ptr<FakeApiServer>> FakeApiServer::Start(Options opti
   }
   absl::Status s = impl->Listen();
   if (!s.ok()) return s;
-  return std::unique_ptr<FakeApiServer>(new FakeApiServer(std::move(impl)));
+  std::unique_ptr<FakeApiServer> server(new FakeApiServer(std::move(impl)));
+  for (int i = 0; i < options.default_nodes; ++i) {
+    const nlohmann::json node = {
+        {"metadata", {{"name", absl::StrCat("node-", i)}}},
+        {"status",
+         {{"allocatable",
+           {{"cpu", "1000"}, {"memory", "4Ti"}, {"pods", "10000"}, {"nvidia.com/gpu", "64"}}}}}};
+    absl::StatusOr<nlohmann::json> made = server->Create("nodes", "", node);
+    if (!made.ok()) return made.status();
+  }
+  return server;
 }
 
 int FakeApiServer::port() const { return impl_->port(); }

@@ -151,6 +151,11 @@ class FakeApiServer {
     // as if a kubelet started it, Running; the rest get PodScheduled=False,
     // reason Unschedulable. False: pods stay Pending until a test patches them.
     bool schedule_pods = false;
+    // Nodes the server starts with, as every real cluster has some (gang
+    // admission reads them): "node-0", ... each with allocatable cpu 1000,
+    // memory 4Ti, pods 10000 and nvidia.com/gpu 64, room for any test's jobs.
+    // Tests of placement set 0 and create their own.
+    int default_nodes = 1;
     // Serve the PodGroups of scheduler-plugins' coscheduling
     // (scheduling.x-k8s.io/v1alpha1) and Volcano (scheduling.volcano.sh/v1beta1),
     // named "podgroups.<group>" here, as a cluster with those schedulers'

@@ -27,6 +27,7 @@ class FakeApiServerTest : public ::testing::Test {
  protected:
   void SetUp() override {
     FakeApiServer::Options options;
+    options.default_nodes = 0;  // the tests that read nodes make their own
     options.bookmark_interval = absl::Milliseconds(50);
     auto server = FakeApiServer::Start(options);
     ASSERT_TRUE(server.ok()) << server.status();
@@ -734,6 +735,7 @@ TEST_F(FakeApiServerTest, PodGroupsAreServedOnlyWhereTheirCrdsAreAndEachGroupHas
 TEST(FakeApiServerSchedulerTest, BindsWhatFitsInCreationOrderAndTheRestWaitsUnschedulable) {
   FakeApiServer::Options options;
   options.schedule_pods = true;
+  options.default_nodes = 0;
   std::unique_ptr<FakeApiServer> server = *FakeApiServer::Start(options);
   ASSERT_TRUE(server->Create("nodes", "", scheduling::Node("n1", "2")).ok());
   ASSERT_TRUE(server->Create("nodes", "", scheduling::Node("n2", "2")).ok());
@@ -765,6 +767,7 @@ TEST(FakeApiServerSchedulerTest, BindsWhatFitsInCreationOrderAndTheRestWaitsUnsc
 TEST(FakeApiServerSchedulerTest, SelectorsTaintsAndCordonsKeepPodsOffNodes) {
   FakeApiServer::Options options;
   options.schedule_pods = true;
+  options.default_nodes = 0;
   std::unique_ptr<FakeApiServer> server = *FakeApiServer::Start(options);
   ASSERT_TRUE(
       server
