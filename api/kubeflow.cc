@@ -386,7 +386,10 @@ class Converter {
   // the scheduler the pod templates name (docs/admission.md).
   void SchedulingPolicy(const json& value, const std::string& path, v1::SchedulingPolicy* policy) {
     if (!ExpectObject(value, path)) return;
-    for (const auto& [field, item] : value.items()) {
+    for (auto entry = value.begin(); entry != value.end(); ++entry) {
+      // (Named here, not bound: the lambdas below take them.)
+      const std::string field = entry.key();
+      const json& item = entry.value();
       const std::string item_path = path + "." + field;
       const std::string target = "spec.runPolicy.schedulingPolicy." + field;
       auto positive = [&]() -> std::optional<int32_t> {
