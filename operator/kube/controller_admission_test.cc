@@ -68,9 +68,9 @@ class AdmissionTest : public ::testing::Test {
     client_ = testing::FakeServerClient(server_->url());
   }
 
-  void StartController(bool admission) {
+  void StartController(bool admission, const std::string& ns = "ns1") {
     ControllerOptions options;
-    options.ns = "ns1";
+    options.ns = ns;
     options.workers = 2;
     options.gang_admission = admission;
     options.admission.min_interval = absl::Milliseconds(20);
@@ -226,6 +226,22 @@ TEST_F(AdmissionTest, OneJobRunsWhileTheOtherWaitsQueuedThenBothSucceed) {
   EXPECT_GT(Metric("kubetrain_operator_admission_pass_duration_seconds"), 0.0);
   // The server refused no create.
   EXPECT_EQ(server_->RefusalCounts().count("create pods 403"), 0u);
+}
+
+TEST_F(AdmissionTest, AnOperatorOfEveryNamespaceWatchesPodsOnceForBoth) {
+  StartServer(3);
+  StartController(/*admission=*/true, /*ns=*/"");
+  ASSERT_TRUE(server_->Create("trainingjobs", "ns1", SyncPsJob("a")).ok());
+  ASSERT_TRUE(WaitForAdmitted("a", core::kAdmittedReason));
+  ASSERT_TRUE(server_->WaitUntil([&] { return Phases("a")["Running"] == 4; }));
+  // Room for 2 more replicas: the next job waits, counting a's pods from the
+  // one watch the controller and admission share.
+  ASSERT_TRUE(server_->Create("trainingjobs", "ns1", SyncPsJob("b")).ok());
+  ASSERT_TRUE(WaitForAdmitted("b", core::kWaitingForCapacityReason)) << Admitted("b").dump();
+  EXPECT_EQ(PodCount("b"), 0);
+  EXPECT_EQ(server_->RequestCounts().at("watch pods"), 1);
+  Finish("a");
+  ASSERT_TRUE(WaitForAdmitted("b", core::kAdmittedReason)) << Admitted("b").dump();
 }
 
 TEST_F(AdmissionTest, AJobBiggerThanTheClusterNeverFitsAtOnce) {
