@@ -615,8 +615,9 @@ void ApplyAdmissionVerdict(Context& c) {
         std::max(s.admitted_trial_count(), s.training_output().total_trial_count());
     if (more > 0) {
       c.Emit(EmitEvent::Type::kNormal, "TrialsAdmitted",
-             absl::StrCat(more, more == 1 ? " trial" : " trials",
-                          " admitted: all of their pods can be placed now"));
+             more == 1
+                 ? std::string("1 trial admitted: all of its replicas can start now")
+                 : absl::StrCat(more, " trials admitted: all of their replicas can start now"));
     }
   }
   s.set_admitted_trial_count(verdict.admitted_trials);

@@ -2388,8 +2388,8 @@ TEST(AdmissionGateTest, AnAdmittedStudyStartsOnlyTheTrialsAdmissionLetsStart) {
   admit(3);  // two more fit
   r = h.Step();
   EXPECT_THAT(Events(r),
-              testing::Contains("Normal TrialsAdmitted: 2 trials admitted: all of their pods can "
-                                "be placed now"));
+              testing::Contains("Normal TrialsAdmitted: 2 trials admitted: all of their replicas "
+                                "can start now"));
   h.Settle();
   EXPECT_EQ(h.job.status().training_output().total_trial_count(), 3);
   EXPECT_EQ(h.observed.replicas.size(), 6u);
