@@ -34,6 +34,11 @@ inline constexpr char kQuotaExceededReason[] = "QuotaExceeded";
 inline constexpr char kNeverFitsReason[] = "NeverFits";
 // The reason of a job seen before the first admission pass decided on it.
 inline constexpr char kQueuedReason[] = "Queued";
+// The reason of a job whose gang was released: a replica recreated after
+// admission could not be placed within scheduleTimeoutSeconds.
+inline constexpr char kGangReleasedReason[] = "GangReleased";
+// schedulingPolicy.scheduleTimeoutSeconds unset.
+inline constexpr absl::Duration kDefaultScheduleTimeout = absl::Seconds(300);
 // Kueue's label: a job that carries it is Kueue's to admit (it resumes the
 // job through runPolicy.suspend).
 inline constexpr char kKueueQueueLabel[] = "kueue.x-k8s.io/queue-name";

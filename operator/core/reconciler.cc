@@ -623,6 +623,47 @@ void ApplyAdmissionVerdict(Context& c) {
   s.set_admitted_trial_count(verdict.admitted_trials);
 }
 
+// A job admitted, then holding part of the cluster while a replica it lost
+// cannot be placed again: past schedulingPolicy.scheduleTimeoutSeconds the
+// whole gang is released (every replica deleted, the job QUEUED again), so a
+// half-running job never holds what another could run on. (Trials of a
+// study keep their replicas: a trial waits as before.) Returns whether it
+// released the gang.
+bool ReleaseUnplacedGang(Context& c) {
+  if (!c.options.gang_admission || !AdmittedElsewhere(c.job).empty() || IsStudy(c.job) ||
+      !ConditionIsTrue(c.status(), kAdmittedCondition) ||
+      (c.status().state() != v1::PREPARING && c.status().state() != v1::RUNNING)) {
+    return false;
+  }
+  const v1::SchedulingPolicy& policy = c.policy().scheduling_policy();
+  const absl::Duration timeout = policy.has_schedule_timeout_seconds()
+                                     ? absl::Seconds(policy.schedule_timeout_seconds())
+                                     : kDefaultScheduleTimeout;
+  const ObservedReplica* stuck = nullptr;
+  for (const ObservedReplica& r : c.observed.replicas) {
+    if (r.deletion_requested || r.phase != ReplicaPhase::kPending || !r.waiting ||
+        r.waiting->reason != "Unschedulable") {
+      continue;
+    }
+    if (c.now - r.created < timeout) {
+      c.RequeueAt(r.created + timeout);
+      continue;
+    }
+    if (stuck == nullptr) stuck = &r;
+  }
+  if (stuck == nullptr) return false;
+  const std::string message =
+      absl::StrCat(TaskName(stuck->key, c.use_chief()), " could not be placed for ",
+                   absl::FormatDuration(c.now - stuck->created), " (", stuck->waiting->message,
+                   "): the whole gang was released, and the job waits to be admitted again");
+  for (const ObservedReplica& r : c.observed.replicas) DeleteReplicaOnce(c, r, "gang released");
+  c.status().set_state(v1::QUEUED);
+  SetCondition(&c.status(), kRunning, false, kGangReleasedReason, "", c.now);
+  SetAdmittedCondition(&c.status(), false, kGangReleasedReason, message, c.now);
+  c.Emit(EmitEvent::Type::kNormal, kGangReleasedReason, message);
+  return true;
+}
+
 // Nothing is created until a verdict admits the job; until one comes, the
 // job says it is queued (after kFirstVerdictWait: a verdict usually comes
 // sooner, and is written with the job's first status).
@@ -838,6 +879,8 @@ ReconcileResult ReconcilePass(const v1::TrainingJob& job, const Observed& observ
       StopActiveTrials(c, "stopped: the job failed");
     } else if (c.policy().suspend()) {
       ReconcileSuspended(c);
+    } else if (ReleaseUnplacedGang(c)) {
+      // Its replicas go; admission decides on it again.
     } else {
       ApplyAdmissionVerdict(c);
       if (AwaitsAdmission(c)) {

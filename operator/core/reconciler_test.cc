@@ -2330,6 +2330,54 @@ TEST(AdmissionGateTest, ANewJobWaitsBrieflyForItsFirstVerdictWithoutAWrite) {
   EXPECT_EQ(late.Condition(kAdmittedCondition)->reason(), kQueuedReason);
 }
 
+TEST(AdmissionGateTest, AReplicaThatCannotBePlacedAgainReleasesTheWholeGang) {
+  v1::TrainingJob job = Job(2, 1);
+  job.mutable_spec()->mutable_run_policy()->set_restart_policy(v1::RunPolicy::OnFailure);
+  job.mutable_spec()
+      ->mutable_run_policy()
+      ->mutable_scheduling_policy()
+      ->set_schedule_timeout_seconds(60);
+  Harness h(job);
+  h.options.gang_admission = true;
+  h.observed.admission = AdmissionVerdict{.reason = kAdmittedReason, .message = "fits"};
+  h.Settle();
+  h.RunAll();
+  h.Settle();
+  ASSERT_EQ(h.job.status().state(), v1::RUNNING);
+  h.observed.admission.reset();
+  // A worker's node is gone: its pod is recreated, and no node takes it.
+  ObservedReplica& worker = h.Pod("mnist-worker-1");
+  worker.phase = ReplicaPhase::kPending;
+  worker.created = h.now;
+  worker.waiting = ReplicaWaiting{.reason = "Unschedulable",
+                                  .message = "0/3 nodes are available: 3 Insufficient cpu."};
+  h.now += absl::Seconds(30);
+  ReconcileResult r = h.Step();
+  EXPECT_TRUE(Deleted(r).empty());
+  ASSERT_TRUE(r.requeue_after.has_value());
+  EXPECT_LE(*r.requeue_after, absl::Seconds(30));  // woken when the timeout is due
+
+  h.now += absl::Seconds(31);
+  r = h.Step();
+  EXPECT_THAT(Deleted(r), testing::UnorderedElementsAre("mnist-master-0", "mnist-worker-0",
+                                                        "mnist-worker-1", "mnist-ps-0"));
+  EXPECT_EQ(h.job.status().state(), v1::QUEUED);
+  const v1::Condition* admitted = h.Condition(kAdmittedCondition);
+  ASSERT_NE(admitted, nullptr);
+  EXPECT_EQ(admitted->status(), "False");
+  EXPECT_EQ(admitted->reason(), kGangReleasedReason);
+  EXPECT_EQ(admitted->message(),
+            "worker-1 could not be placed for 1m1s (0/3 nodes are available: 3 Insufficient "
+            "cpu.): the whole gang was released, and the job waits to be admitted again");
+  EXPECT_THAT(EventReasons(r), testing::Contains(kGangReleasedReason));
+  // Nothing is created until admission lets it in again; then everything.
+  h.Settle();
+  EXPECT_TRUE(h.observed.replicas.empty());
+  h.observed.admission = AdmissionVerdict{.reason = kAdmittedReason, .message = "fits again"};
+  r = h.Step();
+  EXPECT_EQ(Created(r).size(), 4u);
+}
+
 TEST(AdmissionGateTest, JobsAdmittedElsewhereOrStartedBeforeAreNotHeld) {
   v1::TrainingJob kueue = Job(1, 0);
   (*kueue.mutable_metadata()->mutable_labels())[kKueueQueueLabel] = "team-a";
