@@ -393,6 +393,61 @@ TEST_F(OperatorIntegrationTest, OnlyTheLeaderActsAndTheOtherTakesOver) {
   EXPECT_EQ(holder(), "");
 }
 
+TEST_F(OperatorIntegrationTest, ANewLeaderAdmitsTheQueueInTheSameOrder) {
+  // A cluster with room for one STANDARD_1 job (8 replicas of 4 CPUs) at a time.
+  FakeApiServer::Options options;
+  options.bearer_token = kToken;
+  options.bookmark_interval = absl::Milliseconds(200);
+  options.default_nodes = 0;
+  options.schedule_pods = true;  // running pods are bound to the node, as on a real cluster
+  server_ = *FakeApiServer::Start(options);
+  kubeconfig_ = fake_apiserver::WriteKubeconfig(dir_, server_->url(), kToken);
+  ASSERT_TRUE(
+      server_
+          ->Create("nodes", "",
+                   {{"metadata", {{"name", "node-0"}}},
+                    {"status",
+                     {{"allocatable", {{"cpu", "32"}, {"memory", "128Gi"}, {"pods", "110"}}}}}})
+          .ok());
+  auto holder = [&]() -> std::string {
+    auto lease = server_->Get("leases", "ns1", "kubetrain-operator");
+    return lease.ok() ? (*lease)["spec"].value("holderIdentity", "") : "";
+  };
+  auto admitted = [&](const std::string& job) {
+    return Condition(job, "Admitted").value("reason", "");
+  };
+  // (Gang admission is on by default.)
+  auto a = StartOperator("a", LeaderElectionFlags());
+  ASSERT_TRUE(server_->WaitUntil([&] { return !holder().empty(); })) << a->Log();
+  auto b = StartOperator("b", LeaderElectionFlags());
+  ASSERT_TRUE(server_->Create("trainingjobs", "ns1", Job("first")).ok());
+  ASSERT_TRUE(server_->WaitUntil([&] { return admitted("first") == "Admitted"; })) << a->Log();
+  ASSERT_TRUE(WaitForReplicas(8)) << a->Log();
+  // Two more, in later seconds: the queue's order is theirs.
+  absl::SleepFor(absl::Seconds(1));
+  ASSERT_TRUE(server_->Create("trainingjobs", "ns1", Job("second")).ok());
+  absl::SleepFor(absl::Seconds(1));
+  ASSERT_TRUE(server_->Create("trainingjobs", "ns1", Job("third")).ok());
+  ASSERT_TRUE(server_->WaitUntil([&] {
+    return Status("second").value("queuePosition", 0) == 1 &&
+           Status("third").value("queuePosition", 0) == 2;
+  })) << Status("second").dump()
+      << Status("third").dump() << a->Log();
+  EXPECT_EQ(admitted("third"), "WaitingForCapacity");
+
+  // The leader dies; the standby takes the lease, with nothing of the
+  // queue in memory.
+  a->SignalAndWait(SIGKILL);
+  ASSERT_TRUE(server_->WaitUntil([&] {
+    return absl::EndsWith(holder(), absl::StrCat("_", b->pid()));
+  })) << b->Log();
+  FinishWithMaster("first", *b);
+  ASSERT_TRUE(server_->WaitUntil([&] { return admitted("second") == "Admitted"; })) << b->Log();
+  EXPECT_EQ(admitted("third"), "WaitingForCapacity");
+  EXPECT_TRUE(server_->WaitUntil([&] { return Status("third").value("queuePosition", 0) == 1; }))
+      << Status("third").dump();
+}
+
 // ---- Restart policies, backoffLimit, cleanPodPolicy --------------------------
 
 TEST_F(OperatorIntegrationTest, RestartBackoffFlagRejectsWhatIsNotAPositiveDuration) {
