@@ -361,11 +361,6 @@ std::string DescribePods(const std::vector<PodPlacement>& pods) {
   return absl::StrCat(count, " (", absl::StrJoin(parts, "; "), ")");
 }
 
-std::string JobsAhead(int n) {
-  if (n == 0) return "no job ahead of it";
-  return absl::StrCat(n, n == 1 ? " job" : " jobs", " ahead of it");
-}
-
 // Why the gang cannot be placed even on the empty cluster.
 std::string NeverFitsMessage(const std::vector<NodeCapacity>& nodes, const Gang& gang) {
   const std::string needs = absl::StrCat("needs ", DescribePods(gang.pods), "; ");
@@ -421,6 +416,11 @@ std::string QuotaResource(const std::string& key) {
 }
 
 }  // namespace
+
+std::string JobsAhead(int n) {
+  if (n == 0) return "no job ahead of it";
+  return absl::StrCat(n, n == 1 ? " job" : " jobs", " ahead of it");
+}
 
 absl::StatusOr<int64_t> ParseQuantityMilli(absl::string_view quantity) {
   absl::string_view text = absl::StripAsciiWhitespace(quantity);

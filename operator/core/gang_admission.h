@@ -75,6 +75,10 @@ bool AdmitsTrialsOneByOne(const v1::TrainingJobStatus& status);
 // scheduler places the pods). "" when kubetrain's own admission does.
 std::string AdmittedElsewhere(const v1::TrainingJob& job);
 
+// "no job ahead of it", "1 job ahead of it", "3 jobs ahead of it": what a
+// waiting job's message says of the queue before it.
+std::string JobsAhead(int n);
+
 // Amounts of resources in thousandths of their unit: cpu "500m" is 500,
 // memory "1Ki" is 1,024,000, "pods" 1 is 1,000. Keys are resource names
 // ("cpu", "memory", "nvidia.com/gpu", "pods").

@@ -13,6 +13,7 @@
 #include "api/scale_tiers.h"
 #include "api/validation.h"
 #include "google/protobuf/util/message_differencer.h"
+#include "operator/core/admission_queue.h"
 #include "operator/core/gang_admission.h"
 #include "operator/core/output_storage.h"
 #include "operator/core/reconcile_pass.h"
@@ -583,8 +584,8 @@ void ReconcileSuspended(Context& c) {
 // ---- Admission -------------------------------------------------------------
 
 bool AwaitsAdmission(const Context& c) {
-  return c.options.gang_admission && c.result.status.state() == v1::QUEUED &&
-         !ConditionIsTrue(c.result.status, kAdmittedCondition) && AdmittedElsewhere(c.job).empty();
+  return c.options.gang_admission && !AdmittedByStatus(c.result.status) &&
+         AdmittedElsewhere(c.job).empty();
 }
 
 // The backend's verdict, written with the status (Observed::admission).
@@ -595,8 +596,7 @@ void ApplyAdmissionVerdict(Context& c) {
   const AdmissionVerdict& verdict = *c.observed.admission;
   v1::TrainingJobStatus& s = c.status();
   const v1::Condition* current = FindAdmittedCondition(s);
-  const bool was_admitted = ConditionIsTrue(s, kAdmittedCondition) ||
-                            (s.state() != v1::QUEUED && s.state() != v1::STATE_UNSPECIFIED);
+  const bool was_admitted = AdmittedByStatus(s);
   if (!was_admitted) {
     const bool reason_changed = current == nullptr || current->reason() != verdict.reason;
     SetAdmittedCondition(&s, verdict.admitted(), verdict.reason, verdict.message, c.now);

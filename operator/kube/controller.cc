@@ -141,6 +141,24 @@ void StripForCache(const Resource& resource, json& object) {
   object = std::move(kept);
 }
 
+// A pod as the controller's cache keeps it (StripForCache), plus what
+// admission's placement reads (GangAdmission::KeepForPlacement): for the one
+// pods informer both share.
+void StripPodForControllerAndAdmission(json& pod) {
+  json placement = json::object();
+  GangAdmission::KeepForPlacement(pod, placement);
+  StripForCache(kPods, pod);
+  pod.merge_patch({{"status", placement.value("status", json::object())}});
+  if (!placement.contains("spec")) return;
+  json& spec = pod["spec"];
+  if (placement["spec"].contains("nodeName")) spec["nodeName"] = placement["spec"]["nodeName"];
+  for (const char* list : {"containers", "initContainers"}) {
+    if (!placement["spec"].contains(list)) continue;
+    if (!spec.contains(list)) spec[list] = json::array();
+    for (json& container : placement["spec"][list]) spec[list].push_back(std::move(container));
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<v1::TrainingJob> JobFromObject(const json& object) {
@@ -241,29 +259,9 @@ Controller::Controller(ClusterClient* client, ControllerOptions options, StudySt
   if (share_pods) {
     pods_ = std::make_unique<Informer>(
         client_,
-        InformerOptions{
-            .resource = kPods,
-            .index_label = core::kLabelJobName,
-            .transform =
-                [](json& o) {
-                  json placement = json::object();
-                  GangAdmission::KeepForPlacement(o, placement);
-                  StripForCache(kPods, o);
-                  o.merge_patch({{"status", placement.value("status", json::object())}});
-                  if (placement.contains("spec")) {
-                    json& spec = o["spec"];
-                    if (placement["spec"].contains("nodeName")) {
-                      spec["nodeName"] = placement["spec"]["nodeName"];
-                    }
-                    for (const char* list : {"containers", "initContainers"}) {
-                      if (!placement["spec"].contains(list)) continue;
-                      if (!spec.contains(list)) spec[list] = json::array();
-                      for (json& c : placement["spec"][list]) {
-                        spec[list].push_back(std::move(c));
-                      }
-                    }
-                  }
-                }},
+        InformerOptions{.resource = kPods,
+                        .index_label = core::kLabelJobName,
+                        .transform = StripPodForControllerAndAdmission},
         InformerHandlers{.on_add =
                              [this](const ObjectPtr& o) {
                                OnReplicaEvent(o, true, false, "pods");

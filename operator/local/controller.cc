@@ -169,11 +169,6 @@ namespace {
 // The machine, as admission's one node.
 constexpr char kThisMachine[] = "this machine";
 
-std::string SlotsAhead(int n) {
-  if (n == 0) return "no job ahead of it";
-  return absl::StrCat(n, n == 1 ? " job" : " jobs", " ahead of it");
-}
-
 }  // namespace
 
 absl::StatusOr<std::map<std::string, core::AdmissionVerdict>> Controller::PlanSlots(
@@ -227,6 +222,9 @@ absl::StatusOr<std::map<std::string, core::AdmissionVerdict>> Controller::PlanSl
     };
     entries.push_back(std::move(entry));
   }
+  // Nothing waits and nothing is admitted (the usual case, between
+  // submissions): no need to read every job's replicas.
+  if (entries.empty()) return std::map<std::string, core::AdmissionVerdict>();
   // The processes that run (or start) now hold their slots.
   int64_t held = 0;
   for (const v1::TrainingJob& job : jobs) {
@@ -275,7 +273,7 @@ absl::StatusOr<std::map<std::string, core::AdmissionVerdict>> Controller::PlanSl
     } else {
       verdict.message = absl::StrCat("needs ", n, n == 1 ? " process slot" : " process slots",
                                      alone, "; ", free_slots, " of this machine's ", slots,
-                                     " are free now; ", SlotsAhead(verdict.position - 1));
+                                     " are free now; ", core::JobsAhead(verdict.position - 1));
     }
   }
   return verdicts;
