@@ -130,11 +130,17 @@ void StandInKubelet::RunPods(fake_apiserver::FakeApiServer* server, std::string 
 int StandInKubelet::PortOf(const std::string& pod) {
   absl::MutexLock lock(&mu_);
   int& port = ports_[pod];
-  if (port == 0) {
+  // A port bound and released may be the kernel's next pick as well: draw
+  // again until it is not another pod's.
+  for (int draw = 0; port == 0 && draw < 100; ++draw) {
     absl::StatusOr<int> free = local::PickFreePort();
     EXPECT_TRUE(free.ok()) << pod << ": " << free.status();
-    port = free.value_or(0);
+    if (!free.ok()) break;
+    bool taken = false;
+    for (const auto& [other, other_port] : ports_) taken = taken || other_port == *free;
+    if (!taken) port = *free;
   }
+  EXPECT_NE(port, 0) << pod << ": no port that no other pod has";
   return port;
 }
 

@@ -54,7 +54,7 @@ class StandInKubelet {
 
   // The port of this machine that stands for the pod's Service address
   // ("<pod>.<namespace>.svc:<port>" in its arguments and environment): one
-  // per pod name, free when first given out (local::PickFreePort).
+  // per pod name, free when first given out and no other pod's.
   int PortOf(const std::string& pod);
 
  private:

@@ -1,9 +1,6 @@
 // Distributed training across real processes over loopback: the runtime's
 // `train` (dist::TrainMain, in runtime_dist_trainer) started once per task
 // with TF_CONFIG, as the operator's local backend does. Fashion-MNIST MLP.
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <cmath>
 #include <cstdlib>
@@ -16,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/testing/child_process.h"
+#include "common/testing/held_port.h"
 #include "common/testing/temp_dir.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -27,19 +25,6 @@ using ::testing::HasSubstr;
 
 constexpr char kData[] = "/usr/share/datasets/fashion-mnist";
 
-// A port nobody listens on now (bound to port 0, then released).
-int FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
-
 struct TaskSpec {
   std::string type;
   int index;
@@ -50,13 +35,22 @@ class ClusterRun {
  public:
   ClusterRun(const std::filesystem::path& dir, const std::map<std::string, int>& shape,
              const std::vector<std::string>& flags, const std::string& tag) {
+    // Every port stays held until all are drawn: a port bound and released
+    // at once may be the kernel's next pick too, and a TF_CONFIG naming one
+    // address twice is refused.
+    std::vector<test_support::HeldPort> held;
     std::map<std::string, std::vector<std::string>> cluster;
     for (const auto& [type, n] : shape) {
       for (int i = 0; i < n; ++i) {
-        cluster[type].push_back(absl::StrCat("127.0.0.1:", FreePort()));
+        absl::StatusOr<test_support::HeldPort> port = test_support::HeldPort::Take();
+        EXPECT_TRUE(port.ok()) << port.status();
+        if (!port.ok()) return;
+        cluster[type].push_back(port->address());
+        held.push_back(std::move(*port));
         tasks_.push_back({type, i});
       }
     }
+    for (test_support::HeldPort& port : held) port.Release();
     std::string cluster_json;
     for (const auto& [type, addrs] : cluster) {
       absl::StrAppend(&cluster_json, cluster_json.empty() ? "" : ",", "\"", type, "\":[\"",
