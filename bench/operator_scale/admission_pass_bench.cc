@@ -126,13 +126,27 @@ int main(int argc, char** argv) {
   if (!job_informer.WaitForSync(absl::Minutes(2))) return 1;
   const double rss_before = RssMiB();
 
+  // Every pod, as the controller's informer keeps it for admission.
+  kubetrain::kube::Informer pod_informer(client->get(),
+                                         {.resource = kubetrain::kube::kPods,
+                                          .transform =
+                                              [](json& pod) {
+                                                json kept = json::object();
+                                                kubetrain::kube::GangAdmission::KeepForPlacement(
+                                                    pod, kept);
+                                                pod = std::move(kept);
+                                              }},
+                                         {});
+  pod_informer.Start();
+  if (!pod_informer.WaitForSync(absl::Minutes(2))) return 1;
+
   kubetrain::kube::GangAdmissionOptions admission_options;
   admission_options.ns = "bench";
   // Passes run only when called here.
   admission_options.period = absl::Hours(1);
   admission_options.min_interval = absl::Hours(1);
   kubetrain::kube::GangAdmission admission(
-      client->get(), &job_informer.cache(), admission_options,
+      client->get(), &job_informer.cache(), &pod_informer.cache(), admission_options,
       [](const std::string& ns) {
         kubetrain::core::ReconcileOptions reconcile;
         reconcile.address = kubetrain::core::KubernetesAddresses(ns);

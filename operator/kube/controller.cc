@@ -252,29 +252,32 @@ Controller::Controller(ClusterClient* client, ControllerOptions options, StudySt
             .on_delete = [this,
                           kind](const ObjectPtr& o) { OnReplicaEvent(o, false, true, kind); }});
   };
-  // Gang admission reads every pod in the cluster. An operator that watches
-  // every namespace has one pods informer for both, so each pod event is
-  // read once: every pod, indexed by its job, keeping what either reads.
-  const bool share_pods = options_.gang_admission && options_.ns.empty();
-  if (share_pods) {
+  // Gang admission reads every pod in the cluster, so the controller's pods
+  // informer is that one (indexed by job, keeping what either reads), and
+  // each pod event is read once; an operator of one namespace reconciles
+  // only the pods there.
+  if (options_.gang_admission) {
+    auto ours = [this](const ObjectPtr& o) {
+      return options_.ns.empty() || MetaString(*o, "namespace") == options_.ns;
+    };
     pods_ = std::make_unique<Informer>(
         client_,
         InformerOptions{.resource = kPods,
                         .index_label = core::kLabelJobName,
                         .transform = StripPodForControllerAndAdmission},
         InformerHandlers{.on_add =
-                             [this](const ObjectPtr& o) {
-                               OnReplicaEvent(o, true, false, "pods");
+                             [this, ours](const ObjectPtr& o) {
+                               if (ours(o)) OnReplicaEvent(o, true, false, "pods");
                                if (admission_ != nullptr) admission_->OnPodChange(nullptr, o);
                              },
                          .on_update =
-                             [this](const ObjectPtr& before, const ObjectPtr& o) {
-                               OnReplicaEvent(o, false, false, "pods");
+                             [this, ours](const ObjectPtr& before, const ObjectPtr& o) {
+                               if (ours(o)) OnReplicaEvent(o, false, false, "pods");
                                if (admission_ != nullptr) admission_->OnPodChange(before, o);
                              },
                          .on_delete =
-                             [this](const ObjectPtr& o) {
-                               OnReplicaEvent(o, false, true, "pods");
+                             [this, ours](const ObjectPtr& o) {
+                               if (ours(o)) OnReplicaEvent(o, false, true, "pods");
                                if (admission_ != nullptr) admission_->OnPodChange(o, nullptr);
                              }});
   } else {
@@ -286,10 +289,9 @@ Controller::Controller(ClusterClient* client, ControllerOptions options, StudySt
     admission.clock = options_.clock;
     admission.metrics = options_.metrics;
     admission_ = std::make_unique<GangAdmission>(
-        client_, &jobs_->cache(), admission,
+        client_, &jobs_->cache(), &pods_->cache(), admission,
         [this](const std::string& ns) { return ReconcileOptionsFor(ns); },
-        [this](const std::string& job_key) { queue_.Add(job_key); },
-        share_pods ? &pods_->cache() : nullptr);
+        [this](const std::string& job_key) { queue_.Add(job_key); });
   }
   services_ = replica_informer(kServices, "services");
   claims_ = replica_informer(kPersistentVolumeClaims, "persistentvolumeclaims");

@@ -245,6 +245,47 @@ TEST_F(AdmissionTest, AnOperatorOfEveryNamespaceWatchesPodsOnceForBoth) {
   ASSERT_TRUE(WaitForAdmitted("b", core::kAdmittedReason)) << Admitted("b").dump();
 }
 
+TEST_F(AdmissionTest, AnOperatorOfOneNamespaceWatchesPodsOnceAndLeavesOthersPods) {
+  StartServer(4);
+  // Another team's job "a" in ns2 (another operator's), one pod filling a
+  // node: admission counts it; this operator's controller leaves it be.
+  json other = {{"metadata",
+                 {{"name", "a-master-0"},
+                  {"labels", {{std::string(core::kLabelJobName), "a"}}},
+                  {"ownerReferences",
+                   {{{"apiVersion", "kubetrain.io/v1"},
+                     {"kind", "TrainingJob"},
+                     {"name", "a"},
+                     {"uid", "uid-of-ns2-a"},
+                     {"controller", true}}}}}},
+                {"spec",
+                 {{"containers",
+                   {{{"name", "c"},
+                     {"image", "busybox"},
+                     {"resources", {{"requests", {{"cpu", "8"}, {"memory", "1Gi"}}}}}}}}}}};
+  ASSERT_TRUE(server_->Create("pods", "ns2", other).ok());
+  ASSERT_TRUE(server_->WaitUntil([&] {
+    auto pod = server_->Get("pods", "ns2", "a-master-0");
+    return pod.ok() && !pod->value("/spec/nodeName"_json_pointer, std::string()).empty();
+  }));
+  StartController(/*admission=*/true, /*ns=*/"ns1");
+  ASSERT_TRUE(server_->Create("trainingjobs", "ns1", SyncPsJob("a")).ok());
+  ASSERT_TRUE(WaitForAdmitted("a", core::kAdmittedReason));
+  ASSERT_TRUE(server_->WaitUntil([&] { return Phases("a")["Running"] == 4; }));
+  // Three nodes' room less a's four replicas: the next job waits.
+  ASSERT_TRUE(server_->Create("trainingjobs", "ns1", SyncPsJob("b")).ok());
+  ASSERT_TRUE(WaitForAdmitted("b", core::kWaitingForCapacityReason)) << Admitted("b").dump();
+  EXPECT_EQ(Admitted("b")["message"],
+            "needs 4 pods of cpu 4, memory 15Gi; the cluster can place 2 of them now; no job "
+            "ahead of it");
+  // One pods informer, of every namespace, for the controller and admission.
+  EXPECT_EQ(server_->RequestCounts()["list pods"], 1);
+  EXPECT_TRUE(server_->Get("pods", "ns2", "a-master-0").ok());
+  EXPECT_EQ(server_->RequestCounts()["delete pods"], 0);
+  Finish("a");
+  ASSERT_TRUE(WaitForAdmitted("b", core::kAdmittedReason)) << Admitted("b").dump();
+}
+
 TEST_F(AdmissionTest, AJobBiggerThanTheClusterNeverFitsAtOnce) {
   StartServer(2);
   StartController(/*admission=*/true);
@@ -331,7 +372,9 @@ TEST_F(AdmissionTest, AStudyOfFourParallelTrialsOnRoomForOneAndAHalfRunsEveryTri
     // study waits for room.
     for (const auto& [trial, phases] : trial_pods()) {
       EXPECT_EQ(phases.count("Pending"), 0u) << "trial " << trial;
-      if (finished.count(trial) == 0) EXPECT_EQ(trial, running);
+      if (finished.count(trial) == 0) {
+        EXPECT_EQ(trial, running);
+      }
     }
     for (const json& pod : server_->List("pods", "ns1")) {
       if (pod.value("/metadata/labels/kubetrain.io~1trial-id"_json_pointer, std::string()) ==

@@ -50,14 +50,6 @@ void GangAdmission::KeepForPlacement(const json& pod, json& kept) {
 
 namespace {
 
-// The all-pods cache keeps what placement reads: at 10,000 pods their
-// environments and labels would dominate the operator's memory.
-void StripPodForAdmission(json& pod) {
-  json kept = json::object();
-  GangAdmission::KeepForPlacement(pod, kept);
-  pod = std::move(kept);
-}
-
 bool Terminal(const json& pod) {
   const std::string phase = pod.value("/status/phase"_json_pointer, std::string());
   return phase == "Succeeded" || phase == "Failed";
@@ -66,31 +58,19 @@ bool Terminal(const json& pod) {
 }  // namespace
 
 GangAdmission::GangAdmission(ClusterClient* client, const ObjectCache* jobs,
-                             GangAdmissionOptions options,
+                             const ObjectCache* pods, GangAdmissionOptions options,
                              std::function<core::ReconcileOptions(const std::string& ns)> reconcile,
-                             std::function<void(const std::string& job_key)> on_verdict,
-                             const ObjectCache* shared_pods)
+                             std::function<void(const std::string& job_key)> on_verdict)
     : client_(client),
       jobs_(jobs),
       options_(std::move(options)),
       reconcile_(std::move(reconcile)),
-      on_verdict_(std::move(on_verdict)) {
+      on_verdict_(std::move(on_verdict)),
+      pods_(pods) {
   auto poke = InformerHandlers{.on_add = [this](const ObjectPtr&) { Poke(); },
                                .on_update = [this](const ObjectPtr&, const ObjectPtr&) { Poke(); },
                                .on_delete = [this](const ObjectPtr&) { Poke(); }};
   nodes_ = std::make_unique<Informer>(client_, InformerOptions{.resource = kNodes}, poke);
-  if (shared_pods != nullptr) {
-    pods_cache_ = shared_pods;
-  } else {
-    pods_ = std::make_unique<Informer>(
-        client_, InformerOptions{.resource = kPods, .transform = StripPodForAdmission},
-        InformerHandlers{
-            .on_add = [this](const ObjectPtr& o) { OnPodChange(nullptr, o); },
-            .on_update = [this](const ObjectPtr& before,
-                                const ObjectPtr& after) { OnPodChange(before, after); },
-            .on_delete = [this](const ObjectPtr& o) { OnPodChange(o, nullptr); }});
-    pods_cache_ = &pods_->cache();
-  }
   quotas_ = std::make_unique<Informer>(
       client_, InformerOptions{.resource = kResourceQuotas, .ns = options_.ns}, poke);
   priority_classes_ =
@@ -115,9 +95,7 @@ void GangAdmission::OnPodChange(const ObjectPtr& before, const ObjectPtr& after)
 }
 
 std::vector<Informer*> GangAdmission::OwnInformers() {
-  std::vector<Informer*> informers = {nodes_.get(), quotas_.get(), priority_classes_.get()};
-  if (pods_ != nullptr) informers.push_back(pods_.get());
-  return informers;
+  return {nodes_.get(), quotas_.get(), priority_classes_.get()};
 }
 
 GangAdmission::~GangAdmission() { Stop(); }
@@ -219,7 +197,7 @@ absl::Status GangAdmission::RunPass() {
   // Each pod read once per version of it (the cache's objects are
   // immutable: a changed pod is a new object).
   std::map<std::string, ParsedPod> pods;
-  for (const ObjectPtr& pod : pods_cache_->List()) {
+  for (const ObjectPtr& pod : pods_->List()) {
     if (Terminal(*pod)) continue;
     const std::string key = ObjectKey(*pod);
     if (auto known = parsed_pods_.find(key);

@@ -40,11 +40,10 @@ struct GangAdmissionOptions {
 };
 
 // The operator's gang admission on Kubernetes: informers on nodes, every
-// pod (what is bound where), the jobs' namespace's ResourceQuotas and the
-// PriorityClasses feed core::PlanJobs with the TrainingJobs of the
-// controller's cache. Each job's verdict is kept here (VerdictFor) and the
-// job is sent to the controller, whose reconcile writes it with the job's
-// status (Observed::admission) and, once admitted, creates its pods in the
+// pod (what is bound where: the controller's informer), the jobs' namespace's ResourceQuotas and
+// the PriorityClasses feed core::PlanJobs with the TrainingJobs of the controller's cache. Each
+// job's verdict is kept here (VerdictFor) and the job is sent to the controller, whose reconcile
+// writes it with the job's status (Observed::admission) and, once admitted, creates its pods in the
 // same pass: admission costs no status write of its own. An admission made
 // but not yet written counts as made in the next pass. The queue's order
 // comes from the jobs themselves (priority, creationTimestamp, uid) and how
@@ -57,14 +56,13 @@ class GangAdmission {
   // rendered from them, as the controller creates them). `on_verdict` is
   // called, on the pass's thread, with "namespace/name" of each job whose
   // status should show a new verdict.
-  // `shared_pods`: a cache of every pod in the cluster that another
-  // informer keeps (the controller's, when it watches every namespace),
-  // holding at least what KeepForPlacement keeps, whose changes are passed
-  // to OnPodChange; null: admission watches the pods itself.
-  GangAdmission(ClusterClient* client, const ObjectCache* jobs, GangAdmissionOptions options,
+  // `pods`: a cache of every pod in the cluster that another informer
+  // keeps (the controller's: one watch for both), holding at least what
+  // KeepForPlacement keeps, whose changes are passed to OnPodChange.
+  GangAdmission(ClusterClient* client, const ObjectCache* jobs, const ObjectCache* pods,
+                GangAdmissionOptions options,
                 std::function<core::ReconcileOptions(const std::string& ns)> reconcile,
-                std::function<void(const std::string& job_key)> on_verdict,
-                const ObjectCache* shared_pods = nullptr);
+                std::function<void(const std::string& job_key)> on_verdict);
   ~GangAdmission();
 
   // Starts the informers and waits for their first lists (false after
@@ -106,8 +104,8 @@ class GangAdmission {
   const std::function<void(const std::string& job_key)> on_verdict_;
   std::vector<Informer*> OwnInformers();
 
-  std::unique_ptr<Informer> nodes_, pods_, quotas_, priority_classes_;  // pods_: unless shared
-  const ObjectCache* pods_cache_ = nullptr;
+  const ObjectCache* const pods_;
+  std::unique_ptr<Informer> nodes_, quotas_, priority_classes_;
 
   std::mutex mu_;
   std::condition_variable wake_;
