@@ -8,6 +8,7 @@
 #include <tuple>
 #include <utility>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -211,41 +212,51 @@ int64_t Amount(const ResourceAmounts& amounts, const std::string& resource) {
   return it == amounts.end() ? 0 : it->second;
 }
 
-// Nodes and what is placed on them, for one simulation.
+// Nodes and what is placed on them, for one simulation. Amounts are kept
+// per node in a vector indexed by resource (those the nodes have), and a
+// pod's requests are looked up once per pod, not once per node: a pass
+// places thousands of pods on a hundred nodes.
 class Placer {
  public:
-  explicit Placer(const std::vector<NodeCapacity>& nodes) : nodes_(&nodes), used_(nodes.size()) {}
+  explicit Placer(const std::vector<NodeCapacity>& nodes) : nodes_(&nodes) {
+    for (const NodeCapacity& node : nodes) {
+      for (const auto& [resource, amount] : node.allocatable) {
+        resource_index_.emplace(resource, resource_index_.size());
+      }
+    }
+    allocatable_.assign(nodes.size(), std::vector<int64_t>(resource_index_.size(), 0));
+    used_ = allocatable_;
+    counts_pods_.assign(nodes.size(), false);
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      node_index_.emplace(nodes[i].name, i);
+      for (const auto& [resource, amount] : nodes[i].allocatable) {
+        allocatable_[i][resource_index_[resource]] = amount;
+      }
+      counts_pods_[i] = nodes[i].allocatable.count(kPods) > 0;
+    }
+    cpu_ = IndexOf("cpu");
+    memory_ = IndexOf("memory");
+    pods_ = IndexOf(kPods);
+  }
 
   // Counts a pod that is bound already.
   void Bind(const PodPlacement& pod) {
-    for (size_t i = 0; i < nodes_->size(); ++i) {
-      if ((*nodes_)[i].name == pod.node) {
-        Add(i, pod.requests);
-        return;
-      }
+    if (auto it = node_index_.find(pod.node); it != node_index_.end()) {
+      Add(it->second, DemandOf(pod.requests), 1);
     }
-  }
-
-  bool Fits(size_t i, const PodPlacement& pod) const {
-    const NodeCapacity& node = (*nodes_)[i];
-    for (const auto& [resource, amount] : pod.requests) {
-      if (amount <= 0) continue;
-      // A node that does not count pods (not a real kubelet's) holds any number.
-      if (resource == kPods && node.allocatable.count(kPods) == 0) continue;
-      if (Amount(used_[i], resource) + amount > Amount(node.allocatable, resource)) return false;
-    }
-    return true;
   }
 
   // The node the pod goes to: of those that accept it and have room, the one
   // it leaves the least cpu free on (then memory, then name). nullopt: none.
   std::optional<size_t> Choose(const PodPlacement& pod) const {
+    const Demand demand = DemandOf(pod.requests);
+    if (demand.nowhere) return std::nullopt;
     std::optional<size_t> best;
     std::pair<int64_t, int64_t> best_free;
     for (size_t i = 0; i < nodes_->size(); ++i) {
-      if (!Accepts((*nodes_)[i], pod) || !Fits(i, pod)) continue;
-      std::pair<int64_t, int64_t> free = {Free(i, "cpu") - Amount(pod.requests, "cpu"),
-                                          Free(i, "memory") - Amount(pod.requests, "memory")};
+      if (!Fits(i, demand) || !Accepts((*nodes_)[i], pod)) continue;
+      std::pair<int64_t, int64_t> free = {Free(i, cpu_) - demand.cpu,
+                                          Free(i, memory_) - demand.memory};
       if (!best || free < best_free) {
         best = i;
         best_free = free;
@@ -254,36 +265,82 @@ class Placer {
     return best;
   }
 
+  // Whether the pod fits node `i` as it is now (accepted there or not).
+  bool Fits(size_t i, const PodPlacement& pod) const {
+    const Demand demand = DemandOf(pod.requests);
+    return !demand.nowhere && Fits(i, demand);
+  }
+
   bool Place(const PodPlacement& pod) { return PlaceOn(pod).has_value(); }
 
   // Where the pod went; nullopt when nowhere.
   std::optional<size_t> PlaceOn(const PodPlacement& pod) {
     std::optional<size_t> node = Choose(pod);
-    if (node) Add(*node, pod.requests);
+    if (node) Add(*node, DemandOf(pod.requests), 1);
     return node;
   }
 
   // Takes back a pod placed on node `i`.
-  void Remove(size_t i, const ResourceAmounts& requests) {
-    for (const auto& [resource, amount] : requests) used_[i][resource] -= amount;
-  }
+  void Remove(size_t i, const ResourceAmounts& requests) { Add(i, DemandOf(requests), -1); }
 
  private:
-  int64_t Free(size_t i, const std::string& resource) const {
-    return Amount((*nodes_)[i].allocatable, resource) - Amount(used_[i], resource);
+  // A pod's requests in this placer's terms.
+  struct Demand {
+    std::vector<std::pair<size_t, int64_t>> amounts;  // (resource index, amount > 0)
+    bool nowhere = false;                             // it asks for a resource no node has
+    int64_t cpu = 0, memory = 0;
+  };
+
+  static constexpr size_t kNone = std::numeric_limits<size_t>::max();
+
+  size_t IndexOf(const std::string& resource) const {
+    auto it = resource_index_.find(resource);
+    return it == resource_index_.end() ? kNone : it->second;
   }
-  void Add(size_t i, const ResourceAmounts& requests) {
-    for (const auto& [resource, amount] : requests) used_[i][resource] += amount;
+
+  Demand DemandOf(const ResourceAmounts& requests) const {
+    Demand demand;
+    for (const auto& [resource, amount] : requests) {
+      if (amount <= 0) continue;
+      const size_t index = IndexOf(resource);
+      // A node that does not count pods (not a real kubelet's) holds any number.
+      if (index == kNone) {
+        if (resource != kPods) demand.nowhere = true;
+        continue;
+      }
+      demand.amounts.emplace_back(index, amount);
+      if (index == cpu_) demand.cpu = amount;
+      if (index == memory_) demand.memory = amount;
+    }
+    return demand;
+  }
+
+  bool Fits(size_t i, const Demand& demand) const {
+    for (const auto& [resource, amount] : demand.amounts) {
+      if (resource == pods_ && !counts_pods_[i]) continue;
+      if (used_[i][resource] + amount > allocatable_[i][resource]) return false;
+    }
+    return true;
+  }
+
+  int64_t Free(size_t i, size_t resource) const {
+    return resource == kNone ? 0 : allocatable_[i][resource] - used_[i][resource];
+  }
+
+  void Add(size_t i, const Demand& demand, int64_t sign) {
+    for (const auto& [resource, amount] : demand.amounts) used_[i][resource] += sign * amount;
   }
 
   const std::vector<NodeCapacity>* nodes_;
-  std::vector<ResourceAmounts> used_;
+  std::map<std::string, size_t> resource_index_;
+  std::map<std::string, size_t, std::less<>> node_index_;
+  std::vector<std::vector<int64_t>> allocatable_, used_;  // [node][resource]
+  std::vector<bool> counts_pods_;                         // allocatable names "pods"
+  size_t cpu_ = kNone, memory_ = kNone, pods_ = kNone;
 };
 
 // Largest first, so the big pods find their nodes before the small ones fill them.
-std::vector<const PodPlacement*> PlacementOrder(const std::vector<PodPlacement>& pods) {
-  std::vector<const PodPlacement*> order;
-  for (const PodPlacement& pod : pods) order.push_back(&pod);
+std::vector<const PodPlacement*> PlacementOrder(std::vector<const PodPlacement*> order) {
   auto size = [](const PodPlacement* p) {
     return std::make_tuple(Amount(p->requests, "nvidia.com/gpu"), Amount(p->requests, "cpu"),
                            Amount(p->requests, "memory"));
@@ -291,6 +348,11 @@ std::vector<const PodPlacement*> PlacementOrder(const std::vector<PodPlacement>&
   std::stable_sort(order.begin(), order.end(),
                    [&](const PodPlacement* a, const PodPlacement* b) { return size(a) > size(b); });
   return order;
+}
+std::vector<const PodPlacement*> PlacementOrder(const std::vector<PodPlacement>& pods) {
+  std::vector<const PodPlacement*> order;
+  for (const PodPlacement& pod : pods) order.push_back(&pod);
+  return PlacementOrder(std::move(order));
 }
 
 // Places every pod, or none: true when all of them fit (and are then counted).
@@ -650,42 +712,44 @@ std::vector<AdmissionDecision> PlanAdmission(const ClusterState& cluster,
   std::stable_sort(order.begin(), order.end(),
                    [](const Gang* a, const Gang* b) { return AdmitsBefore(*a, *b); });
 
-  // What is bound, and what each namespace's quotas count already.
+  // What is bound, and what each namespace's quotas count already. Pods are
+  // known by (namespace, name), views into `cluster` and `gangs`.
+  using PodKey = std::pair<absl::string_view, absl::string_view>;
   Placer placer(cluster.nodes);
-  std::set<std::string> existing;  // "namespace/name" of every pod there is
-  std::map<std::string, ResourceAmounts> namespace_used;
-  auto count_in_quota = [&](const PodPlacement& pod) {
-    for (const auto& [resource, amount] : pod.requests) namespace_used[pod.ns][resource] += amount;
+  absl::flat_hash_set<PodKey> existing;  // every pod there is
+  absl::flat_hash_set<PodKey> bound;
+  std::map<std::string, ResourceAmounts, std::less<>> namespace_used;
+  auto count_in_quota = [&](absl::string_view ns, const ResourceAmounts& requests) {
+    auto it = namespace_used.find(ns);
+    if (it == namespace_used.end())
+      it = namespace_used.emplace(std::string(ns), ResourceAmounts()).first;
+    for (const auto& [resource, amount] : requests) it->second[resource] += amount;
   };
-  std::set<std::string> bound;
+  existing.reserve(cluster.pods.size());
   for (const PodPlacement& pod : cluster.pods) {
-    existing.insert(absl::StrCat(pod.ns, "/", pod.name));
-    count_in_quota(pod);
+    existing.insert({pod.ns, pod.name});
+    count_in_quota(pod.ns, pod.requests);
     if (pod.node.empty()) continue;
     placer.Bind(pod);
-    bound.insert(absl::StrCat(pod.ns, "/", pod.name));
+    bound.insert({pod.ns, pod.name});
   }
   // The pods of a gang that are not there yet (a quota counts them once created).
   auto missing = [&](const Gang& gang) {
     std::vector<const PodPlacement*> out;
     for (const PodPlacement& pod : gang.pods) {
-      if (existing.count(absl::StrCat(gang.ns, "/", pod.name)) == 0) out.push_back(&pod);
+      if (!existing.contains(PodKey(gang.ns, pod.name))) out.push_back(&pod);
     }
     return out;
   };
   // Admitted gangs' pods still to be placed take their room first.
   for (const Gang* gang : order) {
     if (!gang->admitted) continue;
-    std::vector<PodPlacement> unbound;
+    std::vector<const PodPlacement*> unbound;
     for (const PodPlacement& pod : gang->pods) {
-      if (bound.count(absl::StrCat(gang->ns, "/", pod.name)) == 0) unbound.push_back(pod);
+      if (!bound.contains(PodKey(gang->ns, pod.name))) unbound.push_back(&pod);
     }
-    for (const PodPlacement* pod : PlacementOrder(unbound)) placer.Place(*pod);
-    for (const PodPlacement* pod : missing(*gang)) {
-      PodPlacement counted = *pod;
-      counted.ns = gang->ns;
-      count_in_quota(counted);
-    }
+    for (const PodPlacement* pod : PlacementOrder(std::move(unbound))) placer.Place(*pod);
+    for (const PodPlacement* pod : missing(*gang)) count_in_quota(gang->ns, pod->requests);
   }
 
   std::vector<AdmissionDecision> decisions;

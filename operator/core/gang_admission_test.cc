@@ -294,6 +294,42 @@ TEST(PlanAdmissionTest, AJobBiggerThanTheClusterNeverFitsAndSaysWhy) {
   EXPECT_EQ(decisions[1].reason, kAdmittedReason);
 }
 
+TEST(PlanAdmissionTest, ResourcesOnlySomeNodesHaveAndNodesThatDoNotCountPods) {
+  NodeCapacity gpu = Node("gpu-1", 8);
+  gpu.allocatable["nvidia.com/gpu"] = 2000;
+  NodeCapacity uncounted = Node("plain-1", 8);
+  uncounted.allocatable.erase("pods");  // not a real kubelet's: any number of pods
+  ClusterState cluster{{gpu, uncounted}, {}, {}};
+  // Two pods of one GPU each go to the GPU node; a third does not fit.
+  Gang two = Job("two", 2, 1);
+  for (PodPlacement& pod : two.pods) pod.requests["nvidia.com/gpu"] = 1000;
+  Gang three = Job("three", 3, 1);
+  for (PodPlacement& pod : three.pods) pod.requests["nvidia.com/gpu"] = 1000;
+  std::vector<AdmissionDecision> decisions = PlanAdmission(cluster, {two}, kNow);
+  EXPECT_EQ(decisions[0].reason, kAdmittedReason);
+  decisions = PlanAdmission(cluster, {three}, kNow);
+  EXPECT_EQ(decisions[0].reason, kNeverFitsReason);
+  // A resource no node has never fits.
+  Gang tpu = Job("tpu", 1, 1);
+  tpu.pods[0].requests["google.com/tpu"] = 1000;
+  decisions = PlanAdmission(cluster, {tpu}, kNow);
+  EXPECT_EQ(decisions[0].reason, kNeverFitsReason);
+  // 200 one-millicpu pods: far more than the GPU node's 110, all on the
+  // nodes together since the other counts none.
+  Gang many = Job("many", 0, 0);
+  for (int i = 0; i < 200; ++i) {
+    PodPlacement pod = Pod(absl::StrCat("many-", i), 0);
+    pod.requests["cpu"] = 1;
+    pod.requests["memory"] = 1;
+    many.pods.push_back(pod);
+  }
+  decisions = PlanAdmission(cluster, {many}, kNow);
+  EXPECT_EQ(decisions[0].reason, kAdmittedReason);
+  ClusterState counted{{gpu}, {}, {}};
+  decisions = PlanAdmission(counted, {many}, kNow);
+  EXPECT_EQ(decisions[0].reason, kNeverFitsReason);
+}
+
 TEST(PlanAdmissionTest, SelectorsTaintsAndAffinityDecideWhichNodesCount) {
   NodeCapacity gpu = Node("gpu-1", 8);
   gpu.labels = {{"pool", "gpu"}, {"zone", "a"}};
