@@ -4,6 +4,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "operator/core/kube_objects.h"
+#include "operator/core/naming.h"
 #include "operator/core/reconcile_pass.h"
 #include "operator/core/reconciler.h"
 
@@ -63,7 +65,7 @@ std::map<std::string, AdmissionVerdict> PlanJobs(const ClusterState& cluster,
     }
     const bool study = internal::IsStudy(job);
     // A queued study waits for its first trial's gang.
-    gang.pods = entry.pods_of(study ? "1" : "");  // (a copy: the gang keeps it)
+    gang.pods_view = &entry.pods_of(study ? "1" : "");
     if (!study || !gang.admitted || (!AdmitsTrialsOneByOne(status) && !pending_admission)) {
       gangs.push_back(std::move(gang));
       continue;
@@ -82,7 +84,7 @@ std::map<std::string, AdmissionVerdict> PlanJobs(const ClusterState& cluster,
     auto trial_gang = [&](const std::string& trial, bool trial_admitted) {
       Gang t = gang;
       t.key = absl::StrCat(entry.key, std::string(1, kTrialSeparator), trial);
-      t.pods = entry.pods_of(trial);
+      t.pods_view = &entry.pods_of(trial);
       t.admitted = trial_admitted;
       return t;
     };
@@ -141,6 +143,35 @@ std::map<std::string, AdmissionVerdict> PlanJobs(const ClusterState& cluster,
     }
   }
   return verdicts;
+}
+
+std::vector<PodPlacement> GangPlacements(const v1::TrainingJob& job, const std::string& ns,
+                                         const std::string& trial, const ReconcileOptions& options,
+                                         std::vector<absl::Status>* errors) {
+  const v1::TrainingJob normalized = Normalize(job);
+  const std::vector<api::ReplicaGroup> groups =
+      api::ReplicaGroups(normalized.spec().training_input());
+  const std::string job_name = JobObjectName(normalized);
+  const bool use_chief = normalized.spec().training_input().use_chief_in_tf_config();
+  std::vector<PodPlacement> pods;
+  for (const api::ReplicaGroup& group : groups) {
+    if (group.count <= 0) continue;
+    const DesiredReplica first =
+        internal::MakeReplica(normalized, groups, group, 0, trial, {}, options);
+    absl::StatusOr<PodPlacement> placement = ParsePodPlacement(RenderPod(job, ns, first));
+    if (!placement.ok()) {
+      errors->push_back(absl::Status(placement.status().code(),
+                                     absl::StrCat(first.name, ": ", placement.status().message())));
+      continue;
+    }
+    placement->ns = ns;
+    for (int64_t index = 0; index < group.count; ++index) {
+      PodPlacement pod = *placement;
+      pod.name = ReplicaName(job_name, ReplicaKey{trial, group.role, index}, use_chief);
+      pods.push_back(std::move(pod));
+    }
+  }
+  return pods;
 }
 
 bool StatusShows(const v1::TrainingJobStatus& status, const AdmissionVerdict& verdict) {

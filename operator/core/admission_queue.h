@@ -14,9 +14,11 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "kubetrain/v1/training_job.pb.h"
 #include "operator/core/gang_admission.h"
+#include "operator/core/reconciler.h"
 
 namespace kubetrain::core {
 
@@ -42,7 +44,8 @@ struct JobToAdmit {
   // local backend gives its submission order.
   std::string tie_breaker;
   // The pods of trial `trial` ("" outside studies) as they would be
-  // created; the reference need only last until the next call.
+  // created; each reference must stay valid until PlanJobs returns (the
+  // gangs borrow them).
   std::function<const std::vector<PodPlacement>&(const std::string& trial)> pods_of;
   // A verdict given earlier that the job's status does not show yet: an
   // admission counts as made (its pods are coming), and so do the trials it
@@ -61,6 +64,17 @@ std::map<std::string, AdmissionVerdict> PlanJobs(const ClusterState& cluster,
                                                  const std::vector<JobToAdmit>& jobs,
                                                  absl::Time now,
                                                  const AdmissionPolicy& policy = {});
+
+// The pods of trial `trial` ("" outside studies) of a job in namespace
+// `ns`, as placement reads them from the pods the controller would create
+// (ParsePodPlacement of RenderPod). A role's pods differ only in their
+// names, labels and environment, so each role's first replica is rendered
+// and the others take its placement under their own names. A role whose
+// pod cannot be read (the API server would refuse it too) is left out, its
+// error added to `errors`.
+std::vector<PodPlacement> GangPlacements(const v1::TrainingJob& job, const std::string& ns,
+                                         const std::string& trial, const ReconcileOptions& options,
+                                         std::vector<absl::Status>* errors);
 
 // Whether the job's status already shows the verdict (nothing to write).
 bool StatusShows(const v1::TrainingJobStatus& status, const AdmissionVerdict& verdict);

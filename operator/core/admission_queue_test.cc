@@ -1,12 +1,15 @@
 #include "operator/core/admission_queue.h"
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "api/codec.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "operator/core/kube_objects.h"
 
 namespace kubetrain::core {
 namespace {
@@ -56,13 +59,13 @@ v1::TrainingJob QueuedStudy(const std::string& name, int max_trials, int paralle
 }
 
 JobToAdmit Entry(const v1::TrainingJob& job, int replicas) {
-  auto pods = std::make_shared<std::vector<PodPlacement>>();
+  // By trial: what pods_of returns is borrowed until PlanJobs returns.
+  auto pods = std::make_shared<std::map<std::string, std::vector<PodPlacement>>>();
   return {.key = "ns1/" + job.metadata().name(),
           .job = &job,
           .pods_of = [name = job.metadata().name(), replicas,
                       pods](const std::string& trial) -> const std::vector<PodPlacement>& {
-            *pods = OneCpuPods(name, trial, replicas);
-            return *pods;
+            return (*pods)[trial] = OneCpuPods(name, trial, replicas);
           }};
 }
 
@@ -150,6 +153,58 @@ TEST(PlanJobsTest, OnlyJobsAdmissionHoldsTakePart) {
   v1::TrainingJob study = QueuedStudy("s", 4, 2);
   study.mutable_status()->set_state(v1::RUNNING);  // its trials come one gang at a time
   EXPECT_TRUE(TakesPartInAdmission(study));
+}
+
+// GangPlacements renders one pod per role: what placement reads must be what
+// rendering every replica gives, whatever differs between roles.
+TEST(GangPlacementsTest, EqualRenderingEveryReplica) {
+  const char* jobs[] = {
+      R"({"metadata": {"name": "std", "namespace": "ns1", "uid": "u1"},
+          "spec": {"trainingInput": {"scaleTier": "STANDARD_1"}}})",
+      R"({"metadata": {"name": "custom", "namespace": "ns1", "uid": "u2"},
+          "spec": {"trainingInput": {"scaleTier": "CUSTOM", "masterType": "complex_model_m",
+                                     "workerType": "standard_gpu", "workerCount": 3,
+                                     "parameterServerType": "large_model",
+                                     "parameterServerCount": 2, "useChiefInTfConfig": true,
+                                     "workerConfig": {"acceleratorConfig":
+                                         {"count": 2, "type": "NVIDIA_TESLA_T4"}}},
+                   "replicaTemplates": {"ps": {"spec": {
+                       "nodeSelector": {"pool": "ps"},
+                       "tolerations": [{"key": "ps", "operator": "Exists"}]}}},
+                   "template": {"spec": {"priorityClassName": "high"}}}})",
+      R"({"metadata": {"name": "sweep", "namespace": "ns1", "uid": "u3"},
+          "spec": {"trainingInput": {"scaleTier": "STANDARD_1",
+                   "hyperparameters": {"goal": "MAXIMIZE", "hyperparameterMetricTag": "accuracy",
+                                       "maxTrials": 4, "maxParallelTrials": 2,
+                                       "params": [{"parameterName": "x", "type": "INTEGER",
+                                                   "minValue": 1, "maxValue": 9}]}}}})",
+  };
+  ReconcileOptions options;
+  options.address = KubernetesAddresses("ns1");
+  options.gang_admission = true;
+  for (const char* text : jobs) {
+    v1::TrainingJob job;
+    ASSERT_THAT(api::DecodeMessage(text, &job), ::testing::IsEmpty()) << text;
+    const std::string trial = job.metadata().name() == "sweep" ? "2" : "";
+    std::vector<absl::Status> errors;
+    const std::vector<PodPlacement> placements =
+        GangPlacements(job, "ns1", trial, options, &errors);
+    EXPECT_THAT(errors, ::testing::IsEmpty());
+    const std::vector<DesiredReplica> replicas = DesiredReplicas(job, trial, {}, options);
+    ASSERT_EQ(placements.size(), replicas.size()) << job.metadata().name();
+    for (size_t i = 0; i < replicas.size(); ++i) {
+      absl::StatusOr<PodPlacement> rendered = ParsePodPlacement(RenderPod(job, "ns1", replicas[i]));
+      ASSERT_TRUE(rendered.ok()) << rendered.status();
+      const PodPlacement& got = placements[i];
+      EXPECT_EQ(got.name, rendered->name);
+      EXPECT_EQ(got.ns, "ns1");
+      EXPECT_EQ(got.requests, rendered->requests) << got.name;
+      EXPECT_EQ(got.node_selector, rendered->node_selector) << got.name;
+      EXPECT_EQ(got.tolerations.size(), rendered->tolerations.size()) << got.name;
+      EXPECT_EQ(got.required_terms.size(), rendered->required_terms.size()) << got.name;
+      EXPECT_EQ(got.priority_class, rendered->priority_class) << got.name;
+    }
+  }
 }
 
 }  // namespace

@@ -384,7 +384,7 @@ int CountPlaceable(Placer& placer, const std::vector<const PodPlacement*>& pods)
 // What placing a gang depends on, as text: gangs of one shape fare alike.
 std::string Shape(const Gang& gang) {
   std::string shape;
-  for (const PodPlacement* pod : PlacementOrder(gang.pods)) {
+  for (const PodPlacement* pod : PlacementOrder(gang.Pods())) {
     for (const auto& [resource, amount] : pod->requests)
       absl::StrAppend(&shape, resource, "=", amount, ",");
     for (const auto& [key, value] : pod->node_selector)
@@ -425,9 +425,9 @@ std::string DescribePods(const std::vector<PodPlacement>& pods) {
 
 // Why the gang cannot be placed even on the empty cluster.
 std::string NeverFitsMessage(const std::vector<NodeCapacity>& nodes, const Gang& gang) {
-  const std::string needs = absl::StrCat("needs ", DescribePods(gang.pods), "; ");
+  const std::string needs = absl::StrCat("needs ", DescribePods(gang.Pods()), "; ");
   if (nodes.empty()) return needs + "the cluster has no nodes";
-  for (const PodPlacement& pod : gang.pods) {
+  for (const PodPlacement& pod : gang.Pods()) {
     const NodeCapacity* largest = nullptr;
     Placer empty(nodes);
     bool fits_alone = false;
@@ -455,7 +455,7 @@ std::string NeverFitsMessage(const std::vector<NodeCapacity>& nodes, const Gang&
     }
   }
   ResourceAmounts total, allocatable;
-  for (const PodPlacement& pod : gang.pods) {
+  for (const PodPlacement& pod : gang.Pods()) {
     for (const auto& [resource, amount] : pod.requests) total[resource] += amount;
   }
   for (const NodeCapacity& node : nodes) {
@@ -725,18 +725,20 @@ std::vector<AdmissionDecision> PlanAdmission(const ClusterState& cluster,
       it = namespace_used.emplace(std::string(ns), ResourceAmounts()).first;
     for (const auto& [resource, amount] : requests) it->second[resource] += amount;
   };
-  existing.reserve(cluster.pods.size());
-  for (const PodPlacement& pod : cluster.pods) {
+  existing.reserve(cluster.pods.size() + cluster.pod_views.size());
+  auto observe = [&](const PodPlacement& pod) {
     existing.insert({pod.ns, pod.name});
     count_in_quota(pod.ns, pod.requests);
-    if (pod.node.empty()) continue;
+    if (pod.node.empty()) return;
     placer.Bind(pod);
     bound.insert({pod.ns, pod.name});
-  }
+  };
+  for (const PodPlacement& pod : cluster.pods) observe(pod);
+  for (const PodPlacement* pod : cluster.pod_views) observe(*pod);
   // The pods of a gang that are not there yet (a quota counts them once created).
   auto missing = [&](const Gang& gang) {
     std::vector<const PodPlacement*> out;
-    for (const PodPlacement& pod : gang.pods) {
+    for (const PodPlacement& pod : gang.Pods()) {
       if (!existing.contains(PodKey(gang.ns, pod.name))) out.push_back(&pod);
     }
     return out;
@@ -745,7 +747,7 @@ std::vector<AdmissionDecision> PlanAdmission(const ClusterState& cluster,
   for (const Gang* gang : order) {
     if (!gang->admitted) continue;
     std::vector<const PodPlacement*> unbound;
-    for (const PodPlacement& pod : gang->pods) {
+    for (const PodPlacement& pod : gang->Pods()) {
       if (!bound.contains(PodKey(gang->ns, pod.name))) unbound.push_back(&pod);
     }
     for (const PodPlacement* pod : PlacementOrder(std::move(unbound))) placer.Place(*pod);
@@ -765,7 +767,7 @@ std::vector<AdmissionDecision> PlanAdmission(const ClusterState& cluster,
   for (const Gang* gang : order) {
     if (gang->admitted) continue;
     AdmissionDecision decision{gang->key, "", 0, ""};
-    const std::vector<const PodPlacement*> pods = PlacementOrder(gang->pods);
+    const std::vector<const PodPlacement*> pods = PlacementOrder(gang->Pods());
     const std::string shape = Shape(*gang);
     auto never = never_fits.find(shape);
     if (never == never_fits.end()) {
@@ -815,7 +817,7 @@ std::vector<AdmissionDecision> PlanAdmission(const ClusterState& cluster,
         }
       }
       decision.reason = kAdmittedReason;
-      decision.message = absl::StrCat("its ", DescribePods(gang->pods), " fit the cluster now");
+      decision.message = absl::StrCat("its ", DescribePods(gang->Pods()), " fit the cluster now");
       decisions.push_back(std::move(decision));
       continue;
     }
@@ -826,7 +828,7 @@ std::vector<AdmissionDecision> PlanAdmission(const ClusterState& cluster,
     }
     auto description = described.find(shape);
     if (description == described.end()) {
-      description = described.emplace(shape, DescribePods(gang->pods)).first;
+      description = described.emplace(shape, DescribePods(gang->Pods())).first;
     }
     decision.message =
         absl::StrCat("needs ", description->second, "; the cluster can place ",

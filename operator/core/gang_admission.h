@@ -159,6 +159,10 @@ struct Gang {
   absl::Time created;              // the job's creationTimestamp
   std::string uid;                 // the last tie-breaker of the order
   std::vector<PodPlacement> pods;  // every pod of the gang
+  // When set, the gang's pods instead of `pods`: owned by the caller, alive
+  // for the call (a pass plans a thousand gangs without copying their pods).
+  const std::vector<PodPlacement>* pods_view = nullptr;
+  const std::vector<PodPlacement>& Pods() const { return pods_view != nullptr ? *pods_view : pods; }
   // Admitted already: its pods not yet bound are placed before any queued
   // gang is considered (they are coming).
   bool admitted = false;
@@ -173,6 +177,8 @@ struct ClusterState {
   // Every pod that is not Succeeded or Failed, bound or not, of any job or none.
   std::vector<PodPlacement> pods;
   std::vector<NamespaceQuota> quotas;
+  // More pods, as `pods`: owned by the caller, alive for the call.
+  std::vector<const PodPlacement*> pod_views;
 };
 
 struct AdmissionPolicy {

@@ -1,5 +1,7 @@
 #include "operator/kube/gang_admission.h"
 
+#include <time.h>
+
 #include <algorithm>
 #include <iostream>
 #include <optional>
@@ -49,6 +51,13 @@ void GangAdmission::KeepForPlacement(const json& pod, json& kept) {
 }
 
 namespace {
+
+// CPU time the calling thread has used.
+absl::Duration ThreadCpuTime() {
+  timespec now{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
+  return absl::DurationFromTimespec(now);
+}
 
 bool Terminal(const json& pod) {
   const std::string phase = pod.value("/status/phase"_json_pointer, std::string());
@@ -138,14 +147,16 @@ void GangAdmission::Loop() {
       if (stopping_) return;
       dirty_ = false;
     }
-    const absl::Time start = absl::Now();
+    const absl::Duration start = ThreadCpuTime();
     if (absl::Status status = RunPass(); !status.ok()) {
       std::cerr << "kubetrain-operator: admission pass: " << status << "\n";
     }
     // Changes that come meanwhile wait for the next pass together; a pass
-    // that took long (a busy cluster) is followed by a longer rest, so
+    // that took much CPU (a busy cluster) is followed by a longer rest, so
     // passes never take more than a third of a core from the controller.
-    const absl::Duration rest = std::max(options_.min_interval, 5 * (absl::Now() - start));
+    // (CPU, not wall time: on a loaded machine a pass waits for a core too,
+    // and resting for that wait would only delay admissions.)
+    const absl::Duration rest = std::max(options_.min_interval, 2 * (ThreadCpuTime() - start));
     std::unique_lock<std::mutex> lock(mu_);
     wake_.wait_for(lock, absl::ToChronoNanoseconds(rest), [this] { return stopping_; });
     if (stopping_) return;
@@ -159,20 +170,13 @@ const std::vector<core::PodPlacement>& GangAdmission::GangPods(const v1::Trainin
     return rendered.pods;
   }
   const std::string& ns = job.metadata().namespace_();
-  rendered.pods.clear();
-  for (const core::DesiredReplica& replica :
-       core::DesiredReplicas(job, trial, {}, reconcile_(ns))) {
-    absl::StatusOr<core::PodPlacement> pod =
-        core::ParsePodPlacement(core::RenderPod(job, ns, replica));
-    if (!pod.ok()) {
-      // The API server would refuse this pod too; the controller says so
-      // when it creates it. Here it asks for nothing it can name.
-      std::cerr << "kubetrain-operator: admission: " << ns << "/" << job.metadata().name() << ": "
-                << pod.status() << "\n";
-      continue;
-    }
-    pod->ns = ns;
-    rendered.pods.push_back(*std::move(pod));
+  std::vector<absl::Status> errors;
+  rendered.pods = core::GangPlacements(job, ns, trial, reconcile_(ns), &errors);
+  // The API server would refuse such a pod too; the controller says so when
+  // it creates it. Here it asks for nothing it can name.
+  for (const absl::Status& error : errors) {
+    std::cerr << "kubetrain-operator: admission: " << ns << "/" << job.metadata().name() << ": "
+              << error << "\n";
   }
   rendered.generation = job.metadata().generation();
   return rendered.pods;
@@ -202,7 +206,7 @@ absl::Status GangAdmission::RunPass() {
     const std::string key = ObjectKey(*pod);
     if (auto known = parsed_pods_.find(key);
         known != parsed_pods_.end() && known->second.object == pod) {
-      if (known->second.placement) cluster.pods.push_back(*known->second.placement);
+      if (known->second.placement) cluster.pod_views.push_back(&*known->second.placement);
       pods.insert(parsed_pods_.extract(known));
       continue;
     }
@@ -211,7 +215,7 @@ absl::Status GangAdmission::RunPass() {
     entry.object = pod;
     if (parsed.ok()) {
       entry.placement = *std::move(parsed);
-      cluster.pods.push_back(*entry.placement);
+      cluster.pod_views.push_back(&*entry.placement);
     }
   }
   parsed_pods_ = std::move(pods);
