@@ -341,12 +341,18 @@ class Placer {
 
 // Largest first, so the big pods find their nodes before the small ones fill them.
 std::vector<const PodPlacement*> PlacementOrder(std::vector<const PodPlacement*> order) {
-  auto size = [](const PodPlacement* p) {
-    return std::make_tuple(Amount(p->requests, "nvidia.com/gpu"), Amount(p->requests, "cpu"),
-                           Amount(p->requests, "memory"));
-  };
-  std::stable_sort(order.begin(), order.end(),
-                   [&](const PodPlacement* a, const PodPlacement* b) { return size(a) > size(b); });
+  // Each pod's size read once, not once per comparison.
+  using Size = std::tuple<int64_t, int64_t, int64_t>;
+  std::vector<std::pair<Size, const PodPlacement*>> sized;
+  sized.reserve(order.size());
+  for (const PodPlacement* p : order) {
+    sized.emplace_back(Size(Amount(p->requests, "nvidia.com/gpu"), Amount(p->requests, "cpu"),
+                            Amount(p->requests, "memory")),
+                       p);
+  }
+  std::stable_sort(sized.begin(), sized.end(),
+                   [](const auto& a, const auto& b) { return a.first > b.first; });
+  for (size_t i = 0; i < sized.size(); ++i) order[i] = sized[i].second;
   return order;
 }
 std::vector<const PodPlacement*> PlacementOrder(const std::vector<PodPlacement>& pods) {
@@ -382,9 +388,9 @@ int CountPlaceable(Placer& placer, const std::vector<const PodPlacement*>& pods)
 }
 
 // What placing a gang depends on, as text: gangs of one shape fare alike.
-std::string Shape(const Gang& gang) {
+std::string Shape(const std::vector<const PodPlacement*>& ordered) {
   std::string shape;
-  for (const PodPlacement* pod : PlacementOrder(gang.Pods())) {
+  for (const PodPlacement* pod : ordered) {
     for (const auto& [resource, amount] : pod->requests)
       absl::StrAppend(&shape, resource, "=", amount, ",");
     for (const auto& [key, value] : pod->node_selector)
@@ -768,7 +774,7 @@ std::vector<AdmissionDecision> PlanAdmission(const ClusterState& cluster,
     if (gang->admitted) continue;
     AdmissionDecision decision{gang->key, "", 0, ""};
     const std::vector<const PodPlacement*> pods = PlacementOrder(gang->Pods());
-    const std::string shape = Shape(*gang);
+    const std::string shape = Shape(pods);
     auto never = never_fits.find(shape);
     if (never == never_fits.end()) {
       Placer empty(cluster.nodes);
