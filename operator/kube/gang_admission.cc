@@ -200,23 +200,23 @@ absl::Status GangAdmission::RunPass() {
   }
   // Each pod read once per version of it (the cache's objects are
   // immutable: a changed pod is a new object).
-  std::map<std::string, ParsedPod> pods;
-  for (const ObjectPtr& pod : pods_->List()) {
-    if (Terminal(*pod)) continue;
-    const std::string key = ObjectKey(*pod);
-    if (auto known = parsed_pods_.find(key);
-        known != parsed_pods_.end() && known->second.object == pod) {
-      if (known->second.placement) cluster.pod_views.push_back(&*known->second.placement);
-      pods.insert(parsed_pods_.extract(known));
-      continue;
+  std::unordered_map<const json*, ParsedPod> pods;
+  const std::vector<ObjectPtr> listed = pods_->List();
+  pods.reserve(listed.size());
+  for (const ObjectPtr& pod : listed) {
+    auto known = parsed_pods_.find(pod.get());
+    const bool fresh = known == parsed_pods_.end();
+    ParsedPod& parsed = fresh ? pods.emplace(pod.get(), ParsedPod{.object = pod,
+                                                                  .terminal = Terminal(*pod),
+                                                                  .placement = std::nullopt})
+                                    .first->second
+                              : pods.insert(parsed_pods_.extract(known)).position->second;
+    if (parsed.terminal) continue;
+    if (fresh) {
+      absl::StatusOr<core::PodPlacement> placement = core::ParsePodPlacement(*pod);
+      if (placement.ok()) parsed.placement = *std::move(placement);
     }
-    absl::StatusOr<core::PodPlacement> parsed = core::ParsePodPlacement(*pod);
-    ParsedPod& entry = pods[key];
-    entry.object = pod;
-    if (parsed.ok()) {
-      entry.placement = *std::move(parsed);
-      cluster.pod_views.push_back(&*entry.placement);
-    }
+    if (parsed.placement) cluster.pod_views.push_back(&*parsed.placement);
   }
   parsed_pods_ = std::move(pods);
   for (const ObjectPtr& quota : quotas_->cache().List()) {

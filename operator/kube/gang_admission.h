@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -127,10 +128,13 @@ class GangAdmission {
   };
   std::map<std::string, ParsedJob> parsed_;  // by job uid
   struct ParsedPod {
-    ObjectPtr object;                             // the version read
+    ObjectPtr object;       // the version read (kept alive: its address is the key)
+    bool terminal = false;  // Succeeded or Failed
     std::optional<core::PodPlacement> placement;  // nullopt: malformed
   };
-  std::map<std::string, ParsedPod> parsed_pods_;  // by "namespace/name"
+  // By the cached object's address: a changed pod is a new object, so a
+  // pass reads each version once, and finds it again without building a key.
+  std::unordered_map<const nlohmann::json*, ParsedPod> parsed_pods_;
 
   mutable std::mutex verdicts_mu_;
   std::map<std::string, core::AdmissionVerdict> verdicts_;  // by job uid; guarded by verdicts_mu_
