@@ -260,11 +260,25 @@ Controller::Controller(ClusterClient* client, ControllerOptions options, StudySt
     auto ours = [this](const ObjectPtr& o) {
       return options_.ns.empty() || MetaString(*o, "namespace") == options_.ns;
     };
+    // A pod the controller reconciles (ours: labelled with its job, in the
+    // watched namespace) keeps what either reads; any other pod only what
+    // placement reads, so a cluster's other pods cost little memory.
+    auto transform = [ns = options_.ns](json& pod) {
+      const std::string pod_ns = pod.value("/metadata/namespace"_json_pointer, std::string());
+      const bool labelled =
+          pod.contains(json::json_pointer("/metadata/labels") / core::kLabelJobName);
+      if (labelled && (ns.empty() || pod_ns == ns)) {
+        StripPodForControllerAndAdmission(pod);
+        return;
+      }
+      json kept = json::object();
+      GangAdmission::KeepForPlacement(pod, kept);
+      pod = std::move(kept);
+    };
     pods_ = std::make_unique<Informer>(
         client_,
-        InformerOptions{.resource = kPods,
-                        .index_label = core::kLabelJobName,
-                        .transform = StripPodForControllerAndAdmission},
+        InformerOptions{
+            .resource = kPods, .index_label = core::kLabelJobName, .transform = transform},
         InformerHandlers{.on_add =
                              [this, ours](const ObjectPtr& o) {
                                if (ours(o)) OnReplicaEvent(o, true, false, "pods");

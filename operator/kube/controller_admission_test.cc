@@ -228,6 +228,29 @@ TEST_F(AdmissionTest, OneJobRunsWhileTheOtherWaitsQueuedThenBothSucceed) {
   EXPECT_EQ(server_->RefusalCounts().count("create pods 403"), 0u);
 }
 
+// What the pods cache keeps of a pod no reconcile reads: placement's fields,
+// the job label among them (a pod of a job was set aside at its admission,
+// so its events start no pass).
+TEST(KeepForPlacementTest, KeepsTheJobLabelAndWhatPlacementReadsOnly) {
+  const json pod = json::parse(R"({
+    "metadata": {"name": "a-worker-0", "namespace": "ns2",
+                 "labels": {"kubetrain.io/job-name": "a", "team": "x"},
+                 "annotations": {"note": "long"}},
+    "spec": {"nodeName": "node-1",
+             "containers": [{"name": "c", "image": "busybox",
+                             "env": [{"name": "A", "value": "1"}],
+                             "resources": {"requests": {"cpu": "1"}}}]},
+    "status": {"phase": "Running", "podIP": "10.0.0.1"}})");
+  json kept = json::object();
+  GangAdmission::KeepForPlacement(pod, kept);
+  EXPECT_EQ(kept, json::parse(R"({
+    "metadata": {"name": "a-worker-0", "namespace": "ns2",
+                 "labels": {"kubetrain.io/job-name": "a"}},
+    "spec": {"nodeName": "node-1", "containers": [{"resources": {"requests": {"cpu": "1"}}}]},
+    "status": {"phase": "Running"}})"))
+      << kept.dump();
+}
+
 TEST_F(AdmissionTest, AnOperatorOfEveryNamespaceWatchesPodsOnceForBoth) {
   StartServer(3);
   StartController(/*admission=*/true, /*ns=*/"");

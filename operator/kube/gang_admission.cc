@@ -26,7 +26,7 @@ void GangAdmission::KeepForPlacement(const json& pod, json& kept) {
     for (const char* field : {"name", "namespace"}) {
       if (auto value = md->find(field); value != md->end()) kept["metadata"][field] = *value;
     }
-    const auto job_label = json::json_pointer("/labels/") / core::kLabelJobName;
+    const auto job_label = json::json_pointer("/labels") / core::kLabelJobName;
     if (md->contains(job_label)) kept["metadata"]["labels"][core::kLabelJobName] = (*md)[job_label];
   }
   if (auto spec = pod.find("spec"); spec != pod.end() && spec->is_object()) {
@@ -95,7 +95,7 @@ void GangAdmission::OnPodChange(const ObjectPtr& before, const ObjectPtr& after)
     Poke();
     return;
   }
-  const auto job_label = json::json_pointer("/metadata/labels/") / core::kLabelJobName;
+  const auto job_label = json::json_pointer("/metadata/labels") / core::kLabelJobName;
   if (after->contains(job_label)) return;
   if (before == nullptr || before->value("/spec/nodeName"_json_pointer, std::string()) !=
                                after->value("/spec/nodeName"_json_pointer, std::string())) {
