@@ -25,9 +25,11 @@ struct GangAdmissionOptions {
   std::string ns;  // the jobs' and quotas' namespace; "" = every namespace
   core::AdmissionPolicy policy;
   // A pass runs after a change to jobs, nodes, pods or quotas, at most once
-  // per `min_interval`, and at least once per `period` (backfill limits
-  // expire with no change).
-  absl::Duration min_interval = absl::Milliseconds(200);
+  // per `min_interval` (and after a rest of twice its CPU time), and at
+  // least once per `period` (backfill limits expire with no change). Short,
+  // so jobs submitted together are admitted as they come: their pods start
+  // as soon as without admission.
+  absl::Duration min_interval = absl::Milliseconds(50);
   absl::Duration period = absl::Seconds(10);
   // Jobs one pass sends to the controller at most to write what only
   // informs (a reason, or a queue position that moved), changed reasons
