@@ -601,7 +601,10 @@ void ApplyAdmissionVerdict(Context& c) {
     const bool reason_changed = current == nullptr || current->reason() != verdict.reason;
     SetAdmittedCondition(&s, verdict.admitted(), verdict.reason, verdict.message, c.now);
     s.set_queue_position(verdict.position);
-    if (reason_changed && verdict.admitted()) {
+    // The event marks a job leaving the queue. One admitted on arrival has
+    // none: its condition says so, and its pods' creation has its event
+    // (a busy cluster's API server takes one write per job fewer).
+    if (reason_changed && verdict.admitted() && current != nullptr) {
       c.Emit(EmitEvent::Type::kNormal, kAdmittedReason, verdict.message);
     } else if (reason_changed &&
                (verdict.reason == kNeverFitsReason || verdict.reason == kQuotaExceededReason)) {

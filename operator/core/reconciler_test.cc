@@ -2312,11 +2312,13 @@ TEST(AdmissionGateTest, ANewJobWaitsBrieflyForItsFirstVerdictWithoutAWrite) {
   EXPECT_TRUE(r.actions.empty());
   ASSERT_TRUE(r.requeue_after.has_value());
   EXPECT_EQ(*r.requeue_after, absl::Seconds(1));
-  // The verdict comes in time: one write, with the pods.
+  // The verdict comes in time: one write, with the pods (and no Admitted
+  // event: the job never waited in the queue).
   h.observed.admission = AdmissionVerdict{.reason = kAdmittedReason, .message = "fits"};
   r = h.Reconcile();
   EXPECT_TRUE(r.status_changed);
   EXPECT_EQ(Created(r).size(), 2u);
+  EXPECT_THAT(EventReasons(r), testing::Not(testing::Contains(kAdmittedReason)));
   EXPECT_EQ(h.job.status().state(), v1::QUEUED);  // PREPARING once its pods are seen
   EXPECT_EQ(h.Condition(kAdmittedCondition)->status(), "True");
 
