@@ -127,16 +127,11 @@ int main(int argc, char** argv) {
   const double rss_before = RssMiB();
 
   // Every pod, as the controller's informer keeps it for admission.
-  kubetrain::kube::Informer pod_informer(client->get(),
-                                         {.resource = kubetrain::kube::kPods,
-                                          .transform =
-                                              [](json& pod) {
-                                                json kept = json::object();
-                                                kubetrain::kube::GangAdmission::KeepForPlacement(
-                                                    pod, kept);
-                                                pod = std::move(kept);
-                                              }},
-                                         {});
+  kubetrain::kube::Informer pod_informer(
+      client->get(),
+      {.resource = kubetrain::kube::kPods,
+       .transform = kubetrain::kube::GangAdmission::StripForPlacement},
+      {});
   pod_informer.Start();
   if (!pod_informer.WaitForSync(absl::Minutes(2))) return 1;
 

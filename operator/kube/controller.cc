@@ -257,23 +257,19 @@ Controller::Controller(ClusterClient* client, ControllerOptions options, StudySt
   // each pod event is read once; an operator of one namespace reconciles
   // only the pods there.
   if (options_.gang_admission) {
-    auto ours = [this](const ObjectPtr& o) {
-      return options_.ns.empty() || MetaString(*o, "namespace") == options_.ns;
+    // The pods the controller reconciles: labelled with their job, in the
+    // watched namespace. They keep what either reads; every other pod only
+    // what placement reads, so a cluster's other pods cost little memory.
+    auto ours = [ns = options_.ns](const json& pod) {
+      return pod.contains(json::json_pointer("/metadata/labels") / core::kLabelJobName) &&
+             (ns.empty() || pod.value("/metadata/namespace"_json_pointer, std::string()) == ns);
     };
-    // A pod the controller reconciles (ours: labelled with its job, in the
-    // watched namespace) keeps what either reads; any other pod only what
-    // placement reads, so a cluster's other pods cost little memory.
-    auto transform = [ns = options_.ns](json& pod) {
-      const std::string pod_ns = pod.value("/metadata/namespace"_json_pointer, std::string());
-      const bool labelled =
-          pod.contains(json::json_pointer("/metadata/labels") / core::kLabelJobName);
-      if (labelled && (ns.empty() || pod_ns == ns)) {
+    auto transform = [ours](json& pod) {
+      if (ours(pod)) {
         StripPodForControllerAndAdmission(pod);
-        return;
+      } else {
+        GangAdmission::StripForPlacement(pod);
       }
-      json kept = json::object();
-      GangAdmission::KeepForPlacement(pod, kept);
-      pod = std::move(kept);
     };
     pods_ = std::make_unique<Informer>(
         client_,
@@ -281,17 +277,17 @@ Controller::Controller(ClusterClient* client, ControllerOptions options, StudySt
             .resource = kPods, .index_label = core::kLabelJobName, .transform = transform},
         InformerHandlers{.on_add =
                              [this, ours](const ObjectPtr& o) {
-                               if (ours(o)) OnReplicaEvent(o, true, false, "pods");
+                               if (ours(*o)) OnReplicaEvent(o, true, false, "pods");
                                if (admission_ != nullptr) admission_->OnPodChange(nullptr, o);
                              },
                          .on_update =
                              [this, ours](const ObjectPtr& before, const ObjectPtr& o) {
-                               if (ours(o)) OnReplicaEvent(o, false, false, "pods");
+                               if (ours(*o)) OnReplicaEvent(o, false, false, "pods");
                                if (admission_ != nullptr) admission_->OnPodChange(before, o);
                              },
                          .on_delete =
                              [this, ours](const ObjectPtr& o) {
-                               if (ours(o)) OnReplicaEvent(o, false, true, "pods");
+                               if (ours(*o)) OnReplicaEvent(o, false, true, "pods");
                                if (admission_ != nullptr) admission_->OnPodChange(o, nullptr);
                              }});
   } else {

@@ -50,6 +50,12 @@ void GangAdmission::KeepForPlacement(const json& pod, json& kept) {
   }
 }
 
+void GangAdmission::StripForPlacement(json& pod) {
+  json kept = json::object();
+  KeepForPlacement(pod, kept);
+  pod = std::move(kept);
+}
+
 namespace {
 
 // CPU time the calling thread has used.

@@ -84,6 +84,9 @@ class GangAdmission {
   // its kubetrain.io/job-name label, nodeName, each container's and init container's resources, its
   // phase): for a shared pods informer's transform.
   static void KeepForPlacement(const nlohmann::json& pod, nlohmann::json& kept);
+  // Reduces `pod` to what KeepForPlacement keeps: a pods cache's transform
+  // for pods nothing else reads.
+  static void StripForPlacement(nlohmann::json& pod);
 
   // One admission pass now, on the caller's thread. Public for tests.
   absl::Status RunPass();
