@@ -227,22 +227,19 @@ absl::StatusOr<std::map<std::string, core::AdmissionVerdict>> Controller::PlanSl
   if (entries.empty()) return std::map<std::string, core::AdmissionVerdict>();
   // The processes that run (or start) now hold their slots.
   int64_t held = 0;
-  for (const v1::TrainingJob& job : jobs) {
-    absl::StatusOr<std::vector<ReplicaRecord>> records =
-        store_->ListReplicas(job.metadata().name());
-    if (!records.ok()) return records.status();
-    for (const ReplicaRecord& record : *records) {
-      if (record.pid != kPidStarting && !launcher_->Alive({record.pid, record.start_ticks})) {
-        continue;
-      }
-      auto job_share = share.find(record.job);
-      core::PodPlacement process;
-      process.name = record.name;
-      process.node = kThisMachine;
-      process.requests = {{"pods", job_share != share.end() ? job_share->second : 1000}};
-      held += process.requests["pods"];
-      machine.pods.push_back(std::move(process));
+  absl::StatusOr<std::vector<ReplicaRecord>> records = store_->ListAllReplicas();
+  if (!records.ok()) return records.status();
+  for (const ReplicaRecord& record : *records) {
+    if (record.pid != kPidStarting && !launcher_->Alive({record.pid, record.start_ticks})) {
+      continue;
     }
+    auto job_share = share.find(record.job);
+    core::PodPlacement process;
+    process.name = record.name;
+    process.node = kThisMachine;
+    process.requests = {{"pods", job_share != share.end() ? job_share->second : 1000}};
+    held += process.requests["pods"];
+    machine.pods.push_back(std::move(process));
   }
   std::map<std::string, core::AdmissionVerdict> verdicts =
       core::PlanJobs(machine, entries, options_.clock());

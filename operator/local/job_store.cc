@@ -354,12 +354,16 @@ absl::Status JobStore::PutReplica(const ReplicaRecord& r) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<ReplicaRecord>> JobStore::ListReplicas(const std::string& job) {
-  Statement select(
-      db_,
-      "SELECT name, job, trial, role, idx, pid, start_ticks, log_path, exit_path, "
-      "state_path, pid_path, metric_path, created FROM replicas WHERE job = ? ORDER BY name");
-  select.Bind(1, job);
+namespace {
+
+constexpr char kSelectReplicas[] =
+    "SELECT name, job, trial, role, idx, pid, start_ticks, log_path, exit_path, state_path, "
+    "pid_path, metric_path, created FROM replicas";
+
+// The rows of a kSelectReplicas query; `what` names it in errors.
+absl::StatusOr<std::vector<ReplicaRecord>> ReadReplicas(sqlite3* db, const std::string& path,
+                                                        Statement& select,
+                                                        const std::string& what) {
   std::vector<ReplicaRecord> records;
   int rc;
   while ((rc = select.Step()) == SQLITE_ROW) {
@@ -369,7 +373,7 @@ absl::StatusOr<std::vector<ReplicaRecord>> JobStore::ListReplicas(const std::str
     r.key.trial_id = select.Text(2);
     std::optional<api::Role> role = api::RoleFromName(select.Text(3));
     if (!role.has_value()) {
-      return absl::DataLossError(absl::StrCat("job store ", path_, ": replica ", r.name,
+      return absl::DataLossError(absl::StrCat("job store ", path, ": replica ", r.name,
                                               " has unknown role \"", select.Text(3), "\""));
     }
     r.key.role = *role;
@@ -384,8 +388,21 @@ absl::StatusOr<std::vector<ReplicaRecord>> JobStore::ListReplicas(const std::str
     r.created = absl::UnixEpoch() + absl::Seconds(select.Double(12));
     records.push_back(std::move(r));
   }
-  if (rc != SQLITE_DONE) return SqlError(db_, path_, "listing replicas of job " + job);
+  if (rc != SQLITE_DONE) return SqlError(db, path, what);
   return records;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<ReplicaRecord>> JobStore::ListReplicas(const std::string& job) {
+  Statement select(db_, absl::StrCat(kSelectReplicas, " WHERE job = ? ORDER BY name").c_str());
+  select.Bind(1, job);
+  return ReadReplicas(db_, path_, select, "listing replicas of job " + job);
+}
+
+absl::StatusOr<std::vector<ReplicaRecord>> JobStore::ListAllReplicas() {
+  Statement select(db_, absl::StrCat(kSelectReplicas, " ORDER BY job, name").c_str());
+  return ReadReplicas(db_, path_, select, "listing replicas");
 }
 
 absl::Status JobStore::DeleteReplica(const std::string& name) {

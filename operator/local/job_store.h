@@ -94,6 +94,8 @@ class JobStore {
   // that record is kept, so its process is never lost from view.
   absl::Status PutReplica(const ReplicaRecord& record);
   absl::StatusOr<std::vector<ReplicaRecord>> ListReplicas(const std::string& job);
+  // Every job's, in one read.
+  absl::StatusOr<std::vector<ReplicaRecord>> ListAllReplicas();
   absl::Status DeleteReplica(const std::string& name);  // absent: ok
 
   // ---- Ports given to replicas, so TF_CONFIG stays the same across

@@ -158,6 +158,20 @@ TEST(JobStoreTest, AReplicaRecordIsNeverTakenOverByAnotherJob) {
   ASSERT_EQ(kept->size(), 1u);
   EXPECT_EQ((*kept)[0].pid, 101);
   EXPECT_TRUE((*(*store)->ListReplicas("dup-x")).empty());
+  // Every job's in one read, by job then name.
+  ReplicaRecord second;
+  second.name = "a-worker-0";
+  second.job = "a";
+  second.key.role = api::Role::kWorker;
+  second.pid = 300;
+  ASSERT_TRUE((*store)->PutReplica(second).ok());
+  auto all = (*store)->ListAllReplicas();
+  ASSERT_TRUE(all.ok()) << all.status();
+  ASSERT_EQ(all->size(), 2u);
+  EXPECT_EQ((*all)[0].name, "dup-x-master-0");  // job "Dup_x" sorts before "a"
+  EXPECT_EQ((*all)[1].name, "a-worker-0");
+  EXPECT_EQ((*all)[1].key.role, api::Role::kWorker);
+  EXPECT_EQ((*all)[1].pid, 300);
 }
 
 TEST(JobStoreTest, StatusAndCancelAreSeparateWriters) {
