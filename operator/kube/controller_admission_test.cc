@@ -118,6 +118,16 @@ class AdmissionTest : public ::testing::Test {
     return n;
   }
 
+  // Sync-PS job a is admitted and its 4 replicas run; then b, which the
+  // room left cannot hold, waits for capacity.
+  void RunAThenQueueB() {
+    ASSERT_TRUE(server_->Create("trainingjobs", "ns1", SyncPsJob("a")).ok());
+    ASSERT_TRUE(WaitForAdmitted("a", core::kAdmittedReason));
+    ASSERT_TRUE(server_->WaitUntil([&] { return Phases("a")["Running"] == 4; }));
+    ASSERT_TRUE(server_->Create("trainingjobs", "ns1", SyncPsJob("b")).ok());
+    ASSERT_TRUE(WaitForAdmitted("b", core::kWaitingForCapacityReason)) << Admitted("b").dump();
+  }
+
   // Every pod of the job exits 0, as its trainer ends.
   void Finish(const std::string& job) {
     for (const json& pod : server_->List("pods", "ns1")) {
@@ -256,13 +266,9 @@ TEST(KeepForPlacementTest, KeepsTheJobLabelAndWhatPlacementReadsOnly) {
 TEST_F(AdmissionTest, AnOperatorOfEveryNamespaceWatchesPodsOnceForBoth) {
   StartServer(3);
   StartController(/*admission=*/true, /*ns=*/"");
-  ASSERT_TRUE(server_->Create("trainingjobs", "ns1", SyncPsJob("a")).ok());
-  ASSERT_TRUE(WaitForAdmitted("a", core::kAdmittedReason));
-  ASSERT_TRUE(server_->WaitUntil([&] { return Phases("a")["Running"] == 4; }));
-  // Room for 2 more replicas: the next job waits, counting a's pods from the
+  // Room for 2 more replicas beside a's: b waits, counting a's pods from the
   // one watch the controller and admission share.
-  ASSERT_TRUE(server_->Create("trainingjobs", "ns1", SyncPsJob("b")).ok());
-  ASSERT_TRUE(WaitForAdmitted("b", core::kWaitingForCapacityReason)) << Admitted("b").dump();
+  ASSERT_NO_FATAL_FAILURE(RunAThenQueueB());
   EXPECT_EQ(PodCount("b"), 0);
   // One pods informer: one list (a watch that ends is resumed without one).
   EXPECT_EQ(server_->RequestCounts()["list pods"], 1);
@@ -294,12 +300,8 @@ TEST_F(AdmissionTest, AnOperatorOfOneNamespaceWatchesPodsOnceAndLeavesOthersPods
     return pod.ok() && !pod->value("/spec/nodeName"_json_pointer, std::string()).empty();
   }));
   StartController(/*admission=*/true, /*ns=*/"ns1");
-  ASSERT_TRUE(server_->Create("trainingjobs", "ns1", SyncPsJob("a")).ok());
-  ASSERT_TRUE(WaitForAdmitted("a", core::kAdmittedReason));
-  ASSERT_TRUE(server_->WaitUntil([&] { return Phases("a")["Running"] == 4; }));
   // Three nodes' room less a's four replicas: the next job waits.
-  ASSERT_TRUE(server_->Create("trainingjobs", "ns1", SyncPsJob("b")).ok());
-  ASSERT_TRUE(WaitForAdmitted("b", core::kWaitingForCapacityReason)) << Admitted("b").dump();
+  ASSERT_NO_FATAL_FAILURE(RunAThenQueueB());
   EXPECT_EQ(Admitted("b")["message"],
             "needs 4 pods of cpu 4, memory 15Gi; the cluster can place 2 of them now; no job "
             "ahead of it");
