@@ -229,10 +229,10 @@ TEST_F(AdmissionTest, OneJobRunsWhileTheOtherWaitsQueuedThenBothSucceed) {
   EXPECT_FALSE(Job(second)["status"].contains("queuePosition"));
   Finish(second);
   ASSERT_TRUE(server_->WaitUntil([&] { return State(second) == "SUCCEEDED"; }));
-  // An Admitted event marks a job leaving the queue: b's; a was admitted on
-  // arrival (its condition says so).
-  EXPECT_THAT(Events("a", "Normal"), ::testing::Not(::testing::Contains("Admitted")));
-  EXPECT_THAT(Events("b", "Normal"), ::testing::Contains("Admitted"));
+  // An Admitted event marks a job leaving the queue: the second's; the first
+  // was admitted on arrival (its condition says so).
+  EXPECT_THAT(Events(first, "Normal"), ::testing::Not(::testing::Contains("Admitted")));
+  EXPECT_THAT(Events(second, "Normal"), ::testing::Contains("Admitted"));
   EXPECT_EQ(Metric("kubetrain_operator_admission_admitted_total"), 2.0);
   EXPECT_EQ(Metric("kubetrain_operator_admission_wait_seconds"), 2.0);
   EXPECT_GT(Metric("kubetrain_operator_admission_pass_duration_seconds"), 0.0);
