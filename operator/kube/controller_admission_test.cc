@@ -128,8 +128,12 @@ class AdmissionTest : public ::testing::Test {
     ASSERT_TRUE(WaitForAdmitted("b", core::kWaitingForCapacityReason)) << Admitted("b").dump();
   }
 
-  // Every pod of the job exits 0, as its trainer ends.
+  // Every pod of the job exits 0, as its trainer ends: once its four
+  // replicas run (a pod not yet created or bound has no trainer to end, and
+  // one skipped here would keep the job running).
   void Finish(const std::string& job) {
+    ASSERT_TRUE(server_->WaitUntil([&] { return Phases(job)["Running"] == 4; }))
+        << job << ": " << Job(job)["status"].dump();
     for (const json& pod : server_->List("pods", "ns1")) {
       if (pod.value("/metadata/labels/kubetrain.io~1job-name"_json_pointer, std::string()) != job) {
         continue;
@@ -357,7 +361,8 @@ TEST_F(AdmissionTest, AJobOverTheNamespaceQuotaWaitsAndNoCreateIsRefused) {
   EXPECT_EQ(Events("b", "Warning"), std::vector<std::string>{core::kQuotaExceededReason});
 
   Finish("a");
-  ASSERT_TRUE(WaitForAdmitted("b", core::kAdmittedReason)) << Admitted("b").dump();
+  ASSERT_TRUE(WaitForAdmitted("b", core::kAdmittedReason))
+      << Admitted("b").dump() << "\na: " << Job("a")["status"].dump();
   ASSERT_TRUE(server_->WaitUntil([&] { return Phases("b")["Running"] == 4; }));
   EXPECT_EQ(server_->RefusalCounts().count("create pods 403"), 0u);
 }
