@@ -277,6 +277,9 @@ std::string SummarizeJob(const nlohmann::json& resource) {
           absl::StrAppend(&note, " at rung ", rungs - 1, " (", RungAt(stopping, rungs - 1), ")");
         }
         if (t.contains("errorMessage")) note = Str(t["errorMessage"]);
+        if (t.value("awaitingAdmission", false)) {
+          note = "gang released (a replica could not be placed): waits to be admitted again";
+        }
         trials.push_back(
             {Str(t.value("trialId", nlohmann::json())), Str(t.value("state", nlohmann::json())),
              Str(metric.value("objectiveValue", nlohmann::json())),

@@ -144,6 +144,18 @@ TEST(JobResourceTest, SummaryHasTheTrialsTable) {
   EXPECT_THAT(summary, HasSubstr("study_job"));
 }
 
+TEST(JobResourceTest, SummarySaysATrialWaitsToBeAdmittedAgain) {
+  v1::TrainingJob job = StudyWithTrials(v1::HyperparameterSpec::MAXIMIZE);
+  EXPECT_THAT(SummarizeJob(JobResource(job)), Not(HasSubstr("gang released")));
+  v1::HyperparameterOutput& trial =
+      (*job.mutable_status()->mutable_training_output()->mutable_trials())[0];
+  trial.set_state(v1::QUEUED);
+  trial.set_awaiting_admission(true);
+  EXPECT_THAT(
+      SummarizeJob(JobResource(job)),
+      HasSubstr("gang released (a replica could not be placed): waits to be admitted again"));
+}
+
 TEST(JobResourceTest, SummarySaysWhereSuccessiveHalvingStoppedEachTrial) {
   v1::TrainingJob job = StudyWithTrials(v1::HyperparameterSpec::MAXIMIZE);
   v1::EarlyStoppingSpec* stopping = job.mutable_spec()

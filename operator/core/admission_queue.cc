@@ -1,8 +1,11 @@
 #include "operator/core/admission_queue.h"
 
 #include <algorithm>
+#include <set>
 #include <utility>
 
+#include "absl/algorithm/container.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "operator/core/kube_objects.h"
 #include "operator/core/naming.h"
@@ -38,6 +41,10 @@ std::map<std::string, AdmissionVerdict> PlanJobs(const ClusterState& cluster,
   std::vector<Gang> gangs;
   // Per study admitted already: how many trials it has let in so far.
   std::map<std::string, int64_t> admitted_trials;
+  // Per admitted study: its released trials that are admitted again (by an
+  // earlier verdict its status does not show yet, or by this plan).
+  std::map<std::string, std::vector<std::string>> readmitted;
+  std::set<std::string> released_gangs;  // trial gangs waiting to be admitted again
   std::map<std::string, const JobToAdmit*> by_key;
   for (const JobToAdmit& entry : jobs) {
     const v1::TrainingJob& job = *entry.job;
@@ -86,12 +93,21 @@ std::map<std::string, AdmissionVerdict> PlanJobs(const ClusterState& cluster,
       t.key = absl::StrCat(entry.key, std::string(1, kTrialSeparator), trial);
       t.pods_view = &entry.pods_of(trial);
       t.admitted = trial_admitted;
+      if (!absl::SimpleAtoi(trial, &t.trial)) t.trial = 0;
       return t;
     };
+    std::vector<std::string>& readmitted_now = readmitted[entry.key];
     for (const v1::HyperparameterOutput& trial : status.training_output().trials()) {
       if (IsTerminal(trial.state())) continue;
       ++active;
-      gangs.push_back(trial_gang(trial.trial_id(), true));
+      // A released trial is a queued gang again, unless admitted again by a
+      // verdict still to be written.
+      const bool released = trial.awaiting_admission() &&
+                            (!entry.pending || absl::c_count(entry.pending->readmitted_trials,
+                                                             trial.trial_id()) == 0);
+      if (trial.awaiting_admission() && !released) readmitted_now.push_back(trial.trial_id());
+      gangs.push_back(trial_gang(trial.trial_id(), !released));
+      if (released) released_gangs.insert(gangs.back().key);
     }
     for (int64_t k = 1; k <= unused; ++k) {
       gangs.push_back(trial_gang(std::to_string(started + k), true));
@@ -113,13 +129,21 @@ std::map<std::string, AdmissionVerdict> PlanJobs(const ClusterState& cluster,
     if (entry.pending && entry.pending->admitted() && !AdmittedByStatus(entry.job->status())) {
       message = entry.pending->message;
     }
-    verdicts[key] = {.reason = kAdmittedReason, .message = message, .admitted_trials = count};
+    verdicts[key] = {.reason = kAdmittedReason,
+                     .message = message,
+                     .admitted_trials = count,
+                     .readmitted_trials = std::move(readmitted[key])};
   }
   for (const AdmissionDecision& decision : PlanAdmission(cluster, gangs, now, policy)) {
     if (const size_t at = decision.key.rfind(kTrialSeparator);
         at != std::string::npos && by_key.count(decision.key) == 0) {
-      if (decision.reason == kAdmittedReason)
-        ++verdicts[decision.key.substr(0, at)].admitted_trials;
+      if (decision.reason != kAdmittedReason) continue;
+      AdmissionVerdict& study = verdicts[decision.key.substr(0, at)];
+      if (released_gangs.count(decision.key) != 0) {
+        study.readmitted_trials.push_back(decision.key.substr(at + 1));
+      } else {
+        ++study.admitted_trials;
+      }
       continue;
     }
     AdmissionVerdict& verdict = verdicts[decision.key];
@@ -180,7 +204,13 @@ bool StatusShows(const v1::TrainingJobStatus& status, const AdmissionVerdict& ve
       condition->message() != verdict.message || status.queue_position() != verdict.position) {
     return false;
   }
-  return status.admitted_trial_count() >= verdict.admitted_trials;
+  if (status.admitted_trial_count() < verdict.admitted_trials) return false;
+  for (const v1::HyperparameterOutput& trial : status.training_output().trials()) {
+    if (trial.awaiting_admission() && absl::c_count(verdict.readmitted_trials, trial.trial_id())) {
+      return false;
+    }
+  }
+  return true;
 }
 
 }  // namespace kubetrain::core

@@ -2,6 +2,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -133,6 +134,58 @@ TEST(PlanJobsTest, AStudyIsAdmittedWithItsFirstTrialThenTrialByTrial) {
   entry.pending = verdicts["ns1/s"];
   verdicts = PlanJobs(Cpus(4), {entry}, kQueueNow);
   EXPECT_EQ(verdicts["ns1/s"].admitted_trials, 2);
+}
+
+// Trial 9's gang was released (a replica it lost could not be placed
+// again); trial 8 runs, and a third parallel slot would start trial 10.
+TEST(PlanJobsTest, AReleasedTrialIsAdmittedAgainBeforeANewOne) {
+  v1::TrainingJob study = QueuedStudy("s", 12, 3);
+  SetAdmittedCondition(study.mutable_status(), true, kAdmittedReason, "fits", kQueueNow);
+  study.mutable_status()->set_state(v1::RUNNING);
+  study.mutable_status()->set_admitted_trial_count(9);
+  v1::TrainingOutput* out = study.mutable_status()->mutable_training_output();
+  out->set_total_trial_count(9);
+  v1::HyperparameterOutput* running = out->add_trials();
+  running->set_trial_id("8");
+  running->set_state(v1::RUNNING);
+  v1::HyperparameterOutput* released = out->add_trials();
+  released->set_trial_id("9");
+  released->set_state(v1::QUEUED);
+  released->set_awaiting_admission(true);
+  auto plan = [&](int cpus, std::optional<AdmissionVerdict> pending = std::nullopt) {
+    ClusterState cluster = Cpus(cpus);
+    for (PodPlacement pod : OneCpuPods("s", "8", 2)) {
+      pod.node = "n1";
+      cluster.pods.push_back(pod);
+    }
+    JobToAdmit entry = Entry(study, 2);
+    entry.pending = std::move(pending);
+    return PlanJobs(cluster, {entry}, kQueueNow)["ns1/s"];
+  };
+  // Nothing free beside trial 8: it waits (the study stays admitted).
+  AdmissionVerdict verdict = plan(2);
+  EXPECT_TRUE(verdict.admitted());
+  EXPECT_THAT(verdict.readmitted_trials, testing::IsEmpty());
+  EXPECT_EQ(verdict.admitted_trials, 9);
+  EXPECT_TRUE(StatusShows(study.status(), verdict));
+  // Room for one trial: the released one, not the new one ("10" sorts first
+  // as text).
+  verdict = plan(4);
+  EXPECT_THAT(verdict.readmitted_trials, testing::ElementsAre("9"));
+  EXPECT_EQ(verdict.admitted_trials, 9);
+  EXPECT_FALSE(StatusShows(study.status(), verdict));
+  // Not written yet: its room stays taken, and it still stands.
+  const AdmissionVerdict pending = verdict;
+  verdict = plan(4, pending);
+  EXPECT_THAT(verdict.readmitted_trials, testing::ElementsAre("9"));
+  EXPECT_EQ(verdict.admitted_trials, 9);
+  // Room for both.
+  verdict = plan(6);
+  EXPECT_THAT(verdict.readmitted_trials, testing::ElementsAre("9"));
+  EXPECT_EQ(verdict.admitted_trials, 10);
+  // Written: the trial no longer waits, and the status shows the verdict.
+  released->set_awaiting_admission(false);
+  EXPECT_TRUE(StatusShows(study.status(), pending));
 }
 
 TEST(PlanJobsTest, OnlyJobsAdmissionHoldsTakePart) {

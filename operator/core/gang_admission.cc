@@ -707,6 +707,7 @@ bool AdmitsBefore(const Gang& a, const Gang& b) {
   if (a.priority != b.priority) return a.priority > b.priority;
   if (a.created != b.created) return a.created < b.created;
   if (a.uid != b.uid) return a.uid < b.uid;
+  if (a.trial != b.trial) return a.trial < b.trial;
   return a.key < b.key;
 }
 

@@ -54,6 +54,9 @@ struct AdmissionVerdict {
   // An admitted study: how many of its trials admission has let start in
   // all (status.admittedTrialCount); 0 for other jobs.
   int64_t admitted_trials = 0;
+  // An admitted study: trials that were released (a replica could not be
+  // placed again) and are admitted again now, by trial id.
+  std::vector<std::string> readmitted_trials;
 
   bool admitted() const { return reason == kAdmittedReason; }
   bool operator==(const AdmissionVerdict&) const = default;
@@ -157,7 +160,8 @@ struct Gang {
   std::string ns;
   int32_t priority = 0;            // its PriorityClass's value
   absl::Time created;              // the job's creationTimestamp
-  std::string uid;                 // the last tie-breaker of the order
+  std::string uid;                 // the tie-breaker of jobs created together
+  int64_t trial = 0;               // a study's trials go in the order they were started
   std::vector<PodPlacement> pods;  // every pod of the gang
   // When set, the gang's pods instead of `pods`: owned by the caller, alive
   // for the call (a pass plans a thousand gangs without copying their pods).

@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <charconv>
 
+#include "absl/strings/str_cat.h"
+#include "operator/core/gang_admission.h"
+
 namespace kubetrain::core::internal {
 namespace {
 
@@ -129,6 +132,33 @@ void DeleteReplicaOnce(Context& c, const ObservedReplica& r, const std::string& 
   if (with_service && c.options.services && c.ServiceObserved(r.name)) {
     c.result.actions.push_back(DeleteService{r.name});
   }
+}
+
+const ObservedReplica* UnplacedPastTimeout(
+    Context& c, const std::function<bool(const ObservedReplica&)>& of_gang) {
+  const v1::SchedulingPolicy& policy = c.policy().scheduling_policy();
+  const absl::Duration timeout = policy.has_schedule_timeout_seconds()
+                                     ? absl::Seconds(policy.schedule_timeout_seconds())
+                                     : kDefaultScheduleTimeout;
+  const ObservedReplica* stuck = nullptr;
+  for (const ObservedReplica& r : c.observed.replicas) {
+    if (r.deletion_requested || r.phase != ReplicaPhase::kPending || !r.waiting ||
+        r.waiting->reason != "Unschedulable" || !of_gang(r)) {
+      continue;
+    }
+    if (c.now - r.created < timeout) {
+      c.RequeueAt(r.created + timeout);
+      continue;
+    }
+    if (stuck == nullptr) stuck = &r;
+  }
+  return stuck;
+}
+
+std::string UnplacedReplicaText(const Context& c, const ObservedReplica& stuck) {
+  return absl::StrCat(TaskName(stuck.key, c.use_chief()), " could not be placed for ",
+                      absl::FormatDuration(c.now - stuck.created), " (", stuck.waiting->message,
+                      ")");
 }
 
 }  // namespace kubetrain::core::internal

@@ -5,6 +5,7 @@
 // trials, archiving, resumed studies). Internal to operator/core: the
 // contract is reconciler.h.
 
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
@@ -98,6 +99,16 @@ absl::Duration RecreateBackoff(int restarts, absl::Duration base);
 // force-deletes one stuck past its grace period.
 void DeleteReplicaOnce(Context& c, const ObservedReplica& r, const std::string& reason,
                        bool with_service = true);
+
+// Gang admission, after admission: the first of a gang's replicas (those
+// `of_gang` names) that was recreated and has stayed Unschedulable for
+// schedulingPolicy.scheduleTimeoutSeconds; null when none has yet (the pass
+// is requeued for when the first would be due).
+const ObservedReplica* UnplacedPastTimeout(
+    Context& c, const std::function<bool(const ObservedReplica&)>& of_gang);
+// What a gang release says: which replica could not be placed, for how long,
+// and why.
+std::string UnplacedReplicaText(const Context& c, const ObservedReplica& stuck);
 
 // What a replica set amounts to after one pass over it.
 struct SetOutcome {

@@ -6,6 +6,7 @@
 #include <string>
 #include <utility>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "api/field_error.h"
@@ -611,7 +612,18 @@ void ApplyAdmissionVerdict(Context& c) {
       c.Emit(EmitEvent::Type::kWarning, verdict.reason, verdict.message);
     }
   }
-  if (!verdict.admitted() || verdict.admitted_trials <= s.admitted_trial_count()) return;
+  if (!verdict.admitted()) return;
+  for (v1::HyperparameterOutput& trial : *s.mutable_training_output()->mutable_trials()) {
+    if (!trial.awaiting_admission() || IsTerminal(trial.state()) ||
+        absl::c_count(verdict.readmitted_trials, trial.trial_id()) == 0) {
+      continue;
+    }
+    trial.set_awaiting_admission(false);
+    c.Emit(EmitEvent::Type::kNormal, "TrialsAdmitted",
+           absl::StrCat("trial ", trial.trial_id(),
+                        " admitted again: all of its replicas can start now"));
+  }
+  if (verdict.admitted_trials <= s.admitted_trial_count()) return;
   if (was_admitted) {
     const int64_t more =
         verdict.admitted_trials -
@@ -629,36 +641,21 @@ void ApplyAdmissionVerdict(Context& c) {
 // A job admitted, then holding part of the cluster while a replica it lost
 // cannot be placed again: past schedulingPolicy.scheduleTimeoutSeconds the
 // whole gang is released (every replica deleted, the job QUEUED again), so a
-// half-running job never holds what another could run on. (Trials of a
-// study keep their replicas: a trial waits as before.) Returns whether it
-// released the gang.
+// half-running job never holds what another could run on. (A study's trials
+// are gangs of their own: ReleaseUnplacedTrial.) Returns whether it released
+// the gang.
 bool ReleaseUnplacedGang(Context& c) {
   if (!c.options.gang_admission || !AdmittedElsewhere(c.job).empty() || IsStudy(c.job) ||
       !ConditionIsTrue(c.status(), kAdmittedCondition) ||
       (c.status().state() != v1::PREPARING && c.status().state() != v1::RUNNING)) {
     return false;
   }
-  const v1::SchedulingPolicy& policy = c.policy().scheduling_policy();
-  const absl::Duration timeout = policy.has_schedule_timeout_seconds()
-                                     ? absl::Seconds(policy.schedule_timeout_seconds())
-                                     : kDefaultScheduleTimeout;
-  const ObservedReplica* stuck = nullptr;
-  for (const ObservedReplica& r : c.observed.replicas) {
-    if (r.deletion_requested || r.phase != ReplicaPhase::kPending || !r.waiting ||
-        r.waiting->reason != "Unschedulable") {
-      continue;
-    }
-    if (c.now - r.created < timeout) {
-      c.RequeueAt(r.created + timeout);
-      continue;
-    }
-    if (stuck == nullptr) stuck = &r;
-  }
+  const ObservedReplica* stuck =
+      UnplacedPastTimeout(c, [](const ObservedReplica&) { return true; });
   if (stuck == nullptr) return false;
   const std::string message =
-      absl::StrCat(TaskName(stuck->key, c.use_chief()), " could not be placed for ",
-                   absl::FormatDuration(c.now - stuck->created), " (", stuck->waiting->message,
-                   "): the whole gang was released, and the job waits to be admitted again");
+      absl::StrCat(UnplacedReplicaText(c, *stuck),
+                   ": the whole gang was released, and the job waits to be admitted again");
   for (const ObservedReplica& r : c.observed.replicas) DeleteReplicaOnce(c, r, "gang released");
   c.status().set_state(v1::QUEUED);
   SetCondition(&c.status(), kRunning, false, kGangReleasedReason, "", c.now);

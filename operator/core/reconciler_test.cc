@@ -2445,5 +2445,103 @@ TEST(AdmissionGateTest, AnAdmittedStudyStartsOnlyTheTrialsAdmissionLetsStart) {
   EXPECT_EQ(h.observed.replicas.size(), 6u);
 }
 
+TEST(AdmissionGateTest, ATrialWhoseReplicaCannotBePlacedAgainIsReleasedAloneAndAdmittedAgain) {
+  v1::TrainingJob study = Study(4, 2);
+  study.mutable_spec()
+      ->mutable_run_policy()
+      ->mutable_scheduling_policy()
+      ->set_schedule_timeout_seconds(60);
+  Harness h(study);
+  h.options.gang_admission = true;
+  auto admit = [&](int64_t trials, std::vector<std::string> again = {}) {
+    h.observed.admission = AdmissionVerdict{.reason = kAdmittedReason,
+                                            .message = "fits",
+                                            .admitted_trials = trials,
+                                            .readmitted_trials = std::move(again)};
+  };
+  admit(2);
+  h.Settle();
+  h.RunAll();
+  h.Settle();
+  ASSERT_EQ(h.observed.replicas.size(), 4u);
+  // (Each pass replaces the status: read it anew.)
+  auto out = [&]() -> const v1::TrainingOutput& { return h.job.status().training_output(); };
+  ASSERT_EQ(out().trials_size(), 2);
+  ASSERT_EQ(out().trials(1).state(), v1::RUNNING);
+  using Params = std::map<std::string, std::string>;
+  auto params = [](const v1::HyperparameterOutput& t) {
+    return Params(t.hyperparameters().begin(), t.hyperparameters().end());
+  };
+  const Params hyperparameters = params(out().trials(1));
+  const size_t suggestions = h.suggest_calls.size();
+
+  // Trial 2's worker lost its node: recreated, no node takes it.
+  ObservedReplica& worker = h.Pod("mnist-t2-worker-0");
+  worker.phase = ReplicaPhase::kPending;
+  worker.created = h.now;
+  worker.waiting = ReplicaWaiting{.reason = "Unschedulable",
+                                  .message = "0/3 nodes are available: 3 Insufficient cpu."};
+  h.now += absl::Seconds(30);
+  ReconcileResult r = h.Step();
+  EXPECT_TRUE(Deleted(r).empty());
+  ASSERT_TRUE(r.requeue_after.has_value());
+  EXPECT_LE(*r.requeue_after, absl::Seconds(30));
+
+  h.now += absl::Seconds(31);
+  r = h.Step();
+  // Only trial 2's gang goes; trial 1 runs on.
+  EXPECT_THAT(Deleted(r), UnorderedElementsAre("mnist-t2-master-0", "mnist-t2-worker-0"));
+  EXPECT_THAT(Events(r), testing::Contains(
+                             "Normal GangReleased: trial 2 worker-0 could not be placed for 1m1s "
+                             "(0/3 nodes are available: 3 Insufficient cpu.): the trial's gang was "
+                             "released, and it waits to be admitted again"));
+  EXPECT_EQ(out().trials(0).state(), v1::RUNNING);
+  EXPECT_EQ(out().trials(1).state(), v1::QUEUED);
+  EXPECT_TRUE(out().trials(1).awaiting_admission());
+  EXPECT_EQ(h.job.status().state(), v1::RUNNING);
+  EXPECT_TRUE(h.ConditionTrue(kAdmittedCondition));
+
+  // It holds its place among the parallel trials: nothing is created, no
+  // third trial starts, until admission lets it in again.
+  h.Settle();
+  EXPECT_THAT(h.Names(), UnorderedElementsAre("mnist-t1-master-0", "mnist-t1-worker-0"));
+  EXPECT_EQ(out().total_trial_count(), 2);
+  admit(2, {"2"});
+  r = h.Step();
+  EXPECT_THAT(Created(r), UnorderedElementsAre("mnist-t2-master-0", "mnist-t2-worker-0"));
+  EXPECT_THAT(Events(r), testing::Contains("Normal TrialsAdmitted: trial 2 admitted again: all of "
+                                           "its replicas can start now"));
+  EXPECT_FALSE(out().trials(1).awaiting_admission());
+  // The same trial, with the same hyperparameters: the tuner was not asked.
+  EXPECT_EQ(out().trials(1).trial_id(), "2");
+  EXPECT_EQ(params(out().trials(1)), hyperparameters);
+  EXPECT_EQ(h.suggest_calls.size(), suggestions);
+  EXPECT_EQ(out().total_trial_count(), 2);
+}
+
+TEST(AdmissionGateTest, AReleasedTrialGoesOnWhenAdmissionIsTurnedOff) {
+  v1::TrainingJob study = Study(2, 2);
+  Harness h(study);
+  h.options.gang_admission = true;
+  h.observed.admission =
+      AdmissionVerdict{.reason = kAdmittedReason, .message = "fits", .admitted_trials = 2};
+  h.Settle();
+  h.RunAll();
+  h.Settle();
+  ObservedReplica& worker = h.Pod("mnist-t1-worker-0");
+  worker.phase = ReplicaPhase::kPending;
+  worker.created = h.now;
+  worker.waiting = ReplicaWaiting{.reason = "Unschedulable", .message = "no room"};
+  h.now += kDefaultScheduleTimeout;
+  h.Settle();
+  ASSERT_TRUE(h.job.status().training_output().trials(0).awaiting_admission());
+  EXPECT_THAT(h.Names(), UnorderedElementsAre("mnist-t2-master-0", "mnist-t2-worker-0"));
+
+  h.options.gang_admission = false;
+  ReconcileResult r = h.Step();
+  EXPECT_THAT(Created(r), UnorderedElementsAre("mnist-t1-master-0", "mnist-t1-worker-0"));
+  EXPECT_FALSE(h.job.status().training_output().trials(0).awaiting_admission());
+}
+
 }  // namespace
 }  // namespace kubetrain::core

@@ -8,6 +8,7 @@
 #include <string>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "api/defaults.h"
 #include "api/validation.h"
 #include "operator/core/gang_admission.h"
@@ -336,6 +337,35 @@ bool TrialsAwaitAdmission(Context& c) {
          AdmitsTrialsOneByOne(c.status());
 }
 
+// A trial admitted, then holding part of the cluster while a replica it lost
+// cannot be placed again: past schedulingPolicy.scheduleTimeoutSeconds its
+// gang is released (every replica of the trial deleted, the trial QUEUED and
+// awaiting admission), as ReleaseUnplacedGang releases a job's. The study's
+// other trials go on; admission lets this one in again (its verdict's
+// readmitted_trials) before any new trial. Returns whether the trial waits.
+bool ReleaseUnplacedTrial(Context& c, v1::HyperparameterOutput* trial) {
+  auto of_trial = [&](const ObservedReplica& r) { return r.key.trial_id == trial->trial_id(); };
+  if (!TrialsAwaitAdmission(c)) {
+    // Admission was turned off meanwhile: nothing admits it any more.
+    trial->set_awaiting_admission(false);
+    return false;
+  }
+  if (!trial->awaiting_admission()) {
+    const ObservedReplica* stuck = UnplacedPastTimeout(c, of_trial);
+    if (stuck == nullptr) return false;
+    const std::string message =
+        absl::StrCat(UnplacedReplicaText(c, *stuck),
+                     ": the trial's gang was released, and it waits to be admitted again");
+    trial->set_awaiting_admission(true);
+    trial->set_state(v1::QUEUED);
+    c.Emit(EmitEvent::Type::kNormal, kGangReleasedReason, message);
+  }
+  for (const ObservedReplica& r : c.observed.replicas) {
+    if (of_trial(r)) DeleteReplicaOnce(c, r, "trial gang released");
+  }
+  return true;
+}
+
 }  // namespace
 
 void ReconcileStudy(Context& c) {
@@ -439,6 +469,7 @@ void ReconcileStudy(Context& c) {
   int replicas_per_trial = 0;
   for (v1::HyperparameterOutput& trial : *out->mutable_trials()) {
     if (!TrialActive(trial)) continue;
+    if (ReleaseUnplacedTrial(c, &trial)) continue;
     tuner::Assignment assignment(trial.hyperparameters().begin(), trial.hyperparameters().end());
     const bool created = trial.state() != v1::QUEUED;
     const SetOutcome set = ReconcileSet(c, trial.trial_id(), assignment, index, created);

@@ -25,6 +25,7 @@ namespace {
 
 using fake_apiserver::FakeApiServer;
 using nlohmann::json;
+using ::testing::Contains;
 using ::testing::HasSubstr;
 
 // Synchronous PS: a master, two workers and a ps, each a "standard" machine
@@ -427,6 +428,99 @@ TEST_F(AdmissionTest, AStudyOfFourParallelTrialsOnRoomForOneAndAHalfRunsEveryTri
   ASSERT_EQ(output["trials"].size(), 4u) << output.dump();
   for (const json& trial : output["trials"]) EXPECT_EQ(trial["state"], "SUCCEEDED") << trial.dump();
   EXPECT_EQ(Job("sweep")["status"]["admittedTrialCount"], 4);
+}
+
+// Each trial of a study is a gang of its own after admission too: a trial
+// that loses a node and cannot be placed again is released alone, waits,
+// and runs again when there is room; the study goes on meanwhile.
+TEST_F(AdmissionTest, AStudyTrialThatCannotBePlacedAgainIsReleasedAloneThenRunsAgain) {
+  StartServer(2);  // room for 4 replicas: two trials of a master and a worker
+  StartController(/*admission=*/true);
+  json study = SyncPsJob(
+      "sweep",
+      {{"trainingInput", {{"workerCount", 1}, {"parameterServerCount", 0}}},
+       {"runPolicy",
+        {{"restartPolicy", "OnFailure"}, {"schedulingPolicy", {{"scheduleTimeoutSeconds", 1}}}}}});
+  study["spec"]["trainingInput"]["hyperparameters"] = {
+      {"goal", "MAXIMIZE"},
+      {"maxTrials", 2},
+      {"maxParallelTrials", 2},
+      {"hyperparameterMetricTag", "accuracy"},
+      {"params",
+       {{{"parameterName", "lr"}, {"type", "DOUBLE"}, {"minValue", 0.001}, {"maxValue", 0.1}}}}};
+  ASSERT_TRUE(server_->Create("trainingjobs", "ns1", study).ok());
+  auto trial_pods = [&] {
+    std::map<std::string, std::map<std::string, int>> by_trial;  // trial -> phase -> count
+    for (const json& pod : server_->List("pods", "ns1")) {
+      const std::string trial =
+          pod.value("/metadata/labels/kubetrain.io~1trial-id"_json_pointer, std::string());
+      ++by_trial[trial][pod.value("/status/phase"_json_pointer, std::string())];
+    }
+    return by_trial;
+  };
+  auto trials = [&] {
+    return Job("sweep").value("/status/trainingOutput/trials"_json_pointer, json::array());
+  };
+  ASSERT_TRUE(server_->WaitUntil([&] {
+    const auto pods = trial_pods();
+    return pods.size() == 2 && pods.count("1") && pods.at("1").count("Running") &&
+           pods.at("1").at("Running") == 2 && pods.count("2") && pods.at("2").count("Running") &&
+           pods.at("2").at("Running") == 2;
+  })) << Job("sweep").dump();
+
+  // node-1 goes, and its pods with it (as the node lifecycle controller
+  // evicts them): what is recreated finds no room.
+  ASSERT_TRUE(server_->Delete("nodes", "", "node-1").ok());
+  for (const json& pod : server_->List("pods", "ns1")) {
+    if (pod.value("/spec/nodeName"_json_pointer, std::string()) == "node-1") {
+      ASSERT_TRUE(server_->Delete("pods", "ns1", pod["metadata"]["name"].get<std::string>()).ok());
+    }
+  }
+  // Past scheduleTimeoutSeconds a trial that lost a replica is released: all
+  // of its pods go, and it waits. One trial runs on node-0 meanwhile (the
+  // other, if node-1 held both trials' workers, was admitted again there).
+  std::string waiting;
+  ASSERT_TRUE(server_->WaitUntil([&] {
+    waiting.clear();
+    int running_trials = 0;
+    for (const json& trial : trials()) {
+      if (trial.value("awaitingAdmission", false) && trial.value("state", "") == "QUEUED") {
+        waiting = trial.value("trialId", "");
+      }
+    }
+    for (const auto& [trial, phases] : trial_pods()) {
+      if (phases.count("Pending")) return false;
+      if (phases.count("Running") && phases.at("Running") == 2) ++running_trials;
+    }
+    return !waiting.empty() && trial_pods().count(waiting) == 0 && running_trials == 1;
+  })) << Job("sweep").dump();
+  EXPECT_EQ(State("sweep"), "RUNNING");
+  EXPECT_EQ(Admitted("sweep")["status"], "True");
+  EXPECT_THAT(Events("sweep", "Normal"), Contains(core::kGangReleasedReason));
+
+  // Room again: the waiting trial is admitted again and runs, as itself.
+  ASSERT_TRUE(server_->Create("nodes", "", Node("node-1")).ok());
+  ASSERT_TRUE(server_->WaitUntil([&] {
+    const auto pods = trial_pods();
+    return pods.count(waiting) && pods.at(waiting).count("Running") &&
+           pods.at(waiting).at("Running") == 2;
+  })) << Job("sweep").dump();
+  for (const json& trial : trials()) EXPECT_FALSE(trial.value("awaitingAdmission", false));
+
+  for (const json& pod : server_->List("pods", "ns1")) {
+    ASSERT_TRUE(server_
+                    ->MergePatch("pods", "ns1", pod["metadata"]["name"].get<std::string>(),
+                                 testing::TerminatedPodStatus("Succeeded", 0), "status")
+                    .ok());
+  }
+  ASSERT_TRUE(server_->WaitUntil([&] {
+    const std::string state = State("sweep");
+    return state == "SUCCEEDED" || state == "FAILED";
+  })) << Job("sweep").dump();
+  const json output = Job("sweep")["status"]["trainingOutput"];
+  EXPECT_EQ(output["totalTrialCount"], 2) << output.dump();
+  ASSERT_EQ(output["trials"].size(), 2u) << output.dump();
+  for (const json& trial : output["trials"]) EXPECT_EQ(trial["state"], "SUCCEEDED") << trial.dump();
 }
 
 TEST_F(AdmissionTest, AJobLeftToKueueIsNotHeld) {
