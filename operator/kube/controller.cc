@@ -205,36 +205,32 @@ Controller::Controller(ClusterClient* client, ControllerOptions options, StudySt
     std::string key = ObjectKey(*o);
     if (!key.empty()) queue_.Add(key);
   };
-  // A job that comes, goes or changes its spec may change who is admitted;
-  // its status moving on does not (what its pods take or free, their own
-  // events tell).
+  // A job that comes, goes or changes its spec or state may change who is
+  // admitted (GangAdmission::OnJobChange); what its pods take or free, their
+  // own events tell.
   auto poke_admission = [this] {
     if (admission_ != nullptr) admission_->Poke();
   };
   jobs_ = std::make_unique<Informer>(
       client_, InformerOptions{.resource = kTrainingJobs, .ns = options_.ns},
-      InformerHandlers{
-          .on_add =
-              [enqueue_job, poke_admission](const ObjectPtr& o) {
-                enqueue_job(o);
-                poke_admission();
-              },
-          .on_update =
-              [enqueue_job, poke_admission](const ObjectPtr& before, const ObjectPtr& o) {
-                enqueue_job(o);
-                const auto generation = "/metadata/generation"_json_pointer;
-                if (before->value(generation, int64_t{0}) != o->value(generation, int64_t{0})) {
-                  poke_admission();
-                }
-              },
-          .on_delete =
-              [this, enqueue_job, poke_admission](const ObjectPtr& o) {
-                // Its replicas go with it (the garbage collector); what it
-                // expected to see will not come.
-                expectations_.Forget(MetaString(*o, "uid"));
-                enqueue_job(o);
-                poke_admission();
-              }});
+      InformerHandlers{.on_add =
+                           [enqueue_job, poke_admission](const ObjectPtr& o) {
+                             enqueue_job(o);
+                             poke_admission();
+                           },
+                       .on_update =
+                           [this, enqueue_job](const ObjectPtr& before, const ObjectPtr& o) {
+                             enqueue_job(o);
+                             if (admission_ != nullptr) admission_->OnJobChange(before, o);
+                           },
+                       .on_delete =
+                           [this, enqueue_job, poke_admission](const ObjectPtr& o) {
+                             // Its replicas go with it (the garbage collector); what it
+                             // expected to see will not come.
+                             expectations_.Forget(MetaString(*o, "uid"));
+                             enqueue_job(o);
+                             poke_admission();
+                           }});
   // Only our own replicas: everything we create carries the job-name label.
   auto replica_informer = [this](const Resource& resource, const std::string& kind) {
     return std::make_unique<Informer>(

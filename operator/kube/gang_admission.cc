@@ -109,6 +109,39 @@ void GangAdmission::OnPodChange(const ObjectPtr& before, const ObjectPtr& after)
   }
 }
 
+void GangAdmission::OnJobChange(const ObjectPtr& before, const ObjectPtr& after) {
+  const auto generation = "/metadata/generation"_json_pointer;
+  const auto state = "/status/state"_json_pointer;
+  const std::string was = before->value(state, std::string());
+  const std::string is = after->value(state, std::string());
+  // A job admitted that starts (PREPARING, RUNNING) takes only the room set
+  // aside for it; one that ends, is cancelled or released frees it.
+  if (before->value(generation, int64_t{0}) != after->value(generation, int64_t{0}) ||
+      (was != is && is != "PREPARING" && is != "RUNNING")) {
+    Poke();
+    return;
+  }
+  // A study's trials the same: one that ends frees a parallel slot, one
+  // released waits to be admitted again.
+  auto trials_view = [](const json& job) {
+    std::pair<int, std::set<std::string>> ended_and_released;
+    const auto trials = "/status/trainingOutput/trials"_json_pointer;
+    if (!job.contains(trials) || !job[trials].is_array()) return ended_and_released;
+    for (const json& trial : job[trials]) {
+      if (!trial.is_object()) continue;
+      const std::string trial_state = trial.value("state", "");
+      if (trial_state == "SUCCEEDED" || trial_state == "FAILED" || trial_state == "CANCELLED") {
+        ++ended_and_released.first;
+      }
+      if (trial.value("awaitingAdmission", false)) {
+        ended_and_released.second.insert(trial.value("trialId", ""));
+      }
+    }
+    return ended_and_released;
+  };
+  if (trials_view(*before) != trials_view(*after)) Poke();
+}
+
 std::vector<Informer*> GangAdmission::OwnInformers() {
   return {nodes_.get(), quotas_.get(), priority_classes_.get()};
 }

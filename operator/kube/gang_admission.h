@@ -79,6 +79,10 @@ class GangAdmission {
   // pass runs soon when that frees room, or takes room admission did not set
   // aside (another owner's pod).
   void OnPodChange(const ObjectPtr& before, const ObjectPtr& after);
+  // A job changed: a pass runs soon when that changes what admission
+  // decides (its spec, its state, a trial ending or released), not for
+  // each status write of a running job.
+  void OnJobChange(const ObjectPtr& before, const ObjectPtr& after);
 
   // Adds to `kept` what placement reads of `pod` (its name and namespace,
   // its kubetrain.io/job-name label, nodeName, each container's and init container's resources, its
