@@ -114,10 +114,13 @@ void GangAdmission::OnJobChange(const ObjectPtr& before, const ObjectPtr& after)
   const auto state = "/status/state"_json_pointer;
   const std::string was = before->value(state, std::string());
   const std::string is = after->value(state, std::string());
-  // A job admitted that starts (PREPARING, RUNNING) takes only the room set
-  // aside for it; one that ends, is cancelled or released frees it.
+  // A job that ends, is cancelled or released frees the room set aside for
+  // it; one that is queued (its first status) or starts changes nothing.
+  const bool frees = is == "SUCCEEDED" || is == "FAILED" || is == "CANCELLED" ||
+                     is == "CANCELLING" ||
+                     (is == "QUEUED" && (was == "PREPARING" || was == "RUNNING"));
   if (before->value(generation, int64_t{0}) != after->value(generation, int64_t{0}) ||
-      (was != is && is != "PREPARING" && is != "RUNNING")) {
+      (was != is && frees)) {
     Poke();
     return;
   }
