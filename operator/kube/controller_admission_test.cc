@@ -119,6 +119,28 @@ class AdmissionTest : public ::testing::Test {
     return n;
   }
 
+  // `job` as a study of `trials` trials, `parallel` at a time, tuning lr.
+  static json Sweep(json job, int trials, int parallel) {
+    job["spec"]["trainingInput"]["hyperparameters"] = {
+        {"goal", "MAXIMIZE"},
+        {"maxTrials", trials},
+        {"maxParallelTrials", parallel},
+        {"hyperparameterMetricTag", "accuracy"},
+        {"params",
+         {{{"parameterName", "lr"}, {"type", "DOUBLE"}, {"minValue", 0.001}, {"maxValue", 0.1}}}}};
+    return job;
+  }
+  // The pods of ns1 by trial, then phase: how many.
+  std::map<std::string, std::map<std::string, int>> TrialPhases() const {
+    std::map<std::string, std::map<std::string, int>> by_trial;
+    for (const json& pod : server_->List("pods", "ns1")) {
+      const std::string trial =
+          pod.value("/metadata/labels/kubetrain.io~1trial-id"_json_pointer, std::string());
+      ++by_trial[trial][pod.value("/status/phase"_json_pointer, std::string())];
+    }
+    return by_trial;
+  }
+
   // Sync-PS job a is admitted and its 4 replicas run; then b, which the
   // room left cannot hold, waits for capacity.
   void RunAThenQueueB() {
@@ -371,29 +393,13 @@ TEST_F(AdmissionTest, AJobOverTheNamespaceQuotaWaitsAndNoCreateIsRefused) {
 TEST_F(AdmissionTest, AStudyOfFourParallelTrialsOnRoomForOneAndAHalfRunsEveryTrial) {
   StartServer(3);  // 6 replicas; a trial is 4
   StartController(/*admission=*/true);
-  json study = SyncPsJob("sweep");
-  study["spec"]["trainingInput"]["hyperparameters"] = {
-      {"goal", "MAXIMIZE"},
-      {"maxTrials", 4},
-      {"maxParallelTrials", 4},
-      {"hyperparameterMetricTag", "accuracy"},
-      {"params",
-       {{{"parameterName", "lr"}, {"type", "DOUBLE"}, {"minValue", 0.001}, {"maxValue", 0.1}}}}};
+  const json study = Sweep(SyncPsJob("sweep"), 4, 4);
   ASSERT_TRUE(server_->Create("trainingjobs", "ns1", study).ok());
-  auto trial_pods = [&] {
-    std::map<std::string, std::map<std::string, int>> by_trial;  // trial -> phase -> count
-    for (const json& pod : server_->List("pods", "ns1")) {
-      const std::string trial =
-          pod.value("/metadata/labels/kubetrain.io~1trial-id"_json_pointer, std::string());
-      ++by_trial[trial][pod.value("/status/phase"_json_pointer, std::string())];
-    }
-    return by_trial;
-  };
   std::set<std::string> finished;
   for (int round = 0; round < 4; ++round) {
     std::string running;
     ASSERT_TRUE(server_->WaitUntil([&] {
-      for (const auto& [trial, phases] : trial_pods()) {
+      for (const auto& [trial, phases] : TrialPhases()) {
         if (finished.count(trial) == 0 && phases.count("Running") && phases.at("Running") == 4) {
           running = trial;
           return true;
@@ -403,7 +409,7 @@ TEST_F(AdmissionTest, AStudyOfFourParallelTrialsOnRoomForOneAndAHalfRunsEveryTri
     })) << Job("sweep").dump();
     // One trial at a time fits, and only one was let start: no pod of the
     // study waits for room.
-    for (const auto& [trial, phases] : trial_pods()) {
+    for (const auto& [trial, phases] : TrialPhases()) {
       EXPECT_EQ(phases.count("Pending"), 0u) << "trial " << trial;
       if (finished.count(trial) == 0) {
         EXPECT_EQ(trial, running);
@@ -436,33 +442,18 @@ TEST_F(AdmissionTest, AStudyOfFourParallelTrialsOnRoomForOneAndAHalfRunsEveryTri
 TEST_F(AdmissionTest, AStudyTrialThatCannotBePlacedAgainIsReleasedAloneThenRunsAgain) {
   StartServer(2);  // room for 4 replicas: two trials of a master and a worker
   StartController(/*admission=*/true);
-  json study = SyncPsJob(
-      "sweep",
-      {{"trainingInput", {{"workerCount", 1}, {"parameterServerCount", 0}}},
-       {"runPolicy",
-        {{"restartPolicy", "OnFailure"}, {"schedulingPolicy", {{"scheduleTimeoutSeconds", 1}}}}}});
-  study["spec"]["trainingInput"]["hyperparameters"] = {
-      {"goal", "MAXIMIZE"},
-      {"maxTrials", 2},
-      {"maxParallelTrials", 2},
-      {"hyperparameterMetricTag", "accuracy"},
-      {"params",
-       {{{"parameterName", "lr"}, {"type", "DOUBLE"}, {"minValue", 0.001}, {"maxValue", 0.1}}}}};
+  const json study = Sweep(
+      SyncPsJob("sweep", {{"trainingInput", {{"workerCount", 1}, {"parameterServerCount", 0}}},
+                          {"runPolicy",
+                           {{"restartPolicy", "OnFailure"},
+                            {"schedulingPolicy", {{"scheduleTimeoutSeconds", 1}}}}}}),
+      2, 2);
   ASSERT_TRUE(server_->Create("trainingjobs", "ns1", study).ok());
-  auto trial_pods = [&] {
-    std::map<std::string, std::map<std::string, int>> by_trial;  // trial -> phase -> count
-    for (const json& pod : server_->List("pods", "ns1")) {
-      const std::string trial =
-          pod.value("/metadata/labels/kubetrain.io~1trial-id"_json_pointer, std::string());
-      ++by_trial[trial][pod.value("/status/phase"_json_pointer, std::string())];
-    }
-    return by_trial;
-  };
   auto trials = [&] {
     return Job("sweep").value("/status/trainingOutput/trials"_json_pointer, json::array());
   };
   ASSERT_TRUE(server_->WaitUntil([&] {
-    const auto pods = trial_pods();
+    const auto pods = TrialPhases();
     return pods.size() == 2 && pods.count("1") && pods.at("1").count("Running") &&
            pods.at("1").at("Running") == 2 && pods.count("2") && pods.at("2").count("Running") &&
            pods.at("2").at("Running") == 2;
@@ -488,11 +479,11 @@ TEST_F(AdmissionTest, AStudyTrialThatCannotBePlacedAgainIsReleasedAloneThenRunsA
         waiting = trial.value("trialId", "");
       }
     }
-    for (const auto& [trial, phases] : trial_pods()) {
+    for (const auto& [trial, phases] : TrialPhases()) {
       if (phases.count("Pending")) return false;
       if (phases.count("Running") && phases.at("Running") == 2) ++running_trials;
     }
-    return !waiting.empty() && trial_pods().count(waiting) == 0 && running_trials == 1;
+    return !waiting.empty() && TrialPhases().count(waiting) == 0 && running_trials == 1;
   })) << Job("sweep").dump();
   EXPECT_EQ(State("sweep"), "RUNNING");
   EXPECT_EQ(Admitted("sweep")["status"], "True");
@@ -501,7 +492,7 @@ TEST_F(AdmissionTest, AStudyTrialThatCannotBePlacedAgainIsReleasedAloneThenRunsA
   // Room again: the waiting trial is admitted again and runs, as itself.
   ASSERT_TRUE(server_->Create("nodes", "", Node("node-1")).ok());
   ASSERT_TRUE(server_->WaitUntil([&] {
-    const auto pods = trial_pods();
+    const auto pods = TrialPhases();
     return pods.count(waiting) && pods.at(waiting).count("Running") &&
            pods.at(waiting).at("Running") == 2;
   })) << Job("sweep").dump();
