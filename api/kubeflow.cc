@@ -586,11 +586,9 @@ class Converter {
     container.erase("image");
 
     // command, args
-    if (!At(container, "command").is_array() || At(container, "command").empty()) {
-      Error(c_path + ".command",
-            "required: Kubeflow runs the image's entrypoint where a container names no command, "
-            "kubetrain runs kubetrain-runtime; write the entrypoint here");
-      return false;
+    if (!container.contains("command")) {
+      Map(c_path + ".command (unset)",
+          "no containerCommand: the image's entrypoint runs, with the args, as in Kubeflow");
     }
     for (const char* field : {"command", "args"}) {
       const json& list = At(container, field);

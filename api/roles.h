@@ -15,6 +15,21 @@ inline constexpr std::array<Role, 4> kAllRoles = {Role::kMaster, Role::kWorker,
 
 // "master", "worker", "ps", "evaluator": the names used in pod names, labels,
 // TF_CONFIG (where the master may be renamed "chief") and log task names.
+// The TrainingInput field of the role's ReplicaConfig ("masterConfig", ...).
+constexpr std::string_view ReplicaConfigField(Role role) {
+  switch (role) {
+    case Role::kMaster:
+      return "masterConfig";
+    case Role::kWorker:
+      return "workerConfig";
+    case Role::kParameterServer:
+      return "parameterServerConfig";
+    case Role::kEvaluator:
+      return "evaluatorConfig";
+  }
+  return "masterConfig";
+}
+
 constexpr std::string_view RoleName(Role role) {
   switch (role) {
     case Role::kMaster:

@@ -36,6 +36,15 @@ struct ReplicaGroup {
   v1::ReplicaConfig config;  // image, command, args, accelerators
 };
 
+// Whether the role's replicas run their image's entrypoint: an image of the
+// user's (imageUri) with neither containerCommand nor pythonModule to run in
+// it, as Cloud ML's custom containers and Kubeflow's containers without a
+// command do. Its `args` are appended to the entrypoint.
+inline bool RunsImageEntrypoint(const v1::TrainingInput& input, const v1::ReplicaConfig& config) {
+  return !config.image_uri().empty() && config.container_command().empty() &&
+         input.python_module().empty();
+}
+
 // The replica groups of a defaulted, valid TrainingInput, in kAllRoles order,
 // roles with no replicas left out. BASIC: 1 master; BASIC_GPU: 1 master with 1
 // GPU; STANDARD_1: 1 master, 4 workers, 3 ps; PREMIUM_1: 1 master, 19

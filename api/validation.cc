@@ -71,8 +71,30 @@ class Validator {
     }
     if (input.has_hyperparameters()) {
       ValidateHyperparameters(input.hyperparameters(), input, path + ".hyperparameters");
+      ValidateTrialReports(input, path);
     }
     if (input.framework() == TrainingInput::PYTORCH) ValidatePyTorch(input, path);
+  }
+
+  // A trial's objective comes from its chief (the master, else worker 0):
+  // through kubetrain-runtime (train, or exec around a command). An image's
+  // own entrypoint has neither, and no trial would get an objective.
+  void ValidateTrialReports(const TrainingInput& input, const std::string& path) {
+    for (const ReplicaGroup& group : ReplicaGroups(input)) {
+      if (group.role != Role::kMaster && group.role != Role::kWorker) continue;
+      if (RunsImageEntrypoint(input, group.config)) {
+        Error(absl::StrCat(path, ".", std::string(ReplicaConfigField(group.role)),
+                           ".containerCommand"),
+              absl::StrCat(
+                  "required in a tuning job whose ", std::string(RoleName(group.role)),
+                  " runs an image of its own (imageUri): its entrypoint alone cannot report a "
+                  "trial's objective to kubetrain. Set containerCommand to the entrypoint "
+                  "wrapped in kubetrain-runtime exec, [\"kubetrain-runtime\", \"exec\", \"--\", "
+                  "...], in an image built FROM kubetrain/kubetrain-python-runtime "
+                  "(docs/bring-your-code.md), or use pythonModule"));
+      }
+      return;  // the first of them is the chief
+    }
   }
 
   void ValidateSpec(const v1::TrainingJobSpec& spec) {
@@ -211,20 +233,6 @@ class Validator {
                        absl::StrJoin(fields, ", "), ")"));
   }
 
-  static const char* ReplicaConfigField(Role role) {
-    switch (role) {
-      case Role::kMaster:
-        return "masterConfig";
-      case Role::kWorker:
-        return "workerConfig";
-      case Role::kParameterServer:
-        return "parameterServerConfig";
-      case Role::kEvaluator:
-        return "evaluatorConfig";
-    }
-    return "masterConfig";
-  }
-
   void ValidateTier(const TrainingInput& input, const std::string& path) {
     const auto tier = input.scale_tier();
     if (tier == TrainingInput::BASIC_TPU) {
@@ -304,13 +312,17 @@ class Validator {
                            "TENSORFLOW"));
         continue;
       }
-      if (!input.python_module().empty() || group.config.container_command_size() > 0) continue;
+      if (!input.python_module().empty() || group.config.container_command_size() > 0 ||
+          RunsImageEntrypoint(input, group.config)) {
+        continue;
+      }
       const char* config = group.role == Role::kMaster   ? ".masterConfig"
                            : group.role == Role::kWorker ? ".workerConfig"
                                                          : ".evaluatorConfig";
       Error(absl::StrCat(path, config, ".containerCommand"),
-            "required for a PYTORCH job without pythonModule: kubetrain-runtime trains from "
-            "TF_CONFIG, which a PYTORCH job does not get");
+            "required for a PYTORCH job without pythonModule or an image of its own (imageUri, "
+            "whose entrypoint runs): kubetrain-runtime trains from TF_CONFIG, which a PYTORCH "
+            "job does not get");
     }
   }
 

@@ -407,8 +407,18 @@ std::vector<InvalidCase> Cases() {
            "    workerCount: 2\n    framework: PYTORCH\n"
            "    masterConfig: {containerCommand: [python3, train.py]}\n"),
        "spec.trainingInput.workerConfig.containerCommand",
-       "required for a PYTORCH job without pythonModule: kubetrain-runtime trains from TF_CONFIG, "
-       "which a PYTORCH job does not get"},
+       "required for a PYTORCH job without pythonModule or an image of its own (imageUri, whose "
+       "entrypoint runs): kubetrain-runtime trains from TF_CONFIG, which a PYTORCH job does not "
+       "get"},
+      // An image's entrypoint cannot report trials' objectives.
+      {"tuning_master_runs_an_image_entrypoint",
+       Tuning(kLr, "") + "    masterConfig: {imageUri: registry.example.com/trainer:1}\n",
+       "spec.trainingInput.masterConfig.containerCommand",
+       "required in a tuning job whose master runs an image of its own (imageUri): its entrypoint "
+       "alone cannot report a trial's objective to kubetrain. Set containerCommand to the "
+       "entrypoint wrapped in kubetrain-runtime exec, [\"kubetrain-runtime\", \"exec\", \"--\", "
+       "...], in an image built FROM kubetrain/kubetrain-python-runtime (docs/bring-your-code.md), "
+       "or use pythonModule"},
       {"unknown_framework", Job("    framework: JAX\n"), "spec.trainingInput.framework",
        "unknown value \"JAX\"; expected one of ANY, TENSORFLOW, PYTORCH"},
       // Object-store URIs where kubetrain needs a folder it can reach.
@@ -539,7 +549,7 @@ TEST(ValidationTest, EachEarlyStoppingRuleIsValid) {
   }
 }
 
-TEST(ValidationTest, PyTorchJobsWithACommandOrAModuleAreValid) {
+TEST(ValidationTest, PyTorchJobsWithACommandAModuleOrAnImageAreValid) {
   for (const std::string& body : {
            std::string("    scaleTier: CUSTOM\n    masterType: standard\n    workerType: standard\n"
                        "    workerCount: 2\n    framework: PYTORCH\n"
@@ -551,6 +561,11 @@ TEST(ValidationTest, PyTorchJobsWithACommandOrAModuleAreValid) {
            std::string("    framework: PYTORCH\n    evaluatorCount: 1\n"
                        "    masterConfig: {containerCommand: [python3, train.py]}\n"
                        "    evaluatorConfig: {containerCommand: [python3, eval.py]}\n"),
+           // Images of their own: their entrypoints are the PyTorch trainer.
+           std::string("    scaleTier: CUSTOM\n    masterType: standard\n    workerType: standard\n"
+                       "    workerCount: 2\n    framework: PYTORCH\n"
+                       "    masterConfig: {imageUri: registry.example.com/trainer:1}\n"
+                       "    workerConfig: {imageUri: registry.example.com/trainer:1}\n"),
            // Parameter servers are fine for the other frameworks.
            std::string("    scaleTier: STANDARD_1\n    framework: ANY\n"),
            std::string("    scaleTier: STANDARD_1\n    framework: TENSORFLOW\n"),

@@ -196,6 +196,30 @@ TEST(SubmitCommandTest, PackagePathIsCheckedBeforeAnythingIsSubmitted) {
                          ": its first part must be the package's folder name \"trainer\""));
 }
 
+// The local backend runs processes, not images: a replica that would run
+// an image's entrypoint is refused before anything is recorded.
+TEST(SubmitCommandTest, TheLocalBackendRefusesAnImagesEntrypoint) {
+  const std::string dir = ::testing::TempDir() + "/entrypoint_local_test";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir + "/home");
+  const std::string config = dir + "/config.yaml";
+  std::ofstream(config) << "trainingInput:\n  scaleTier: CUSTOM\n  masterType: standard\n"
+                           "  masterConfig: {imageUri: registry.example.com/trainer:1}\n";
+  setenv("KUBETRAIN_HOME", (dir + "/home").c_str(), 1);
+  Result r = RunKubetrain({"jobs", "submit", "training", "j1", "--local", "--config", config});
+  EXPECT_NE(r.code, 0);
+  EXPECT_THAT(r.err, ::testing::HasSubstr(
+                         "spec.trainingInput.masterConfig.imageUri: the master runs the "
+                         "entrypoint of image registry.example.com/trainer:1 (no "
+                         "containerCommand), and the local backend runs no images: give "
+                         "containerCommand, the command to run on this machine, or submit the "
+                         "job to a cluster"));
+  r = RunKubetrain({"jobs", "list", "--local"});
+  EXPECT_THAT(r.out, ::testing::Not(::testing::HasSubstr("j1")));
+  unsetenv("KUBETRAIN_HOME");
+  std::filesystem::remove_all(dir);
+}
+
 TEST(LocalTrainCommandTest, StartPortIsATcpPort) {
   Result r = RunKubetrain({"local", "train", "--start-port", "70000"});
   EXPECT_EQ(r.code, 2);
@@ -251,12 +275,12 @@ TEST(KubeflowManifestTest, ConvertPrintsATrainingJobThatValidates) {
   EXPECT_EQ(again.code, 0) << again.out;
   EXPECT_EQ(again.out, converted + ": ok\n");
 
-  r = RunKubetrain({"convert", kKubeflow + "pytorch-no-command.yaml"});
+  r = RunKubetrain({"convert", kKubeflow + "pytorch-elastic.yaml"});
   EXPECT_EQ(r.code, 2);
   EXPECT_EQ(r.out, "");
-  EXPECT_THAT(r.err, ::testing::HasSubstr(kKubeflow +
-                                          "pytorch-no-command.yaml:13:15: spec.pytorchReplicaSpecs."
-                                          "Master.template.spec.containers[0].command: required"));
+  EXPECT_THAT(r.err,
+              ::testing::HasSubstr(kKubeflow + "pytorch-elastic.yaml:7:3: spec.elasticPolicy: no "
+                                               "equivalent"));
   r = RunKubetrain({"convert", converted});
   EXPECT_EQ(r.code, 2);
   EXPECT_EQ(r.err, "kubetrain convert: " + converted +

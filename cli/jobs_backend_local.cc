@@ -12,6 +12,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "api/defaults.h"
+#include "api/scale_tiers.h"
 #include "cli/jobs_backend.h"
 #include "cli/local_backend.h"
 #include "google/protobuf/util/time_util.h"
@@ -165,6 +167,7 @@ class LocalBackend : public JobsBackend {
   }
 
   absl::Status Submit(v1::TrainingJob job, bool streaming, std::ostream& out) override {
+    if (absl::Status s = RunsOnThisMachine(job); !s.ok()) return s;
     const std::string& name = job.metadata().name();
     const absl::Time now = absl::Now();
     job.mutable_metadata()->set_uid(RandomUid());
@@ -189,6 +192,24 @@ class LocalBackend : public JobsBackend {
           << "  $ kubetrain jobs stream-logs " << name << " --local\n";
     }
     out << "jobId: " << name << "\nstate: QUEUED\n" << std::flush;
+    return absl::OkStatus();
+  }
+
+  // Replicas here are processes of this machine: a replica that would run
+  // an image's entrypoint has nothing to run.
+  static absl::Status RunsOnThisMachine(const v1::TrainingJob& job) {
+    v1::TrainingJob defaulted = job;
+    api::ApplyDefaults(&defaulted);
+    const v1::TrainingInput& input = defaulted.spec().training_input();
+    for (const api::ReplicaGroup& group : api::ReplicaGroups(input)) {
+      if (!api::RunsImageEntrypoint(input, group.config)) continue;
+      return absl::InvalidArgumentError(absl::StrCat(
+          "spec.trainingInput.", std::string(api::ReplicaConfigField(group.role)),
+          ".imageUri: the ", std::string(api::RoleName(group.role)),
+          " runs the entrypoint of image ", group.config.image_uri(),
+          " (no containerCommand), and the local backend runs no images: give containerCommand, "
+          "the command to run on this machine, or submit the job to a cluster"));
+    }
     return absl::OkStatus();
   }
 

@@ -87,6 +87,9 @@ DesiredReplica MakeReplica(const v1::TrainingJob& job, const std::vector<api::Re
     r.python_module = input.python_module();
     r.python = std::move(run.python);
     if (group.config.image_uri().empty()) r.image = std::move(run.image);
+  } else if (api::RunsImageEntrypoint(input, group.config)) {
+    // No command: the image's ENTRYPOINT runs, with the args (an image of
+    // the user's has no kubetrain-runtime to run).
   } else {
     r.command = {"kubetrain-runtime", "train"};
   }

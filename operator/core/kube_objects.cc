@@ -290,6 +290,10 @@ json RenderPod(const v1::TrainingJob& job, const std::string& namespace_name,
       {"securityContext",
        {{"allowPrivilegeEscalation", false}, {"capabilities", {{"drop", json::array({"ALL"})}}}}},
   };
+  // Neither given: the image's ENTRYPOINT and CMD run; args alone replace
+  // the CMD (DesiredReplica::command).
+  if (replica.command.empty()) container.erase("command");
+  if (replica.command.empty() && replica.args.empty()) container.erase("args");
   json pod = {
       {"apiVersion", "v1"},
       {"kind", "Pod"},

@@ -571,5 +571,31 @@ TEST(KubeObjectsTest, PythonModuleKeepsARolesImageAndCommand) {
   EXPECT_FALSE(pod["spec"]["containers"][0].contains("volumeMounts"));
 }
 
+// An image of the user's with no command runs its own entrypoint (Cloud ML's
+// custom containers, Kubeflow's containers without a command), never
+// kubetrain-runtime, which it does not hold.
+TEST(KubeObjectsTest, AnImageWithoutACommandRunsItsEntrypointWithTheArgs) {
+  v1::TrainingJob job = GpuMasterJob();
+  v1::TrainingInput* input = job.mutable_spec()->mutable_training_input();
+  input->mutable_master_config()->set_image_uri("registry.example.com/trainer:1");
+  input->set_job_dir("/out");
+  const std::vector<DesiredReplica> replicas = DesiredReplicas(job, "", {}, Options());
+  ASSERT_EQ(replicas.size(), 2u);
+  EXPECT_TRUE(replicas[0].command.empty());
+  const json master = RenderPod(job, "team-a", replicas[0])["spec"]["containers"][0];
+  EXPECT_EQ(master["image"], "registry.example.com/trainer:1");
+  EXPECT_FALSE(master.contains("command"));
+  EXPECT_EQ(master["args"], json({"--epochs=2", "--job-dir", "/out"}));
+  // The worker has no image of its own: the built-in trainer in kubetrain's.
+  EXPECT_EQ(replicas[1].command, (std::vector<std::string>{"kubetrain-runtime", "train"}));
+  // Neither args nor command: the image's ENTRYPOINT and CMD, as built.
+  input->clear_args();
+  input->clear_job_dir();
+  const json bare =
+      RenderPod(job, "team-a", DesiredReplicas(job, "", {}, Options())[0])["spec"]["containers"][0];
+  EXPECT_FALSE(bare.contains("command"));
+  EXPECT_FALSE(bare.contains("args"));
+}
+
 }  // namespace
 }  // namespace kubetrain::core

@@ -172,6 +172,14 @@ struct Harness {
       }
     }
   }
+  // The replica's node went: it is recreated now, and no node takes it.
+  void Unplaceable(const std::string& name,
+                   const std::string& message = "0/3 nodes are available: 3 Insufficient cpu.") {
+    ObservedReplica& o = Pod(name);
+    o.phase = ReplicaPhase::kPending;
+    o.created = now;
+    o.waiting = ReplicaWaiting{.reason = "Unschedulable", .message = message};
+  }
   void Exit(const std::string& name, int code, const std::string& message = "") {
     ObservedReplica& o = Pod(name);
     o.phase = code == 0 ? ReplicaPhase::kSucceeded : ReplicaPhase::kFailed;
@@ -378,7 +386,10 @@ TEST(ReconcileTest, ReplicaCarriesEnvArgsAndResources) {
   ASSERT_NE(master, nullptr);
   EXPECT_EQ(master->replica.image, std::string(kDefaultRuntimeImage));
   EXPECT_EQ(master->replica.image_pull_policy, "IfNotPresent");
-  EXPECT_THAT(w.command, ElementsAre("kubetrain-runtime", "train"));
+  // The worker's own image runs its entrypoint with the args; the master,
+  // in kubetrain's image, the built-in trainer.
+  EXPECT_THAT(w.command, IsEmpty());
+  EXPECT_THAT(master->replica.command, ElementsAre("kubetrain-runtime", "train"));
   EXPECT_THAT(w.args, ElementsAre("--epochs=3", "--job-dir", "/out"));
   EXPECT_EQ(w.resources.gpus, 2);
   EXPECT_EQ(w.resources.accelerator_type, "NVIDIA_TESLA_T4");
@@ -2348,11 +2359,7 @@ TEST(AdmissionGateTest, AReplicaThatCannotBePlacedAgainReleasesTheWholeGang) {
   ASSERT_EQ(h.job.status().state(), v1::RUNNING);
   h.observed.admission.reset();
   // A worker's node is gone: its pod is recreated, and no node takes it.
-  ObservedReplica& worker = h.Pod("mnist-worker-1");
-  worker.phase = ReplicaPhase::kPending;
-  worker.created = h.now;
-  worker.waiting = ReplicaWaiting{.reason = "Unschedulable",
-                                  .message = "0/3 nodes are available: 3 Insufficient cpu."};
+  h.Unplaceable("mnist-worker-1");
   h.now += absl::Seconds(30);
   ReconcileResult r = h.Step();
   EXPECT_TRUE(Deleted(r).empty());
@@ -2476,11 +2483,7 @@ TEST(AdmissionGateTest, ATrialWhoseReplicaCannotBePlacedAgainIsReleasedAloneAndA
   const size_t suggestions = h.suggest_calls.size();
 
   // Trial 2's worker lost its node: recreated, no node takes it.
-  ObservedReplica& worker = h.Pod("mnist-t2-worker-0");
-  worker.phase = ReplicaPhase::kPending;
-  worker.created = h.now;
-  worker.waiting = ReplicaWaiting{.reason = "Unschedulable",
-                                  .message = "0/3 nodes are available: 3 Insufficient cpu."};
+  h.Unplaceable("mnist-t2-worker-0");
   h.now += absl::Seconds(30);
   ReconcileResult r = h.Step();
   EXPECT_TRUE(Deleted(r).empty());
@@ -2528,10 +2531,7 @@ TEST(AdmissionGateTest, AReleasedTrialGoesOnWhenAdmissionIsTurnedOff) {
   h.Settle();
   h.RunAll();
   h.Settle();
-  ObservedReplica& worker = h.Pod("mnist-t1-worker-0");
-  worker.phase = ReplicaPhase::kPending;
-  worker.created = h.now;
-  worker.waiting = ReplicaWaiting{.reason = "Unschedulable", .message = "no room"};
+  h.Unplaceable("mnist-t1-worker-0", "no room");
   h.now += kDefaultScheduleTimeout;
   h.Settle();
   ASSERT_TRUE(h.job.status().training_output().trials(0).awaiting_admission());

@@ -65,8 +65,9 @@ struct DesiredReplica {
   // runAsNonRoot, as Pod Security "restricted" asks.
   bool image_runs_as_non_root = false;
   // containerCommand when given; else, for pythonModule, `kubetrain-runtime
-  // exec ... -- PYTHON -m MODULE` (python_module.h); else
-  // {"kubetrain-runtime", "train"}.
+  // exec ... -- PYTHON -m MODULE` (python_module.h); else empty for an
+  // imageUri of the user's (its ENTRYPOINT runs, api::RunsImageEntrypoint);
+  // else {"kubetrain-runtime", "train"}.
   std::vector<std::string> command;
   // containerArgs when given, else trainingInput.args; then, for trials, one
   // "--<name>=<value>" per hyperparameter (in the spec's order) and, when the

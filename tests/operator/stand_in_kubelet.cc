@@ -88,6 +88,12 @@ std::unique_ptr<test_support::ChildProcess> StandInKubelet::Start(const json& po
     }
     return resolved + value.substr(copied);
   };
+  if (!container.contains("command")) {
+    // It runs commands on this machine, not images: an entrypoint has none.
+    ADD_FAILURE() << "the stand-in kubelet cannot run an image's entrypoint (no command): "
+                  << container.dump();
+    return nullptr;
+  }
   std::vector<std::string> argv;
   for (const json& part : container["command"]) argv.push_back(part);
   for (const json& part : container["args"]) argv.push_back(rewrite(part));
