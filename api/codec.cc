@@ -464,6 +464,49 @@ std::vector<FieldError> DecodeMessage(std::string_view text, google::protobuf::M
   return errors;
 }
 
+std::vector<YamlDocumentText> SplitYamlDocuments(std::string_view text) {
+  std::vector<YamlDocumentText> documents;
+  // A marker: the characters at the start of a line, then the line's end,
+  // a blank or a tab.
+  auto is_marker = [](std::string_view line, std::string_view marker) {
+    return line.substr(0, marker.size()) == marker &&
+           (line.size() == marker.size() || line[marker.size()] == ' ' ||
+            line[marker.size()] == '\t' || line[marker.size()] == '\r');
+  };
+  auto is_empty = [](std::string_view line) {
+    const size_t first = line.find_first_not_of(" \t\r");
+    return first == std::string_view::npos || line[first] == '#';
+  };
+  size_t start = 0;  // of the document being read
+  int start_line = 1;
+  bool empty = true;
+  auto close = [&](size_t end) {
+    if (end > start) documents.push_back({text.substr(start, end - start), start_line, empty});
+  };
+  size_t at = 0;
+  int line_number = 1;
+  while (at < text.size()) {
+    size_t end = text.find('\n', at);
+    const size_t next = end == std::string_view::npos ? text.size() : end + 1;
+    std::string_view line =
+        text.substr(at, (end == std::string_view::npos ? text.size() : end) - at);
+    if (is_marker(line, "---") || is_marker(line, "...")) {
+      close(at);
+      // What follows `---` on its line is the new document's ("--- {a: 1}").
+      const bool content_follows = is_marker(line, "---") && !is_empty(line.substr(3));
+      start = content_follows ? at : next;
+      start_line = content_follows ? line_number : line_number + 1;
+      empty = !content_follows;
+    } else if (!is_empty(line) && line.front() != '%') {
+      empty = false;
+    }
+    at = next;
+    ++line_number;
+  }
+  close(text.size());
+  return documents;
+}
+
 DecodedDocument DecodeDocument(std::string_view text) {
   DecodedDocument result;
   std::optional<YAML::Node> root = ParseSingleDocument(text, &result.errors);

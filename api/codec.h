@@ -60,6 +60,19 @@ struct DecodedDocument {
 };
 DecodedDocument DecodeDocument(std::string_view text);
 
+// A file of several YAML documents (kubectl's `---`-separated manifests),
+// each as written. A line that begins with `---` starts a document, and one
+// that is `...` ends it (YAML reads them so wherever they stand, block
+// scalars included). `first_line` is the document's first line in the file
+// (1-based), to carry its errors' positions back into the file.
+struct YamlDocumentText {
+  std::string_view text;  // a view into the file's text
+  int first_line = 1;
+  // Only comments, blank lines and markers: nothing for a decoder.
+  bool empty = true;
+};
+std::vector<YamlDocumentText> SplitYamlDocuments(std::string_view text);
+
 // Protobuf's JSON mapping: camelCase names, enums as names, int64 as strings,
 // keys in field order. `pretty` indents by two spaces.
 std::string EncodeJson(const google::protobuf::Message& message, bool pretty = false);

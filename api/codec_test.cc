@@ -36,6 +36,41 @@ TEST(CodecTest, EveryExampleIsValid) {
 }
 
 // YAML -> proto -> JSON -> proto is lossless.
+TEST(CodecTest, SplitYamlDocumentsKeepsEachAsWrittenWithItsFirstLine) {
+  const std::string text =
+      "# header\n"          // 1
+      "a: 1\n"              // 2
+      "---\n"               // 3
+      "b: 2\n"              // 4
+      "...\n"               // 5
+      "# only a comment\n"  // 6
+      "--- {c: 3}\n"        // 7: content on the marker's line
+      "----: not a marker\n"
+      "---   # a comment\r\n"
+      "d: |\n"
+      "  text\n";
+  const std::vector<YamlDocumentText> documents = SplitYamlDocuments(text);
+  ASSERT_EQ(documents.size(), 5u);
+  EXPECT_EQ(documents[0].text, "# header\na: 1\n");
+  EXPECT_EQ(documents[0].first_line, 1);
+  EXPECT_FALSE(documents[0].empty);
+  EXPECT_EQ(documents[1].text, "b: 2\n");
+  EXPECT_EQ(documents[1].first_line, 4);
+  EXPECT_EQ(documents[2].text, "# only a comment\n");
+  EXPECT_EQ(documents[2].first_line, 6);
+  EXPECT_TRUE(documents[2].empty);
+  EXPECT_EQ(documents[3].text, "--- {c: 3}\n----: not a marker\n");
+  EXPECT_EQ(documents[3].first_line, 7);
+  EXPECT_FALSE(documents[3].empty);
+  EXPECT_EQ(documents[4].text, "d: |\n  text\n");
+  EXPECT_EQ(documents[4].first_line, 10);
+  // One document, with or without its marker.
+  ASSERT_EQ(SplitYamlDocuments("a: 1\n").size(), 1u);
+  ASSERT_EQ(SplitYamlDocuments("---\na: 1").size(), 1u);
+  EXPECT_EQ(SplitYamlDocuments("---\na: 1")[0].text, "a: 1");
+  EXPECT_TRUE(SplitYamlDocuments("").empty());
+}
+
 TEST(CodecTest, RoundTripThroughJsonIsLossless) {
   for (const fs::path& file : Examples()) {
     DecodeResult first = DecodeTrainingJob(*ReadTextFile(file.string()));

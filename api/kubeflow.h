@@ -22,7 +22,8 @@ namespace kubetrain::api {
 //   TensorFlow treats worker 0 of a chief-less cluster). Type names match in
 //   any case, as Kubeflow's defaulting does.
 // - each role's pod template -> its <role>Config (the training container's
-//   image, command, args, nvidia.com/gpu as acceleratorConfig) and
+//   image, command, args, nvidia.com/gpu as acceleratorConfig; no command:
+//   the image's entrypoint runs, as in Kubeflow) and
 //   spec.replicaTemplates[<role>] (everything else, the training container
 //   renamed "kubetrain"); machine type "pod-template", so the template's
 //   resources are the pod's;
@@ -36,8 +37,7 @@ namespace kubetrain::api {
 // elasticPolicy, schedulingPolicy, successPolicy AllWorkers,
 // enableDynamicWorker, nprocPerNode other than one process per GPU, replica
 // types the kind does not have, roles with differing restart policies or
-// ports, a training container without a command (Kubeflow runs the image's
-// entrypoint; kubetrain would run kubetrain-runtime), unknown fields.
+// ports, unknown fields.
 
 // One field of the manifest and what it became.
 struct MappedField {

@@ -6,11 +6,14 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <set>
 #include <sstream>
 
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
 #include "cli/commands.h"
 
 namespace kubetrain::cli {
@@ -285,6 +288,40 @@ TEST(KubeflowManifestTest, ConvertPrintsATrainingJobThatValidates) {
   EXPECT_EQ(r.code, 2);
   EXPECT_EQ(r.err, "kubetrain convert: " + converted +
                        ": not a kubeflow.org/v1 TFJob or PyTorchJob; it runs as it is\n");
+}
+
+// A job beside a Service and a ConfigMap: the job converts, the others pass
+// through as written, in their order; an error names its line in the file.
+TEST(KubeflowManifestTest, ConvertPassesTheOtherDocumentsOfAFileThrough) {
+  const std::string file = kKubeflow + "pytorch-beside-other-objects.yaml";
+  Result r = RunKubetrain({"convert", file});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const std::vector<std::string> documents = absl::StrSplit(r.out, "---\n");
+  ASSERT_EQ(documents.size(), 3u) << r.out;
+  EXPECT_THAT(documents[0], ::testing::EndsWith("apiVersion: v1\nkind: Service\nmetadata:\n  name: "
+                                                "tensorboard\nspec:\n  ports: [{port: 6006}]\n"));
+  EXPECT_THAT(documents[1], ::testing::StartsWith("# kubetrain convert " + file +
+                                                  " (line 10): the kubeflow.org/v1 PyTorchJob as a "
+                                                  "TrainingJob\n"));
+  EXPECT_THAT(documents[1],
+              ::testing::HasSubstr("\nkind: TrainingJob\nmetadata:\n  name: mnist\n"));
+  EXPECT_EQ(documents[2],
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings}\ndata: {a: \"1\"}\n");
+  // What is printed converts no more, and validates as it is.
+  const std::string converted = ::testing::TempDir() + "/converted-job.yaml";
+  std::ofstream(converted) << documents[1];
+  EXPECT_EQ(RunKubetrain({"validate", converted}).code, 0);
+
+  const std::string elastic = ::testing::TempDir() + "/elastic-beside.yaml";
+  std::ifstream in(file);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::ofstream(elastic) << absl::StrReplaceAll(
+      text, {{"  pytorchReplicaSpecs:\n",
+              "  elasticPolicy: {minReplicas: 1}\n  pytorchReplicaSpecs:\n"}});
+  r = RunKubetrain({"convert", elastic});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.out, "");
+  EXPECT_THAT(r.err, ::testing::HasSubstr(elastic + ":15:3: spec.elasticPolicy: no equivalent"));
 }
 
 TEST(KubeflowManifestTest, RenderShowsThePodsWithTheirPyTorchEnvironment) {

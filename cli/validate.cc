@@ -1,9 +1,13 @@
 // `kubetrain validate FILE...`, `kubetrain convert FILE` and `kubetrain version`.
 #include <ostream>
+#include <string>
+#include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "api/codec.h"
 #include "api/defaults.h"
 #include "api/job_file.h"
+#include "api/kubeflow.h"
 #include "cli/commands.h"
 #include "cli/local_backend.h"
 
@@ -75,25 +79,71 @@ int Convert(const std::vector<std::string>& args, std::ostream& out, std::ostrea
     err << "kubetrain convert: " << text.status().message() << "\n";
     return kExitUsage;
   }
-  api::CheckedJob checked = api::CheckTrainingJob(*text, true, &*runtimes);
-  if (checked.kubeflow_kind.empty() && checked.ok()) {
-    err << "kubetrain convert: " << path
-        << ": not a kubeflow.org/v1 TFJob or PyTorchJob; it runs as it is\n";
-    return kExitUsage;
+  // A file of several documents (a Service or a ConfigMap beside the job,
+  // as kubectl applies them together): each Kubeflow job converts, the
+  // others pass through as written.
+  std::vector<api::YamlDocumentText> documents;
+  for (const api::YamlDocumentText& document : api::SplitYamlDocuments(*text)) {
+    if (!document.empty) documents.push_back(document);
   }
-  if (!checked.ok()) {
-    err << api::FormatErrors(checked.errors, path);
+  if (documents.size() <= 1) documents = {{*text, 1, false}};
+  std::vector<std::string> printed;
+  bool converted = false, refused = false;
+  // Errors of one document, at their lines in the file.
+  auto report = [&](std::vector<api::FieldError> errors, const api::YamlDocumentText& document) {
+    for (api::FieldError& error : errors) {
+      if (error.line > 0) error.line += document.first_line - 1;
+    }
+    err << api::FormatErrors(errors, path);
+    refused = true;
+  };
+  for (const api::YamlDocumentText& document : documents) {
+    if (documents.size() > 1 && !api::ConvertKubeflowJob(document.text).kubeflow) {
+      // Passed through, if it reads at all.
+      if (api::DecodedDocument other = api::DecodeDocument(document.text); !other.errors.empty()) {
+        report(std::move(other.errors), document);
+        continue;
+      }
+      printed.emplace_back(document.text);
+      continue;
+    }
+    api::CheckedJob checked = api::CheckTrainingJob(document.text, true, &*runtimes);
+    if (checked.kubeflow_kind.empty() && checked.ok()) {
+      err << "kubetrain convert: " << path
+          << ": not a kubeflow.org/v1 TFJob or PyTorchJob; it runs as it is\n";
+      return kExitUsage;
+    }
+    if (!checked.ok()) {
+      report(std::move(checked.errors), document);
+      continue;
+    }
+    converted = true;
+    std::string job =
+        absl::StrCat("# kubetrain convert ", path,
+                     documents.size() > 1 ? absl::StrCat(" (line ", document.first_line, ")") : "",
+                     ": the kubeflow.org/v1 ", checked.kubeflow_kind, " as a TrainingJob\n");
+    for (const api::MappedField& field : checked.mapped) {
+      absl::StrAppend(&job, "#   ", field.from, " -> ", field.to, "\n");
+    }
+    // int64 fields as numbers, as a Kubernetes manifest writes them (the CRD
+    // takes the string form too; numbers read as what they are).
+    absl::StrAppend(&job, api::EncodeYaml(api::EncodeKubernetesJson(checked.job)));
+    printed.push_back(std::move(job));
+  }
+  if (refused) {
     err << "kubetrain convert: " << path << " does not convert; nothing was printed\n";
     return kExitUsage;
   }
-  out << "# kubetrain convert " << path << ": the kubeflow.org/v1 " << checked.kubeflow_kind
-      << " as a TrainingJob\n";
-  for (const api::MappedField& field : checked.mapped) {
-    out << "#   " << field.from << " -> " << field.to << "\n";
+  if (!converted) {
+    err << "kubetrain convert: " << path
+        << ": holds no kubeflow.org/v1 TFJob or PyTorchJob; it runs as it is\n";
+    return kExitUsage;
   }
-  // int64 fields as numbers, as a Kubernetes manifest writes them (the CRD
-  // takes the string form too; numbers read as what they are).
-  out << api::EncodeYaml(api::EncodeKubernetesJson(checked.job));
+  for (size_t i = 0; i < printed.size(); ++i) {
+    if (i > 0) out << "---\n";
+    out << printed[i];
+    if (!printed[i].empty() && printed[i].back() != '\n') out << "\n";
+  }
   return kExitOk;
 }
 
