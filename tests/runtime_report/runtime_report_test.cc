@@ -13,8 +13,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
 #include "common/hypertune/hypertune.h"
 #include "common/testing/child_process.h"
 #include "gmock/gmock.h"
@@ -313,6 +315,85 @@ TEST_F(UnreachableOperatorTest, ASigtermEndsTheWaitForTheLastReport) {
   ASSERT_EQ(exec.ReadOutput(), "done\n");
   EXPECT_EQ(exec.Terminate(), 128 + SIGTERM) << Slurp(log_);
   EXPECT_THAT(Slurp(log_), HasSubstr("stopped by signal 15"));
+}
+
+// `kubetrain-runtime collect --file FILE` as a sidecar runs: a child of the
+// test, its stdout on a pipe, told to stop with SIGTERM.
+class CollectProcess {
+ public:
+  CollectProcess(const std::string& env, const std::string& file, const std::string& log,
+                 const std::string& flags = "")
+      : process_({.argv = {"/bin/sh", "-c",
+                           absl::StrCat("exec ", env, " ", KUBETRAIN_RUNTIME_BINARY,
+                                        " collect --poll-interval 20ms --file ", file, " ", flags,
+                                        " 2>", log)},
+                  .pipe_stdio = true}) {
+    started_ = process_.Start().ok();
+  }
+  // Its first line: it has caught the signals, and follows the file.
+  bool Ready() {
+    absl::StatusOr<std::string> line = process_.ReadLine(absl::Now() + absl::Seconds(60));
+    return started_ && line.ok() && absl::StrContains(*line, "kubetrain-runtime collect: ");
+  }
+  int Terminate() {
+    if (!process_.running()) return -1;
+    const int code = process_.SignalAndWait(SIGTERM);
+    return process_.killed_by_signal() ? -1 : code;
+  }
+
+ private:
+  test_support::ChildProcess process_;
+  bool started_ = false;
+};
+
+// The sidecar of a trial whose trainer runs its image's entrypoint: each
+// report the trainer writes reaches the operator once, in order, the last
+// one written just before the trainer ended included.
+TEST_F(RuntimeReportTest, CollectForwardsATrainersReportsUntilItIsStopped) {
+  const std::string file = (dir_ / "shared" / "output.metrics").string();
+  fs::create_directories(dir_ / "shared");
+  CollectProcess collect(Env(TrialEnvironment(token_)), file, log_);
+  ASSERT_TRUE(collect.Ready()) << Slurp(log_);
+  auto writer = hypertune::HypertuneWriter::Create({.metric_path = file, .trial_id = kTrial});
+  ASSERT_TRUE(writer.ok()) << writer.status();
+  for (int step : {100, 200}) {
+    ASSERT_TRUE((*writer)->Report("accuracy", step / 1000.0, step).ok());
+    const fs::path got = dir_ / absl::StrCat("got-", step);
+    for (int i = 0; i < 3000 && !fs::exists(got); ++i) absl::SleepFor(absl::Milliseconds(10));
+    ASSERT_TRUE(fs::exists(got)) << Slurp(log_);
+  }
+  // The trainer's last report, then the kubelet stops the sidecar at once.
+  ASSERT_TRUE((*writer)->Report("accuracy", 0.3, 300).ok());
+  EXPECT_EQ(collect.Terminate(), kExitOk) << Slurp(log_);
+  const std::vector<metrics::MetricsReport> reports = sink_->reports();
+  ASSERT_EQ(reports.size(), 3u) << Slurp(log_);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(reports[i].step, (i + 1) * 100);
+    EXPECT_THAT(reports[i].values, ElementsAre(Pair("accuracy", (i + 1) / 10.0)));
+    EXPECT_EQ(reports[i].trial, kTrial);
+    EXPECT_EQ(reports[i].task, "master-0");
+  }
+}
+
+TEST_F(RuntimeReportTest, CollectWithoutAMetricsServiceWaitsToBeStopped) {
+  CollectProcess collect(Env({}), (dir_ / "output.metrics").string(), log_);
+  ASSERT_TRUE(collect.Ready()) << Slurp(log_);
+  EXPECT_EQ(collect.Terminate(), kExitOk) << Slurp(log_);
+  EXPECT_EQ(RunBinary("collect", log_, Env({})), kExitUsage);
+  EXPECT_THAT(Slurp(log_), HasSubstr("--file is required"));
+}
+
+TEST_F(UnreachableOperatorTest, CollectStoppedWithAReportOnTheWayExitsRetryableWithinItsGrace) {
+  const std::string file = (dir_ / "output.metrics").string();
+  CollectProcess collect(UnreachableEnv(), file, log_, "--grace 1s");
+  ASSERT_TRUE(collect.Ready()) << Slurp(log_);
+  auto writer = hypertune::HypertuneWriter::Create({.metric_path = file, .trial_id = kTrial});
+  ASSERT_TRUE(writer.ok()) << writer.status();
+  ASSERT_TRUE((*writer)->Report("accuracy", 0.5, 1).ok());
+  const absl::Time start = absl::Now();
+  EXPECT_EQ(collect.Terminate(), kExitRetryable) << Slurp(log_);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(30));  // not the 1h report deadline
+  EXPECT_THAT(Slurp(log_), HasSubstr("the trial's last metrics report did not reach"));
 }
 
 TEST_F(RuntimeReportTest, ExecExitsWithTheChildsCode) {

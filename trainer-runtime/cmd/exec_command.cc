@@ -66,6 +66,7 @@
 #include "common/process/process.h"
 #include "trainer-runtime/cmd/command_error.h"
 #include "trainer-runtime/cmd/packages.h"
+#include "trainer-runtime/cmd/report_forwarding.h"
 #include "trainer-runtime/cmd/subcommand.h"
 #include "trainer-runtime/cmd/trial_reporter.h"
 #include "trainer-runtime/dist/cluster_spec.h"
@@ -260,61 +261,6 @@ absl::StatusOr<std::filesystem::path> MakePrivateDir() {
   return std::filesystem::path(pattern);
 }
 
-// Queues the reports the child has added to its metric file since the last
-// poll. A file that cannot be read is a warning: the next poll tries again.
-void Forward(hypertune::HypertuneFileFollower& follower, const std::string& path,
-             TrialReporter& reporter) {
-  absl::StatusOr<std::vector<hypertune::HypertuneReport>> fresh = follower.PollFile(path);
-  if (!fresh.ok()) {
-    std::cerr << "kubetrain-runtime exec: warning: " << fresh.status().message() << std::endl;
-    return;
-  }
-  for (const hypertune::HypertuneReport& report : *fresh) {
-    reporter.Report(report.global_step, report.metrics, report.final);
-  }
-}
-
-// The write end of the pipe the signal handler writes to.
-int signal_pipe = -1;
-
-void OnSignal(int sig) {
-  const int saved_errno = errno;
-  const unsigned char byte = static_cast<unsigned char>(sig);
-  // Non-blocking: when the pipe is full, the loop has signals to read anyway.
-  [[maybe_unused]] ssize_t ignored = write(signal_pipe, &byte, 1);
-  errno = saved_errno;
-}
-
-// Routes SIGTERM, SIGINT and SIGCHLD to a pipe; its read end, or an error.
-absl::StatusOr<int> CatchSignals() {
-  int fds[2];
-  if (pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0) {
-    return absl::InternalError(absl::StrCat("pipe: ", std::strerror(errno)));
-  }
-  signal_pipe = fds[1];
-  struct sigaction action = {};
-  action.sa_handler = OnSignal;
-  sigemptyset(&action.sa_mask);
-  action.sa_flags = SA_RESTART | SA_NOCLDSTOP;
-  for (int sig : {SIGTERM, SIGINT, SIGCHLD}) sigaction(sig, &action, nullptr);
-  return fds[0];
-}
-
-// SIGTERM or SIGINT among the signals waiting in the pipe (forwarded to
-// `child` while it runs, when child > 0); 0 when none.
-int ReadTerminationSignal(int signals, pid_t child) {
-  int termination = 0;
-  unsigned char caught[64];
-  for (ssize_t n; (n = read(signals, caught, sizeof(caught))) > 0;) {
-    for (ssize_t i = 0; i < n; ++i) {
-      if (caught[i] != SIGTERM && caught[i] != SIGINT) continue;
-      termination = caught[i];
-      if (child > 0) kill(child, caught[i]);
-    }
-  }
-  return termination;
-}
-
 // Step 4 and 5: the outcome of the trial's last report, waited for on a
 // thread of its own so that a termination signal is seen while it is on the
 // way. Returns exec's exit code.
@@ -372,7 +318,7 @@ int RunAsChild(ExecArgs& exec, const PackagePlan& plan, TrialReporter* reporter)
   SetVariables(env_strings, *package_vars);
   // Before the child starts, so that neither a signal to us nor its exit is
   // missed. (Caught signals are reset to their default in the child by exec.)
-  absl::StatusOr<int> signals = CatchSignals();
+  absl::StatusOr<int> signals = CatchSignalsInAPipe();
   if (!signals.ok()) return Fail(signals.status());
 
   // Looked up on the child's PATH, which may lead with the packages'
@@ -410,7 +356,9 @@ int RunAsChild(ExecArgs& exec, const PackagePlan& plan, TrialReporter* reporter)
       }
     }
     // Read after the child has exited too: its last report is in the file.
-    if (reporter != nullptr) Forward(follower, metric_file, *reporter);
+    if (reporter != nullptr) {
+      ForwardNewReports(follower, metric_file, *reporter, "kubetrain-runtime exec");
+    }
     if (child_done) break;
     if (wait_errno != 0) {
       return Fail(absl::InternalError(
