@@ -71,30 +71,8 @@ class Validator {
     }
     if (input.has_hyperparameters()) {
       ValidateHyperparameters(input.hyperparameters(), input, path + ".hyperparameters");
-      ValidateTrialReports(input, path);
     }
     if (input.framework() == TrainingInput::PYTORCH) ValidatePyTorch(input, path);
-  }
-
-  // A trial's objective comes from its chief (the master, else worker 0):
-  // through kubetrain-runtime (train, or exec around a command). An image's
-  // own entrypoint has neither, and no trial would get an objective.
-  void ValidateTrialReports(const TrainingInput& input, const std::string& path) {
-    for (const ReplicaGroup& group : ReplicaGroups(input)) {
-      if (group.role != Role::kMaster && group.role != Role::kWorker) continue;
-      if (RunsImageEntrypoint(input, group.config)) {
-        Error(absl::StrCat(path, ".", std::string(ReplicaConfigField(group.role)),
-                           ".containerCommand"),
-              absl::StrCat(
-                  "required in a tuning job whose ", std::string(RoleName(group.role)),
-                  " runs an image of its own (imageUri): its entrypoint alone cannot report a "
-                  "trial's objective to kubetrain. Set containerCommand to the entrypoint "
-                  "wrapped in kubetrain-runtime exec, [\"kubetrain-runtime\", \"exec\", \"--\", "
-                  "...], in an image built FROM kubetrain/kubetrain-python-runtime "
-                  "(docs/bring-your-code.md), or use pythonModule"));
-      }
-      return;  // the first of them is the chief
-    }
   }
 
   void ValidateSpec(const v1::TrainingJobSpec& spec) {

@@ -410,15 +410,6 @@ std::vector<InvalidCase> Cases() {
        "required for a PYTORCH job without pythonModule or an image of its own (imageUri, whose "
        "entrypoint runs): kubetrain-runtime trains from TF_CONFIG, which a PYTORCH job does not "
        "get"},
-      // An image's entrypoint cannot report trials' objectives.
-      {"tuning_master_runs_an_image_entrypoint",
-       Tuning(kLr, "") + "    masterConfig: {imageUri: registry.example.com/trainer:1}\n",
-       "spec.trainingInput.masterConfig.containerCommand",
-       "required in a tuning job whose master runs an image of its own (imageUri): its entrypoint "
-       "alone cannot report a trial's objective to kubetrain. Set containerCommand to the "
-       "entrypoint wrapped in kubetrain-runtime exec, [\"kubetrain-runtime\", \"exec\", \"--\", "
-       "...], in an image built FROM kubetrain/kubetrain-python-runtime (docs/bring-your-code.md), "
-       "or use pythonModule"},
       {"unknown_framework", Job("    framework: JAX\n"), "spec.trainingInput.framework",
        "unknown value \"JAX\"; expected one of ANY, TENSORFLOW, PYTORCH"},
       // Object-store URIs where kubetrain needs a folder it can reach.
@@ -535,6 +526,10 @@ TEST(ValidationTest, ReportsEveryErrorNotJustTheFirst) {
 
 TEST(ValidationTest, ValidJobHasNoErrors) {
   CheckedJob checked = CheckTrainingJob(Tuning(kLr, "      maxParallelTrials: 2\n"));
+  EXPECT_TRUE(checked.ok()) << FormatErrors(checked.errors);
+  // Its master running its image's entrypoint: a sidecar reports the trials.
+  checked = CheckTrainingJob(Tuning(kLr) +
+                             "    masterConfig: {imageUri: registry.example.com/trainer:1}\n");
   EXPECT_TRUE(checked.ok()) << FormatErrors(checked.errors);
 }
 

@@ -1,7 +1,9 @@
+#include <algorithm>
 #include <cmath>
 #include <optional>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "api/defaults.h"
 #include "operator/core/python_module.h"
 #include "operator/core/pytorch_env.h"
@@ -56,6 +58,36 @@ std::vector<std::string> ReplicaArgs(const v1::TrainingJob& job, const api::Repl
     args.push_back(trial_id.empty() ? input.job_dir() : JoinPath(input.job_dir(), trial_id));
   }
   return args;
+}
+
+// The chief: the master, else worker 0 (whose reports count, as with
+// `train` and `exec`).
+bool IsChief(const std::vector<api::ReplicaGroup>& groups, const api::ReplicaGroup& group,
+             int64_t index) {
+  if (group.role == api::Role::kMaster) return true;
+  if (group.role != api::Role::kWorker || index != 0) return false;
+  return std::none_of(groups.begin(), groups.end(), [](const api::ReplicaGroup& g) {
+    return g.role == api::Role::kMaster && g.count > 0;
+  });
+}
+
+// The trainer writes the hypertune file, the sidecar reports it with the
+// trial's identity and token (moved off the trainer's container: an image
+// of the user's has no use for them).
+void AddMetricsSidecar(DesiredReplica& r, const ReconcileOptions& options) {
+  DesiredReplica::MetricsSidecar sidecar;
+  sidecar.image = options.default_image;
+  sidecar.metric_file = std::string(kMetricsSidecarFolder) + "/output.metrics";
+  std::vector<std::pair<std::string, std::string>> trainer;
+  for (auto& [name, value] : r.env) {
+    const bool reporting = name == "KUBETRAIN_METRICS_ADDR" || name == "KUBETRAIN_METRICS_TOKEN";
+    const bool identity = absl::StartsWith(name, "KUBETRAIN_") || name == "CLOUD_ML_TRIAL_ID";
+    if (reporting || identity) sidecar.env.emplace_back(name, value);
+    if (!reporting) trainer.emplace_back(std::move(name), std::move(value));
+  }
+  trainer.emplace_back("CLOUD_ML_HP_METRIC_FILE", sidecar.metric_file);
+  r.env = std::move(trainer);
+  r.metrics_sidecar = std::move(sidecar);
 }
 
 }  // namespace
@@ -141,6 +173,10 @@ DesiredReplica MakeReplica(const v1::TrainingJob& job, const std::vector<api::Re
   if (!trial_id.empty() && options.trial_token) {
     r.env.emplace_back("KUBETRAIN_METRICS_TOKEN",
                        options.trial_token(job.metadata().uid(), trial_id));
+  }
+  if (!trial_id.empty() && !options.metrics_address.empty() &&
+      api::RunsImageEntrypoint(input, group.config) && IsChief(groups, group, index)) {
+    AddMetricsSidecar(r, options);
   }
   return r;
 }

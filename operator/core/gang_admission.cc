@@ -567,8 +567,10 @@ absl::StatusOr<PodPlacement> ParsePodPlacement(const json& pod) {
   out.ns = JsonString(metadata, "namespace");
   out.node = JsonString(spec, "nodeName");
   out.priority_class = JsonString(spec, "priorityClassName");
-  // Containers run together: their requests add up. Init containers run one
-  // at a time, before them: the largest counts, when it is larger.
+  // Containers run together: their requests add up, and so do sidecars'
+  // (init containers with restartPolicy Always, which keep running). Other
+  // init containers run one at a time, before them: the largest counts,
+  // when it is larger.
   for (const bool init : {false, true}) {
     const char* list = init ? "initContainers" : "containers";
     const json& containers = JsonMember(spec, list);
@@ -577,9 +579,10 @@ absl::StatusOr<PodPlacement> ParsePodPlacement(const json& pod) {
       absl::StatusOr<ResourceAmounts> requests =
           ContainerRequests(containers[i], absl::StrCat("spec.", list, "[", i, "]"));
       if (!requests.ok()) return requests.status();
+      const bool runs_along = !init || JsonString(containers[i], "restartPolicy") == "Always";
       for (const auto& [resource, amount] : *requests) {
         int64_t& total = out.requests[resource];
-        total = init ? std::max(total, amount) : total + amount;
+        total = runs_along ? total + amount : std::max(total, amount);
       }
     }
   }

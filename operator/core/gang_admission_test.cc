@@ -63,6 +63,25 @@ TEST(QuantityTest, FormatsAsPeopleWriteThem) {
             "cpu 2, memory 1Gi, nvidia.com/gpu 1");
 }
 
+// A sidecar (an init container with restartPolicy Always) runs beside the
+// containers: its requests add to theirs, as the scheduler counts them.
+TEST(PodPlacementTest, ASidecarsRequestsAddToTheContainers) {
+  const json pod = json::parse(R"({
+    "metadata": {"name": "j-master-0", "namespace": "ns1"},
+    "spec": {
+      "containers": [{"name": "a", "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}],
+      "initContainers": [
+        {"name": "setup", "resources": {"requests": {"cpu": "2"}}},
+        {"name": "kubetrain-metrics", "restartPolicy": "Always",
+         "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}}}]
+    }})");
+  absl::StatusOr<PodPlacement> parsed = ParsePodPlacement(pod);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(
+      parsed->requests,
+      (ResourceAmounts{{"cpu", 2010}, {"memory", (kGi + 32 * kGi / 1024) * 1000}, {"pods", 1000}}));
+}
+
 TEST(PodPlacementTest, ReadsRequestsLimitsInitContainersAndConstraints) {
   const json pod = json::parse(R"({
     "metadata": {"name": "j-worker-0", "namespace": "ns1"},

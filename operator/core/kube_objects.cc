@@ -17,6 +17,7 @@
 #include "google/protobuf/util/json_util.h"
 #include "operator/core/output_storage.h"
 #include "operator/core/pod_group.h"
+#include "operator/core/python_module.h"
 
 namespace kubetrain::core {
 namespace {
@@ -202,6 +203,35 @@ void MarkNonRoot(json& spec, const DesiredReplica& replica) {
 
 // The packages a pythonModule replica installs from ConfigMaps
 // (python_module.h): read-only volumes, each holding its package file only.
+// The volume the trainer and its metrics sidecar share, and the sidecar: a
+// native sidecar (an init container that keeps running, Kubernetes 1.29+),
+// so that the pod ends when the trainer does, after the sidecar has sent the
+// last report.
+void AddMetricsSidecar(json& pod, const DesiredReplica& replica) {
+  if (!replica.metrics_sidecar) return;
+  const DesiredReplica::MetricsSidecar& sidecar = *replica.metrics_sidecar;
+  const std::string volume = DesiredReplica::kMetricsSidecarName;
+  pod["spec"]["volumes"].push_back({{"name", volume}, {"emptyDir", json::object()}});
+  const json mount = {{"name", volume}, {"mountPath", kMetricsSidecarFolder}};
+  pod["spec"]["containers"][0]["volumeMounts"].push_back(mount);
+  json env = json::array();
+  for (const auto& [name, value] : sidecar.env) env.push_back({{"name", name}, {"value", value}});
+  pod["spec"]["initContainers"].push_back(
+      {{"name", volume},
+       {"image", sidecar.image},
+       {"imagePullPolicy", "IfNotPresent"},
+       {"restartPolicy", "Always"},
+       {"command", {"kubetrain-runtime", "collect", "--file", sidecar.metric_file}},
+       {"env", env},
+       {"volumeMounts", json::array({mount})},
+       {"resources",
+        {{"requests", {{"cpu", "10m"}, {"memory", "32Mi"}}}, {"limits", {{"memory", "64Mi"}}}}},
+       {"securityContext",
+        {{"allowPrivilegeEscalation", false},
+         {"capabilities", {{"drop", json::array({"ALL"})}}},
+         {"runAsNonRoot", true}}}});
+}
+
 void AddPackageMounts(json& pod, const DesiredReplica& replica) {
   for (const PackageMount& mount : replica.package_mounts) {
     pod["spec"]["volumes"].push_back(
@@ -310,6 +340,7 @@ json RenderPod(const v1::TrainingJob& job, const std::string& namespace_name,
   }
   AddOutputMount(pod, job);
   AddPackageMounts(pod, replica);
+  AddMetricsSidecar(pod, replica);
   if (job.spec().has_template_()) ApplyTemplate(pod, StructToJson(job.spec().template_()));
   // Keyed by role name; the master's also as "chief".
   const auto& templates = job.spec().replica_templates();

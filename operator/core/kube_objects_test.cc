@@ -14,6 +14,7 @@ namespace {
 
 using api::Role;
 using nlohmann::json;
+using testing::HasSubstr;
 
 v1::TrainingJob GpuMasterJob() {
   v1::TrainingJob job;
@@ -595,6 +596,60 @@ TEST(KubeObjectsTest, AnImageWithoutACommandRunsItsEntrypointWithTheArgs) {
       RenderPod(job, "team-a", DesiredReplicas(job, "", {}, Options())[0])["spec"]["containers"][0];
   EXPECT_FALSE(bare.contains("command"));
   EXPECT_FALSE(bare.contains("args"));
+}
+
+// A tuning trial whose master runs its image's entrypoint: the trainer
+// writes the hypertune file on a shared volume, a native sidecar of
+// kubetrain's image reports it with the trial's token, which the trainer's
+// container does not get.
+TEST(KubeObjectsTest, AnEntrypointTrialsChiefGetsAMetricsSidecar) {
+  v1::TrainingJob job = GpuMasterJob();
+  v1::TrainingInput* input = job.mutable_spec()->mutable_training_input();
+  input->mutable_master_config()->set_image_uri("registry.example.com/trainer:1");
+  input->mutable_hyperparameters()->set_hyperparameter_metric_tag("accuracy");
+  input->mutable_hyperparameters()->add_params()->set_parameter_name("lr");
+  ReconcileOptions options = Options();
+  options.metrics_address = "kubetrain-operator.kubetrain:9090";
+  options.trial_token = [](const std::string&, const std::string& trial) {
+    return "token-" + trial;
+  };
+  const std::vector<DesiredReplica> replicas = DesiredReplicas(job, "3", {{"lr", "0.1"}}, options);
+  ASSERT_EQ(replicas.size(), 2u);
+  const DesiredReplica& master = replicas[0];
+  ASSERT_TRUE(master.metrics_sidecar.has_value());
+  EXPECT_EQ(master.Env("CLOUD_ML_HP_METRIC_FILE"), "/var/kubetrain/metrics/output.metrics");
+  EXPECT_EQ(master.Env("KUBETRAIN_METRICS_TOKEN"), "");
+  EXPECT_EQ(master.Env("KUBETRAIN_METRICS_ADDR"), "");
+  EXPECT_EQ(master.Env("CLOUD_ML_TRIAL_ID"), "3");
+  // The worker runs the built-in trainer, which reports itself (not the
+  // chief: its reports do not count, but it has what `train` reads).
+  EXPECT_FALSE(replicas[1].metrics_sidecar.has_value());
+
+  const json pod = RenderPod(job, "team-a", master);
+  const json& trainer = pod["spec"]["containers"][0];
+  EXPECT_FALSE(trainer.contains("command"));
+  EXPECT_THAT(trainer["volumeMounts"].dump(),
+              HasSubstr(R"({"mountPath":"/var/kubetrain/metrics","name":"kubetrain-metrics"})"));
+  EXPECT_THAT(pod["spec"]["volumes"].dump(),
+              HasSubstr(R"({"emptyDir":{},"name":"kubetrain-metrics"})"));
+  ASSERT_EQ(pod["spec"]["initContainers"].size(), 1u);
+  const json& sidecar = pod["spec"]["initContainers"][0];
+  EXPECT_EQ(sidecar["name"], "kubetrain-metrics");
+  EXPECT_EQ(sidecar["image"], options.default_image);
+  EXPECT_EQ(sidecar["restartPolicy"], "Always");
+  EXPECT_EQ(sidecar["command"], json({"kubetrain-runtime", "collect", "--file",
+                                      "/var/kubetrain/metrics/output.metrics"}));
+  std::map<std::string, std::string> env;
+  for (const json& var : sidecar["env"]) env[var["name"]] = var["value"];
+  EXPECT_EQ(env["KUBETRAIN_METRICS_ADDR"], "kubetrain-operator.kubetrain:9090");
+  EXPECT_EQ(env["KUBETRAIN_METRICS_TOKEN"], "token-3");
+  EXPECT_EQ(env["KUBETRAIN_TRIAL_ID"], "3");
+  EXPECT_EQ(env["KUBETRAIN_TASK_TYPE"], "master");
+  EXPECT_EQ(env["KUBETRAIN_METRIC_TAG"], "accuracy");
+  EXPECT_EQ(env.count("TF_CONFIG"), 0u);
+  EXPECT_EQ(sidecar["securityContext"]["runAsNonRoot"], true);
+  // Outside a trial there is nothing to report: no sidecar.
+  EXPECT_FALSE(DesiredReplicas(job, "", {}, options)[0].metrics_sidecar.has_value());
 }
 
 }  // namespace

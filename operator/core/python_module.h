@@ -32,6 +32,9 @@ namespace kubetrain::core {
 // Where packageUris[i] = configmap://NAME/FILE is mounted: FILE in
 // kPackageMountRoot/<i>/.
 inline constexpr char kPackageMountRoot[] = "/var/kubetrain/packages";
+// Where a trainer that runs its image's entrypoint and its metrics sidecar
+// share the cloudml-hypertune file (DesiredReplica::metrics_sidecar).
+inline constexpr char kMetricsSidecarFolder[] = "/var/kubetrain/metrics";
 
 // Whether a replica of `config` runs the job's pythonModule.
 bool RunsPythonModule(const v1::TrainingInput& input, const v1::ReplicaConfig& config);

@@ -84,6 +84,18 @@ struct DesiredReplica {
   // pythonVersion pick (python_module.h).
   std::string python;
   std::vector<PackageMount> package_mounts;
+  // A tuning trial's chief that runs its image's entrypoint reports through
+  // the cloudml-hypertune file: a sidecar of kubetrain's runtime image
+  // (`kubetrain-runtime collect`) forwards the file's reports to the Metrics
+  // service. `env` then holds CLOUD_ML_HP_METRIC_FILE (on a volume both
+  // mount) and not the trial's token, which only the sidecar gets.
+  static constexpr char kMetricsSidecarName[] = "kubetrain-metrics";
+  struct MetricsSidecar {
+    std::string image;
+    std::string metric_file;
+    std::vector<std::pair<std::string, std::string>> env;
+  };
+  std::optional<MetricsSidecar> metrics_sidecar;
 
   std::string Env(std::string_view name) const;  // "" when absent
 };

@@ -101,6 +101,31 @@ TEST_F(PodSecurityTest, EveryTrialOfAStudyIsAdmitted) {
   })) << Condition("sweep", "ReplicasWaiting");
 }
 
+// A trial whose master runs its image's entrypoint gets the metrics sidecar,
+// which the profile admits too (the user's image says it runs as non-root).
+TEST_F(PodSecurityTest, AnEntrypointTrialsMetricsSidecarIsAdmitted) {
+  controller_->Stop();
+  ControllerOptions options;
+  options.ns = "ns1";
+  options.workers = 2;
+  options.reconcile.tuner_factory = tuner::Tuner::Create;
+  options.reconcile.metrics_address = "kubetrain-operator.kubetrain:9090";
+  controller_ = std::make_unique<Controller>(client_.get(), options, &studies_);
+  ASSERT_TRUE(controller_->Start(absl::Seconds(30)));
+  json job = testing::TuningJobObject("entry", 2, 1);
+  job["spec"]["trainingInput"]["masterConfig"] = {{"imageUri", "registry.example.com/trainer:1"}};
+  job["spec"]["template"] = {{"spec", {{"securityContext", {{"runAsNonRoot", true}}}}}};
+  ASSERT_TRUE(server_->Create("trainingjobs", "ns1", job).ok());
+  ASSERT_TRUE(server_->WaitUntil([&] {
+    return Replicas("entry") == std::set<std::string>{"1/master-0"};
+  })) << Condition("entry", "ReplicasWaiting");
+  for (const json& pod : server_->List("pods", "ns1")) {
+    EXPECT_FALSE(pod["spec"]["containers"][0].contains("command"));
+    EXPECT_EQ(pod.value("/spec/initContainers/0/name"_json_pointer, json()), "kubetrain-metrics");
+    EXPECT_EQ(pod.value("/spec/initContainers/0/restartPolicy"_json_pointer, json()), "Always");
+  }
+}
+
 TEST_F(PodSecurityTest, APythonPackageJobIsAdmitted) {
   json job = FourRoleJob("package");
   job["spec"]["trainingInput"]["pythonModule"] = "trainer.task";

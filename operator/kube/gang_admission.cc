@@ -37,9 +37,14 @@ void GangAdmission::KeepForPlacement(const json& pod, json& kept) {
       json& into = kept["spec"][list];
       if (!into.is_array()) into = json::array();
       for (const json& container : *containers) {
-        into.push_back(
-            {{"resources", container.is_object() ? container.value("resources", json::object())
-                                                 : json::object()}});
+        json entry = {{"resources", container.is_object()
+                                        ? container.value("resources", json::object())
+                                        : json::object()}};
+        // A sidecar's (restartPolicy Always) requests add to the containers'.
+        if (container.is_object() && container.contains("restartPolicy")) {
+          entry["restartPolicy"] = container["restartPolicy"];
+        }
+        into.push_back(std::move(entry));
       }
     }
   }

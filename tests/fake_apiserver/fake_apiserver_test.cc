@@ -8,6 +8,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace kubetrain::fake_apiserver {
@@ -833,6 +834,31 @@ TEST_F(FakeApiServerTest, AQuotaOnRequestsRefusesThePodThatWouldPassIt) {
       Call(http::methods::POST, "/api/v1/namespaces/ns1/pods", scheduling::PodOf("second", "1"))
           .code,
       201);
+}
+
+// A sidecar (an init container that keeps running) counts beside the
+// containers; another init container only while it runs, alone.
+TEST_F(FakeApiServerTest, AQuotaCountsASidecarBesideTheContainers) {
+  ASSERT_TRUE(server_
+                  ->Create("resourcequotas", "ns1",
+                           {{"metadata", {{"name", "compute"}}},
+                            {"spec", {{"hard", {{"requests.cpu", "2"}}}}}})
+                  .ok());
+  auto init = [](const std::string& name, bool sidecar) {
+    json container = {
+        {"name", name}, {"image", "x"}, {"resources", {{"requests", {{"cpu", "600m"}}}}}};
+    if (sidecar) container["restartPolicy"] = "Always";
+    return json{{"initContainers", json::array({container})}};
+  };
+  Response refused = Call(http::methods::POST, "/api/v1/namespaces/ns1/pods",
+                          scheduling::PodOf("with-sidecar", "1500m", init("metrics", true)));
+  EXPECT_EQ(refused.code, 403);
+  EXPECT_THAT(refused.body["message"].get<std::string>(),
+              ::testing::HasSubstr("requested: requests.cpu=2100m"));
+  EXPECT_EQ(Call(http::methods::POST, "/api/v1/namespaces/ns1/pods",
+                 scheduling::PodOf("with-setup", "1500m", init("setup", false)))
+                .code,
+            201);
 }
 
 }  // namespace

@@ -101,9 +101,12 @@ std::map<std::string, int64_t> PodRequests(const json& pod) {
   for (const json& container : FieldAt(spec, "containers")) {
     for (const auto& [resource, amount] : ContainerRequests(container)) total[resource] += amount;
   }
+  // Sidecars (init containers that keep running, restartPolicy Always) run
+  // beside the containers; other init containers one at a time, before.
   for (const json& container : FieldAt(spec, "initContainers")) {
+    const bool sidecar = FieldText(container, "restartPolicy") == "Always";
     for (const auto& [resource, amount] : ContainerRequests(container)) {
-      total[resource] = std::max(total[resource], amount);
+      total[resource] = sidecar ? total[resource] + amount : std::max(total[resource], amount);
     }
   }
   total["pods"] = 1000;
