@@ -121,10 +121,13 @@ void StripForCache(const Resource& resource, json& object) {
     }
     kept["status"] = std::move(*status);
   }
+  // The trial's token: the trainer's, or its metrics sidecar's (an init
+  // container), kept as one container's env.
   json token_env = json::array();
   if (auto spec = object.find("spec"); spec != object.end() && spec->is_object()) {
-    if (auto containers = spec->find("containers");
-        containers != spec->end() && containers->is_array()) {
+    for (const char* list : {"containers", "initContainers"}) {
+      auto containers = spec->find(list);
+      if (containers == spec->end() || !containers->is_array()) continue;
       for (const json& container : *containers) {
         if (!container.is_object() || !container.contains("env") || !container["env"].is_array()) {
           continue;

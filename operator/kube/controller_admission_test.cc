@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
@@ -25,7 +26,6 @@ namespace {
 
 using fake_apiserver::FakeApiServer;
 using nlohmann::json;
-using ::testing::Contains;
 using ::testing::HasSubstr;
 
 // Synchronous PS: a master, two workers and a ps, each a "standard" machine
@@ -487,7 +487,10 @@ TEST_F(AdmissionTest, AStudyTrialThatCannotBePlacedAgainIsReleasedAloneThenRunsA
   })) << Job("sweep").dump();
   EXPECT_EQ(State("sweep"), "RUNNING");
   EXPECT_EQ(Admitted("sweep")["status"], "True");
-  EXPECT_THAT(Events("sweep", "Normal"), Contains(core::kGangReleasedReason));
+  // (The event is written after the status that records the release.)
+  EXPECT_TRUE(server_->WaitUntil([&] {
+    return absl::c_linear_search(Events("sweep", "Normal"), core::kGangReleasedReason);
+  })) << ::testing::PrintToString(Events("sweep", "Normal"));
 
   // Room again: the waiting trial is admitted again and runs, as itself.
   ASSERT_TRUE(server_->Create("nodes", "", Node("node-1")).ok());

@@ -1,5 +1,7 @@
 #include "tests/operator/stand_in_kubelet.h"
 
+#include <signal.h>
+
 #include <cstdlib>
 #include <filesystem>
 #include <regex>
@@ -25,8 +27,9 @@ std::string KubeletTime(absl::Time t) {
 
 }  // namespace
 
-StandInKubelet::StandInKubelet(std::map<std::string, std::string> claim_folders)
-    : claim_folders_(std::move(claim_folders)) {}
+StandInKubelet::StandInKubelet(std::map<std::string, std::string> claim_folders,
+                               std::map<std::string, std::vector<std::string>> entrypoints)
+    : claim_folders_(std::move(claim_folders)), entrypoints_(std::move(entrypoints)) {}
 
 StandInKubelet::~StandInKubelet() {
   {
@@ -39,22 +42,34 @@ StandInKubelet::~StandInKubelet() {
 std::unique_ptr<test_support::ChildProcess> StandInKubelet::Start(const json& pod,
                                                                   const std::string& log,
                                                                   const std::string& working_dir) {
+  return StartContainer(pod, pod["spec"]["containers"][0], log, working_dir);
+}
+
+std::unique_ptr<test_support::ChildProcess> StandInKubelet::StartContainer(
+    const json& pod, const json& container, const std::string& log,
+    const std::string& working_dir) {
   std::vector<std::pair<std::string, std::string>> mounts;  // mount path -> host folder
-  const json& container = pod["spec"]["containers"][0];
   for (const json& mount : container.value("volumeMounts", json::array())) {
     std::string claim;
+    bool empty_dir = false;
     for (const json& volume : pod["spec"].value("volumes", json::array())) {
-      if (volume["name"] == mount["name"] && volume.contains("persistentVolumeClaim")) {
+      if (volume["name"] != mount["name"]) continue;
+      if (volume.contains("persistentVolumeClaim")) {
         claim = volume["persistentVolumeClaim"]["claimName"];
       }
+      empty_dir = volume.contains("emptyDir");
     }
-    auto folder = claim_folders_.find(claim);
-    if (folder == claim_folders_.end()) {
+    std::string host;
+    if (empty_dir) {
+      // The pod's own, shared by its containers.
+      host = absl::StrCat(working_dir, "/.volumes/", mount["name"].get<std::string>());
+    } else if (auto folder = claim_folders_.find(claim); folder != claim_folders_.end()) {
+      host = folder->second;
+    } else {
       ADD_FAILURE() << "nothing backs volume " << mount["name"] << " of "
                     << pod["metadata"]["name"];
       return nullptr;
     }
-    std::string host = folder->second;
     if (mount.contains("subPath")) host += "/" + mount["subPath"].get<std::string>();
     fs::create_directories(host);  // the kubelet makes a missing subPath
     mounts.emplace_back(mount["mountPath"], host);
@@ -88,15 +103,18 @@ std::unique_ptr<test_support::ChildProcess> StandInKubelet::Start(const json& po
     }
     return resolved + value.substr(copied);
   };
-  if (!container.contains("command")) {
-    // It runs commands on this machine, not images: an entrypoint has none.
-    ADD_FAILURE() << "the stand-in kubelet cannot run an image's entrypoint (no command): "
-                  << container.dump();
+  std::vector<std::string> argv;
+  if (container.contains("command")) {
+    for (const json& part : container["command"]) argv.push_back(rewrite(part));
+  } else if (auto entrypoint = entrypoints_.find(container.value("image", ""));
+             entrypoint != entrypoints_.end()) {
+    argv = entrypoint->second;
+  } else {
+    ADD_FAILURE() << "no command, and no entrypoint known for image "
+                  << container.value("image", "") << ": " << container.dump();
     return nullptr;
   }
-  std::vector<std::string> argv;
-  for (const json& part : container["command"]) argv.push_back(part);
-  for (const json& part : container["args"]) argv.push_back(rewrite(part));
+  for (const json& part : container.value("args", json::array())) argv.push_back(rewrite(part));
   // The image's kubetrain-runtime is the one under test.
   if (!argv.empty() && argv[0] == "kubetrain-runtime") argv[0] = KUBETRAIN_RUNTIME_BINARY;
   std::vector<std::string> env = {"PATH=/usr/bin:/bin", "OPENBLAS_NUM_THREADS=1"};
@@ -119,7 +137,8 @@ std::unique_ptr<test_support::ChildProcess> StandInKubelet::Start(const json& po
 // One pod's container as RunPods keeps it.
 struct StandInKubelet::Container {
   std::string uid;
-  std::unique_ptr<test_support::ChildProcess> process;  // null between runs
+  std::unique_ptr<test_support::ChildProcess> process;                // null between runs
+  std::vector<std::unique_ptr<test_support::ChildProcess>> sidecars;  // while the pod runs
   absl::Time started;
   int restarts = 0;
   json last_terminated;  // the run before this one
@@ -190,6 +209,15 @@ void StandInKubelet::Loop(fake_apiserver::FakeApiServer* server, const std::stri
       if (c.process == nullptr && now >= c.start_at) {
         const std::string cwd = absl::StrCat(log_dir, "/", name, ".cwd");
         fs::create_directories(cwd);
+        // Native sidecars first, once: they run beside every run of the container.
+        if (c.restarts == 0) {
+          for (const json& init : pod["spec"].value("initContainers", json::array())) {
+            if (init.value("restartPolicy", "") != "Always") continue;
+            c.sidecars.push_back(StartContainer(
+                pod, init, absl::StrCat(log_dir, "/", name, ".", init.value("name", ""), ".log"),
+                cwd));
+          }
+        }
         c.process = Start(pod, absl::StrCat(log_dir, "/", name, ".log"), cwd);
         if (c.process == nullptr) {
           c.done = true;
@@ -207,6 +235,14 @@ void StandInKubelet::Loop(fake_apiserver::FakeApiServer* server, const std::stri
                                  {"startedAt", KubeletTime(c.started)},
                                  {"finishedAt", KubeletTime(now)}};
         const std::string policy = pod["spec"].value("restartPolicy", "Always");
+        const bool ends = code == 0 || (policy != "OnFailure" && policy != "Always");
+        if (ends) {
+          // The pod's container has ended for good: its sidecars are
+          // stopped, as a kubelet does, before the pod's phase says so.
+          for (auto& sidecar : c.sidecars) {
+            if (sidecar != nullptr && sidecar->running()) sidecar->SignalAndWait(SIGTERM);
+          }
+        }
         if (code == 0) {
           c.done = true;
           report(name, c, "Succeeded", {{"terminated", terminated}});

@@ -4,14 +4,20 @@
 // server, done with processes on this machine: each pod's training container
 // runs as a process of the command, args and environment the operator
 // rendered, and its status goes back to the server as a kubelet reports it.
-// Volumes backed by claims are "mounted" by rewriting their mount path to a
-// host folder in every argument and environment value, and Service addresses
-// are "resolved" to a port of this machine per pod (PortOf).
+// Volumes backed by claims (and emptyDirs, a folder per pod) are "mounted" by
+// rewriting their mount path to a host folder in every argument and
+// environment value, and Service addresses are "resolved" to a port of this
+// machine per pod (PortOf). A container without a command runs its image's
+// entrypoint, as the test says it is on this machine; a native sidecar (an
+// init container with restartPolicy Always) runs beside the pod's container
+// and is stopped with SIGTERM once it has ended, before the pod's phase says
+// so.
 
 #include <map>
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -24,7 +30,9 @@ namespace kubetrain::testing {
 class StandInKubelet {
  public:
   // `claim_folders`: claim name -> the host folder that holds its contents.
-  explicit StandInKubelet(std::map<std::string, std::string> claim_folders);
+  // `entrypoints`: image -> the command its ENTRYPOINT is on this machine.
+  explicit StandInKubelet(std::map<std::string, std::string> claim_folders,
+                          std::map<std::string, std::vector<std::string>> entrypoints = {});
   // Stops RunPods and kills every container it runs.
   ~StandInKubelet();
   StandInKubelet(const StandInKubelet&) = delete;
@@ -36,6 +44,12 @@ class StandInKubelet {
   std::unique_ptr<test_support::ChildProcess> Start(const nlohmann::json& pod,
                                                     const std::string& log,
                                                     const std::string& working_dir);
+  // The same for one container of the pod (its training container, or a
+  // sidecar).
+  std::unique_ptr<test_support::ChildProcess> StartContainer(const nlohmann::json& pod,
+                                                             const nlohmann::json& container,
+                                                             const std::string& log,
+                                                             const std::string& working_dir);
 
   // From now on runs every pod of `ns` on `server` as a kubelet does, on a
   // thread of its own: a new pod's container starts (phase Running, its
@@ -63,6 +77,7 @@ class StandInKubelet {
             const std::string& log_dir, absl::Duration restart_delay);
 
   const std::map<std::string, std::string> claim_folders_;
+  const std::map<std::string, std::vector<std::string>> entrypoints_;
   mutable absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::map<std::string, int> pids_ ABSL_GUARDED_BY(mu_);

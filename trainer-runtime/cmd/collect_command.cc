@@ -75,8 +75,8 @@ void DefineCollectFlags(CLI::App& app, CollectArgs* parsed) {
            flag,
            [flag, target](const std::string& value) {
              if (!absl::ParseDuration(value, target) || *target <= absl::ZeroDuration()) {
-               flags::Reject(
-                   absl::StrCat(flag, "=", value, ": must be a positive duration such as 500ms or 2s"));
+               flags::Reject(absl::StrCat(flag, "=", value,
+                                          ": must be a positive duration such as 500ms or 2s"));
              }
            },
            help)
@@ -122,11 +122,11 @@ absl::Status FinishWithin(TrialReporter& reporter, absl::Duration grace) {
   if (delivered.wait_for(absl::ToChronoMilliseconds(grace)) != std::future_status::ready) {
     // Nothing else of this process needs an orderly end, and the reporter's
     // thread is still sending: exit at once.
-    std::_Exit(Fail(WithExitCode(
-        absl::DeadlineExceededError(absl::StrCat(
-            "the trial's last metrics report did not reach ", reporter.address(), " within ",
-            absl::FormatDuration(grace), " of the signal to stop")),
-        kExitRetryable)));
+    std::_Exit(
+        Fail(WithExitCode(absl::DeadlineExceededError(absl::StrCat(
+                              "the trial's last metrics report did not reach ", reporter.address(),
+                              " within ", absl::FormatDuration(grace), " of the signal to stop")),
+                          kExitRetryable)));
   }
   return delivered.get();
 }
@@ -143,7 +143,8 @@ int RunCollect(const std::vector<std::string>& args) {
     std::cerr << kWho << ": " << parsed.status().message() << "\n\n" << CollectHelp();
     return ExitCodeFor(parsed.status());
   }
-  absl::StatusOr<std::unique_ptr<TrialReporter>> reporter = TrialReporter::FromEnvironment(std::cerr);
+  absl::StatusOr<std::unique_ptr<TrialReporter>> reporter =
+      TrialReporter::FromEnvironment(std::cerr);
   if (!reporter.ok()) return Fail(reporter.status());
   absl::StatusOr<int> signals = CatchSignalsInAPipe();
   if (!signals.ok()) return Fail(signals.status());
