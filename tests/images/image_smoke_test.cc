@@ -110,6 +110,26 @@ class ImageTest : public ::testing::Test {
   }
 };
 
+// The container's environment as podman's -e flags, appended to `run_args`.
+void AppendEnv(const json& container, std::string* run_args) {
+  for (const json& e : container["env"]) {
+    std::string value;
+    if (e.contains("value")) {
+      value = e["value"].get<std::string>();
+    } else {
+      // The one downward-API value kubetrain asks for, as the kubelet
+      // resolves it: the container's CPU request in millicores.
+      ASSERT_EQ(e["valueFrom"]["resourceFieldRef"]["resource"], "requests.cpu") << e.dump();
+      ASSERT_EQ(e["valueFrom"]["resourceFieldRef"]["divisor"], "1m") << e.dump();
+      const std::string cpu = container["resources"]["requests"].value("cpu", "0");
+      value = absl::EndsWith(cpu, "m") ? cpu.substr(0, cpu.size() - 1)
+                                       : std::to_string(std::lround(std::stod(cpu) * 1000));
+    }
+    absl::StrAppend(run_args, " -e ",
+                    ShellQuote(absl::StrCat(e["name"].get<std::string>(), "=", value)));
+  }
+}
+
 // The arguments of `kubetrain-runtime train` for 50 steps of the built-in
 // MLP on the data mounted at /data.
 std::string TrainArgs() {
@@ -350,22 +370,7 @@ TEST_F(ImageTest, PythonImageInstallsAPackagedModuleWhoseReportsArrive) {
   }
   ASSERT_EQ(volumes, 1) << container.dump();
   absl::StrAppend(&run_args, " -v ", outputs, ":/outputs");
-  for (const json& e : container["env"]) {
-    std::string value;
-    if (e.contains("value")) {
-      value = e["value"].get<std::string>();
-    } else {
-      // The one downward-API value kubetrain asks for, as the kubelet
-      // resolves it: the container's CPU request in millicores.
-      ASSERT_EQ(e["valueFrom"]["resourceFieldRef"]["resource"], "requests.cpu") << e.dump();
-      ASSERT_EQ(e["valueFrom"]["resourceFieldRef"]["divisor"], "1m") << e.dump();
-      const std::string cpu = container["resources"]["requests"].value("cpu", "0");
-      value = absl::EndsWith(cpu, "m") ? cpu.substr(0, cpu.size() - 1)
-                                       : std::to_string(std::lround(std::stod(cpu) * 1000));
-    }
-    absl::StrAppend(&run_args, " -e ",
-                    ShellQuote(absl::StrCat(e["name"].get<std::string>(), "=", value)));
-  }
+  ASSERT_NO_FATAL_FAILURE(AppendEnv(container, &run_args));
   // The image's entry replaced by the container's command, as Kubernetes does.
   absl::StrAppend(&run_args, " --entrypoint ", ShellQuote(container["command"].dump()), " ",
                   Image("kubetrain-python-runtime"));
@@ -399,6 +404,124 @@ TEST_F(ImageTest, PythonImageInstallsAPackagedModuleWhoseReportsArrive) {
       absl::StrContains(model["module"].get<std::string>(), "/site-packages/trainer/task.py"))
       << model.dump();
   EXPECT_EQ(model["accuracy"], reports.back().values.at(kMetricTag));
+}
+
+// A tuning trial whose master runs its own image's entrypoint, as the
+// operator renders it and a kubelet runs it: an image built FROM the Python
+// runtime whose ENTRYPOINT writes cloudml-hypertune's file, and the metrics
+// sidecar from the runtime image (`kubetrain-runtime collect`) on the
+// volume both mount; the sidecar is stopped once the trainer has ended, and
+// every report reaches a real Metrics service on this machine.
+TEST_F(ImageTest, AnEntrypointTrialReportsThroughTheMetricsSidecar) {
+  Cleanup cleanup;
+  test_support::TempDir tmp("kubetrain-image-entrypoint");
+  const std::string dir = tmp.path();
+  ASSERT_EQ(chmod(dir.c_str(), 0755), 0);
+  std::ofstream(dir + "/trainer.py")
+      << "import json, os, sys, time\n"
+         "x = int([a for a in sys.argv[1:] if a.startswith('--x=')][0][4:])\n"
+         "lines = []\n"
+         "for step in (1, 2, 3):\n"
+         "    lines.append(json.dumps({'accuracy': str(x * step), 'global_step': str(step),\n"
+         "                             'timestamp': time.time()}))\n"
+         "    with open(os.environ['CLOUD_ML_HP_METRIC_FILE'], 'w') as f:\n"
+         "        f.write('\\n'.join(lines) + '\\n')\n"
+         "    time.sleep(0.3)\n";
+  std::ofstream(dir + "/Containerfile") << "FROM " << Image("kubetrain-python-runtime") << "\n"
+                                        << "COPY trainer.py /trainer.py\n"
+                                           "ENTRYPOINT [\"python3\", \"/trainer.py\"]\n";
+  const std::string trainer_image = "localhost/" + Unique("trainer") + ":1";
+  CommandResult built =
+      Podman(absl::StrCat("build --network none -t ", trainer_image, " ", dir, " 2>&1"));
+  ASSERT_EQ(built.exit_code, 0) << built.output;
+  struct RemoveImage {
+    std::string name;
+    ~RemoveImage() { Podman("rmi -f " + name + " >/dev/null 2>&1"); }
+  } remove_image{trainer_image};
+
+  v1::TrainingJob job;
+  job.mutable_metadata()->set_name("entry");
+  job.mutable_metadata()->set_namespace_("team-a");
+  job.mutable_metadata()->set_uid("uid-1");
+  v1::TrainingInput* input = job.mutable_spec()->mutable_training_input();
+  input->mutable_master_config()->set_image_uri(trainer_image);
+  input->mutable_hyperparameters()->set_hyperparameter_metric_tag("accuracy");
+  v1::ParameterSpec* x = input->mutable_hyperparameters()->add_params();
+  x->set_parameter_name("x");
+  x->set_type(v1::ParameterSpec::INTEGER);
+  x->set_min_value(1);
+  x->set_max_value(100);
+  metrics::TokenRegistry tokens;
+  metrics::RecordingReportSink sink;
+  metrics::MetricsServiceImpl service(&tokens, &sink);
+  std::unique_ptr<metrics::LoopbackServer> metrics_server =
+      metrics::LoopbackServer::Start(&service);
+  ASSERT_NE(metrics_server, nullptr);
+  const std::string token = metrics::NewTrialToken();
+  tokens.Register("team-a/entry", "1", token);
+  core::ReconcileOptions options;
+  options.address = core::KubernetesAddresses("team-a");
+  options.metrics_address = metrics_server->address();
+  options.trial_token = [&](const std::string&, const std::string&) { return token; };
+  const std::vector<core::DesiredReplica> replicas =
+      core::DesiredReplicas(job, "1", {{"x", "7"}}, options);
+  ASSERT_EQ(replicas.size(), 1u);
+  const json pod = core::RenderPod(job, "team-a", replicas[0]);
+  const json& trainer = pod["spec"]["containers"][0];
+  ASSERT_FALSE(trainer.contains("command")) << trainer.dump();
+  ASSERT_EQ(pod["spec"]["initContainers"].size(), 1u) << pod.dump();
+  const json& sidecar = pod["spec"]["initContainers"][0];
+  // The image the sidecar names is the one this build made.
+  EXPECT_EQ(sidecar["image"], "kubetrain/kubetrain-runtime:" KUBETRAIN_VERSION);
+
+  // The emptyDir, writable by both containers' users.
+  const std::string shared = dir + "/metrics";
+  ASSERT_EQ(mkdir(shared.c_str(), 0777), 0);
+  ASSERT_EQ(chmod(shared.c_str(), 0777), 0);
+  auto volume_args = [&](const json& container) {
+    std::string args;
+    for (const json& mount : container["volumeMounts"]) {
+      EXPECT_EQ(mount["name"], "kubetrain-metrics") << container.dump();
+      absl::StrAppend(&args, " -v ", shared, ":", mount["mountPath"].get<std::string>());
+    }
+    return args;
+  };
+  const std::string sidecar_name = Unique("metrics");
+  cleanup.Container(sidecar_name);
+  std::string sidecar_args =
+      absl::StrCat("run -d --name ", sidecar_name, " --network host", volume_args(sidecar));
+  ASSERT_NO_FATAL_FAILURE(AppendEnv(sidecar, &sidecar_args));
+  absl::StrAppend(&sidecar_args, " --entrypoint ", ShellQuote(sidecar["command"].dump()), " ",
+                  Image("kubetrain-runtime"));
+  CommandResult started = Podman(sidecar_args + " 2>&1");
+  ASSERT_EQ(started.exit_code, 0) << sidecar_args << "\n" << started.output;
+
+  // The trainer: no --entrypoint, the image's own runs with the args.
+  std::string run_args = "run --rm --network host" + volume_args(trainer);
+  ASSERT_NO_FATAL_FAILURE(AppendEnv(trainer, &run_args));
+  absl::StrAppend(&run_args, " ", trainer_image);
+  for (const json& arg : trainer["args"]) {
+    absl::StrAppend(&run_args, " ", ShellQuote(arg.get<std::string>()));
+  }
+  CommandResult run = Podman(run_args + " 2>&1");
+  ASSERT_EQ(run.exit_code, 0) << run_args << "\n" << run.output;
+
+  // The kubelet stops the sidecar (SIGTERM) once the trainer has ended.
+  CommandResult stopped = Podman("stop -t 25 " + sidecar_name + " 2>&1");
+  EXPECT_EQ(stopped.exit_code, 0) << stopped.output;
+  CommandResult code = Podman("inspect --format '{{.State.ExitCode}}' " + sidecar_name + " 2>&1");
+  CommandResult logs = Podman("logs " + sidecar_name + " 2>&1");
+  EXPECT_EQ(absl::StripAsciiWhitespace(code.output), "0") << logs.output;
+  const std::vector<metrics::MetricsReport> reports = sink.reports();
+  ASSERT_EQ(reports.size(), 3u) << logs.output;
+  for (size_t i = 0; i < reports.size(); ++i) {
+    EXPECT_EQ(reports[i].job, "team-a/entry");
+    EXPECT_EQ(reports[i].trial, "1");
+    EXPECT_EQ(reports[i].task, "master-0");
+    EXPECT_EQ(reports[i].step, static_cast<int64_t>(i + 1));
+    ASSERT_EQ(reports[i].values.count("accuracy"), 1u) << logs.output;
+    EXPECT_EQ(reports[i].values.at("accuracy"), 7.0 * static_cast<double>(i + 1));
+  }
 }
 
 // Each archive loads as the name the manifests use.
