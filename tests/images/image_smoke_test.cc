@@ -130,6 +130,34 @@ void AppendEnv(const json& container, std::string* run_args) {
   }
 }
 
+// A real Metrics service on this machine that takes trial 1 of `job_key`
+// ("namespace/name"), and the pod the operator renders for that trial's
+// only replica, told to report there.
+struct TrialMetricsService {
+  explicit TrialMetricsService(const std::string& job_key)
+      : service(&tokens, &sink), server(metrics::LoopbackServer::Start(&service)) {
+    tokens.Register(job_key, "1", token);
+  }
+  bool serving() const { return server != nullptr; }
+  json TrialOnePod(const v1::TrainingJob& job, const tuner::Assignment& hyperparameters) {
+    core::ReconcileOptions options;
+    options.address = core::KubernetesAddresses(job.metadata().namespace_());
+    options.metrics_address = server->address();
+    options.trial_token = [this](const std::string&, const std::string&) { return token; };
+    const std::vector<core::DesiredReplica> replicas =
+        core::DesiredReplicas(job, "1", hyperparameters, options);
+    EXPECT_EQ(replicas.size(), 1u);
+    return replicas.empty() ? json::object()
+                            : core::RenderPod(job, job.metadata().namespace_(), replicas[0]);
+  }
+
+  metrics::TokenRegistry tokens;
+  metrics::RecordingReportSink sink;
+  metrics::MetricsServiceImpl service;
+  std::unique_ptr<metrics::LoopbackServer> server;
+  const std::string token = metrics::NewTrialToken();
+};
+
 // The arguments of `kubetrain-runtime train` for 50 steps of the built-in
 // MLP on the data mounted at /data.
 std::string TrainArgs() {
@@ -331,22 +359,10 @@ TEST_F(ImageTest, PythonImageInstallsAPackagedModuleWhoseReportsArrive) {
   lr->set_min_value(0.001);
   lr->set_max_value(3.0);
 
-  metrics::TokenRegistry tokens;
-  metrics::RecordingReportSink sink;
-  metrics::MetricsServiceImpl service(&tokens, &sink);
-  std::unique_ptr<metrics::LoopbackServer> metrics_server =
-      metrics::LoopbackServer::Start(&service);
-  ASSERT_NE(metrics_server, nullptr);
-  const std::string token = metrics::NewTrialToken();
-  tokens.Register("team-a/lr-study", "1", token);
-  core::ReconcileOptions options;
-  options.address = core::KubernetesAddresses("team-a");
-  options.metrics_address = metrics_server->address();
-  options.trial_token = [&](const std::string&, const std::string&) { return token; };
-  const std::vector<core::DesiredReplica> replicas =
-      core::DesiredReplicas(job, "1", {{"learning_rate", "0.1"}}, options);
-  ASSERT_EQ(replicas.size(), 1u);
-  const json pod = core::RenderPod(job, "team-a", replicas[0]);
+  TrialMetricsService metrics_service("team-a/lr-study");
+  ASSERT_TRUE(metrics_service.serving());
+  const json pod = metrics_service.TrialOnePod(job, {{"learning_rate", "0.1"}});
+  metrics::RecordingReportSink& sink = metrics_service.sink;
   const json& container = pod["spec"]["containers"][0];
   // The image the table picks is the one this build made.
   EXPECT_EQ(container["image"], "kubetrain/kubetrain-python-runtime:" KUBETRAIN_VERSION);
@@ -451,22 +467,10 @@ TEST_F(ImageTest, AnEntrypointTrialReportsThroughTheMetricsSidecar) {
   x->set_type(v1::ParameterSpec::INTEGER);
   x->set_min_value(1);
   x->set_max_value(100);
-  metrics::TokenRegistry tokens;
-  metrics::RecordingReportSink sink;
-  metrics::MetricsServiceImpl service(&tokens, &sink);
-  std::unique_ptr<metrics::LoopbackServer> metrics_server =
-      metrics::LoopbackServer::Start(&service);
-  ASSERT_NE(metrics_server, nullptr);
-  const std::string token = metrics::NewTrialToken();
-  tokens.Register("team-a/entry", "1", token);
-  core::ReconcileOptions options;
-  options.address = core::KubernetesAddresses("team-a");
-  options.metrics_address = metrics_server->address();
-  options.trial_token = [&](const std::string&, const std::string&) { return token; };
-  const std::vector<core::DesiredReplica> replicas =
-      core::DesiredReplicas(job, "1", {{"x", "7"}}, options);
-  ASSERT_EQ(replicas.size(), 1u);
-  const json pod = core::RenderPod(job, "team-a", replicas[0]);
+  TrialMetricsService metrics_service("team-a/entry");
+  ASSERT_TRUE(metrics_service.serving());
+  const json pod = metrics_service.TrialOnePod(job, {{"x", "7"}});
+  metrics::RecordingReportSink& sink = metrics_service.sink;
   const json& trainer = pod["spec"]["containers"][0];
   ASSERT_FALSE(trainer.contains("command")) << trainer.dump();
   ASSERT_EQ(pod["spec"]["initContainers"].size(), 1u) << pod.dump();
