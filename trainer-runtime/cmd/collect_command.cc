@@ -41,7 +41,7 @@ namespace {
 
 constexpr char kWho[] = "kubetrain-runtime collect";
 
-constexpr char kDescription[] =
+constexpr char kCollectDescription[] =
     "usage: kubetrain-runtime collect --file PATH [--poll-interval DURATION] [--grace DURATION]\n"
     "\n"
     "Forwards the reports a trainer writes to the cloudml-hypertune metric file PATH\n"
@@ -59,18 +59,26 @@ struct CollectArgs {
   absl::Duration grace = absl::Seconds(20);
 };
 
-int Fail(const absl::Status& status) { return FailWithExitCode(absl::StrCat(kWho, ": "), status); }
+int CollectFail(const absl::Status& status) {
+  return FailWithExitCode(absl::StrCat(kWho, ": "), status);
+}
 
 void DefineCollectFlags(CLI::App& app, CollectArgs* parsed) {
   flags::Configure(app, 28);
   app.add_option("--file", parsed->file, "the trainer's CLOUD_ML_HP_METRIC_FILE")
       ->type_name("PATH")
       ->required();
-  for (auto [name, target, help] :
-       {std::tuple{"--poll-interval", &parsed->poll_interval, "how often to read the file"},
-        std::tuple{"--grace", &parsed->grace,
-                   "how long the last report may take once told to stop"}}) {
-    const std::string flag = name;
+  struct DurationFlag {
+    const char* name;
+    absl::Duration* target;
+    const char* help;
+  };
+  for (const DurationFlag& duration :
+       {DurationFlag{"--poll-interval", &parsed->poll_interval, "how often to read the file"},
+        DurationFlag{"--grace", &parsed->grace,
+                     "how long the last report may take once told to stop"}}) {
+    const std::string flag = duration.name;
+    absl::Duration* target = duration.target;
     app.add_option_function<std::string>(
            flag,
            [flag, target](const std::string& value) {
@@ -79,7 +87,7 @@ void DefineCollectFlags(CLI::App& app, CollectArgs* parsed) {
                                           ": must be a positive duration such as 500ms or 2s"));
              }
            },
-           help)
+           duration.help)
         ->type_name("DURATION")
         ->default_str(absl::FormatDuration(*target));
   }
@@ -87,14 +95,14 @@ void DefineCollectFlags(CLI::App& app, CollectArgs* parsed) {
 
 std::string CollectHelp() {
   CollectArgs defaults;
-  CLI::App app(kDescription);
+  CLI::App app(kCollectDescription);
   DefineCollectFlags(app, &defaults);
   return app.help();
 }
 
 absl::StatusOr<CollectArgs> ParseCollectArgs(const std::vector<std::string>& args) {
   CollectArgs parsed;
-  CLI::App app(kDescription);
+  CLI::App app(kCollectDescription);
   DefineCollectFlags(app, &parsed);
   app.set_help_flag();
   std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 takes them last first
@@ -122,11 +130,11 @@ absl::Status FinishWithin(TrialReporter& reporter, absl::Duration grace) {
   if (delivered.wait_for(absl::ToChronoMilliseconds(grace)) != std::future_status::ready) {
     // Nothing else of this process needs an orderly end, and the reporter's
     // thread is still sending: exit at once.
-    std::_Exit(
-        Fail(WithExitCode(absl::DeadlineExceededError(absl::StrCat(
-                              "the trial's last metrics report did not reach ", reporter.address(),
-                              " within ", absl::FormatDuration(grace), " of the signal to stop")),
-                          kExitRetryable)));
+    std::_Exit(CollectFail(
+        WithExitCode(absl::DeadlineExceededError(absl::StrCat(
+                         "the trial's last metrics report did not reach ", reporter.address(),
+                         " within ", absl::FormatDuration(grace), " of the signal to stop")),
+                     kExitRetryable)));
   }
   return delivered.get();
 }
@@ -145,9 +153,9 @@ int RunCollect(const std::vector<std::string>& args) {
   }
   absl::StatusOr<std::unique_ptr<TrialReporter>> reporter =
       TrialReporter::FromEnvironment(std::cerr);
-  if (!reporter.ok()) return Fail(reporter.status());
+  if (!reporter.ok()) return CollectFail(reporter.status());
   absl::StatusOr<int> signals = CatchSignalsInAPipe();
-  if (!signals.ok()) return Fail(signals.status());
+  if (!signals.ok()) return CollectFail(signals.status());
   // (After the signals are caught: a signal from now on ends it in order.)
   if (*reporter == nullptr) {
     std::cout << kWho << ": no Metrics service to report to; waiting to be stopped" << std::endl;
@@ -168,7 +176,7 @@ int RunCollect(const std::vector<std::string>& args) {
   }
   if (*reporter == nullptr) return kExitOk;
   if (absl::Status status = FinishWithin(**reporter, parsed->grace); !status.ok()) {
-    return Fail(status);
+    return CollectFail(status);
   }
   return kExitOk;
 }
