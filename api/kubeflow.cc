@@ -889,17 +889,18 @@ class Converter {
 
 }  // namespace
 
+bool IsKubeflowManifest(const json& document) {
+  auto api_version = document.find("apiVersion");
+  return api_version != document.end() && api_version->is_string() &&
+         absl::StartsWith(api_version->get<std::string>(), kGroupPrefix) &&
+         StringAt(document, "kind") != "TrainingJob";
+}
+
 KubeflowConversion ConvertKubeflowJob(std::string_view text) {
   KubeflowConversion out;
   DecodedDocument document = DecodeDocument(text);
   if (!document.errors.empty()) return out;  // not for us to report: DecodeTrainingJob will
-  auto api_version = document.value.find("apiVersion");
-  if (api_version == document.value.end() || !api_version->is_string() ||
-      !absl::StartsWith(api_version->get<std::string>(), kGroupPrefix)) {
-    return out;
-  }
-  // A TrainingJob with a wrong apiVersion is validation's to report.
-  if (StringAt(document.value, "kind") == "TrainingJob") return out;
+  if (!IsKubeflowManifest(document.value)) return out;
   out.kubeflow = true;
   Converter(document, &out).Run();
   return out;

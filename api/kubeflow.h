@@ -6,6 +6,7 @@
 
 #include "api/field_error.h"
 #include "kubetrain/v1/training_job.pb.h"
+#include "nlohmann/json.hpp"
 
 namespace kubetrain::api {
 
@@ -59,8 +60,15 @@ struct KubeflowConversion {
 };
 
 // Converts a kubeflow.org/v1 TFJob or PyTorchJob. Recognised by apiVersion
-// "kubeflow.org/..."; other versions and kinds are errors. Never throws.
+// "kubeflow.org/..." (IsKubeflowManifest); other versions and kinds are
+// errors. Never throws.
 KubeflowConversion ConvertKubeflowJob(std::string_view text);
+
+// Whether a decoded manifest (DecodeDocument) is one ConvertKubeflowJob
+// converts, or refuses naming its field: apiVersion "kubeflow.org/...", any
+// kind but TrainingJob (a TrainingJob with a wrong apiVersion is validation's
+// to report).
+bool IsKubeflowManifest(const nlohmann::json& document);
 
 // "  from -> to" lines, one per mapped field.
 std::string FormatMapping(const std::vector<MappedField>& mapped);

@@ -98,14 +98,17 @@ int Convert(const std::vector<std::string>& args, std::ostream& out, std::ostrea
     refused = true;
   };
   for (const api::YamlDocumentText& document : documents) {
-    if (documents.size() > 1 && !api::ConvertKubeflowJob(document.text).kubeflow) {
-      // Passed through, if it reads at all.
-      if (api::DecodedDocument other = api::DecodeDocument(document.text); !other.errors.empty()) {
-        report(std::move(other.errors), document);
+    if (documents.size() > 1) {
+      // Another kind passes through, if it reads at all.
+      api::DecodedDocument decoded = api::DecodeDocument(document.text);
+      if (!decoded.errors.empty()) {
+        report(std::move(decoded.errors), document);
         continue;
       }
-      printed.emplace_back(document.text);
-      continue;
+      if (!api::IsKubeflowManifest(decoded.value)) {
+        printed.emplace_back(document.text);
+        continue;
+      }
     }
     api::CheckedJob checked = api::CheckTrainingJob(document.text, true, &*runtimes);
     if (checked.kubeflow_kind.empty() && checked.ok()) {
