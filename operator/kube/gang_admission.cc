@@ -14,6 +14,7 @@
 #include "operator/core/kube_objects.h"
 #include "operator/core/naming.h"
 #include "operator/core/reconcile_pass.h"
+#include "operator/core/reconciler.h"
 #include "operator/kube/api_status.h"
 #include "operator/kube/controller.h"
 
@@ -70,6 +71,13 @@ absl::Duration ThreadCpuTime() {
   return absl::DurationFromTimespec(now);
 }
 
+// Whether `name`, a State as the status spells it, is one a job or a trial
+// ends in (core::IsTerminal).
+bool EndState(const std::string& name) {
+  v1::State state;
+  return v1::State_Parse(name, &state) && core::IsTerminal(state);
+}
+
 bool Terminal(const json& pod) {
   const std::string phase = pod.value("/status/phase"_json_pointer, std::string());
   return phase == "Succeeded" || phase == "Failed";
@@ -121,8 +129,7 @@ void GangAdmission::OnJobChange(const ObjectPtr& before, const ObjectPtr& after)
   const std::string is = after->value(state, std::string());
   // A job that ends, is cancelled or released frees the room set aside for
   // it; one that is queued (its first status) or starts changes nothing.
-  const bool frees = is == "SUCCEEDED" || is == "FAILED" || is == "CANCELLED" ||
-                     is == "CANCELLING" ||
+  const bool frees = EndState(is) || is == "CANCELLING" ||
                      (is == "QUEUED" && (was == "PREPARING" || was == "RUNNING"));
   if (before->value(generation, int64_t{0}) != after->value(generation, int64_t{0}) ||
       (was != is && frees)) {
@@ -137,10 +144,7 @@ void GangAdmission::OnJobChange(const ObjectPtr& before, const ObjectPtr& after)
     if (!job.contains(trials) || !job[trials].is_array()) return ended_and_released;
     for (const json& trial : job[trials]) {
       if (!trial.is_object()) continue;
-      const std::string trial_state = trial.value("state", "");
-      if (trial_state == "SUCCEEDED" || trial_state == "FAILED" || trial_state == "CANCELLED") {
-        ++ended_and_released.first;
-      }
+      if (EndState(trial.value("state", ""))) ++ended_and_released.first;
       if (trial.value("awaitingAdmission", false)) {
         ended_and_released.second.insert(trial.value("trialId", ""));
       }
