@@ -354,6 +354,9 @@ absl::Status GangAdmission::RunPass() {
   std::map<std::string, core::AdmissionVerdict> verdicts;
   std::vector<std::pair<int, std::string>> informing;  // (rank, key)
   std::vector<std::string> admitting;
+  // A study admitted now is planned with its first trial only; the next
+  // pass, which counts this verdict, queues the trials beside it.
+  bool study_admitted = false;
   int64_t queued = 0;
   for (const auto& [key, verdict] : planned) {
     const v1::TrainingJob& job = *by_key[key];
@@ -362,6 +365,7 @@ absl::Status GangAdmission::RunPass() {
     if (core::StatusShows(job.status(), verdict)) continue;
     if (verdict.admitted()) {
       admitting.push_back(key);
+      study_admitted |= !core::AdmittedByStatus(job.status()) && core::internal::IsStudy(job);
       continue;
     }
     const v1::Condition* current = core::FindAdmittedCondition(job.status());
@@ -388,7 +392,7 @@ absl::Status GangAdmission::RunPass() {
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (more) dirty_ = true;
+    if (more || study_admitted) dirty_ = true;
   }
   return absl::OkStatus();
 }
