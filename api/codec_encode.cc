@@ -36,6 +36,14 @@ bool NeedsQuotes(const std::string& s) {
   for (char c : s) {
     if (static_cast<unsigned char>(c) < 0x20) return true;
   }
+  // YAML 1.1's base-60 numbers ("1:4" reads as 64 in PyYAML): digits with
+  // colons, as in torchrun's PET_NNODES "min:max".
+  const size_t digits_from = s.front() == '-' || s.front() == '+' ? 1 : 0;
+  if (s.find(':') != std::string::npos && digits_from < s.size() &&
+      absl::ascii_isdigit(s[digits_from]) &&
+      s.find_first_not_of("0123456789_:.", digits_from) == std::string::npos) {
+    return true;
+  }
   const std::string lower = absl::AsciiStrToLower(s);
   return lower == "yes" || lower == "no" || lower == "on" || lower == "off" || lower == "y" ||
          lower == "n" || lower == ".inf" || lower == ".nan";

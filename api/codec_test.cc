@@ -181,6 +181,11 @@ TEST(CodecTest, YamlOutputSortsKeysAndQuotesAmbiguousStrings) {
   input->set_region("us-central1");
   input->add_args("--lr=0.1");
   input->add_args("true");
+  // Base-60 numbers in YAML 1.1 (PyYAML reads 1:4 as 64); times are text.
+  input->add_args("1:4");
+  input->add_args("-1:30.5");
+  input->add_args("a:1");
+  input->add_args("12:");
   input->set_job_dir("");
   EXPECT_EQ(EncodeYaml(job),
             "metadata:\n"
@@ -190,6 +195,10 @@ TEST(CodecTest, YamlOutputSortsKeysAndQuotesAmbiguousStrings) {
             "    args:\n"
             "    - --lr=0.1\n"
             "    - 'true'\n"
+            "    - '1:4'\n"
+            "    - '-1:30.5'\n"
+            "    - a:1\n"
+            "    - '12:'\n"
             "    region: us-central1\n"
             "    workerCount: '4'\n");
 }
