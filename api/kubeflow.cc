@@ -14,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "api/codec.h"
 #include "api/scale_tiers.h"
+#include "api/validation.h"
 #include "google/protobuf/util/json_util.h"
 #include "nlohmann/json.hpp"
 
@@ -303,9 +304,7 @@ class Converter {
           Map(path, "false: nothing to map");
         }
       } else if (key == "elasticPolicy" && kind_ == &PyTorchJob()) {
-        Error(path,
-              "no equivalent: a TrainingJob has a fixed set of workers (elastic "
-              "rendezvous, min/max replicas and autoscaling are Kubeflow's)");
+        ElasticPolicy(value, path);
       } else if (key == "nprocPerNode" && kind_ == &PyTorchJob()) {
         nproc_per_node_ = value;
         nproc_per_node_path_ = path;
@@ -322,6 +321,101 @@ class Converter {
       Map("spec.runPolicy.backoffLimit (unset)",
           "kubetrain's default 3 restarts (Kubeflow sets no limit)");
     }
+  }
+
+  // Kubeflow's elasticPolicy is kubetrain's spec.elasticPolicy, field for
+  // field, but for autoscaling (metrics: kubetrain runs the workers given).
+  void ElasticPolicy(const json& value, const std::string& path) {
+    if (!ExpectObject(value, path)) return;
+    v1::ElasticPolicy* elastic = out_->job.mutable_spec()->mutable_elastic_policy();
+    for (auto entry = value.begin(); entry != value.end(); ++entry) {
+      const std::string field = entry.key();
+      const json& item = entry.value();
+      const std::string item_path = path + "." + field;
+      const std::string target = "spec.elasticPolicy." + field;
+      auto integer = [&](int64_t low) -> std::optional<int32_t> {
+        std::optional<int64_t> n = IntegerOf(item);
+        if (!n || *n < low || *n > INT32_MAX) {
+          Error(item_path, absl::StrCat("expected an integer >= ", low, ", got ", Quoted(item)));
+          return std::nullopt;
+        }
+        return static_cast<int32_t>(*n);
+      };
+      auto text = [&]() -> std::optional<std::string> {
+        if (!item.is_string()) {
+          Error(item_path, "expected a string, got " + Quoted(item));
+          return std::nullopt;
+        }
+        return item.get<std::string>();
+      };
+      std::string mapped;  // what the field became
+      if (field == "minReplicas" || field == "maxReplicas" || field == "maxRestarts" ||
+          field == "rdzvPort") {
+        std::optional<int32_t> n = integer(field == "maxRestarts" ? 0 : 1);
+        if (!n) continue;
+        if (field == "minReplicas") elastic->set_min_replicas(*n);
+        if (field == "maxReplicas") elastic->set_max_replicas(*n);
+        if (field == "maxRestarts") elastic->set_max_restarts(*n);
+        if (field == "rdzvPort") elastic->set_rdzv_port(*n);
+        mapped = std::to_string(*n);
+      } else if (field == "rdzvBackend" || field == "rdzvHost" || field == "rdzvId") {
+        std::optional<std::string> s = text();
+        if (!s) continue;
+        if (field == "rdzvBackend") elastic->set_rdzv_backend(*s);
+        if (field == "rdzvHost") elastic->set_rdzv_host(*s);
+        if (field == "rdzvId") elastic->set_rdzv_id(*s);
+        mapped = *s;
+      } else if (field == "rdzvConf") {
+        RendezvousConf(item, item_path, elastic);
+        continue;
+      } else if (field == "nProcPerNode") {
+        // Kubeflow's older place for spec.nprocPerNode.
+        nproc_per_node_ = item;
+        nproc_per_node_path_ = item_path;
+        continue;
+      } else if (field == "standalone") {
+        if (item != false) {
+          Error(item_path,
+                "no equivalent: a standalone rendezvous is one node's own; the "
+                "nodes of a TrainingJob rendezvous at the master (or rdzvHost)");
+        } else {
+          Map(item_path, "false: nothing to map");
+        }
+        continue;
+      } else if (field == "metrics") {
+        Error(item_path,
+              "no equivalent: kubetrain does not autoscale (no HorizontalPodAutoscaler); it "
+              "runs the replicas given, and the group goes on while minReplicas remain. Remove "
+              "metrics to run it so");
+        continue;
+      } else {
+        Error(item_path, "unknown field of an elasticPolicy");
+        continue;
+      }
+      Map(item_path, target + ": " + mapped);
+    }
+  }
+
+  void RendezvousConf(const json& value, const std::string& path, v1::ElasticPolicy* elastic) {
+    if (!value.is_array()) {
+      Error(path, "expected a list of {key, value}, got " + Quoted(value));
+      return;
+    }
+    for (size_t i = 0; i < value.size(); ++i) {
+      const std::string item_path = absl::StrCat(path, "[", i, "]");
+      const json& item = value[i];
+      if (!ExpectObject(item, item_path)) continue;
+      const std::string key = StringAt(item, "key");
+      if (key.empty() || item.size() > 2 ||
+          (item.contains("value") && !item["value"].is_string())) {
+        Error(item_path, "expected {key: <string>, value: <string>}, got " + Quoted(item));
+        continue;
+      }
+      v1::ElasticPolicy::RendezvousConf* conf = elastic->add_rdzv_conf();
+      conf->set_key(key);
+      conf->set_value(StringAt(item, "value"));
+    }
+    Map(path, "spec.elasticPolicy.rdzvConf");
   }
 
   void RunPolicyField(const std::string& field, const json& value, const std::string& path,
@@ -832,7 +926,7 @@ class Converter {
     Map(path + ".*.template",
         "spec.replicaTemplates.<role> (machine type pod-template: the "
         "template's resources are the pod's)");
-    NprocPerNode(all);
+    NprocPerNode();
   }
 
   void SetTemplate(const std::string& role, const json& tmpl) {
@@ -844,10 +938,9 @@ class Converter {
     (*out_->job.mutable_spec()->mutable_replica_templates())[role] = std::move(value);
   }
 
-  // kubetrain starts one process per GPU (PET_NPROC_PER_NODE is the
-  // replica's GPU count, 1 without GPUs); nprocPerNode maps when it says the
-  // same.
-  void NprocPerNode(const std::vector<Replica*>& replicas) {
+  // Kubeflow's nprocPerNode (a string; a number in older manifests) is
+  // spec.nprocPerNode, checked by validation.
+  void NprocPerNode() {
     if (kind_ != &PyTorchJob()) return;
     if (nproc_per_node_path_.empty()) {
       Map("spec.nprocPerNode (unset: auto)",
@@ -856,26 +949,19 @@ class Converter {
       return;
     }
     const json& value = nproc_per_node_;
-    const std::string text = value.is_string() ? value.get<std::string>() : Quoted(value);
-    bool same = true;
-    for (const Replica* r : replicas) {
-      const int64_t gpus = r->config.accelerator_config().count();
-      if (text == "auto") continue;  // GPUs where there are, and 1 is kubetrain's CPU choice
-      if (text == "gpu") {
-        same = same && gpus > 0;
-      } else {
-        std::optional<int64_t> n = CountOf(value);
-        same = same && n && *n == std::max<int64_t>(gpus, 1);
-      }
-    }
-    if (!same) {
+    std::optional<int64_t> n = IntegerOf(value);
+    if (!value.is_string() && !n) {
       Error(nproc_per_node_path_,
-            "no equivalent for " + Quoted(value) +
-                ": kubetrain starts one process per GPU (PET_NPROC_PER_NODE is the replica's "
-                "nvidia.com/gpu, 1 without GPUs)");
+            "expected a number of processes, auto, gpu or cpu, got " + Quoted(value));
       return;
     }
-    Map(nproc_per_node_path_, "PET_NPROC_PER_NODE: the replica's GPUs (1 without GPUs)");
+    const std::string text = value.is_string() ? value.get<std::string>() : std::to_string(*n);
+    if (std::string reason = ValidateNprocPerNode(text); !reason.empty()) {
+      Error(nproc_per_node_path_, reason);
+      return;
+    }
+    out_->job.mutable_spec()->set_nproc_per_node(text);
+    Map(nproc_per_node_path_, "spec.nprocPerNode: " + text);
   }
 
   const json& root_;

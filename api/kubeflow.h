@@ -33,10 +33,12 @@ namespace kubetrain::api {
 // - the replicas' restartPolicy (one for all roles; Kubeflow's defaults Never
 //   / OnFailure) and runPolicy (also in its older spelling directly under
 //   spec) -> spec.runPolicy; cleanPodPolicy defaults to None, as Kubeflow's;
-// - TFJob -> framework TENSORFLOW, PyTorchJob -> PYTORCH.
+// - TFJob -> framework TENSORFLOW, PyTorchJob -> PYTORCH;
+// - a PyTorchJob's elasticPolicy -> spec.elasticPolicy, nprocPerNode ->
+//   spec.nprocPerNode.
 // What has no equivalent is an error naming the manifest's field:
-// elasticPolicy, schedulingPolicy, successPolicy AllWorkers,
-// enableDynamicWorker, nprocPerNode other than one process per GPU, replica
+// elasticPolicy.metrics (autoscaling) and standalone, successPolicy AllWorkers,
+// enableDynamicWorker, replica
 // types the kind does not have, roles with differing restart policies or
 // ports, unknown fields.
 

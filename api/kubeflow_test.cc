@@ -159,12 +159,12 @@ TEST(KubeflowTest, PyTorchMasterAndWorkersWithGpus) {
               Contains("spec.pytorchReplicaSpecs.Worker.template.spec.containers[0].resources."
                        "limits.nvidia.com/gpu -> spec.trainingInput.workerConfig."
                        "acceleratorConfig: {count: 4, type: NVIDIA_TESLA_V100}"));
-  EXPECT_THAT(Mapped(checked),
-              Contains("spec.nprocPerNode -> PET_NPROC_PER_NODE: the replica's GPUs (1 without "
-                       "GPUs)"));
+  EXPECT_THAT(Mapped(checked), Contains("spec.nprocPerNode -> spec.nprocPerNode: 4"));
+  EXPECT_EQ(job.spec().nproc_per_node(), "4");
 
-  // Without GKE's label the model is unnamed; 2 processes on 4 GPUs has no
-  // equivalent.
+  // Without GKE's label the model is unnamed; 2 processes on 4 GPUs, or
+  // torchrun's cpu, or a number in older manifests, are what they say; a
+  // word torchrun does not know names the field.
   std::string other = absl::StrReplaceAll(
       text, {{"            cloud.google.com/gke-accelerator: nvidia-tesla-v100\n", ""},
              {"          nodeSelector:\n", ""}});
@@ -172,12 +172,18 @@ TEST(KubeflowTest, PyTorchMasterAndWorkersWithGpus) {
   ASSERT_TRUE(unnamed.ok()) << FormatErrors(unnamed.errors);
   EXPECT_EQ(unnamed.job.spec().training_input().master_config().accelerator_config().type(),
             v1::AcceleratorConfig::NVIDIA_GPU);
-  CheckedJob two =
-      Check(absl::StrReplaceAll(text, {{"nprocPerNode: \"4\"", "nprocPerNode: \"2\""}}));
-  EXPECT_THAT(Errors(two.errors),
-              Contains("9:3: spec.nprocPerNode: no equivalent for \"2\": kubetrain starts one "
-                       "process per GPU (PET_NPROC_PER_NODE is the replica's nvidia.com/gpu, 1 "
-                       "without GPUs)"));
+  for (const auto& [written, kept] : std::vector<std::pair<std::string, std::string>>{
+           {"\"2\"", "2"}, {"cpu", "cpu"}, {"8", "8"}}) {
+    CheckedJob given =
+        Check(absl::StrReplaceAll(text, {{"nprocPerNode: \"4\"", "nprocPerNode: " + written}}));
+    ASSERT_TRUE(given.ok()) << written << FormatErrors(given.errors);
+    EXPECT_EQ(given.job.spec().nproc_per_node(), kept);
+  }
+  CheckedJob unknown =
+      Check(absl::StrReplaceAll(text, {{"nprocPerNode: \"4\"", "nprocPerNode: all"}}));
+  EXPECT_THAT(Errors(unknown.errors),
+              Contains("9:3: spec.nprocPerNode: expected a number of processes (1 to 1024), auto, "
+                       "gpu or cpu, got \"all\""));
 }
 
 // A container that names no command runs its image's entrypoint, in
@@ -273,6 +279,45 @@ TEST(KubeflowTest, PolicyFieldsUnderSpecAndAWorkerOnlyJob) {
                        "spec.trainingInput.workerCount: 2"));
 }
 
+// Kubeflow's elastic PyTorchJob: its Worker replicas are the group's nodes
+// (worker 0 the master, which hosts the c10d store), the policy field for
+// field.
+TEST(KubeflowTest, ElasticPolicyBecomesTheJobsElasticPolicy) {
+  CheckedJob checked = Check(Fixture("pytorch-elastic.yaml"));
+  ASSERT_TRUE(checked.ok()) << FormatErrors(checked.errors);
+  const v1::ElasticPolicy& elastic = checked.job.spec().elastic_policy();
+  EXPECT_EQ(elastic.rdzv_backend(), "c10d");
+  EXPECT_EQ(elastic.min_replicas(), 1);
+  EXPECT_EQ(elastic.max_replicas(), 4);
+  EXPECT_EQ(elastic.max_restarts(), 10);
+  EXPECT_EQ(elastic.rdzv_id(), "imagenet");
+  ASSERT_EQ(elastic.rdzv_conf_size(), 1);
+  EXPECT_EQ(elastic.rdzv_conf(0).key(), "join_timeout");
+  EXPECT_EQ(elastic.rdzv_conf(0).value(), "900");
+  EXPECT_FALSE(elastic.has_rdzv_port());
+  EXPECT_EQ(checked.job.spec().training_input().worker_count(), 1);
+  EXPECT_EQ(checked.job.spec().run_policy().restart_policy(), v1::RunPolicy::OnFailure);
+  EXPECT_THAT(Mapped(checked), Contains("spec.elasticPolicy.minReplicas -> "
+                                        "spec.elasticPolicy.minReplicas: 1"));
+  EXPECT_THAT(Mapped(checked),
+              Contains("spec.elasticPolicy.rdzvConf -> spec.elasticPolicy.rdzvConf"));
+
+  // Wrong types and unknown fields name their line.
+  std::string text = Fixture("pytorch-elastic.yaml");
+  text = absl::StrReplaceAll(text, {{"minReplicas: 1", "minReplicas: one"},
+                                    {"rdzvId: imagenet", "rdzvIdentity: imagenet"},
+                                    {"value: \"900\"", "value: 900"}});
+  checked = Check(text);
+  EXPECT_THAT(Errors(checked.errors),
+              Contains("9:5: spec.elasticPolicy.minReplicas: expected an integer >= 1, got "
+                       "\"one\""));
+  EXPECT_THAT(Errors(checked.errors),
+              Contains("12:5: spec.elasticPolicy.rdzvIdentity: unknown field of an elasticPolicy"));
+  EXPECT_THAT(Errors(checked.errors),
+              Contains(::testing::HasSubstr("spec.elasticPolicy.rdzvConf[0]: expected {key: "
+                                            "<string>, value: <string>}")));
+}
+
 // What has no equivalent is refused, naming the manifest's field and line.
 TEST(KubeflowTest, FixturesWithNoEquivalent) {
   struct Case {
@@ -280,9 +325,13 @@ TEST(KubeflowTest, FixturesWithNoEquivalent) {
     std::string error;
   };
   for (const Case& c : std::vector<Case>{
-           {"pytorch-elastic.yaml",
-            "7:3: spec.elasticPolicy: no equivalent: a TrainingJob has a fixed set of workers "
-            "(elastic rendezvous, min/max replicas and autoscaling are Kubeflow's)"},
+           {"pytorch-elastic-hpa.yaml",
+            "12:5: spec.elasticPolicy.metrics: no equivalent: kubetrain does not autoscale (no "
+            "HorizontalPodAutoscaler); it runs the replicas given, and the group goes on while "
+            "minReplicas remain. Remove metrics to run it so"},
+           {"pytorch-elastic-hpa.yaml",
+            "17:5: spec.elasticPolicy.standalone: no equivalent: a standalone rendezvous is one "
+            "node's own; the nodes of a TrainingJob rendezvous at the master (or rdzvHost)"},
            {"tf-unknown-replica-type.yaml",
             "8:5: spec.tfReplicaSpecs.Scheduler: unknown replica type \"Scheduler\"; a TFJob has "
             "Chief, Master, Worker, PS, Evaluator"},

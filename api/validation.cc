@@ -1,11 +1,13 @@
 #include "api/validation.h"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <set>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "api/defaults.h"
@@ -97,6 +99,8 @@ class Validator {
     if (spec.has_port() && (spec.port() < 1 || spec.port() > 65535)) {
       Error("spec.port", absl::StrCat("must be between 1 and 65535, got ", spec.port()));
     }
+    if (spec.has_elastic_policy()) ValidateElastic(spec);
+    if (!spec.nproc_per_node().empty()) ValidateProcessesPerNode(spec);
     for (const auto& [role, unused] : spec.replica_templates()) {
       if (!RoleFromName(role) || role == "chief") {
         Error("spec.replicaTemplates[" + role + "]",
@@ -301,6 +305,71 @@ class Validator {
             "required for a PYTORCH job without pythonModule or an image of its own (imageUri, "
             "whose entrypoint runs): kubetrain-runtime trains from TF_CONFIG, which a PYTORCH "
             "job does not get");
+    }
+  }
+
+  void ValidateProcessesPerNode(const v1::TrainingJobSpec& spec) {
+    if (std::string reason = api::ValidateNprocPerNode(spec.nproc_per_node()); !reason.empty()) {
+      Error("spec.nprocPerNode", reason);
+    } else if (spec.training_input().framework() == TrainingInput::TENSORFLOW) {
+      Error("spec.nprocPerNode",
+            "is torchrun's, and a TENSORFLOW job gets no PyTorch variables: "
+            "use framework PYTORCH or ANY");
+    }
+  }
+
+  // An elastic group is torchrun's: its nodes are the master and the
+  // workers, which TF_CONFIG would list as a fixed cluster.
+  void ValidateElastic(const v1::TrainingJobSpec& spec) {
+    const v1::ElasticPolicy& elastic = spec.elastic_policy();
+    const std::string path = "spec.elasticPolicy";
+    const TrainingInput& input = spec.training_input();
+    if (input.framework() != TrainingInput::PYTORCH) {
+      Error(path,
+            "needs spec.trainingInput.framework: PYTORCH (an elastic group is torchrun's; "
+            "TF_CONFIG names a fixed set of workers)");
+    }
+    int64_t nodes = 0;
+    for (const ReplicaGroup& group : ReplicaGroups(input)) {
+      if (group.role == Role::kMaster || group.role == Role::kWorker) nodes += group.count;
+    }
+    const int64_t low = elastic.has_min_replicas() ? elastic.min_replicas() : nodes;
+    const int64_t high = elastic.has_max_replicas() ? elastic.max_replicas() : nodes;
+    if (elastic.has_min_replicas() && elastic.min_replicas() < 1) {
+      Error(path + ".minReplicas", absl::StrCat("must be >= 1, got ", elastic.min_replicas()));
+    } else if (low > nodes) {
+      Error(path + ".minReplicas",
+            absl::StrCat(low, " is more than the job's ", nodes,
+                         " nodes (the master and workerCount workers): the group could never "
+                         "start"));
+    }
+    if (elastic.has_max_replicas() && high < std::max<int64_t>(low, nodes)) {
+      Error(path + ".maxReplicas",
+            absl::StrCat("must be at least minReplicas and the job's ", nodes,
+                         " nodes (the master and workerCount workers), got ", high));
+    }
+    const std::string& backend = elastic.rdzv_backend();
+    if (!backend.empty() && backend != "c10d" && backend != "etcd" && backend != "etcd-v2") {
+      Error(path + ".rdzvBackend", "expected c10d, etcd or etcd-v2, got \"" + backend + "\"");
+    } else if ((backend == "etcd" || backend == "etcd-v2") && elastic.rdzv_host().empty()) {
+      Error(path + ".rdzvHost",
+            "required with rdzvBackend " + backend + ": the etcd the nodes rendezvous at");
+    }
+    if (elastic.has_rdzv_port() && (elastic.rdzv_port() < 1 || elastic.rdzv_port() > 65535)) {
+      Error(path + ".rdzvPort",
+            absl::StrCat("must be between 1 and 65535, got ", elastic.rdzv_port()));
+    }
+    for (int i = 0; i < elastic.rdzv_conf_size(); ++i) {
+      const std::string& key = elastic.rdzv_conf(i).key();
+      if (key.empty() || absl::StrContains(key, "=") || absl::StrContains(key, ",") ||
+          absl::StrContains(elastic.rdzv_conf(i).value(), ",")) {
+        Error(absl::StrCat(path, ".rdzvConf[", i, "]"),
+              "needs a key without '=' or ',' and a value without ',' (torchrun reads "
+              "key=value,key=value)");
+      }
+    }
+    if (elastic.has_max_restarts() && elastic.max_restarts() < 0) {
+      Error(path + ".maxRestarts", absl::StrCat("must be >= 0, got ", elastic.max_restarts()));
     }
   }
 
@@ -555,6 +624,17 @@ std::string ValidateJobName(std::string_view name) {
   }
   if (name.back() == '_' || name.back() == '-') return "must end with a letter or digit";
   return "";
+}
+
+std::string ValidateNprocPerNode(std::string_view value) {
+  int count = 0;
+  if (value == "auto" || value == "cpu" || value == "gpu" ||
+      (absl::SimpleAtoi(std::string(value), &count) && count >= 1 && count <= 1024 &&
+       std::to_string(count) == value)) {
+    return "";
+  }
+  return absl::StrCat("expected a number of processes (1 to 1024), auto, gpu or cpu, got \"",
+                      std::string(value), "\"");
 }
 
 std::string KubernetesName(std::string_view job_name) {

@@ -55,6 +55,19 @@ std::string Stored(const std::string& spec_extra) {
   return std::string(kJobHead) + "    scaleTier: BASIC\n    jobDir: /outputs\n" + spec_extra;
 }
 
+// A PYTORCH master + 2 workers job (framework `framework`) with
+// spec.elasticPolicy `policy` (a YAML flow mapping).
+std::string Elastic(const std::string& policy, const std::string& framework = "PYTORCH") {
+  return Job(
+      "    scaleTier: CUSTOM\n    masterType: standard\n    workerType: standard\n"
+      "    workerCount: 2\n    framework: " +
+      framework +
+      "\n    masterConfig: {containerCommand: [torchrun, train.py]}\n"
+      "    workerConfig: {containerCommand: [torchrun, train.py]}\n"
+      "  elasticPolicy: " +
+      policy + "\n");
+}
+
 class InvalidInputTest : public ::testing::TestWithParam<InvalidCase> {};
 
 TEST_P(InvalidInputTest, ReportsExactPathAndReason) {
@@ -410,6 +423,47 @@ std::vector<InvalidCase> Cases() {
        "required for a PYTORCH job without pythonModule or an image of its own (imageUri, whose "
        "entrypoint runs): kubetrain-runtime trains from TF_CONFIG, which a PYTORCH job does not "
        "get"},
+      // Elastic groups: torchrun's, of the master and the workers.
+      {"elastic_without_pytorch", Elastic("{minReplicas: 2}", "ANY"), "spec.elasticPolicy",
+       "needs spec.trainingInput.framework: PYTORCH (an elastic group is torchrun's; TF_CONFIG "
+       "names a fixed set of workers)"},
+      {"elastic_min_zero", Elastic("{minReplicas: 0}"), "spec.elasticPolicy.minReplicas",
+       "must be >= 1, got 0"},
+      {"elastic_min_above_the_nodes", Elastic("{minReplicas: 4}"), "spec.elasticPolicy.minReplicas",
+       "4 is more than the job's 3 nodes (the master and workerCount workers): the group could "
+       "never start"},
+      {"elastic_max_below_the_nodes", Elastic("{maxReplicas: 2}"), "spec.elasticPolicy.maxReplicas",
+       "must be at least minReplicas and the job's 3 nodes (the master and workerCount workers), "
+       "got 2"},
+      {"elastic_unknown_backend", Elastic("{rdzvBackend: zookeeper}"),
+       "spec.elasticPolicy.rdzvBackend", "expected c10d, etcd or etcd-v2, got \"zookeeper\""},
+      {"elastic_etcd_without_host", Elastic("{rdzvBackend: etcd}"), "spec.elasticPolicy.rdzvHost",
+       "required with rdzvBackend etcd: the etcd the nodes rendezvous at"},
+      {"elastic_port", Elastic("{rdzvPort: 0}"), "spec.elasticPolicy.rdzvPort",
+       "must be between 1 and 65535, got 0"},
+      {"elastic_conf_with_a_comma", Elastic("{rdzvConf: [{key: a, value: \"1,2\"}]}"),
+       "spec.elasticPolicy.rdzvConf[0]",
+       "needs a key without '=' or ',' and a value without ',' (torchrun reads "
+       "key=value,key=value)"},
+      {"elastic_restarts", Elastic("{maxRestarts: -1}"), "spec.elasticPolicy.maxRestarts",
+       "must be >= 0, got -1"},
+      {"nproc_per_node_word",
+       std::string(kJobHead) +
+           "    framework: PYTORCH\n"
+           "    masterConfig: {containerCommand: [torchrun, train.py]}\n  nprocPerNode: all\n",
+       "spec.nprocPerNode",
+       "expected a number of processes (1 to 1024), auto, gpu or cpu, got \"all\""},
+      {"nproc_per_node_zero",
+       std::string(kJobHead) +
+           "    framework: PYTORCH\n"
+           "    masterConfig: {containerCommand: [torchrun, train.py]}\n  nprocPerNode: \"0\"\n",
+       "spec.nprocPerNode",
+       "expected a number of processes (1 to 1024), auto, gpu or cpu, got \"0\""},
+      {"nproc_per_node_tensorflow",
+       std::string(kJobHead) + "    framework: TENSORFLOW\n  nprocPerNode: \"2\"\n",
+       "spec.nprocPerNode",
+       "is torchrun's, and a TENSORFLOW job gets no PyTorch variables: use framework PYTORCH or "
+       "ANY"},
       {"unknown_framework", Job("    framework: JAX\n"), "spec.trainingInput.framework",
        "unknown value \"JAX\"; expected one of ANY, TENSORFLOW, PYTORCH"},
       // Object-store URIs where kubetrain needs a folder it can reach.
@@ -561,6 +615,20 @@ TEST(ValidationTest, PyTorchJobsWithACommandAModuleOrAnImageAreValid) {
                        "    workerCount: 2\n    framework: PYTORCH\n"
                        "    masterConfig: {imageUri: registry.example.com/trainer:1}\n"
                        "    workerConfig: {imageUri: registry.example.com/trainer:1}\n"),
+           // Elastic: between 2 and 3 nodes, or exactly the job's (nothing
+           // given), or at an etcd.
+           std::string("    scaleTier: CUSTOM\n    masterType: standard\n    workerType: standard\n"
+                       "    workerCount: 2\n    framework: PYTORCH\n"
+                       "    masterConfig: {containerCommand: [torchrun, train.py]}\n"
+                       "    workerConfig: {containerCommand: [torchrun, train.py]}\n"
+                       "  elasticPolicy: {minReplicas: 2, maxReplicas: 3, maxRestarts: 3}\n"),
+           std::string("    framework: PYTORCH\n"
+                       "    masterConfig: {containerCommand: [torchrun, train.py]}\n"
+                       "  elasticPolicy: {}\n"),
+           std::string("    framework: PYTORCH\n"
+                       "    masterConfig: {containerCommand: [torchrun, train.py]}\n"
+                       "  elasticPolicy: {rdzvBackend: etcd-v2, rdzvHost: etcd, rdzvPort: 2379, "
+                       "rdzvConf: [{key: join_timeout, value: \"900\"}]}\n"),
            // Parameter servers are fine for the other frameworks.
            std::string("    scaleTier: STANDARD_1\n    framework: ANY\n"),
            std::string("    scaleTier: STANDARD_1\n    framework: TENSORFLOW\n"),

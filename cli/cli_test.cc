@@ -278,12 +278,11 @@ TEST(KubeflowManifestTest, ConvertPrintsATrainingJobThatValidates) {
   EXPECT_EQ(again.code, 0) << again.out;
   EXPECT_EQ(again.out, converted + ": ok\n");
 
-  r = RunKubetrain({"convert", kKubeflow + "pytorch-elastic.yaml"});
+  r = RunKubetrain({"convert", kKubeflow + "pytorch-elastic-hpa.yaml"});
   EXPECT_EQ(r.code, 2);
   EXPECT_EQ(r.out, "");
-  EXPECT_THAT(r.err,
-              ::testing::HasSubstr(kKubeflow + "pytorch-elastic.yaml:7:3: spec.elasticPolicy: no "
-                                               "equivalent"));
+  EXPECT_THAT(r.err, ::testing::HasSubstr(kKubeflow + "pytorch-elastic-hpa.yaml:12:5: "
+                                                      "spec.elasticPolicy.metrics: no equivalent"));
   r = RunKubetrain({"convert", converted});
   EXPECT_EQ(r.code, 2);
   EXPECT_EQ(r.err, "kubetrain convert: " + converted +
@@ -317,11 +316,12 @@ TEST(KubeflowManifestTest, ConvertPassesTheOtherDocumentsOfAFileThrough) {
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   std::ofstream(elastic) << absl::StrReplaceAll(
       text, {{"  pytorchReplicaSpecs:\n",
-              "  elasticPolicy: {minReplicas: 1}\n  pytorchReplicaSpecs:\n"}});
+              "  elasticPolicy: {minReplicas: 1, metrics: []}\n  pytorchReplicaSpecs:\n"}});
   r = RunKubetrain({"convert", elastic});
   EXPECT_EQ(r.code, 2);
   EXPECT_EQ(r.out, "");
-  EXPECT_THAT(r.err, ::testing::HasSubstr(elastic + ":15:3: spec.elasticPolicy: no equivalent"));
+  EXPECT_THAT(r.err,
+              ::testing::HasSubstr(elastic + ":15:35: spec.elasticPolicy.metrics: no equivalent"));
 }
 
 TEST(KubeflowManifestTest, RenderShowsThePodsWithTheirPyTorchEnvironment) {
@@ -339,6 +339,26 @@ TEST(KubeflowManifestTest, RenderShowsThePodsWithTheirPyTorchEnvironment) {
   EXPECT_THAT(r.out, ::testing::HasSubstr("    - name: RANK\n      value: '1'\n"));
   EXPECT_THAT(r.out, ::testing::Not(::testing::HasSubstr("TF_CONFIG")));
   EXPECT_THAT(r.out, ::testing::HasSubstr("name: log-shipper"));
+}
+
+// An elastic PyTorchJob's pods carry torchrun's rendezvous, at the master
+// (worker 0 before conversion), and no ranks of their own.
+TEST(KubeflowManifestTest, RenderShowsAnElasticJobsRendezvous) {
+  Result r = RunKubetrain({"render", kKubeflow + "pytorch-elastic.yaml", "--namespace", "ml"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  for (const char* env : {
+           "    - name: PET_NNODES\n      value: '1:4'\n",
+           "    - name: PET_RDZV_BACKEND\n      value: c10d\n",
+           "    - name: PET_RDZV_ENDPOINT\n      value: elastic-imagenet-master-0.ml.svc:23456\n",
+           "    - name: PET_RDZV_ID\n      value: imagenet\n",
+           "    - name: PET_RDZV_CONF\n      value: join_timeout=900,is_host=true\n",
+           "    - name: PET_RDZV_CONF\n      value: join_timeout=900,is_host=false\n",
+           "    - name: PET_MAX_RESTARTS\n      value: '10'\n",
+       }) {
+    EXPECT_THAT(r.out, ::testing::HasSubstr(env));
+  }
+  EXPECT_THAT(r.out, ::testing::Not(::testing::HasSubstr("name: RANK\n")));
+  EXPECT_THAT(r.out, ::testing::Not(::testing::HasSubstr("name: MASTER_ADDR\n")));
 }
 
 // A job without imageUri runs the runtime image this version's build makes

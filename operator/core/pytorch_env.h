@@ -42,6 +42,19 @@ using EnvList = std::vector<std::pair<std::string, std::string>>;
 //   PET_NPROC_PER_NODE            the replica's GPUs, 1 without GPUs: the
 //                                 processes torchrun starts in the replica
 //
+// With spec.elasticPolicy the master and workers are the nodes of one
+// torchrun elastic group instead, and get only torchrun's settings (no
+// RANK, WORLD_SIZE or MASTER_*: torchrun assigns them at each rendezvous):
+//
+//   PET_NNODES            "minReplicas:maxReplicas"
+//   PET_RDZV_BACKEND      rdzvBackend, default c10d
+//   PET_RDZV_ENDPOINT     rdzvHost:rdzvPort, default rank 0's host and port
+//   PET_RDZV_ID           rdzvId, default PodGroupName (the job, or trial)
+//   PET_RDZV_CONF         rdzvConf, and for c10d at rank 0's host is_host:
+//                         true on rank 0 only, whose torchrun hosts the store
+//   PET_MAX_RESTARTS      maxRestarts, when given
+//   PET_NPROC_PER_NODE    as above
+//
 // Parameter servers and evaluators are not ranks: they get an empty list, so
 // that a script calling init_process_group there fails at once ("RANK
 // expected") instead of joining, or waiting for, a group it does not belong

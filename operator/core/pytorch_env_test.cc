@@ -81,8 +81,24 @@ std::vector<Case> Cases() {
       {Role::kWorker, 3, {}, {}},
       {Role::kParameterServer, 1, {}, {}},
   };
+  // 2 processes per node: torchrun's 6 ranks on 3 nodes, as Kubeflow counts
+  // them; torchrun's own words leave WORLD_SIZE the nodes'.
+  v1::TrainingJob two_per_node = MasterWorkersJob(2);
+  two_per_node.mutable_spec()->set_nproc_per_node("2");
+  v1::TrainingJob auto_per_node = MasterWorkersJob(2);
+  auto_per_node.mutable_spec()->set_nproc_per_node("auto");
   const std::string master = "mnist-master-0.default.svc";
+  EnvList two_per_node_worker = Want(master, "2222", 6, 2, 2);
+  two_per_node_worker[7].second = "3";  // PET_NNODES: still the nodes
+  EnvList auto_worker = Want(master, "2222", 3, 2);
+  auto_worker[9].second = "auto";
   return {
+      {"nproc_per_node_multiplies_the_world",
+       two_per_node,
+       {},
+       {"", Role::kWorker, 1},
+       two_per_node_worker},
+      {"nproc_per_node_auto", auto_per_node, {}, {"", Role::kWorker, 1}, auto_worker},
       {"master_is_rank_0", three, {}, {"", Role::kMaster, 0}, Want(master, "2222", 3, 0)},
       {"worker_0_is_rank_1", three, {}, {"", Role::kWorker, 0}, Want(master, "2222", 3, 1)},
       {"worker_1_is_rank_2", three, {}, {"", Role::kWorker, 1}, Want(master, "2222", 3, 2)},
@@ -246,6 +262,77 @@ TEST(RenderedEnvTest, TfConfigFirstThenThePyTorchSet) {
     EXPECT_EQ(master.env[i + 1].first, kPyTorchNames[i]);
   }
   EXPECT_EQ(master.env[11].first, "CLOUD_ML_JOB_ID");
+}
+
+// An elastic group: torchrun's settings only, the same on every node but
+// is_host, which only the master (the c10d store's host) has true.
+TEST(PyTorchEnvTest, ElasticNodesGetTorchrunsRendezvousAndNoRanks) {
+  v1::TrainingJob job = MasterWorkersJob(2);
+  job.mutable_spec()->mutable_training_input()->set_framework(v1::TrainingInput::PYTORCH);
+  v1::ElasticPolicy* elastic = job.mutable_spec()->mutable_elastic_policy();
+  elastic->set_min_replicas(2);
+  elastic->set_max_replicas(4);
+  const auto groups = api::ReplicaGroups(job.spec().training_input());
+  const AddressFn address = KubernetesAddresses("ml");
+  auto want = [](const std::string& id, const std::string& conf) {
+    return EnvList{{"PET_NNODES", "2:4"},
+                   {"PET_RDZV_BACKEND", "c10d"},
+                   {"PET_RDZV_ENDPOINT", "mnist-master-0.ml.svc:2222"},
+                   {"PET_RDZV_ID", id},
+                   {"PET_NPROC_PER_NODE", "1"},
+                   {"PET_RDZV_CONF", conf}};
+  };
+  EXPECT_EQ(BuildPyTorchEnv(job, groups, {"", Role::kMaster, 0}, address),
+            want("mnist", "is_host=true"));
+  EXPECT_EQ(BuildPyTorchEnv(job, groups, {"", Role::kWorker, 1}, address),
+            want("mnist", "is_host=false"));
+  // A trial's nodes rendezvous at the trial's master, under the trial's id.
+  EnvList trial = want("mnist-t3", "is_host=false");
+  trial[2].second = "mnist-t3-master-0.ml.svc:2222";
+  EXPECT_EQ(BuildPyTorchEnv(job, groups, {"3", Role::kWorker, 0}, address), trial);
+  // Not ranks, as before.
+  EXPECT_EQ(BuildPyTorchEnv(MasterWorkersJob(2, 1, 1), groups, {"", Role::kEvaluator, 0}, address),
+            EnvList{});
+
+  // Everything given: an etcd at a host of its own (no is_host: that is
+  // c10d's), the user's conf, the restarts; min and max default to the
+  // job's nodes.
+  elastic->Clear();
+  elastic->set_rdzv_backend("etcd");
+  elastic->set_rdzv_host("etcd.ml.svc");
+  elastic->set_rdzv_port(2379);
+  elastic->set_rdzv_id("run-7");
+  elastic->set_max_restarts(100);
+  auto* conf = elastic->add_rdzv_conf();
+  conf->set_key("join_timeout");
+  conf->set_value("900");
+  conf = elastic->add_rdzv_conf();
+  conf->set_key("last_call_timeout");
+  conf->set_value("5");
+  EXPECT_EQ(BuildPyTorchEnv(job, groups, {"", Role::kMaster, 0}, address),
+            (EnvList{{"PET_NNODES", "3:3"},
+                     {"PET_RDZV_BACKEND", "etcd"},
+                     {"PET_RDZV_ENDPOINT", "etcd.ml.svc:2379"},
+                     {"PET_RDZV_ID", "run-7"},
+                     {"PET_NPROC_PER_NODE", "1"},
+                     {"PET_RDZV_CONF", "join_timeout=900,last_call_timeout=5"},
+                     {"PET_MAX_RESTARTS", "100"}}));
+
+  // Locally: the master's drawn port on 127.0.0.1, which every node
+  // matches, so is_host is what tells them apart.
+  elastic->Clear();
+  elastic->set_min_replicas(2);
+  const std::map<std::string, int> ports = {
+      {"mnist-master-0", 41001}, {"mnist-worker-0", 41002}, {"mnist-worker-1", 41003}};
+  AddressFn loopback =
+      LoopbackAddresses([&](std::string_view name) { return ports.at(std::string(name)); });
+  EXPECT_EQ(BuildPyTorchEnv(job, groups, {"", Role::kWorker, 0}, loopback),
+            (EnvList{{"PET_NNODES", "2:3"},
+                     {"PET_RDZV_BACKEND", "c10d"},
+                     {"PET_RDZV_ENDPOINT", "127.0.0.1:41001"},
+                     {"PET_RDZV_ID", "mnist"},
+                     {"PET_NPROC_PER_NODE", "1"},
+                     {"PET_RDZV_CONF", "is_host=false"}}));
 }
 
 TEST(PyTorchEnvTest, FrameworkChoosesTheSets) {

@@ -99,6 +99,33 @@ SetOutcome ReconcileSet(Context& c, const std::string& trial_id,
     }
   }
 
+  // An elastic group (spec.elasticPolicy): its nodes are the master and the
+  // workers, and it trains on while minReplicas of them are not lost.
+  const bool elastic = c.job.spec().has_elastic_policy();
+  int nodes = 0, lost_nodes = 0;
+  for (const Slot& want : slots) {
+    if (!elastic || (want.key.role != Role::kMaster && want.key.role != Role::kWorker)) continue;
+    ++nodes;
+    auto it = observed.find(want.key);
+    if (it != observed.end() &&
+        (it->second->phase == ReplicaPhase::kFailed || IsLost(*it->second))) {
+      ++lost_nodes;
+    }
+  }
+  const int min_nodes = elastic && c.job.spec().elastic_policy().has_min_replicas()
+                            ? c.job.spec().elastic_policy().min_replicas()
+                            : nodes;
+  const std::string group_left =
+      absl::StrCat("the elastic group goes on with ", nodes - lost_nodes, " of ", nodes,
+                   " nodes (elasticPolicy.minReplicas ", min_nodes, ")");
+
+  // Elastic workers lost and not recreated, and why.
+  struct LeftOut {
+    const ObservedReplica* replica;
+    std::string what;
+  };
+  std::vector<LeftOut> left_out;
+
   int present = 0, running = 0;
   bool deciding_succeeded = false;
   std::optional<std::pair<std::string, std::string>> failure;  // reason, message
@@ -191,6 +218,18 @@ SetOutcome ReconcileSet(Context& c, const std::string& trial_id,
                       " is stuck terminating past its grace period: its node is "
                       "unreachable"
                 : DescribeFailure(*r, c.use_chief());
+        // A worker, not the master: the master's torchrun hosts the c10d
+        // store, and the group does not outlive it.
+        const bool elastic_worker = elastic && r->key.role == Role::kWorker;
+        const bool budget_left = retryable && c.status().restart_count() < backoff_limit;
+        if (elastic_worker && !budget_left) {
+          // Not recreated: the group goes on without it, or ends (below).
+          left_out.push_back(
+              {r, what + (retryable
+                              ? "; backoffLimit " + std::to_string(backoff_limit) + " reached"
+                              : "; restartPolicy " + v1::RunPolicy::RestartPolicy_Name(policy))});
+          break;
+        }
         if (!retryable) {
           if (!failure) failure = {"ReplicaFailed", what};
         } else if (c.status().restart_count() >= backoff_limit) {
@@ -202,18 +241,44 @@ SetOutcome ReconcileSet(Context& c, const std::string& trial_id,
         } else {
           c.status().set_restart_count(c.status().restart_count() + 1);
           ToProto(c.now, c.status().mutable_last_restart_time());
-          const std::string message = what + "; restarting (restart " +
-                                      std::to_string(c.status().restart_count()) + " of " +
-                                      std::to_string(backoff_limit) + ")";
+          std::string message = what + "; restarting (restart " +
+                                std::to_string(c.status().restart_count()) + " of " +
+                                std::to_string(backoff_limit) + ")";
+          if (elastic_worker) absl::StrAppend(&message, "; meanwhile ", group_left);
           c.Emit(EmitEvent::Type::kWarning, "Restarting", message);
           SetCondition(&c.status(), kRestarting, true, "ReplicaRestarting", message, c.now);
-          SetCondition(&c.status(), kRunning, false, "ReplicaRestarting", message, c.now);
+          if (!elastic_worker) {
+            SetCondition(&c.status(), kRunning, false, "ReplicaRestarting", message, c.now);
+          }
           // The Service stays: the new replica has the same name and labels.
           c.result.actions.push_back(
               DeleteReplica{r->name, phase == ReplicaPhase::kUnknown, "restarting"});
         }
         break;
       }
+    }
+  }
+
+  if (!left_out.empty()) {
+    // Told about the latest loss (the last to finish; a lost node has no
+    // end), once: the Running condition keeps what was said.
+    const LeftOut* latest = &left_out.front();
+    for (const LeftOut& l : left_out) {
+      if (l.replica->finished >= latest->replica->finished) latest = &l;
+    }
+    if (nodes - lost_nodes >= min_nodes) {
+      const std::string message = Truncate(latest->what + ": not recreated; " + group_left);
+      const v1::Condition* now_running = FindCondition(&c.status(), kRunning);
+      if (now_running == nullptr || now_running->message() != message) {
+        SetCondition(&c.status(), kRunning, true, "ElasticNodeLost", message, c.now);
+        c.Emit(EmitEvent::Type::kWarning, "ElasticNodeLost", message);
+      }
+    } else if (!failure) {
+      failure = {"ReplicaFailed", absl::StrCat(latest->what, "; the elastic group has ",
+                                               nodes - lost_nodes, " of ", nodes,
+                                               " nodes left, fewer than "
+                                               "elasticPolicy.minReplicas ",
+                                               min_nodes)};
     }
   }
 

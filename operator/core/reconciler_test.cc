@@ -557,6 +557,109 @@ TEST(ReconcileTest, BackoffLimitCountsRecreationsAndContainerRestarts) {
   h.Settle();
 }
 
+// ---- An elastic group (spec.elasticPolicy) ---------------------------------
+
+// A PYTORCH master + 3 workers, elastic with at least `min` nodes.
+v1::TrainingJob ElasticJob(int min, v1::RunPolicy::RestartPolicy policy, int backoff_limit) {
+  v1::TrainingJob job = Job(3, 0);
+  job.mutable_spec()->mutable_training_input()->set_framework(v1::TrainingInput::PYTORCH);
+  for (v1::ReplicaConfig* config :
+       {job.mutable_spec()->mutable_training_input()->mutable_master_config(),
+        job.mutable_spec()->mutable_training_input()->mutable_worker_config()}) {
+    config->add_container_command("torchrun");
+    config->add_container_command("train.py");
+  }
+  job.mutable_spec()->mutable_elastic_policy()->set_min_replicas(min);
+  job.mutable_spec()->mutable_run_policy()->set_restart_policy(policy);
+  job.mutable_spec()->mutable_run_policy()->set_backoff_limit(backoff_limit);
+  return job;
+}
+
+// A lost worker is recreated within the budget, the job running on meanwhile;
+// with the budget spent, it is left out while minReplicas nodes remain.
+TEST(ElasticTest, ALostWorkerIsRecreatedThenLeftOutWhileMinReplicasRemain) {
+  Harness h = Running(ElasticJob(2, v1::RunPolicy::OnFailure, 1));
+  h.Exit("mnist-worker-2", 137);
+  ReconcileResult r = h.Step();
+  EXPECT_EQ(r.status.state(), v1::RUNNING);
+  EXPECT_THAT(Deleted(r), ElementsAre("mnist-worker-2"));
+  EXPECT_THAT(Events(r), ElementsAre("Warning Restarting: worker-2 exited with code 137; "
+                                     "restarting (restart 1 of 1); meanwhile the elastic group "
+                                     "goes on with 3 of 4 nodes (elasticPolicy.minReplicas 2)"));
+  // The group trains on: the job is running, not waiting for the node.
+  EXPECT_TRUE(h.ConditionTrue("Running"));
+  EXPECT_TRUE(h.ConditionTrue("Restarting"));
+  h.now += absl::Seconds(10);
+  r = h.Step();
+  EXPECT_THAT(Created(r), ElementsAre("mnist-worker-2"));
+  h.Settle();
+  h.RunAll();
+  h.Settle();
+  EXPECT_FALSE(h.ConditionTrue("Restarting"));
+
+  // Budget spent: worker-0, then worker-1 go; 2 nodes stay, the job runs.
+  h.Exit("mnist-worker-0", 1, "rendezvous closed");
+  r = h.Step();
+  EXPECT_EQ(r.status.state(), v1::RUNNING);
+  EXPECT_THAT(Deleted(r), IsEmpty());
+  EXPECT_THAT(Created(r), IsEmpty());
+  EXPECT_THAT(Events(r), ElementsAre("Warning ElasticNodeLost: worker-0 exited with code 1: "
+                                     "rendezvous closed; backoffLimit 1 reached: not recreated; "
+                                     "the elastic group goes on with 3 of 4 nodes "
+                                     "(elasticPolicy.minReplicas 2)"));
+  h.Settle();  // said once
+  h.Exit("mnist-worker-1", 137);
+  r = h.Step();
+  EXPECT_EQ(r.status.state(), v1::RUNNING);
+  EXPECT_THAT(EventReasons(r), ElementsAre("ElasticNodeLost"));
+  EXPECT_THAT(h.Condition("Running")->message(), HasSubstr("goes on with 2 of 4 nodes"));
+  h.Settle();
+
+  // A third: fewer than minReplicas are left, and the job fails.
+  h.Exit("mnist-worker-2", 137);
+  r = h.Step();
+  EXPECT_EQ(r.status.state(), v1::FAILED);
+  EXPECT_EQ(r.status.error_message(),
+            "worker-2 exited with code 137; backoffLimit 1 reached; the elastic group has 1 of 4 "
+            "nodes left, fewer than elasticPolicy.minReplicas 2");
+}
+
+// Restart policy Never: a lost worker is not recreated, and does not fail
+// the job while minReplicas remain. The master is not a worker like the
+// others: its torchrun hosts the c10d store, and it follows the job's rules.
+TEST(ElasticTest, NeverRecreatesNothingAndTheMasterFollowsTheJobsRules) {
+  Harness h = Running(ElasticJob(3, v1::RunPolicy::Never, 3));
+  h.Exit("mnist-worker-1", 1, "boom");
+  ReconcileResult r = h.Step();
+  EXPECT_EQ(r.status.state(), v1::RUNNING);
+  EXPECT_THAT(Events(r), ElementsAre("Warning ElasticNodeLost: worker-1 exited with code 1: boom; "
+                                     "restartPolicy Never: not recreated; the elastic group goes "
+                                     "on with 3 of 4 nodes (elasticPolicy.minReplicas 3)"));
+  h.Settle();
+  h.Exit("mnist-master-0", 1, "store gone");
+  r = h.Step();
+  EXPECT_EQ(r.status.state(), v1::FAILED);
+  EXPECT_EQ(r.status.error_message(), "master-0 exited with code 1: store gone");
+
+  // And the group's end is the master's, as for any job.
+  Harness done = Running(ElasticJob(2, v1::RunPolicy::Never, 3));
+  done.Exit("mnist-worker-0", 137);
+  done.Settle();
+  done.Exit("mnist-master-0", 0);
+  done.Exit("mnist-worker-1", 0);
+  r = done.Step();
+  EXPECT_EQ(r.status.state(), v1::SUCCEEDED);
+}
+
+// Without elasticPolicy nothing changes: a lost worker fails a Never job.
+TEST(ElasticTest, AFixedGroupStillFailsOnALostWorker) {
+  v1::TrainingJob job = ElasticJob(2, v1::RunPolicy::Never, 3);
+  job.mutable_spec()->clear_elastic_policy();
+  Harness h = Running(job);
+  h.Exit("mnist-worker-1", 1, "boom");
+  EXPECT_EQ(h.Step().status.state(), v1::FAILED);
+}
+
 TEST(ReconcileTest, ContainerRestartsBeyondTheLimitFailTheJob) {
   v1::TrainingJob job = Job();
   job.mutable_spec()->mutable_run_policy()->set_restart_policy(v1::RunPolicy::OnFailure);

@@ -259,12 +259,18 @@ TEST_F(CorpusTest, KubeflowManifestsThatConvertConvertToWhatTheApiServerStores) 
     EXPECT_EQ(again.code, 0) << name << ": validate refuses what convert printed:\n" << again.out;
   }
   Report("kubeflow", converted, files.size(), refusals);
-  // Elastic PyTorch jobs are not converted yet. (Containers without a
-  // command run their image's entrypoint; a file's other documents pass
-  // through.)
-  EXPECT_EQ(RefusedByField(refusals), (std::map<std::string, size_t>{
-                                          {"spec.elasticPolicy", 9},
-                                      }));
+  // What kubetrain cannot run: elastic jobs scaled by an autoscaler, and a
+  // GPU request left empty (`nvidia.com/gpu:` with no value, which the API
+  // server refuses too). (Containers without a command run their image's
+  // entrypoint; a file's other documents pass through; elastic jobs
+  // without autoscaling convert.)
+  EXPECT_EQ(RefusedByField(refusals),
+            (std::map<std::string, size_t>{
+                {"spec.elasticPolicy.metrics", 6},
+                {"spec.pytorchReplicaSpecs.Worker.template.spec.containers[N].resources.limits."
+                 "nvidia.com/gpu",
+                 2},
+            }));
 }
 
 // Every example the project ships is a manifest the API server takes.

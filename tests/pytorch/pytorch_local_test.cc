@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/testing/temp_dir.h"
 #include "common/testing/wait_until.h"
@@ -222,6 +223,149 @@ TEST_F(PyTorchLocalTest, TuningTheSameScriptEndsSucceededWithAnObjectivePerTrial
   // Best first.
   EXPECT_GE(output.trials(0).final_metric().objective_value(),
             output.trials(1).final_metric().objective_value());
+}
+
+// An elastic PyTorchJob as Kubeflow's examples write it (workers only,
+// elasticPolicy with the c10d backend, restartPolicy OnFailure): three
+// torchrun nodes of examples/pytorch/elastic_fmnist.py, min 2, max 3. A node
+// is killed whole, as a lost pod is (its supervisor, torchrun and the
+// trainer), twice. The first time the controller recreates it (backoffLimit
+// 1) and it joins again; the second time the budget is spent, and the other
+// two train on without it. Each time training resumes from the last
+// checkpoint, and the job ends SUCCEEDED at the last step.
+TEST_F(PyTorchLocalTest, AnElasticJobTrainsOnWhenAWorkerIsKilledAndEndsSucceeded) {
+  const std::string checkpoints = work_.path() + "/elastic";
+  constexpr int kSteps = 3000;
+  // Debian 12's torchrun (torch 1.13 on Python 3.11) cannot read its own
+  // default "0" for --redirects and --tee, so the command gives both.
+  const std::string manifest = Write(
+      "elastic.yaml",
+      absl::StrCat("apiVersion: kubeflow.org/v1\nkind: PyTorchJob\nmetadata:\n"
+                   "  name: fmnist-elastic\nspec:\n"
+                   "  runPolicy: {backoffLimit: 1}\n"
+                   "  elasticPolicy:\n    rdzvBackend: c10d\n    minReplicas: 2\n"
+                   "    maxReplicas: 3\n    maxRestarts: 3\n"
+                   "    rdzvConf: [{key: last_call_timeout, value: \"3\"}]\n"
+                   "  pytorchReplicaSpecs:\n    Worker:\n      replicas: 3\n"
+                   "      restartPolicy: OnFailure\n      template:\n        spec:\n"
+                   "          containers:\n            - name: pytorch\n"
+                   "              image: example.com/fmnist-elastic:1.0\n"
+                   "              command: [/usr/bin/torchrun, --redirects, \"1\", --tee, \"1\", "
+                   "--monitor_interval, \"1\", ",
+                   ELASTIC_SCRIPT, "]\n              args: [--checkpoint_dir=", checkpoints,
+                   ", --steps=", kSteps, "]\n"));
+  RunResult r =
+      Kubetrain({"jobs", "submit", "training", "fmnist_elastic", "--local", "--config", manifest});
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_THAT(r.out,
+              HasSubstr("spec.elasticPolicy.minReplicas -> spec.elasticPolicy.minReplicas: 2"));
+
+  // What rank 0 recorded, in order: each start (the step it resumed from and
+  // the group's size), each checkpoint, the end.
+  struct Progress {
+    std::vector<std::pair<int, int>> starts;  // step, nodes
+    int checkpoint = 0;
+    int end = 0;
+    double accuracy = 0;
+  };
+  auto progress = [&] {
+    Progress p;
+    std::istringstream lines(ReadFile(checkpoints + "/progress.jsonl"));
+    for (std::string line; std::getline(lines, line);) {
+      const nlohmann::json record = nlohmann::json::parse(line, nullptr, false);
+      if (!record.is_object()) continue;  // a line being written
+      if (record["event"] == "start") {
+        p.starts.emplace_back(record["step"].get<int>(), record["world_size"].get<int>());
+      } else if (record["event"] == "checkpoint") {
+        p.checkpoint = record["step"].get<int>();
+      } else if (record["event"] == "end") {
+        p.end = record["step"].get<int>();
+        p.accuracy = record["accuracy"].get<double>();
+      }
+    }
+    return p;
+  };
+  auto store = JobStore::Open(home_.path() + "/jobs.db");
+  ASSERT_TRUE(store.ok()) << store.status();
+  // Worker 0 became the master; the node killed is worker-1, the third.
+  auto kill_worker_1 = [&] {
+    auto replicas = (*store)->ListReplicas("fmnist_elastic");
+    int pid = 0;
+    for (const ReplicaRecord& replica : replicas.ok() ? *replicas : std::vector<ReplicaRecord>{}) {
+      if (replica.key.role == api::Role::kWorker && replica.key.index == 1) pid = replica.pid;
+    }
+    EXPECT_GT(pid, 1) << (replicas.ok() ? "no worker-1" : replicas.status().ToString());
+    return pid > 1 && kill(-pid, SIGKILL) == 0;
+  };
+
+  // Three nodes train; the first kill.
+  ASSERT_TRUE(
+      test_support::WaitUntil([&] { return progress().checkpoint >= 200; }, absl::Seconds(180)))
+      << ReadFile(home_.path() + "/controller.log");
+  ASSERT_TRUE(kill_worker_1());
+  const int first_kill = progress().checkpoint;
+  // Recreated, it joins: three nodes again, 200 steps further on.
+  ASSERT_TRUE(test_support::WaitUntil(
+      [&] {
+        const Progress p = progress();
+        return p.starts.size() >= 2 && p.starts.back().second == 3 &&
+               p.checkpoint >= p.starts.back().first + 200;
+      },
+      absl::Seconds(180)))
+      << ReadFile(home_.path() + "/controller.log");
+  ASSERT_TRUE(kill_worker_1());
+  const Progress before = progress();
+  const int second_kill = before.checkpoint;
+  ASSERT_LT(second_kill, kSteps) << "training ended before the second kill";
+
+  ASSERT_TRUE(test_support::WaitUntil(
+      [&] {
+        const v1::State state = Job("fmnist_elastic").status().state();
+        return state == v1::SUCCEEDED || state == v1::FAILED || state == v1::CANCELLED;
+      },
+      absl::Seconds(300)))
+      << ReadFile(home_.path() + "/controller.log");
+  v1::TrainingJob job = Job("fmnist_elastic");
+  ASSERT_EQ(job.status().state(), v1::SUCCEEDED) << job.status().error_message();
+  EXPECT_EQ(job.status().restart_count(), 1);
+
+  const Progress p = progress();
+  ASSERT_GT(p.starts.size(), before.starts.size()) << "no rendezvous after the second kill";
+  EXPECT_EQ(p.starts.front(), std::make_pair(0, 3));
+  std::string history;
+  for (size_t i = 1; i < p.starts.size(); ++i) {
+    EXPECT_GT(p.starts[i].first, 0) << "start " << i << " went back to step 0";
+    EXPECT_GE(p.starts[i].first, p.starts[i - 1].first) << "start " << i << " went back";
+    EXPECT_GE(p.starts[i].second, 2) << "a group smaller than minReplicas trained";
+    absl::StrAppend(&history, " step ", p.starts[i].first, " with ", p.starts[i].second, " nodes;");
+  }
+  // Resumed from the checkpoint each kill left (one may have been written
+  // as the kill landed), and the last stretch with the two left.
+  EXPECT_GE(p.starts[1].first, first_kill);
+  EXPECT_LE(p.starts[1].first, first_kill + 50);
+  EXPECT_GE(p.starts.back().first, second_kill);
+  EXPECT_EQ(p.starts.back().second, 2);
+  EXPECT_EQ(p.end, kSteps);
+  EXPECT_GT(p.accuracy, 0.75);
+  std::cout << "killed worker-1 after steps " << first_kill << " and " << second_kill
+            << "; rendezvous again at" << history << " ended at step " << p.end
+            << ", test accuracy " << p.accuracy << "\n";
+
+  // The controller said why it went on, each time.
+  auto events = (*store)->Events("fmnist_elastic");
+  ASSERT_TRUE(events.ok()) << events.status();
+  std::string said;
+  for (const StoredEvent& event : *events) {
+    if (event.reason == "Restarting" || event.reason == "ElasticNodeLost") {
+      absl::StrAppend(&said, event.reason, ": ", event.message, "\n");
+    }
+  }
+  EXPECT_THAT(said, HasSubstr("Restarting: worker-1 "));
+  EXPECT_THAT(said, HasSubstr("; restarting (restart 1 of 1); meanwhile the elastic group goes "
+                              "on with 2 of 3 nodes (elasticPolicy.minReplicas 2)"));
+  EXPECT_THAT(said, HasSubstr("ElasticNodeLost: worker-1 "));
+  EXPECT_THAT(said, HasSubstr("; backoffLimit 1 reached: not recreated; the elastic group goes on "
+                              "with 2 of 3 nodes (elasticPolicy.minReplicas 2)"));
 }
 
 }  // namespace
