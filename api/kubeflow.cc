@@ -216,6 +216,24 @@ class Converter {
     out_->mapped.push_back({std::move(from), std::move(to)});
   }
 
+  // An integer from `low` to INT32_MAX, else an error at `path`.
+  std::optional<int32_t> Int32Of(const json& value, int64_t low, const std::string& path) {
+    std::optional<int64_t> n = IntegerOf(value);
+    if (!n || *n < low || *n > INT32_MAX) {
+      Error(path, absl::StrCat("expected an integer >= ", low, ", got ", Quoted(value)));
+      return std::nullopt;
+    }
+    return static_cast<int32_t>(*n);
+  }
+
+  std::optional<std::string> StringOf(const json& value, const std::string& path) {
+    if (!value.is_string()) {
+      Error(path, "expected a string, got " + Quoted(value));
+      return std::nullopt;
+    }
+    return value.get<std::string>();
+  }
+
   bool ExpectObject(const json& value, const std::string& path) {
     if (value.is_object()) return true;
     Error(path, "expected a mapping, got " + Quoted(value));
@@ -333,25 +351,10 @@ class Converter {
       const json& item = entry.value();
       const std::string item_path = path + "." + field;
       const std::string target = "spec.elasticPolicy." + field;
-      auto integer = [&](int64_t low) -> std::optional<int32_t> {
-        std::optional<int64_t> n = IntegerOf(item);
-        if (!n || *n < low || *n > INT32_MAX) {
-          Error(item_path, absl::StrCat("expected an integer >= ", low, ", got ", Quoted(item)));
-          return std::nullopt;
-        }
-        return static_cast<int32_t>(*n);
-      };
-      auto text = [&]() -> std::optional<std::string> {
-        if (!item.is_string()) {
-          Error(item_path, "expected a string, got " + Quoted(item));
-          return std::nullopt;
-        }
-        return item.get<std::string>();
-      };
       std::string mapped;  // what the field became
       if (field == "minReplicas" || field == "maxReplicas" || field == "maxRestarts" ||
           field == "rdzvPort") {
-        std::optional<int32_t> n = integer(field == "maxRestarts" ? 0 : 1);
+        std::optional<int32_t> n = Int32Of(item, field == "maxRestarts" ? 0 : 1, item_path);
         if (!n) continue;
         if (field == "minReplicas") elastic->set_min_replicas(*n);
         if (field == "maxReplicas") elastic->set_max_replicas(*n);
@@ -359,7 +362,7 @@ class Converter {
         if (field == "rdzvPort") elastic->set_rdzv_port(*n);
         mapped = std::to_string(*n);
       } else if (field == "rdzvBackend" || field == "rdzvHost" || field == "rdzvId") {
-        std::optional<std::string> s = text();
+        std::optional<std::string> s = StringOf(item, item_path);
         if (!s) continue;
         if (field == "rdzvBackend") elastic->set_rdzv_backend(*s);
         if (field == "rdzvHost") elastic->set_rdzv_host(*s);
@@ -481,26 +484,12 @@ class Converter {
   void SchedulingPolicy(const json& value, const std::string& path, v1::SchedulingPolicy* policy) {
     if (!ExpectObject(value, path)) return;
     for (auto entry = value.begin(); entry != value.end(); ++entry) {
-      // (Named here, not bound: the lambdas below take them.)
       const std::string field = entry.key();
       const json& item = entry.value();
       const std::string item_path = path + "." + field;
       const std::string target = "spec.runPolicy.schedulingPolicy." + field;
-      auto positive = [&]() -> std::optional<int32_t> {
-        std::optional<int64_t> n = IntegerOf(item);
-        if (!n || *n < 1 || *n > INT32_MAX) {
-          Error(item_path, "expected an integer >= 1, got " + Quoted(item));
-          return std::nullopt;
-        }
-        return static_cast<int32_t>(*n);
-      };
-      auto text = [&]() -> std::optional<std::string> {
-        if (!item.is_string()) {
-          Error(item_path, "expected a string, got " + Quoted(item));
-          return std::nullopt;
-        }
-        return item.get<std::string>();
-      };
+      auto positive = [&] { return Int32Of(item, 1, item_path); };
+      auto text = [&] { return StringOf(item, item_path); };
       if (field == "minAvailable") {
         std::optional<int32_t> n = positive();
         if (!n) continue;
