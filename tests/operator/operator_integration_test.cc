@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
 #include <set>
 #include <string>
@@ -466,6 +467,65 @@ TEST_F(OperatorIntegrationTest, RestartBackoffFlagRejectsWhatIsNotAPositiveDurat
     EXPECT_NE(log.find("--restart-backoff DURATION"), std::string::npos) << "usage:\n" << log;
   }
   EXPECT_EQ(Requests("list trainingjobs"), 0);
+}
+
+// An elastic PyTorch job against the API server (whose schema checks
+// spec.elasticPolicy): torchrun's rendezvous in every pod; a lost worker is
+// recreated while the job runs on, then, with the budget spent, left out
+// while minReplicas remain; the master's success ends the job.
+TEST_F(OperatorIntegrationTest, AnElasticJobRunsOnWithoutALostWorker) {
+  auto op = StartFastRestartingOperator("op");
+  const json torchrun = {{"containerCommand", {"torchrun", "train.py"}}};
+  const json job = {{"apiVersion", "kubetrain.io/v1"},
+                    {"kind", "TrainingJob"},
+                    {"metadata", {{"name", "el"}}},
+                    {"spec",
+                     {{"trainingInput",
+                       {{"framework", "PYTORCH"},
+                        {"scaleTier", "CUSTOM"},
+                        {"masterType", "standard"},
+                        {"workerType", "standard"},
+                        {"workerCount", 2},
+                        {"masterConfig", torchrun},
+                        {"workerConfig", torchrun}}},
+                      {"elasticPolicy", {{"minReplicas", 2}, {"maxReplicas", 3}}},
+                      {"runPolicy", {{"restartPolicy", "OnFailure"}, {"backoffLimit", 1}}}}}};
+  ASSERT_EQ(server_->Create("trainingjobs", "ns1", job).status(), absl::OkStatus());
+  ASSERT_TRUE(WaitForReplicas(3)) << op->Log();
+  const absl::StatusOr<json> pod = server_->Get("pods", "ns1", "el-worker-1");
+  ASSERT_TRUE(pod.ok()) << pod.status();
+  std::map<std::string, std::string> env;
+  for (const json& e : (*pod)["spec"]["containers"][0]["env"]) {
+    if (e.contains("value")) env[e["name"].get<std::string>()] = e["value"].get<std::string>();
+  }
+  EXPECT_EQ(env["PET_NNODES"], "2:3");
+  EXPECT_EQ(env["PET_RDZV_ENDPOINT"], "el-master-0.ns1.svc:2222");
+  EXPECT_EQ(env["PET_RDZV_CONF"], "is_host=false");
+  EXPECT_EQ(env.count("RANK"), 0u);
+  SetAllRunning();
+  ASSERT_TRUE(WaitForState("el", "RUNNING")) << op->Log();
+
+  const std::string uid = PodUid("el-worker-1");
+  SetPhase("el-worker-1", PodStatus("Failed", 137));
+  ASSERT_TRUE(WaitForRecreation("el-worker-1", uid)) << op->Log();
+  EXPECT_TRUE(
+      HasEvent("el", "Restarting", "meanwhile the elastic group goes on with 2 of 3 nodes"));
+  EXPECT_EQ(Condition("el", "Running").value("status", ""), "True");
+  SetAllRunning();
+
+  SetPhase("el-worker-0", PodStatus("Failed", 1));
+  ASSERT_TRUE(server_->WaitUntil([&] {
+    return HasEvent("el", "ElasticNodeLost",
+                    "worker-0 exited with code 1: exit; backoffLimit 1 reached: not recreated; the "
+                    "elastic group goes on with 2 of 3 nodes (elasticPolicy.minReplicas 2)");
+  })) << op->Log();
+  EXPECT_EQ(State("el"), "RUNNING");
+  EXPECT_EQ(PodPhase("el-worker-0"), "Failed");  // kept, not recreated
+
+  SetPhase("el-master-0", PodStatus("Succeeded", 0));
+  ASSERT_TRUE(WaitForState("el", "SUCCEEDED")) << op->Log();
+  EXPECT_EQ(RestartCount("el"), 1);
+  EXPECT_EQ(Requests("create pods"), 4);
 }
 
 // OnFailure and Always: a failed replica runs again and the job goes on.
