@@ -266,7 +266,9 @@ SetOutcome ReconcileSet(Context& c, const std::string& trial_id,
     for (const LeftOut& l : left_out) {
       if (l.replica->finished >= latest->replica->finished) latest = &l;
     }
-    if (nodes - lost_nodes >= min_nodes) {
+    // Workers being recreated come back; those left out do not.
+    const int kept = nodes - static_cast<int>(left_out.size());
+    if (kept >= min_nodes) {
       const std::string message = Truncate(latest->what + ": not recreated; " + group_left);
       const v1::Condition* now_running = FindCondition(&c.status(), kRunning);
       if (now_running == nullptr || now_running->message() != message) {
@@ -274,11 +276,11 @@ SetOutcome ReconcileSet(Context& c, const std::string& trial_id,
         c.Emit(EmitEvent::Type::kWarning, "ElasticNodeLost", message);
       }
     } else if (!failure) {
-      failure = {"ReplicaFailed", absl::StrCat(latest->what, "; the elastic group has ",
-                                               nodes - lost_nodes, " of ", nodes,
-                                               " nodes left, fewer than "
-                                               "elasticPolicy.minReplicas ",
-                                               min_nodes)};
+      failure = {"ReplicaFailed",
+                 absl::StrCat(latest->what, "; the elastic group has ", kept, " of ", nodes,
+                              " nodes left, fewer than "
+                              "elasticPolicy.minReplicas ",
+                              min_nodes)};
     }
   }
 

@@ -624,6 +624,19 @@ TEST(ElasticTest, ALostWorkerIsRecreatedThenLeftOutWhileMinReplicasRemain) {
             "nodes left, fewer than elasticPolicy.minReplicas 2");
 }
 
+// A worker being recreated counts as coming back: with the budget for one
+// more restart, two workers fail at once under minReplicas 3 of 4, one is
+// recreated and one left out, and the group can reach 3 again.
+TEST(ElasticTest, AWorkerBeingRecreatedCountsTowardsMinReplicas) {
+  Harness h = Running(ElasticJob(3, v1::RunPolicy::OnFailure, 1));
+  h.Exit("mnist-worker-0", 137);
+  h.Exit("mnist-worker-1", 137);
+  ReconcileResult r = h.Step();
+  EXPECT_EQ(r.status.state(), v1::RUNNING) << r.status.error_message();
+  EXPECT_THAT(Deleted(r), ElementsAre("mnist-worker-0"));
+  EXPECT_THAT(EventReasons(r), ElementsAre("Restarting", "ElasticNodeLost"));
+}
+
 // Restart policy Never: a lost worker is not recreated, and does not fail
 // the job while minReplicas remain. The master is not a worker like the
 // others: its torchrun hosts the c10d store, and it follows the job's rules.
