@@ -273,13 +273,23 @@ TEST_F(CorpusTest, KubeflowManifestsThatConvertConvertToWhatTheApiServerStores) 
             }));
 }
 
-// Every example the project ships is a manifest the API server takes.
+// Every example the project ships is a manifest the API server takes: a
+// TrainingJob as written, a Kubeflow job as `convert` prints it.
 TEST_F(CorpusTest, ExamplesThatValidateAcceptsTheApiServerStores) {
   int manifests = 0;
+  int kubeflow = 0;
   for (const auto& entry :
        fs::recursive_directory_iterator(fs::path(KUBETRAIN_SOURCE_DIR) / "examples")) {
     if (entry.path().extension() != ".yaml") continue;
     const std::string text = Slurp(entry.path());
+    if (absl::StrContains(text, "apiVersion: kubeflow.org/v1")) {
+      ++kubeflow;
+      CliResult convert = Kubetrain({"convert", entry.path().string()});
+      EXPECT_EQ(convert.code, 0) << entry.path() << ": " << convert.err;
+      EXPECT_EQ(Apply(convert.out), "") << entry.path() << ": the API server refuses:\n"
+                                        << convert.out;
+      continue;
+    }
     if (!absl::StrContains(text, "kind: TrainingJob")) continue;
     ++manifests;
     CliResult validate = Kubetrain({"validate", entry.path().string()});
@@ -287,6 +297,7 @@ TEST_F(CorpusTest, ExamplesThatValidateAcceptsTheApiServerStores) {
     EXPECT_EQ(Apply(text), "") << entry.path();
   }
   EXPECT_GT(manifests, 3);
+  EXPECT_GE(kubeflow, 2);  // examples/pytorch: the DDP job and the elastic one
 }
 
 // broken/: refused, each with a message that points at the line and names
