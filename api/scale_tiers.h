@@ -51,4 +51,16 @@ inline bool RunsImageEntrypoint(const v1::TrainingInput& input, const v1::Replic
 // workers, 11 ps; CUSTOM: from the *Type and *Count fields.
 std::vector<ReplicaGroup> ReplicaGroups(const v1::TrainingInput& input);
 
+// How many nodes an elastic group (spec.elasticPolicy) trains with, of a job
+// whose master and workers are `nodes` replicas: minReplicas and
+// maxReplicas, each `nodes` when not given.
+struct ElasticNodeRange {
+  int64_t min = 0;
+  int64_t max = 0;
+};
+inline ElasticNodeRange ElasticNodes(const v1::ElasticPolicy& policy, int64_t nodes) {
+  return {policy.has_min_replicas() ? policy.min_replicas() : nodes,
+          policy.has_max_replicas() ? policy.max_replicas() : nodes};
+}
+
 }  // namespace kubetrain::api

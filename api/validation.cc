@@ -333,8 +333,7 @@ class Validator {
     for (const ReplicaGroup& group : ReplicaGroups(input)) {
       if (group.role == Role::kMaster || group.role == Role::kWorker) nodes += group.count;
     }
-    const int64_t low = elastic.has_min_replicas() ? elastic.min_replicas() : nodes;
-    const int64_t high = elastic.has_max_replicas() ? elastic.max_replicas() : nodes;
+    const auto [low, high] = ElasticNodes(elastic, nodes);
     if (elastic.has_min_replicas() && elastic.min_replicas() < 1) {
       Error(path + ".minReplicas", absl::StrCat("must be >= 1, got ", elastic.min_replicas()));
     } else if (low > nodes) {

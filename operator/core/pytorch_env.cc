@@ -44,10 +44,9 @@ EnvList ElasticEnv(const v1::TrainingJob& job, const ReplicaKey& task, bool is_r
   if (backend == "c10d" && elastic.rdzv_host().empty() && !is_host_given) {
     conf.push_back(is_rank0 ? "is_host=true" : "is_host=false");
   }
-  const int64_t low = elastic.has_min_replicas() ? elastic.min_replicas() : nodes;
-  const int64_t high = elastic.has_max_replicas() ? elastic.max_replicas() : nodes;
+  const api::ElasticNodeRange range = api::ElasticNodes(elastic, nodes);
   EnvList env = {
-      {"PET_NNODES", absl::StrCat(low, ":", high)},
+      {"PET_NNODES", absl::StrCat(range.min, ":", range.max)},
       {"PET_RDZV_BACKEND", backend},
       {"PET_RDZV_ENDPOINT", absl::StrCat(host, ":", port)},
       {"PET_RDZV_ID", elastic.rdzv_id().empty() ? PodGroupName(JobObjectName(job), task.trial_id)

@@ -112,12 +112,12 @@ SetOutcome ReconcileSet(Context& c, const std::string& trial_id,
       ++lost_nodes;
     }
   }
-  const int min_nodes = elastic && c.job.spec().elastic_policy().has_min_replicas()
-                            ? c.job.spec().elastic_policy().min_replicas()
-                            : nodes;
-  const std::string group_left =
-      absl::StrCat("the elastic group goes on with ", nodes - lost_nodes, " of ", nodes,
-                   " nodes (elasticPolicy.minReplicas ", min_nodes, ")");
+  const int64_t min_nodes = api::ElasticNodes(c.job.spec().elastic_policy(), nodes).min;
+  // Only for the messages of an elastic job's losses: not built on every pass.
+  auto group_left = [&] {
+    return absl::StrCat("the elastic group goes on with ", nodes - lost_nodes, " of ", nodes,
+                        " nodes (elasticPolicy.minReplicas ", min_nodes, ")");
+  };
 
   // Elastic workers lost and not recreated, and why.
   struct LeftOut {
@@ -244,7 +244,7 @@ SetOutcome ReconcileSet(Context& c, const std::string& trial_id,
           std::string message = what + "; restarting (restart " +
                                 std::to_string(c.status().restart_count()) + " of " +
                                 std::to_string(backoff_limit) + ")";
-          if (elastic_worker) absl::StrAppend(&message, "; meanwhile ", group_left);
+          if (elastic_worker) absl::StrAppend(&message, "; meanwhile ", group_left());
           c.Emit(EmitEvent::Type::kWarning, "Restarting", message);
           SetCondition(&c.status(), kRestarting, true, "ReplicaRestarting", message, c.now);
           if (!elastic_worker) {
@@ -269,7 +269,7 @@ SetOutcome ReconcileSet(Context& c, const std::string& trial_id,
     // Workers being recreated come back; those left out do not.
     const int kept = nodes - static_cast<int>(left_out.size());
     if (kept >= min_nodes) {
-      const std::string message = Truncate(latest->what + ": not recreated; " + group_left);
+      const std::string message = Truncate(latest->what + ": not recreated; " + group_left());
       const v1::Condition* now_running = FindCondition(&c.status(), kRunning);
       if (now_running == nullptr || now_running->message() != message) {
         SetCondition(&c.status(), kRunning, true, "ElasticNodeLost", message, c.now);
