@@ -199,9 +199,9 @@ TEST(SubmitCommandTest, PackagePathIsCheckedBeforeAnythingIsSubmitted) {
                          ": its first part must be the package's folder name \"trainer\""));
 }
 
-// The local backend runs processes, not images: a replica that would run
-// an image's entrypoint is refused before anything is recorded.
-TEST(SubmitCommandTest, TheLocalBackendRefusesAnImagesEntrypoint) {
+// The local backend runs an image's entrypoint with podman: without it, a
+// replica that would run one is refused before anything is recorded.
+TEST(SubmitCommandTest, WithoutPodmanTheLocalBackendRefusesAnImagesEntrypoint) {
   const std::string dir = ::testing::TempDir() + "/entrypoint_local_test";
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir + "/home");
@@ -209,14 +209,19 @@ TEST(SubmitCommandTest, TheLocalBackendRefusesAnImagesEntrypoint) {
   std::ofstream(config) << "trainingInput:\n  scaleTier: CUSTOM\n  masterType: standard\n"
                            "  masterConfig: {imageUri: registry.example.com/trainer:1}\n";
   setenv("KUBETRAIN_HOME", (dir + "/home").c_str(), 1);
+  const std::string path = std::getenv("PATH");
+  setenv("PATH", dir.c_str(), 1);  // no podman there
+  unsetenv("KUBETRAIN_PODMAN");
   Result r = RunKubetrain({"jobs", "submit", "training", "j1", "--local", "--config", config});
+  setenv("PATH", path.c_str(), 1);
   EXPECT_NE(r.code, 0);
   EXPECT_THAT(r.err, ::testing::HasSubstr(
                          "spec.trainingInput.masterConfig.imageUri: the master runs the "
                          "entrypoint of image registry.example.com/trainer:1 (no "
-                         "containerCommand), and the local backend runs no images: give "
-                         "containerCommand, the command to run on this machine, or submit the "
-                         "job to a cluster"));
+                         "containerCommand), and the local backend runs images with podman, "
+                         "which is not on PATH (nor named by KUBETRAIN_PODMAN): install podman, "
+                         "give containerCommand, the command to run on this machine, or submit "
+                         "the job to a cluster"));
   r = RunKubetrain({"jobs", "list", "--local"});
   EXPECT_THAT(r.out, ::testing::Not(::testing::HasSubstr("j1")));
   unsetenv("KUBETRAIN_HOME");

@@ -18,6 +18,7 @@
 #include "cli/local_backend.h"
 #include "google/protobuf/util/time_util.h"
 #include "operator/core/reconciler.h"
+#include "operator/local/container_replica.h"
 
 namespace kubetrain::cli {
 namespace {
@@ -195,9 +196,11 @@ class LocalBackend : public JobsBackend {
     return absl::OkStatus();
   }
 
-  // Replicas here are processes of this machine: a replica that would run
-  // an image's entrypoint has nothing to run.
+  // Replicas here are processes of this machine, and a replica that runs an
+  // image's entrypoint a podman container: without podman it has nothing to
+  // run.
   static absl::Status RunsOnThisMachine(const v1::TrainingJob& job) {
+    if (!local::FindPodman().empty()) return absl::OkStatus();
     v1::TrainingJob defaulted = job;
     api::ApplyDefaults(&defaulted);
     const v1::TrainingInput& input = defaulted.spec().training_input();
@@ -207,8 +210,9 @@ class LocalBackend : public JobsBackend {
           "spec.trainingInput.", std::string(api::ReplicaConfigField(group.role)),
           ".imageUri: the ", std::string(api::RoleName(group.role)),
           " runs the entrypoint of image ", group.config.image_uri(),
-          " (no containerCommand), and the local backend runs no images: give containerCommand, "
-          "the command to run on this machine, or submit the job to a cluster"));
+          " (no containerCommand), and the local backend runs images with podman, which is not "
+          "on PATH (nor named by KUBETRAIN_PODMAN): install podman, give containerCommand, the "
+          "command to run on this machine, or submit the job to a cluster"));
     }
     return absl::OkStatus();
   }

@@ -16,6 +16,7 @@
 #include "api/storage_uri.h"
 #include "common/cpu_budget/cpu_budget.h"
 #include "common/process/process.h"
+#include "operator/local/container_replica.h"
 #include "operator/tuner/tuner.h"
 
 namespace kubetrain::cli {
@@ -141,6 +142,7 @@ int ServeLocalController(const std::string& home, const ServeOptions& options, s
   controller_options.stop_rule = tuner::ShouldStopEarly;
   controller_options.machine_gpus = local::MachineGpuCount();
   controller_options.slots = options.slots;
+  controller_options.podman = local::FindPodman();
   api::RuntimeCatalogFile runtime_catalog(
       LocalRuntimeCatalogPath(home), [&err, home](const std::string& message) {
         // Quiet about a missing file: most machines register nothing.

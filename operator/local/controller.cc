@@ -22,6 +22,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "api/defaults.h"
 #include "api/scale_tiers.h"
 #include "api/storage_uri.h"
 #include "api/validation.h"
@@ -30,6 +31,7 @@
 #include "operator/core/naming.h"
 #include "operator/core/previous_study.h"
 #include "operator/core/tf_config.h"
+#include "operator/local/container_replica.h"
 
 namespace kubetrain::local {
 namespace {
@@ -92,6 +94,18 @@ constexpr absl::Duration kStuckAfterKill = absl::Seconds(30);
 
 bool IsDefaultRuntimeCommand(const std::vector<std::string>& command) {
   return command.size() == 2 && command[0] == "kubetrain-runtime" && command[1] == "train";
+}
+
+// Whether the job's replicas of `role` run their image's entrypoint, which
+// this backend runs in a container (container_replica.h).
+bool RunsInContainer(const v1::TrainingJob& job, api::Role role) {
+  v1::TrainingJob defaulted = job;
+  api::ApplyDefaults(&defaulted);
+  const v1::TrainingInput& input = defaulted.spec().training_input();
+  for (const api::ReplicaGroup& group : api::ReplicaGroups(input)) {
+    if (group.role == role) return api::RunsImageEntrypoint(input, group.config);
+  }
+  return false;
 }
 
 // Whether a package is to be installed: a URL (or other URI, which exec
@@ -336,6 +350,9 @@ class Controller::JobSink : public core::ResultSink {
         auto [it, first] = c_->terminations_.try_emplace(
             record.name,
             Termination{name_, {record.pid, record.start_ticks}, now_ + kKillGracePeriod});
+        if (first && !c_->options_.podman.empty() && RunsInContainer(*job_, record.key.role)) {
+          it->second.container = ContainerName(c_->options_.home, record.name);
+        }
         if (!first && (!del->force || it->second.killed)) continue;  // already under way
         absl::Status s = del->force ? c_->launcher_->ForceKill(it->second.id)
                                     : c_->launcher_->Terminate(it->second.id);
@@ -539,6 +556,13 @@ absl::StatusOr<bool> Controller::AdvanceTerminations(const std::string& job) {
       continue;
     }
     if (!launcher_->Alive(t.id)) {
+      // A SIGKILL of the supervisor's group leaves its container running.
+      if (!t.container.empty()) {
+        if (absl::Status s = RemoveContainer(options_.podman, t.container); !s.ok()) {
+          return absl::Status(s.code(),
+                              absl::StrCat("deleting replica ", it->first, ": ", s.message()));
+        }
+      }
       if (absl::Status s = store_->DeleteReplica(it->first); !s.ok()) return s;
       it = terminations_.erase(it);
       continue;
@@ -607,6 +631,18 @@ absl::Status Controller::CreateReplica(const v1::TrainingJob& job,
     request.argv = replica.command;
   }
   request.argv.insert(request.argv.end(), replica.args.begin(), replica.args.end());
+  absl::Status runnable = absl::OkStatus();
+  if (replica.command.empty()) {
+    // No command: the image's entrypoint runs (api::RunsImageEntrypoint).
+    if (options_.podman.empty()) {
+      runnable = absl::FailedPreconditionError(absl::StrCat(
+          "replica ", replica.name, " runs the entrypoint of image ", replica.image,
+          ", and the local backend runs images with podman, which is not on PATH (nor named by "
+          "KUBETRAIN_PODMAN)"));
+    } else {
+      request.argv = ContainerRunArgv(ContainerReplicaRun(job, replica, request, metric_path));
+    }
+  }
 
   ReplicaRecord record;
   record.name = replica.name;
@@ -623,7 +659,7 @@ absl::Status Controller::CreateReplica(const v1::TrainingJob& job,
   record.pid = kPidStarting;
   std::filesystem::remove(request.pid_path, ec);
   if (absl::Status s = store_->PutReplica(record); !s.ok()) return s;
-  absl::StatusOr<ProcessId> id = launcher_->Launch(request);
+  absl::StatusOr<ProcessId> id = runnable.ok() ? launcher_->Launch(request) : runnable;
   if (!id.ok()) {
     // Like a container that cannot start: the replica fails with exit code
     // 127 and the reason in its log, and the restart policy decides.
@@ -639,6 +675,36 @@ absl::Status Controller::CreateReplica(const v1::TrainingJob& job,
   }
   followers_.erase(metric_path);
   return store_->PutReplica(record);
+}
+
+ContainerRun Controller::ContainerReplicaRun(const v1::TrainingJob& job,
+                                             const core::DesiredReplica& replica,
+                                             const LaunchRequest& request,
+                                             const std::string& metric_path) const {
+  ContainerRun run;
+  run.podman = options_.podman;
+  run.name = ContainerName(options_.home, replica.name);
+  run.image = replica.image;
+  run.uid = getuid();
+  run.gid = getgid();
+  // Each name once, the last value being the one the supervisor sets.
+  for (const auto& [name, value] : request.env) {
+    if (std::find(run.env_names.begin(), run.env_names.end(), name) == run.env_names.end()) {
+      run.env_names.push_back(name);
+    }
+  }
+  // Where it reports: the controller follows that file.
+  run.mounts.push_back(std::filesystem::path(metric_path).parent_path().string());
+  // A jobDir on this machine: the trainer writes its checkpoints and
+  // exports there (a gs:// or other URI is the trainer's business).
+  const std::string& job_dir = job.spec().training_input().job_dir();
+  if (absl::StartsWith(job_dir, "/")) {
+    std::error_code ec;
+    std::filesystem::create_directories(job_dir, ec);
+    run.mounts.push_back(job_dir);
+  }
+  run.args = replica.args;
+  return run;
 }
 
 absl::StatusOr<std::unique_ptr<ControllerLock>> ControllerLock::TryAcquire(

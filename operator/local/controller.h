@@ -50,6 +50,7 @@
 #include "api/python_runtimes.h"
 #include "common/hypertune/hypertune.h"
 #include "operator/core/reconciler.h"
+#include "operator/local/container_replica.h"
 #include "operator/local/job_store.h"
 #include "operator/local/process_launcher.h"
 
@@ -84,6 +85,10 @@ struct ControllerOptions {
   // there are slots takes them all: it runs alone. 0: no admission, every
   // job starts at once.
   int slots = 0;
+  // podman (FindPodman()), which runs the replicas that run their image's
+  // entrypoint (container_replica.h). "": none here; such a replica fails to
+  // start, saying so.
+  std::string podman;
 };
 
 // The NVIDIA GPUs this machine shows its processes: one per entry of
@@ -111,6 +116,11 @@ class Controller {
   class JobSink;
 
   absl::Status CreateReplica(const v1::TrainingJob& job, const core::DesiredReplica& replica);
+  // How a replica that runs its image's entrypoint runs here: `request`'s
+  // environment, reporting to `metric_path`.
+  ContainerRun ContainerReplicaRun(const v1::TrainingJob& job, const core::DesiredReplica& replica,
+                                   const LaunchRequest& request,
+                                   const std::string& metric_path) const;
   // The admission verdicts of every job on the process slots (by job name).
   absl::StatusOr<std::map<std::string, core::AdmissionVerdict>> PlanSlots(
       const std::vector<v1::TrainingJob>& jobs);
@@ -126,6 +136,9 @@ class Controller {
     ProcessId id;
     absl::Time kill_at;  // SIGKILL from then on
     bool killed = false;
+    // The replica's container, removed once its group is gone ("" for a
+    // process).
+    std::string container;
   };
 
   JobStore* store_;

@@ -23,6 +23,7 @@ using ::testing::Contains;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
+using ::testing::Not;
 using ::testing::Pair;
 
 std::string EnvOf(const LaunchRequest& r, const std::string& name) {
@@ -58,6 +59,7 @@ class ControllerTest : public ::testing::Test {
     };
     options.stop_rule = tuner::ShouldStopEarly;
     options.slots = slots_;
+    options.podman = podman_;
     controller_ = std::make_unique<Controller>(store_.get(), &launcher_, options);
   }
 
@@ -151,6 +153,7 @@ class ControllerTest : public ::testing::Test {
   int port_draws_ = 0;
   int port_repeats_ = 1;
   int slots_ = 0;                                 // ControllerOptions::slots
+  std::string podman_;                            // ControllerOptions::podman
   std::vector<tuner::TrialRecord> last_history_;  // what the tuner saw last
 };
 
@@ -546,6 +549,78 @@ TEST_F(ControllerTest, ContainerCommandAndPythonModuleAreRunAsGiven) {
   EXPECT_EQ(launcher_.launched[1].argv,
             (std::vector<std::string>{"python3", "-m", "trainer.task", "--epochs=1"}));
   EXPECT_THAT(EnvOf(launcher_.launched[1], "PYTHONPATH"), HasSubstr("/src/pkg"));
+}
+
+// A replica that runs its image's entrypoint runs in a podman container on
+// this machine's network: the environment by name only, the metrics folder
+// and the jobDir mounted at their paths, the args after the image. Once its
+// group is gone (cancelled here), the container is removed too.
+TEST_F(ControllerTest, AnImagesEntrypointRunsInAPodmanContainerRemovedWithTheReplica) {
+  // A stand-in podman that records each call.
+  const std::string calls = dir_.path() + "/podman-calls";
+  podman_ = dir_.path() + "/podman";
+  std::ofstream(podman_) << "#!/bin/sh\necho \"$*\" >> " << calls << "\n";
+  std::filesystem::permissions(podman_, std::filesystem::perms::owner_all);
+  NewController();
+  v1::TrainingJob job = BasicJob("entry");
+  v1::TrainingInput* input = job.mutable_spec()->mutable_training_input();
+  input->mutable_master_config()->set_image_uri("registry.example.com/trainer:1");
+  input->set_job_dir(dir_.path() + "/out");
+  Submit(job);
+  Sync("entry");
+  ASSERT_EQ(launcher_.launched.size(), 1u);
+  const LaunchRequest& r = launcher_.launched[0];
+  const std::string metrics = dir_.path() + "/jobs/entry/metrics";
+  EXPECT_EQ(EnvOf(r, "CLOUD_ML_HP_METRIC_FILE"), metrics + "/master-replica-0.metrics");
+  std::vector<std::string> expected = {podman_,     "run",
+                                       "--rm",      "--replace",
+                                       "--name",    ContainerName(dir_.path(), "entry-master-0"),
+                                       "--network", "host"};
+  if (getuid() != 0) expected.push_back("--userns=keep-id");
+  expected.push_back("--user");
+  expected.push_back(absl::StrCat(getuid(), ":", getgid()));
+  for (const auto& [name, value] : r.env) {
+    expected.push_back("--env");
+    expected.push_back(name);
+  }
+  for (const std::string& folder : {metrics, dir_.path() + "/out"}) {
+    expected.push_back("--volume");
+    expected.push_back(folder + ":" + folder);
+  }
+  for (const char* arg : {"registry.example.com/trainer:1", "--epochs=1", "--job-dir", "<out>"}) {
+    expected.push_back(std::string(arg) == "<out>" ? dir_.path() + "/out" : arg);
+  }
+  EXPECT_EQ(r.argv, expected);
+  EXPECT_TRUE(std::filesystem::is_directory(dir_.path() + "/out"));
+  // No value is on the command line, TF_CONFIG's included.
+  EXPECT_THAT(EnvOf(r, "TF_CONFIG"), HasSubstr("127.0.0.1:30000"));
+  for (const std::string& arg : r.argv) EXPECT_THAT(arg, Not(HasSubstr("127.0.0.1"))) << arg;
+
+  ASSERT_TRUE(store_->RequestCancel("entry").ok());
+  for (int i = 0; i < 5 && !store_->ListReplicas("entry")->empty(); ++i) Sync("entry");
+  EXPECT_THAT(*store_->ListReplicas("entry"), IsEmpty());
+  EXPECT_EQ(test_support::ReadFile(calls),
+            absl::StrCat("rm --force --ignore --time 0 ",
+                         ContainerName(dir_.path(), "entry-master-0"), "\n"));
+}
+
+// Without podman such a replica cannot start: it fails as a container whose
+// image cannot run, saying why.
+TEST_F(ControllerTest, WithoutPodmanAnImagesEntrypointFailsWithTheReason) {
+  v1::TrainingJob job = BasicJob("entry");
+  job.mutable_spec()->mutable_training_input()->mutable_master_config()->set_image_uri(
+      "registry.example.com/trainer:1");
+  Submit(job);
+  Sync("entry");
+  Sync("entry");
+  EXPECT_TRUE(launcher_.launched.empty());
+  v1::TrainingJob ended = Get("entry");
+  EXPECT_EQ(ended.status().state(), v1::FAILED);
+  EXPECT_THAT(ended.status().error_message(), HasSubstr("127"));
+  EXPECT_THAT(ended.status().error_message(),
+              HasSubstr("replica entry-master-0 runs the entrypoint of image "
+                        "registry.example.com/trainer:1, and the local backend runs images with "
+                        "podman, which is not on PATH (nor named by KUBETRAIN_PODMAN)"));
 }
 
 // Package files and URLs are installed as on Kubernetes: by exec, into an

@@ -10,15 +10,20 @@
 // Label `image`, built only with -DKUBETRAIN_IMAGE_TESTS=ON: `scripts/test.sh
 // --images` builds the images, sets KUBETRAIN_IMAGE_ARCHIVES to the folder of
 // their archives and runs these; they fail (not skip) when an image is missing.
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <optional>
+#include <regex>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -41,6 +46,7 @@
 #include "operator/core/kube_objects.h"
 #include "operator/core/python_module.h"
 #include "operator/core/reconciler.h"
+#include "operator/local/container_replica.h"
 #include "operator/metrics/metrics_service.h"
 #include "operator/metrics/metrics_test_server.h"
 #include "tests/deploy/fake_cluster.h"
@@ -526,6 +532,152 @@ TEST_F(ImageTest, AnEntrypointTrialReportsThroughTheMetricsSidecar) {
     ASSERT_EQ(reports[i].values.count("accuracy"), 1u) << logs.output;
     EXPECT_EQ(reports[i].values.at("accuracy"), 7.0 * static_cast<double>(i + 1));
   }
+}
+
+// An image FROM the Python runtime whose ENTRYPOINT is
+// tests/images/allreduce_trainer.py: a PyTorch-style data-parallel trainer
+// (env:// rendezvous) that reports through cloudml-hypertune's file. Removed
+// with the object.
+class AllReduceTrainerImage {
+ public:
+  AllReduceTrainerImage() : name_("localhost/" + Unique("allreduce") + ":1") {}
+  ~AllReduceTrainerImage() { Podman("rmi -f " + name_ + " >/dev/null 2>&1"); }
+  const std::string& name() const { return name_; }
+
+  CommandResult Build() {
+    std::ofstream(dir_.path() + "/Containerfile")
+        << "FROM " << Image("kubetrain-python-runtime") << "\n"
+        << "COPY allreduce_trainer.py /trainer.py\n"
+           "ENTRYPOINT [\"python3\", \"/trainer.py\"]\n"
+           "CMD []\n";
+    std::filesystem::copy_file(KUBETRAIN_SOURCE_DIR "/tests/images/allreduce_trainer.py",
+                               dir_.path() + "/allreduce_trainer.py");
+    return Podman(absl::StrCat("build --network none -t ", name_, " ", dir_.path(), " 2>&1"));
+  }
+
+ private:
+  test_support::TempDir dir_{"kubetrain-image-allreduce"};
+  const std::string name_;
+};
+
+// What allreduce_trainer.py printed in `log`: each rank's weights digest, by
+// rank, and rank 0's last test accuracy (-1 when none).
+struct AllReduceRun {
+  std::map<int, std::string> weights;
+  double accuracy = -1;
+  int64_t step = -1;
+};
+AllReduceRun ReadAllReduceRun(const std::string& log) {
+  AllReduceRun run;
+  static const std::regex kDone(R"(rank (\d+) done after \d+ steps: weights ([0-9a-f]+))");
+  static const std::regex kAccuracy(R"(step (\d+): test accuracy ([0-9.]+))");
+  for (std::sregex_iterator it(log.begin(), log.end(), kDone), end; it != end; ++it) {
+    run.weights[std::stoi((*it)[1])] = (*it)[2];
+  }
+  for (std::sregex_iterator it(log.begin(), log.end(), kAccuracy), end; it != end; ++it) {
+    run.step = std::stoll((*it)[1]);
+    run.accuracy = std::stod((*it)[2]);
+  }
+  return run;
+}
+
+// The local backend runs a Kubeflow PyTorchJob whose containers have no
+// command with podman: master + 2 workers of the image above, each its
+// image's entrypoint, joined through the rendezvous variables on this
+// machine's network, train as one group (every rank ends with the same
+// weights). The same job with a tuning spec gets each trial's objective from
+// the cloudml-hypertune file its master container writes.
+TEST_F(ImageTest, ANoCommandPyTorchJobTrainsAndTunesOnTheLocalBackend) {
+  AllReduceTrainerImage trainer;
+  CommandResult built = trainer.Build();
+  ASSERT_EQ(built.exit_code, 0) << built.output;
+  test_support::TempDir home("kubetrain-image-local-home");
+  test_support::TempDir work("kubetrain-image-local");
+  struct StopController {
+    std::string home;
+    ~StopController() {
+      int pid = 0;
+      std::istringstream(test_support::ReadFile(home + "/controller.lock")) >> pid;
+      if (pid > 0) kill(pid, SIGKILL);
+    }
+  } stop_controller{home.path()};
+  auto kubetrain = [&](const std::string& args) {
+    return RunCommand(absl::StrCat("KUBETRAIN_HOME=", ShellQuote(home.path()), " ",
+                                   ShellQuote(KUBETRAIN_CLI), " ", args, " 2>&1 </dev/null"));
+  };
+
+  const std::string container = absl::StrCat(
+      "          containers:\n"
+      "            - name: pytorch\n"
+      "              image: ",
+      trainer.name(), "\n              args: [--steps=60]\n");
+  const std::string manifest = work.path() + "/pytorchjob.yaml";
+  std::ofstream(manifest) << "apiVersion: kubeflow.org/v1\nkind: PyTorchJob\n"
+                             "metadata:\n  name: allreduce\nspec:\n  pytorchReplicaSpecs:\n"
+                             "    Master:\n      replicas: 1\n      template:\n        spec:\n"
+                          << container
+                          << "    Worker:\n      replicas: 2\n      template:\n        spec:\n"
+                          << container;
+  CommandResult run =
+      kubetrain("jobs submit training allreduce --local --wait --config " + ShellQuote(manifest));
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_TRUE(absl::StrContains(run.output, "Job [allreduce] ended SUCCEEDED")) << run.output;
+  CommandResult logs = kubetrain("jobs stream-logs allreduce --local");
+  for (int rank = 0; rank < 3; ++rank) {
+    EXPECT_TRUE(absl::StrContains(
+        logs.output, absl::StrCat("rank ", rank, " of 3: MASTER_ADDR=127.0.0.1 MASTER_PORT=")))
+        << logs.output;
+  }
+  const AllReduceRun group = ReadAllReduceRun(logs.output);
+  ASSERT_EQ(group.weights.size(), 3u) << logs.output;
+  EXPECT_EQ(group.weights.at(1), group.weights.at(0));
+  EXPECT_EQ(group.weights.at(2), group.weights.at(0));
+  EXPECT_EQ(group.step, 60);
+  EXPECT_GT(group.accuracy, 0.8) << logs.output;
+  std::cout << "PyTorchJob, master + 2 workers in containers: test accuracy " << group.accuracy
+            << ", weights " << group.weights.at(0) << " on every rank\n";
+
+  // The same replicas as the converted job, with a tuning spec.
+  const std::string replica_config = absl::StrCat("{imageUri: ", trainer.name(), "}");
+  const std::string study = work.path() + "/study.yaml";
+  std::ofstream(study) << "apiVersion: kubetrain.io/v1\nkind: TrainingJob\n"
+                          "metadata: {name: allreduce_study}\nspec:\n  trainingInput:\n"
+                          "    framework: PYTORCH\n    scaleTier: CUSTOM\n"
+                          "    masterType: standard\n    workerType: standard\n"
+                          "    workerCount: 2\n    masterConfig: "
+                       << replica_config << "\n    workerConfig: " << replica_config
+                       << "\n    args: [--steps=60]\n"
+                          "    hyperparameters:\n      goal: MAXIMIZE\n      maxTrials: 2\n"
+                          "      maxParallelTrials: 2\n      hyperparameterMetricTag: accuracy\n"
+                          "      params:\n        - {parameterName: learning_rate, type: DOUBLE, "
+                          "minValue: 0.001, maxValue: 1.0, scaleType: UNIT_LOG_SCALE}\n";
+  run = kubetrain("jobs submit training allreduce_study --local --wait --config " +
+                  ShellQuote(study));
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  CommandResult described = kubetrain("jobs describe allreduce_study --local --format json");
+  ASSERT_EQ(described.exit_code, 0) << described.output;
+  const json job = json::parse(described.output, nullptr, /*allow_exceptions=*/false);
+  ASSERT_TRUE(job.is_object()) << described.output;
+  EXPECT_EQ(job["state"], "SUCCEEDED") << described.output;
+  const json& trials = job["trainingOutput"]["trials"];
+  ASSERT_EQ(trials.size(), 2u) << described.output;
+  for (const json& trial : trials) {
+    const std::string id = trial["trialId"].get<std::string>();
+    EXPECT_EQ(trial["state"], "SUCCEEDED") << trial.dump();
+    // The objective is what the trial's master container reported last.
+    const AllReduceRun master = ReadAllReduceRun(test_support::ReadFile(absl::StrCat(
+        home.path(), "/jobs/allreduce_study/logs/trial-", id, "/master-replica-0.log")));
+    ASSERT_TRUE(trial.contains("finalMetric")) << trial.dump();
+    EXPECT_EQ(trial["finalMetric"]["trainingStep"], "60") << trial.dump();
+    EXPECT_NEAR(trial["finalMetric"]["objectiveValue"].get<double>(), master.accuracy, 1e-9)
+        << trial.dump();
+    std::cout << "trial " << id << ": learning_rate " << trial["hyperparameters"]["learning_rate"]
+              << ", objective " << trial["finalMetric"]["objectiveValue"] << "\n";
+  }
+  // Every container was removed with its replica.
+  CommandResult left =
+      Podman("ps -a --format '{{.Names}}' --filter name=" + local::ContainerName(home.path(), ""));
+  EXPECT_EQ(absl::StripAsciiWhitespace(left.output), "") << left.output;
 }
 
 // Each archive loads as the name the manifests use.
