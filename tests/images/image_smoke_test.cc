@@ -35,6 +35,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "api/kubeflow.h"
 #include "api/python_runtimes.h"
 #include "cli/package_build.h"
 #include "common/observability/http_get.h"
@@ -146,15 +147,25 @@ struct TrialMetricsService {
   }
   bool serving() const { return server != nullptr; }
   json TrialOnePod(const v1::TrainingJob& job, const tuner::Assignment& hyperparameters) {
+    const std::vector<json> pods =
+        TrialOnePods(job, hyperparameters, core::KubernetesAddresses(job.metadata().namespace_()));
+    EXPECT_EQ(pods.size(), 1u);
+    return pods.empty() ? json::object() : pods[0];
+  }
+  // Every pod of trial 1, the replicas reaching each other at `address`.
+  std::vector<json> TrialOnePods(const v1::TrainingJob& job,
+                                 const tuner::Assignment& hyperparameters,
+                                 core::AddressFn address) {
     core::ReconcileOptions options;
-    options.address = core::KubernetesAddresses(job.metadata().namespace_());
+    options.address = std::move(address);
     options.metrics_address = server->address();
     options.trial_token = [this](const std::string&, const std::string&) { return token; };
-    const std::vector<core::DesiredReplica> replicas =
-        core::DesiredReplicas(job, "1", hyperparameters, options);
-    EXPECT_EQ(replicas.size(), 1u);
-    return replicas.empty() ? json::object()
-                            : core::RenderPod(job, job.metadata().namespace_(), replicas[0]);
+    std::vector<json> pods;
+    for (const core::DesiredReplica& replica :
+         core::DesiredReplicas(job, "1", hyperparameters, options)) {
+      pods.push_back(core::RenderPod(job, job.metadata().namespace_(), replica));
+    }
+    return pods;
   }
 
   metrics::TokenRegistry tokens;
@@ -675,9 +686,164 @@ TEST_F(ImageTest, ANoCommandPyTorchJobTrainsAndTunesOnTheLocalBackend) {
               << ", objective " << trial["finalMetric"]["objectiveValue"] << "\n";
   }
   // Every container was removed with its replica.
-  CommandResult left =
-      Podman("ps -a --format '{{.Names}}' --filter name=" + local::ContainerName(home.path(), ""));
-  EXPECT_EQ(absl::StripAsciiWhitespace(left.output), "") << left.output;
+  const std::string our_containers =
+      "ps -a --format '{{.Names}}' --filter name=" + local::ContainerName(home.path(), "");
+  EXPECT_EQ(absl::StripAsciiWhitespace(Podman(our_containers).output), "");
+
+  // Cancelled while it trains: its containers end with their replicas.
+  const std::string long_manifest =
+      absl::StrReplaceAll(test_support::ReadFile(manifest), {{"--steps=60", "--steps=1000000"}});
+  std::ofstream(manifest) << long_manifest;
+  run = kubetrain("jobs submit training long_run --local --config " + ShellQuote(manifest));
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_TRUE(test_support::WaitUntil(
+      [&] { return absl::StrContains(Podman(our_containers).output, "long-run-worker-1"); },
+      absl::Seconds(60)))
+      << Podman(our_containers).output;
+  run = kubetrain("jobs cancel long_run --local");
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_TRUE(test_support::WaitUntil(
+      [&] { return absl::StripAsciiWhitespace(Podman(our_containers).output).empty(); },
+      absl::Seconds(60)))
+      << Podman(our_containers).output;
+  described = kubetrain("jobs describe long_run --local --format json");
+  EXPECT_TRUE(absl::StrContains(described.output, "\"CANCELLED\"")) << described.output;
+}
+
+// The same PyTorchJob as a cluster runs it: a trial of the converted job with
+// a tuning spec, its three pods as the operator renders them, each run with
+// podman as a kubelet would (the image's entrypoint, no command), on one
+// network where they reach each other by name; the master's metrics sidecar
+// forwards what the trainer writes to the cloudml-hypertune file to a real
+// Metrics service on this machine, and the trial's objective arrives.
+TEST_F(ImageTest, ANoCommandPyTorchJobTrialRunsAsMasterAndTwoWorkerPods) {
+  Cleanup cleanup;
+  AllReduceTrainerImage trainer;
+  CommandResult built = trainer.Build();
+  ASSERT_EQ(built.exit_code, 0) << built.output;
+  const std::string container = absl::StrCat(
+      "          containers:\n"
+      "            - name: pytorch\n"
+      "              image: ",
+      trainer.name(), "\n              args: [--steps=60]\n");
+  api::KubeflowConversion converted = api::ConvertKubeflowJob(absl::StrCat(
+      "apiVersion: kubeflow.org/v1\nkind: PyTorchJob\nmetadata:\n  name: allreduce\n"
+      "  namespace: team-a\nspec:\n  pytorchReplicaSpecs:\n"
+      "    Master:\n      replicas: 1\n      template:\n        spec:\n",
+      container, "    Worker:\n      replicas: 2\n      template:\n        spec:\n", container));
+  ASSERT_TRUE(converted.ok()) << (converted.errors.empty() ? "" : converted.errors[0].ToString());
+  v1::TrainingJob job = converted.job;
+  job.mutable_metadata()->set_uid("uid-1");
+  v1::HyperparameterSpec* tuning =
+      job.mutable_spec()->mutable_training_input()->mutable_hyperparameters();
+  tuning->set_goal(v1::HyperparameterSpec::MAXIMIZE);
+  tuning->set_max_trials(1);
+  tuning->set_hyperparameter_metric_tag("accuracy");
+  v1::ParameterSpec* rate = tuning->add_params();
+  rate->set_parameter_name("learning_rate");
+  rate->set_type(v1::ParameterSpec::DOUBLE);
+  rate->set_min_value(0.001);
+  rate->set_max_value(1);
+
+  TrialMetricsService metrics_service("team-a/allreduce");
+  ASSERT_TRUE(metrics_service.serving());
+  const std::string network = Unique("pytorch-net");
+  ASSERT_EQ(Podman("network create " + network + " >/dev/null").exit_code, 0);
+  cleanup.Network(network);
+  // Each pod's container is named for its pod, which is its address here.
+  const std::vector<json> pods = metrics_service.TrialOnePods(
+      job, {{"learning_rate", "0.3"}}, [](std::string_view pod, const core::ReplicaKey&, int port) {
+        return absl::StrCat(Unique(std::string(pod)), ":", port);
+      });
+  ASSERT_EQ(pods.size(), 3u);
+
+  // The emptyDir, writable by both containers' users.
+  test_support::TempDir tmp("kubetrain-image-pytorch");
+  ASSERT_EQ(chmod(tmp.path().c_str(), 0755), 0);
+  const std::string shared = tmp.path() + "/metrics";
+  ASSERT_EQ(mkdir(shared.c_str(), 0777), 0);
+  ASSERT_EQ(chmod(shared.c_str(), 0777), 0);
+  auto run_args = [&](const json& pod, const json& c, const std::string& mode) {
+    const std::string name = Unique(pod["metadata"]["name"].get<std::string>()) +
+                             (c["name"] == "kubetrain" ? "" : "-" + c["name"].get<std::string>());
+    cleanup.Container(name);
+    std::string args = absl::StrCat("run ", mode, " --name ", name);
+    for (const json& mount : c.value("volumeMounts", json::array())) {
+      EXPECT_EQ(mount["name"], "kubetrain-metrics") << c.dump();
+      absl::StrAppend(&args, " -v ", shared, ":", mount["mountPath"].get<std::string>());
+    }
+    AppendEnv(c, &args);
+    return std::make_pair(name, args);
+  };
+  std::vector<std::string> workers;
+  std::string master_args, master_name, sidecar_name;
+  for (const json& pod : pods) {
+    const json& trainer_container = pod["spec"]["containers"][0];
+    ASSERT_EQ(trainer_container["name"], "kubetrain") << pod.dump();
+    ASSERT_FALSE(trainer_container.contains("command")) << trainer_container.dump();
+    ASSERT_EQ(trainer_container["image"], trainer.name());
+    const bool master = absl::EndsWith(pod["metadata"]["name"].get<std::string>(), "-master-0");
+    ASSERT_EQ(pod["spec"].contains("initContainers"), master) << pod.dump();
+    if (master) {
+      // The sidecar reaches the Metrics service on this machine's loopback.
+      const json& sidecar = pod["spec"]["initContainers"][0];
+      auto [name, args] = run_args(pod, sidecar, "-d --network host");
+      absl::StrAppend(&args, " --entrypoint ", ShellQuote(sidecar["command"].dump()), " ",
+                      Image("kubetrain-runtime"));
+      CommandResult started = Podman(args + " 2>&1");
+      ASSERT_EQ(started.exit_code, 0) << args << "\n" << started.output;
+      sidecar_name = name;
+    }
+    auto [name, args] = run_args(pod, trainer_container,
+                                 master ? "--network " + network : "-d --network " + network);
+    absl::StrAppend(&args, " ", trainer.name());
+    for (const json& arg : trainer_container["args"]) {
+      absl::StrAppend(&args, " ", ShellQuote(arg.get<std::string>()));
+    }
+    if (master) {
+      master_name = name;
+      master_args = args;
+    } else {
+      CommandResult started = Podman(args + " 2>&1");
+      ASSERT_EQ(started.exit_code, 0) << args << "\n" << started.output;
+      workers.push_back(name);
+    }
+  }
+  CommandResult master_run = Podman(master_args + " 2>&1");
+  EXPECT_EQ(master_run.exit_code, 0) << master_args << "\n" << master_run.output;
+  std::string log = master_run.output;
+  for (const std::string& worker : workers) {
+    CommandResult code = Podman("wait " + worker);
+    CommandResult worker_log = Podman("logs " + worker + " 2>&1");
+    EXPECT_EQ(absl::StripAsciiWhitespace(code.output), "0") << worker_log.output;
+    log += worker_log.output;
+  }
+  // The kubelet stops the sidecar (SIGTERM) once the trainer has ended.
+  CommandResult stopped = Podman("stop -t 25 " + sidecar_name + " 2>&1");
+  EXPECT_EQ(stopped.exit_code, 0) << stopped.output;
+  CommandResult sidecar_log = Podman("logs " + sidecar_name + " 2>&1");
+
+  const AllReduceRun group = ReadAllReduceRun(log);
+  ASSERT_EQ(group.weights.size(), 3u) << log;
+  EXPECT_EQ(group.weights.at(1), group.weights.at(0));
+  EXPECT_EQ(group.weights.at(2), group.weights.at(0));
+  EXPECT_TRUE(absl::StrContains(log, "rank 2 of 3: MASTER_ADDR=" + Unique("allreduce-t1-master-0")))
+      << log;
+  // Every report of the master (steps 20, 40, 60) reached the Metrics
+  // service as trial 1's, the last being the objective.
+  const std::vector<metrics::MetricsReport> reports = metrics_service.sink.reports();
+  ASSERT_EQ(reports.size(), 3u) << sidecar_log.output;
+  for (size_t i = 0; i < reports.size(); ++i) {
+    EXPECT_EQ(reports[i].job, "team-a/allreduce");
+    EXPECT_EQ(reports[i].trial, "1");
+    EXPECT_EQ(reports[i].task, "master-0");
+    EXPECT_EQ(reports[i].step, static_cast<int64_t>(20 * (i + 1)));
+  }
+  ASSERT_EQ(reports.back().values.count("accuracy"), 1u) << sidecar_log.output;
+  EXPECT_NEAR(reports.back().values.at("accuracy"), group.accuracy, 1e-9);
+  EXPECT_GT(group.accuracy, 0.8) << log;
+  std::cout << "trial 1 in 3 pods: objective " << reports.back().values.at("accuracy")
+            << " through the sidecar, weights " << group.weights.at(0) << " on every rank\n";
 }
 
 // Each archive loads as the name the manifests use.
