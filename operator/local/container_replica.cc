@@ -77,9 +77,8 @@ absl::Status RemoveContainer(const std::string& podman, const std::string& name)
   const int spawned = posix_spawn(&pid, podman.c_str(), &actions, nullptr, argv.data(), environ);
   posix_spawn_file_actions_destroy(&actions);
   if (spawned != 0) {
-    return absl::UnavailableError(
-        absl::StrCat("removing container ", name, ": cannot run ", podman, ": ",
-                     std::strerror(spawned)));
+    return absl::UnavailableError(absl::StrCat("removing container ", name, ": cannot run ", podman,
+                                               ": ", std::strerror(spawned)));
   }
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {

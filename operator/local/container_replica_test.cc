@@ -11,9 +11,9 @@
 namespace kubetrain::local {
 namespace {
 
+using ::testing::Contains;
 using ::testing::ElementsAre;
 using ::testing::Not;
-using ::testing::Contains;
 
 TEST(ContainerReplicaTest, RootRunsAsRootAndAnyOtherUserAsItselfInItsOwnNamespace) {
   ContainerRun run{.podman = "/usr/bin/podman",
