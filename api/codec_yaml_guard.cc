@@ -4,7 +4,10 @@
 #include <algorithm>
 #include <sstream>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "api/codec_internal.h"
+#include "api/template_placeholder.h"
 
 // The checks that run before yaml-cpp sees a text: limits that keep hostile
 // input from exhausting the stack or memory, input yaml-cpp would loop on,
@@ -283,7 +286,18 @@ std::optional<YAML::Node> ParseSingleDocument(std::string_view text,
     while (counter.documents() <= kMaxDocumentsCounted && parser.HandleNextDocument(counter)) {
     }
   } catch (const YAML::Exception& e) {
-    errors->push_back(ErrorAtMark(e.mark, "", e.msg));
+    // A placeholder YAML cannot read (`replicas: %numPs%`) is the file's
+    // real problem.
+    std::optional<std::string> placeholder;
+    if (e.mark.line >= 0) {
+      std::vector<absl::string_view> lines = absl::StrSplit(owned, '\n');
+      if (static_cast<size_t>(e.mark.line) < lines.size()) {
+        placeholder = PlaceholderInLine(std::string(lines[e.mark.line]));
+      }
+    }
+    errors->push_back(ErrorAtMark(
+        e.mark, "",
+        placeholder ? absl::StrCat(e.msg, ": ", PlaceholderReason(*placeholder)) : e.msg));
     return std::nullopt;
   } catch (const DocumentCounter::NoProgress& stuck) {
     errors->push_back(

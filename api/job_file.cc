@@ -23,16 +23,31 @@ CheckedJob CheckKubeflowJob(KubeflowConversion conversion, bool require_name,
   checked.kubeflow_kind = conversion.kind;
   checked.mapped = std::move(conversion.mapped);
   checked.errors = std::move(conversion.errors);
-  if (!checked.errors.empty()) return checked;
-  ValidateOptions options;
-  options.require_name = require_name;
-  options.runtimes = runtimes;
-  checked.errors = Validate(conversion.job, options);
-  // The converted job's own paths: say where they come from.
-  for (FieldError& error : checked.errors) {
-    error.reason += " (in the TrainingJob converted from the " + conversion.kind + ")";
+  if (checked.errors.empty()) {
+    ValidateOptions options;
+    options.require_name = require_name;
+    options.runtimes = runtimes;
+    checked.errors = Validate(conversion.job, options);
+    // The converted job's own paths: say where they come from.
+    for (FieldError& error : checked.errors) {
+      error.reason += " (in the TrainingJob converted from the " + conversion.kind + ")";
+    }
+    checked.job = std::move(conversion.job);
   }
-  checked.job = std::move(conversion.job);
+  // A file still to be filled in is refused for its placeholders, not (only)
+  // for what their values break: they come first, in place of the errors
+  // of their own fields.
+  if (!checked.errors.empty() && !conversion.placeholders.empty()) {
+    std::vector<FieldError> errors = std::move(conversion.placeholders);
+    const size_t placeholders = errors.size();
+    for (FieldError& error : checked.errors) {
+      const bool same_field = std::any_of(
+          errors.begin(), errors.begin() + placeholders,
+          [&](const FieldError& placeholder) { return placeholder.path == error.path; });
+      if (!same_field) errors.push_back(std::move(error));
+    }
+    checked.errors = std::move(errors);
+  }
   return checked;
 }
 

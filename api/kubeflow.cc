@@ -14,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "api/codec.h"
 #include "api/scale_tiers.h"
+#include "api/template_placeholder.h"
 #include "api/validation.h"
 #include "google/protobuf/util/json_util.h"
 #include "nlohmann/json.hpp"
@@ -977,6 +978,7 @@ KubeflowConversion ConvertKubeflowJob(std::string_view text) {
   if (!document.errors.empty()) return out;  // not for us to report: DecodeTrainingJob will
   if (!IsKubeflowManifest(document.value)) return out;
   out.kubeflow = true;
+  out.placeholders = ManifestPlaceholders(document.value, document.positions);
   Converter(document, &out).Run();
   return out;
 }

@@ -58,6 +58,11 @@ struct KubeflowConversion {
   std::vector<MappedField> mapped;  // in manifest order
   // Field paths into the manifest, with line and column.
   std::vector<FieldError> errors;
+  // Template placeholders left in the manifest (ManifestPlaceholders), each
+  // as an error at its field. Not errors by themselves (Kubernetes stores
+  // `image: ${IMAGE}`); where the manifest is refused they are named first,
+  // as the likely cause (api::CheckTrainingJob).
+  std::vector<FieldError> placeholders;
   bool ok() const { return kubeflow && errors.empty(); }
 };
 

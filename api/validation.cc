@@ -625,6 +625,19 @@ std::string ValidateJobName(std::string_view name) {
   return "";
 }
 
+std::string ValidateNamespaceName(std::string_view name) {
+  const bool label = !name.empty() && name.size() <= 63 && absl::ascii_isalnum(name.front()) &&
+                     absl::ascii_isalnum(name.back()) &&
+                     std::all_of(name.begin(), name.end(), [](char c) {
+                       return (absl::ascii_isalnum(c) && !absl::ascii_isupper(c)) || c == '-';
+                     });
+  if (label) return "";
+  return absl::StrCat(
+      "a namespace is a DNS label: at most 63 lowercase letters, digits and '-', starting and "
+      "ending with a letter or digit, got \"",
+      std::string(name), "\"");
+}
+
 std::string ValidateNprocPerNode(std::string_view value) {
   int count = 0;
   if (value == "auto" || value == "cpu" || value == "gpu" ||
@@ -665,6 +678,11 @@ std::vector<FieldError> Validate(const v1::TrainingJob& job, const ValidateOptio
   } else if (options.require_name || !job.metadata().name().empty()) {
     if (std::string reason = ValidateJobName(job.metadata().name()); !reason.empty()) {
       validator.Error("metadata.name", reason);
+    }
+  }
+  if (const std::string& ns = job.metadata().namespace_(); !ns.empty()) {
+    if (std::string reason = ValidateNamespaceName(ns); !reason.empty()) {
+      validator.Error("metadata.namespace", reason);
     }
   }
   validator.ValidateSpec(job.spec());

@@ -33,6 +33,10 @@ std::vector<FieldError> Validate(const v1::TrainingJob& job, const ValidateOptio
 // else the reason.
 std::string ValidateJobName(std::string_view name);
 
+// "" when `name` can name a Kubernetes namespace (a DNS-1123 label), else
+// why not.
+std::string ValidateNamespaceName(std::string_view name);
+
 // spec.nprocPerNode: a number of processes (1 to 1024), or torchrun's auto,
 // gpu or cpu. Returns an empty string when valid, else the reason.
 std::string ValidateNprocPerNode(std::string_view value);

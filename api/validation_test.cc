@@ -166,6 +166,16 @@ std::vector<InvalidCase> Cases() {
       {"name_too_long",
        "kind: TrainingJob\nmetadata: {name: " + std::string(41, 'a') + "}\nspec: {}\n",
        "metadata.name", "at most 40 characters (pod names derived from it must fit 63), got 41"},
+      {"namespace_placeholder",
+       "kind: TrainingJob\nmetadata: {name: a, namespace: <namespace>}\nspec: {}\n",
+       "metadata.namespace",
+       "a namespace is a DNS label: at most 63 lowercase letters, digits and '-', starting and "
+       "ending with a letter or digit, got \"<namespace>\""},
+      {"namespace_upper_case",
+       "kind: TrainingJob\nmetadata: {name: a, namespace: Team-A}\nspec: {}\n",
+       "metadata.namespace",
+       "a namespace is a DNS label: at most 63 lowercase letters, digits and '-', starting and "
+       "ending with a letter or digit, got \"Team-A\""},
       // Scale tiers and replicas.
       {"custom_without_master", Job("    scaleTier: CUSTOM\n"), "spec.trainingInput.masterType",
        "required when scaleTier is CUSTOM"},

@@ -318,6 +318,34 @@ TEST_F(CorpusTest, BrokenFilesAreRefusedNamingTheLine) {
   Report("broken", 0, files.size(), refusals);
 }
 
+// templated/: files still to be filled in (envsubst, kustomize vars,
+// ksonnet): refused, each naming a placeholder the file holds at the line
+// the refusal points to, whether YAML reads the file or not.
+TEST_F(CorpusTest, TemplatedFilesAreRefusedNamingThePlaceholder) {
+  const std::vector<fs::path> files = FilesIn(kCorpus / "templated");
+  ASSERT_FALSE(files.empty());
+  std::map<std::string, std::vector<std::string>> refusals;
+  const std::regex refusal(R"re(^[^:]+:([0-9]+):[0-9]+: .*"([^"]+)" is a template placeholder )re"
+                           R"re(left in the file: fill it in first)re");
+  for (const fs::path& file : files) {
+    const std::string name = file.filename().string();
+    CliResult validate = Kubetrain({"validate", file.string()});
+    EXPECT_NE(validate.code, 0) << name << " is accepted";
+    const std::string first = validate.out.substr(0, validate.out.find('\n'));
+    std::smatch match;
+    if (!std::regex_search(first, match, refusal)) {
+      ADD_FAILURE() << name << ": the refusal names no placeholder: " << first;
+      continue;
+    }
+    std::vector<std::string> lines = absl::StrSplit(test_support::ReadFile(file.string()), '\n');
+    const size_t line = std::stoul(match[1]);
+    ASSERT_LE(line, lines.size()) << first;
+    EXPECT_THAT(lines[line - 1], ::testing::HasSubstr(match[2].str())) << name << ": " << first;
+    refusals[ReasonOf(validate.out.substr(file.string().size() + 1))].push_back(name);
+  }
+  Report("templated", 0, files.size(), refusals);
+}
+
 // The same apply, against a CRD whose workerCount is planted as a string:
 // the check above must see it.
 TEST_F(CorpusTest, APlantedSchemaChangeIsCaught) {
