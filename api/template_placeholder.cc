@@ -46,8 +46,7 @@ void Walk(const nlohmann::json& node, const std::string& path, bool in_container
       if (ExpandedByKubernetesOrAShell(key, in_container)) continue;
       const bool containers =
           key == "containers" || key == "initContainers" || key == "ephemeralContainers";
-      Walk(value, path.empty() ? key : absl::StrCat(path, ".", key), containers, positions,
-           errors);
+      Walk(value, path.empty() ? key : absl::StrCat(path, ".", key), containers, positions, errors);
     }
   } else if (node.is_array()) {
     for (size_t i = 0; i < node.size(); ++i) {

@@ -639,6 +639,12 @@ absl::Status Controller::CreateReplica(const v1::TrainingJob& job,
           "replica ", replica.name, " runs the entrypoint of image ", replica.image,
           ", and the local backend runs images with podman, which is not on PATH (nor named by "
           "KUBETRAIN_PODMAN)"));
+    } else if (replica.resources.gpus > 0) {
+      runnable = absl::FailedPreconditionError(absl::StrCat(
+          "replica ", replica.name, " asks for ", replica.resources.gpus,
+          " GPU(s) and runs the entrypoint of image ", replica.image,
+          ": the local backend passes no GPU into a container; give containerCommand to run it "
+          "as a process here, or submit the job to a cluster"));
     } else {
       request.argv = ContainerRunArgv(ContainerReplicaRun(job, replica, request, metric_path));
     }

@@ -623,6 +623,27 @@ TEST_F(ControllerTest, WithoutPodmanAnImagesEntrypointFailsWithTheReason) {
                         "podman, which is not on PATH (nor named by KUBETRAIN_PODMAN)"));
 }
 
+// No GPU reaches a container here: a replica that asks for one fails to
+// start, saying why, rather than train without it.
+TEST_F(ControllerTest, AnImagesEntrypointThatAsksForAGpuFailsWithTheReason) {
+  podman_ = "/usr/bin/podman";
+  NewController();
+  v1::TrainingJob job = BasicJob("entry_gpu");
+  v1::TrainingInput* input = job.mutable_spec()->mutable_training_input();
+  input->set_scale_tier(v1::TrainingInput::BASIC_GPU);
+  input->mutable_master_config()->set_image_uri("registry.example.com/trainer:1");
+  Submit(job);
+  Sync("entry_gpu");
+  Sync("entry_gpu");
+  EXPECT_TRUE(launcher_.launched.empty());
+  v1::TrainingJob ended = Get("entry_gpu");
+  EXPECT_EQ(ended.status().state(), v1::FAILED);
+  EXPECT_THAT(ended.status().error_message(),
+              HasSubstr("replica entry-gpu-master-0 asks for 1 GPU(s) and runs the entrypoint of "
+                        "image registry.example.com/trainer:1: the local backend passes no GPU "
+                        "into a container"));
+}
+
 // Package files and URLs are installed as on Kubernetes: by exec, into an
 // environment made from the controller's Python.
 TEST_F(ControllerTest, PythonModulePackageFilesAreInstalledByExec) {
