@@ -1,5 +1,7 @@
 #include "api/scale_tiers.h"
 
+#include "api/defaults.h"
+
 namespace kubetrain::api {
 namespace {
 
@@ -117,6 +119,16 @@ std::vector<ReplicaGroup> ReplicaGroups(const v1::TrainingInput& input) {
     groups.push_back(
         MakeGroup(Role::kEvaluator, input.evaluator_count(), type, input.evaluator_config()));
   }
+  return groups;
+}
+
+std::vector<ReplicaGroup> ImageEntrypointGroups(const v1::TrainingJob& job) {
+  v1::TrainingJob defaulted = job;
+  ApplyDefaults(&defaulted);
+  const v1::TrainingInput& input = defaulted.spec().training_input();
+  std::vector<ReplicaGroup> groups = ReplicaGroups(input);
+  std::erase_if(
+      groups, [&](const ReplicaGroup& group) { return !RunsImageEntrypoint(input, group.config); });
   return groups;
 }
 

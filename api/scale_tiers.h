@@ -51,6 +51,10 @@ inline bool RunsImageEntrypoint(const v1::TrainingInput& input, const v1::Replic
 // workers, 11 ps; CUSTOM: from the *Type and *Count fields.
 std::vector<ReplicaGroup> ReplicaGroups(const v1::TrainingInput& input);
 
+// The replica groups of `job` (its defaults applied first) whose replicas run
+// their image's entrypoint (RunsImageEntrypoint), in kAllRoles order.
+std::vector<ReplicaGroup> ImageEntrypointGroups(const v1::TrainingJob& job);
+
 // How many nodes an elastic group (spec.elasticPolicy) trains with, of a job
 // whose master and workers are `nodes` replicas: minReplicas and
 // maxReplicas, each `nodes` when not given.

@@ -12,7 +12,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "api/defaults.h"
 #include "api/scale_tiers.h"
 #include "cli/jobs_backend.h"
 #include "cli/local_backend.h"
@@ -201,20 +200,16 @@ class LocalBackend : public JobsBackend {
   // run.
   static absl::Status RunsOnThisMachine(const v1::TrainingJob& job) {
     if (!local::FindPodman().empty()) return absl::OkStatus();
-    v1::TrainingJob defaulted = job;
-    api::ApplyDefaults(&defaulted);
-    const v1::TrainingInput& input = defaulted.spec().training_input();
-    for (const api::ReplicaGroup& group : api::ReplicaGroups(input)) {
-      if (!api::RunsImageEntrypoint(input, group.config)) continue;
-      return absl::InvalidArgumentError(absl::StrCat(
-          "spec.trainingInput.", std::string(api::ReplicaConfigField(group.role)),
-          ".imageUri: the ", std::string(api::RoleName(group.role)),
-          " runs the entrypoint of image ", group.config.image_uri(),
-          " (no containerCommand), and the local backend runs images with podman, which is not "
-          "on PATH (nor named by KUBETRAIN_PODMAN): install podman, give containerCommand, the "
-          "command to run on this machine, or submit the job to a cluster"));
-    }
-    return absl::OkStatus();
+    const std::vector<api::ReplicaGroup> groups = api::ImageEntrypointGroups(job);
+    if (groups.empty()) return absl::OkStatus();
+    const api::ReplicaGroup& group = groups.front();
+    return absl::InvalidArgumentError(absl::StrCat(
+        "spec.trainingInput.", std::string(api::ReplicaConfigField(group.role)), ".imageUri: the ",
+        std::string(api::RoleName(group.role)), " runs the entrypoint of image ",
+        group.config.image_uri(),
+        " (no containerCommand), and the local backend runs images with podman, which is not "
+        "on PATH (nor named by KUBETRAIN_PODMAN): install podman, give containerCommand, the "
+        "command to run on this machine, or submit the job to a cluster"));
   }
 
   absl::StatusOr<v1::TrainingJob> Get(const std::string& job_id) override {

@@ -1,20 +1,12 @@
 #include "operator/local/container_replica.h"
 
-#include <fcntl.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <cstdint>
 #include <cstdlib>
-#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_split.h"
-
-extern char** environ;
+#include "common/process/process.h"
+#include "operator/local/process_table.h"
 
 namespace kubetrain::local {
 
@@ -54,38 +46,23 @@ std::string FindPodman() {
   if (const char* named = std::getenv("KUBETRAIN_PODMAN"); named != nullptr && *named != '\0') {
     return named;
   }
-  const char* path = std::getenv("PATH");
-  for (absl::string_view dir : absl::StrSplit(path == nullptr ? "" : path, ':')) {
-    if (dir.empty()) continue;
-    const std::string candidate = absl::StrCat(dir, "/podman");
-    if (access(candidate.c_str(), X_OK) == 0) return candidate;
-  }
-  return "";
+  return FindExecutable("podman").value_or("");
 }
 
 absl::Status RemoveContainer(const std::string& podman, const std::string& name) {
-  std::vector<std::string> args = {podman, "rm", "--force", "--ignore", "--time", "0", name};
-  std::vector<char*> argv;
-  for (std::string& arg : args) argv.push_back(arg.data());
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
-  posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, "/dev/null", O_WRONLY, 0);
-  pid_t pid = 0;
-  const int spawned = posix_spawn(&pid, podman.c_str(), &actions, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  if (spawned != 0) {
+  absl::StatusOr<process::ExitStatus> removed =
+      process::RunToExit({.argv = {podman, "rm", "--force", "--ignore", "--time", "0", name},
+                          .in = process::Stream::DevNull(),
+                          .out = process::Stream::DevNull(),
+                          .err = process::Stream::DevNull()});
+  if (!removed.ok()) {
     return absl::UnavailableError(absl::StrCat("removing container ", name, ": cannot run ", podman,
-                                               ": ", std::strerror(spawned)));
+                                               ": ", removed.status().message()));
   }
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+  if (removed->code() != 0) {
     return absl::UnavailableError(absl::StrCat("removing container ", name, ": `", podman,
-                                               " rm --force` failed (status ", status, ")"));
+                                               " rm --force` failed (exit code ", removed->code(),
+                                               ")"));
   }
   return absl::OkStatus();
 }

@@ -22,7 +22,6 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "api/defaults.h"
 #include "api/scale_tiers.h"
 #include "api/storage_uri.h"
 #include "api/validation.h"
@@ -99,13 +98,9 @@ bool IsDefaultRuntimeCommand(const std::vector<std::string>& command) {
 // Whether the job's replicas of `role` run their image's entrypoint, which
 // this backend runs in a container (container_replica.h).
 bool RunsInContainer(const v1::TrainingJob& job, api::Role role) {
-  v1::TrainingJob defaulted = job;
-  api::ApplyDefaults(&defaulted);
-  const v1::TrainingInput& input = defaulted.spec().training_input();
-  for (const api::ReplicaGroup& group : api::ReplicaGroups(input)) {
-    if (group.role == role) return api::RunsImageEntrypoint(input, group.config);
-  }
-  return false;
+  const std::vector<api::ReplicaGroup> groups = api::ImageEntrypointGroups(job);
+  return std::any_of(groups.begin(), groups.end(),
+                     [&](const api::ReplicaGroup& group) { return group.role == role; });
 }
 
 // Whether a package is to be installed: a URL (or other URI, which exec
