@@ -702,12 +702,19 @@ TEST_F(ImageTest, ANoCommandPyTorchJobTrainsAndTunesOnTheLocalBackend) {
       << Podman(our_containers).output;
   run = kubetrain("jobs cancel long_run --local");
   EXPECT_EQ(run.exit_code, 0) << run.output;
+  // The job is CANCELLED once the controller has seen every replica end,
+  // which can come after podman has already removed the containers.
+  EXPECT_TRUE(test_support::WaitUntil(
+      [&] {
+        described = kubetrain("jobs describe long_run --local --format json");
+        return absl::StrContains(described.output, "\"CANCELLED\"");
+      },
+      absl::Seconds(60), absl::Milliseconds(200)))
+      << described.output;
   EXPECT_TRUE(test_support::WaitUntil(
       [&] { return absl::StripAsciiWhitespace(Podman(our_containers).output).empty(); },
       absl::Seconds(60)))
       << Podman(our_containers).output;
-  described = kubetrain("jobs describe long_run --local --format json");
-  EXPECT_TRUE(absl::StrContains(described.output, "\"CANCELLED\"")) << described.output;
 }
 
 // The same PyTorchJob as a cluster runs it: a trial of the converted job with
