@@ -422,8 +422,10 @@ void UpdateWaitingCondition(Context& c) {
       return g.role == refused.key.role && refused.key.index < g.count;
     });
     if (!wanted) continue;
-    replicas.push_back({TaskName(refused.key, c.use_chief()),
-                        {.reason = std::string(kFailedCreateReason), .message = refused.message}});
+    ReplicaWaiting failed_create;
+    failed_create.reason = std::string(kFailedCreateReason);
+    failed_create.message = refused.message;
+    replicas.push_back({TaskName(refused.key, c.use_chief()), std::move(failed_create)});
   }
   for (const ObservedReplica* r : waiting) {
     replicas.push_back({TaskName(r->key, c.use_chief()), *r->waiting});
