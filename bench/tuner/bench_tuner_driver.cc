@@ -21,6 +21,7 @@
 #include <sstream>
 
 #include "bench/tuner/test_functions.h"
+#include "bench/tuner/tuner_overrides.h"
 #include "nlohmann/json.hpp"
 #include "operator/tuner/bayesian_optimizer.h"
 #include "operator/tuner/rng.h"
@@ -53,39 +54,6 @@ std::vector<double> Point(const TestFunction& fn, const Assignment& a) {
   std::vector<double> x(fn.lower.size());
   for (size_t d = 0; d < x.size(); ++d) x[d] = std::stod(a.at("x" + std::to_string(d)));
   return x;
-}
-
-// The tuner under test: Tuner::Create, or the Bayesian optimiser with the
-// config's "options" overrides (for tuning the defaults).
-std::unique_ptr<Tuner> MakeTuner(const HyperparameterSpec& spec, uint64_t seed,
-                                 const nlohmann::json& config) {
-  if (!config.contains("options") ||
-      spec.algorithm() != HyperparameterSpec::ALGORITHM_UNSPECIFIED) {
-    return *Tuner::Create(spec, seed);
-  }
-  const nlohmann::json& o = config["options"];
-  BayesianOptions options;
-  options.initial_design = o.value("initial_design", options.initial_design);
-  options.max_training_points = o.value("max_training_points", options.max_training_points);
-  options.max_fit_points = o.value("max_fit_points", options.max_fit_points);
-  options.random_candidates = o.value("random_candidates", options.random_candidates);
-  options.local_candidates = o.value("local_candidates", options.local_candidates);
-  options.refine_starts = o.value("refine_starts", options.refine_starts);
-  options.explore_every = o.value("explore_every", options.explore_every);
-  options.explore_steps = o.value("explore_steps", options.explore_steps);
-  options.basin_link_cut = o.value("basin_link_cut", options.basin_link_cut);
-  options.gls_mean = o.value("gls_mean", options.gls_mean);
-  options.stall_window = o.value("stall_window", options.stall_window);
-  options.stall_tolerance = o.value("stall_tolerance", options.stall_tolerance);
-  options.fit.restarts = o.value("restarts", options.fit.restarts);
-  options.fit.random_starts = o.value("random_starts", options.fit.random_starts);
-  options.fit.max_iterations = o.value("fit_iterations", options.fit.max_iterations);
-  GpPrior& prior = options.fit.prior;
-  prior.log_length_mean = o.value("log_length_mean", prior.log_length_mean);
-  prior.log_length_sd = o.value("log_length_sd", prior.log_length_sd);
-  prior.max_log_length = o.value("max_log_length", prior.max_log_length);
-  prior.min_log_length = o.value("min_log_length", prior.min_log_length);
-  return std::make_unique<BayesianOptimizer>(*SearchSpace::Create(spec), spec, seed, options);
 }
 
 double CpuSeconds() { return static_cast<double>(std::clock()) / CLOCKS_PER_SEC; }

@@ -28,6 +28,7 @@ quartiles), and the epochs each needed to reach optuna-hyperband's final best
 
   /usr/bin/python3 bench/tuner/real_training.py --build build --seeds 5 --json out.json
   ... --methods kubetrain-halving,optuna-hyperband --seeds 1   (iterating)
+  ... --options '{"explore_every": 0}'   (kubetrain with BayesianOptions overrides)
 """
 import argparse
 import json
@@ -102,8 +103,8 @@ class Session:
 
 
 class KubetrainMethod:
-    def __init__(self, session, seed, rule, algorithm=None):
-        self.session, self.seed, self.rule = session, seed, rule
+    def __init__(self, session, seed, rule, algorithm=None, options=None):
+        self.session, self.seed, self.rule, self.options = session, seed, rule, options
         self.spec = {"goal": "MAXIMIZE", "params": PARAMS}
         if algorithm:
             self.spec["algorithm"] = algorithm
@@ -113,8 +114,11 @@ class KubetrainMethod:
 
     def suggest(self, trials, number):
         history = [t.record() for t in trials]
-        answer = self.session.ask({"op": "suggest", "spec": self.spec, "seed": self.seed,
-                                   "history": history, "count": 1})
+        request = {"op": "suggest", "spec": self.spec, "seed": self.seed, "history": history,
+                   "count": 1}
+        if self.options:
+            request["options"] = self.options
+        answer = self.session.ask(request)
         return Trial(number, answer["assignments"][0])
 
     def should_stop(self, trial, trials):
@@ -282,6 +286,8 @@ def main():
     parser.add_argument("--first-seed", type=int, default=1)
     parser.add_argument("--methods", default=",".join(METHODS))
     parser.add_argument("--json", help="write every study's events and trials here")
+    parser.add_argument("--options", type=json.loads, default=None,
+                        help="BayesianOptions overrides for kubetrain's methods (JSON)")
     parser.add_argument("--epochs", type=int, default=EPOCHS,
                         help="epochs per trial (smaller: a smoke test only)")
     parser.add_argument("--budget", type=int, default=BUDGET,
@@ -307,9 +313,9 @@ def main():
             session = Session(session_binary) if name.startswith("kubetrain") or name == "random" \
                 else None
             if name == "kubetrain-halving":
-                method = KubetrainMethod(session, seed, "halving")
+                method = KubetrainMethod(session, seed, "halving", options=args.options)
             elif name == "kubetrain-median":
-                method = KubetrainMethod(session, seed, "median")
+                method = KubetrainMethod(session, seed, "median", options=args.options)
             elif name == "random":
                 method = KubetrainMethod(session, seed, "none", algorithm="RANDOM_SEARCH")
             elif name == "optuna-hyperband":

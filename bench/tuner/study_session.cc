@@ -2,7 +2,8 @@
 // benchmark that schedules real training itself (real_training.py): one JSON
 // request per line on stdin, one JSON answer per line on stdout.
 //
-//   {"op": "suggest", "spec": SPEC, "seed": S, "history": [RECORD...], "count": N}
+//   {"op": "suggest", "spec": SPEC, "seed": S, "history": [RECORD...], "count": N,
+//    "options": {...}}   (options: BayesianOptions overrides, as bench_tuner_driver's)
 //     -> {"assignments": [{"name": "value", ...}, ...]}
 //   {"op": "judge", "spec": SPEC, "running": RECORD, "others": [RECORD...]}
 //     -> {"stop": bool, "reached": [[step, value], ...]}   (successive halving)
@@ -17,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/tuner/tuner_overrides.h"
 #include "google/protobuf/util/json_util.h"
 #include "nlohmann/json.hpp"
 #include "operator/tuner/tuner.h"
@@ -57,11 +59,13 @@ nlohmann::json Answer(const nlohmann::json& request) {
   if (!parsed.ok()) return {{"error", "spec: " + parsed.ToString()}};
   const std::string op = request.value("op", "");
   if (op == "suggest") {
-    auto tuner = Tuner::Create(spec, request.value("seed", uint64_t{0}));
-    if (!tuner.ok()) return {{"error", tuner.status().ToString()}};
+    if (absl::StatusOr<std::unique_ptr<Tuner>> valid = Tuner::Create(spec, 0); !valid.ok()) {
+      return {{"error", valid.status().ToString()}};
+    }
+    std::unique_ptr<Tuner> tuner = MakeTuner(spec, request.value("seed", uint64_t{0}), request);
     nlohmann::json out = {{"assignments", nlohmann::json::array()}};
     for (const Assignment& a :
-         (*tuner)->Suggest(ToRecords(request.at("history")), request.value("count", 1))) {
+         tuner->Suggest(ToRecords(request.at("history")), request.value("count", 1))) {
       out["assignments"].push_back(a);
     }
     return out;

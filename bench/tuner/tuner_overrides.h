@@ -1,0 +1,47 @@
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "nlohmann/json.hpp"
+#include "operator/tuner/bayesian_optimizer.h"
+#include "operator/tuner/search_space.h"
+#include "operator/tuner/tuner.h"
+
+namespace kubetrain::tuner::bench {
+
+// The tuner under test: Tuner::Create, or, when `config` has "options" and
+// the spec asks for Bayesian optimisation, the Bayesian optimiser with those
+// BayesianOptions overrides (for tuning the defaults). The spec must be valid.
+inline std::unique_ptr<Tuner> MakeTuner(const v1::HyperparameterSpec& spec, uint64_t seed,
+                                        const nlohmann::json& config) {
+  if (!config.contains("options") ||
+      spec.algorithm() != v1::HyperparameterSpec::ALGORITHM_UNSPECIFIED) {
+    return *Tuner::Create(spec, seed);
+  }
+  const nlohmann::json& o = config["options"];
+  BayesianOptions options;
+  options.initial_design = o.value("initial_design", options.initial_design);
+  options.max_training_points = o.value("max_training_points", options.max_training_points);
+  options.max_fit_points = o.value("max_fit_points", options.max_fit_points);
+  options.random_candidates = o.value("random_candidates", options.random_candidates);
+  options.local_candidates = o.value("local_candidates", options.local_candidates);
+  options.refine_starts = o.value("refine_starts", options.refine_starts);
+  options.explore_every = o.value("explore_every", options.explore_every);
+  options.explore_steps = o.value("explore_steps", options.explore_steps);
+  options.basin_link_cut = o.value("basin_link_cut", options.basin_link_cut);
+  options.gls_mean = o.value("gls_mean", options.gls_mean);
+  options.stall_window = o.value("stall_window", options.stall_window);
+  options.stall_tolerance = o.value("stall_tolerance", options.stall_tolerance);
+  options.fit.restarts = o.value("restarts", options.fit.restarts);
+  options.fit.random_starts = o.value("random_starts", options.fit.random_starts);
+  options.fit.max_iterations = o.value("fit_iterations", options.fit.max_iterations);
+  GpPrior& prior = options.fit.prior;
+  prior.log_length_mean = o.value("log_length_mean", prior.log_length_mean);
+  prior.log_length_sd = o.value("log_length_sd", prior.log_length_sd);
+  prior.max_log_length = o.value("max_log_length", prior.max_log_length);
+  prior.min_log_length = o.value("min_log_length", prior.min_log_length);
+  return std::make_unique<BayesianOptimizer>(*SearchSpace::Create(spec), spec, seed, options);
+}
+
+}  // namespace kubetrain::tuner::bench
