@@ -29,6 +29,7 @@ quartiles), and the epochs each needed to reach optuna-hyperband's final best
   /usr/bin/python3 bench/tuner/real_training.py --build build --seeds 5 --json out.json
   ... --methods kubetrain-halving,optuna-hyperband --seeds 1   (iterating)
   ... --options '{"explore_every": 0}'   (kubetrain with BayesianOptions overrides)
+  ... --first-seed 6 --min-resource 2 --reduction-factor 2   (other seeds, other rungs)
 """
 import argparse
 import json
@@ -103,14 +104,16 @@ class Session:
 
 
 class KubetrainMethod:
-    def __init__(self, session, seed, rule, algorithm=None, options=None):
+    def __init__(self, session, seed, rule, algorithm=None, options=None, min_resource=1,
+                 reduction_factor=3):
         self.session, self.seed, self.rule, self.options = session, seed, rule, options
         self.spec = {"goal": "MAXIMIZE", "params": PARAMS}
         if algorithm:
             self.spec["algorithm"] = algorithm
         if rule == "halving":
             self.spec["earlyStopping"] = {"algorithm": "SUCCESSIVE_HALVING", "resource": "REPORTS",
-                                          "minResource": 1, "reductionFactor": 3}
+                                          "minResource": min_resource,
+                                          "reductionFactor": reduction_factor}
 
     def suggest(self, trials, number):
         history = [t.record() for t in trials]
@@ -286,6 +289,10 @@ def main():
     parser.add_argument("--first-seed", type=int, default=1)
     parser.add_argument("--methods", default=",".join(METHODS))
     parser.add_argument("--json", help="write every study's events and trials here")
+    parser.add_argument("--min-resource", type=int, default=1,
+                        help="kubetrain-halving's minResource (reports)")
+    parser.add_argument("--reduction-factor", type=int, default=3,
+                        help="kubetrain-halving's reductionFactor")
     parser.add_argument("--options", type=json.loads, default=None,
                         help="BayesianOptions overrides for kubetrain's methods (JSON)")
     parser.add_argument("--epochs", type=int, default=EPOCHS,
@@ -313,7 +320,9 @@ def main():
             session = Session(session_binary) if name.startswith("kubetrain") or name == "random" \
                 else None
             if name == "kubetrain-halving":
-                method = KubetrainMethod(session, seed, "halving", options=args.options)
+                method = KubetrainMethod(session, seed, "halving", options=args.options,
+                                         min_resource=args.min_resource,
+                                         reduction_factor=args.reduction_factor)
             elif name == "kubetrain-median":
                 method = KubetrainMethod(session, seed, "median", options=args.options)
             elif name == "random":
