@@ -30,6 +30,7 @@ quartiles), and the epochs each needed to reach optuna-hyperband's final best
   ... --methods kubetrain-halving,optuna-hyperband --seeds 1   (iterating)
   ... --options '{"explore_every": 0}'   (kubetrain with BayesianOptions overrides)
   ... --first-seed 6 --min-resource 2 --reduction-factor 2   (other seeds, other rungs)
+  ... --report a.json b.json   (the summary of earlier runs, their seeds pooled)
 """
 import argparse
 import json
@@ -281,6 +282,38 @@ def fmt(x, digits=4):
     return "-" if x is None else f"{x:.{digits}f}"
 
 
+def report(results):
+    """Prints the summary of `results` ({method: [study, ...]}, as --json writes)."""
+    seeds = sorted({r["seed"] for studies in results.values() for r in studies})
+    print(f"\n{len(seeds)} seeds: {seeds}")
+    print(f"\nBest accuracy of a trial that trained {EPOCHS} epochs, by epochs spent "
+          "(median [quartiles] over seeds)")
+    checkpoints = [BUDGET // 4, BUDGET // 2, 3 * BUDGET // 4, BUDGET]
+    print(f"{'method':20s}" + "".join(f"{c:>26d}" for c in checkpoints))
+    for name in results:
+        row = f"{name:20s}"
+        for c in checkpoints:
+            q1, med, q3 = quartiles([b for b in (best_at(r["events"], c) for r in results[name])
+                                     if b is not None])
+            got = sum(best_at(r["events"], c) is not None for r in results[name])
+            row += f"{fmt(med):>10s} [{fmt(q1)}, {fmt(q3)}]" + (
+                f"({got})" if got < len(results[name]) else "")
+        print(row)
+    if "optuna-hyperband" in results and results["optuna-hyperband"]:
+        finals = [best_at(r["events"], BUDGET) for r in results["optuna-hyperband"]]
+        finals = [f for f in finals if f is not None]
+        if finals:
+            target = statistics.median(finals)
+            print(f"\nEpochs to reach optuna-hyperband's final best ({target:.4f}; median over "
+                  "seeds; '-' where a seed never did)")
+            for name in results:
+                need = [epochs_to_reach(r["events"], target) for r in results[name]]
+                # A seed that never reached it counts as needing more than the budget.
+                med = statistics.median(math.inf if n is None else n for n in need)
+                print(f"{name:20s} median {'-' if math.isinf(med) else f'{med:.1f}'}"
+                      f"  per seed {['-' if n is None else n for n in need]}")
+
+
 def main():
     global EPOCHS, BUDGET
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -299,8 +332,19 @@ def main():
                         help="epochs per trial (smaller: a smoke test only)")
     parser.add_argument("--budget", type=int, default=BUDGET,
                         help="epochs per study (smaller: a smoke test only)")
+    parser.add_argument("--report", nargs="+", metavar="JSON",
+                        help="print the summary of earlier runs' --json files together "
+                             "(their seeds pooled) and train nothing")
     args = parser.parse_args()
     EPOCHS, BUDGET = args.epochs, args.budget
+    if args.report:
+        pooled = {}
+        for path in args.report:
+            with open(path) as f:
+                for name, studies in json.load(f).items():
+                    pooled.setdefault(name, []).extend(studies)
+        report(pooled)
+        return
     runtime = os.path.join(args.build, "trainer-runtime/cmd/kubetrain-runtime")
     session_binary = os.path.join(args.build, "bench/tuner/bench_tuner_session")
     for path in (runtime, session_binary):
@@ -352,32 +396,7 @@ def main():
                 with open(args.json, "w") as f:
                     json.dump(results, f)
 
-    print(f"\nBest accuracy of a trial that trained {EPOCHS} epochs, by epochs spent "
-          "(median [quartiles] over seeds)")
-    checkpoints = [BUDGET // 4, BUDGET // 2, 3 * BUDGET // 4, BUDGET]
-    print(f"{'method':20s}" + "".join(f"{c:>26d}" for c in checkpoints))
-    for name in methods:
-        row = f"{name:20s}"
-        for c in checkpoints:
-            q1, med, q3 = quartiles([b for b in (best_at(r["events"], c) for r in results[name])
-                                     if b is not None])
-            got = sum(best_at(r["events"], c) is not None for r in results[name])
-            row += f"{fmt(med):>10s} [{fmt(q1)}, {fmt(q3)}]" + (
-                f"({got})" if got < len(results[name]) else "")
-        print(row)
-    if "optuna-hyperband" in results and results["optuna-hyperband"]:
-        finals = [best_at(r["events"], BUDGET) for r in results["optuna-hyperband"]]
-        finals = [f for f in finals if f is not None]
-        if finals:
-            target = statistics.median(finals)
-            print(f"\nEpochs to reach optuna-hyperband's final best ({target:.4f}; median over "
-                  "seeds; '-' where a seed never did)")
-            for name in methods:
-                need = [epochs_to_reach(r["events"], target) for r in results[name]]
-                # A seed that never reached it counts as needing more than the budget.
-                med = statistics.median(math.inf if n is None else n for n in need)
-                print(f"{name:20s} median {'-' if math.isinf(med) else f'{med:.1f}'}"
-                      f"  per seed {['-' if n is None else n for n in need]}")
+    report(results)
 
 
 if __name__ == "__main__":
