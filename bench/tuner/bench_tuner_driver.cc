@@ -95,7 +95,7 @@ int Run(const nlohmann::json& config) {
           t.objective = fn->f(x);
           history.push_back(std::move(t));
         }
-        auto tuner = MakeTuner(spec, r, config);
+        std::unique_ptr<Tuner> tuner = *MakeTuner(spec, r, config);
         const auto start = std::chrono::steady_clock::now();
         const double cpu_start = CpuSeconds();
         std::vector<Assignment> s = tuner->Suggest(history, batch);
@@ -117,7 +117,7 @@ int Run(const nlohmann::json& config) {
     const int trials = config.at("trials");
     out["results"] = nlohmann::json::array();
     for (uint64_t seed : config.at("seeds")) {
-      auto tuner = MakeTuner(spec, seed, config);
+      std::unique_ptr<Tuner> tuner = *MakeTuner(spec, seed, config);
       std::vector<TrialRecord> history;
       std::vector<double> values;
       std::vector<std::vector<double>> points;

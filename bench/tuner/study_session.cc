@@ -59,13 +59,12 @@ nlohmann::json Answer(const nlohmann::json& request) {
   if (!parsed.ok()) return {{"error", "spec: " + parsed.ToString()}};
   const std::string op = request.value("op", "");
   if (op == "suggest") {
-    if (absl::StatusOr<std::unique_ptr<Tuner>> valid = Tuner::Create(spec, 0); !valid.ok()) {
-      return {{"error", valid.status().ToString()}};
-    }
-    std::unique_ptr<Tuner> tuner = MakeTuner(spec, request.value("seed", uint64_t{0}), request);
+    absl::StatusOr<std::unique_ptr<Tuner>> tuner =
+        MakeTuner(spec, request.value("seed", uint64_t{0}), request);
+    if (!tuner.ok()) return {{"error", tuner.status().ToString()}};
     nlohmann::json out = {{"assignments", nlohmann::json::array()}};
     for (const Assignment& a :
-         tuner->Suggest(ToRecords(request.at("history")), request.value("count", 1))) {
+         (*tuner)->Suggest(ToRecords(request.at("history")), request.value("count", 1))) {
       out["assignments"].push_back(a);
     }
     return out;

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
 #include "operator/tuner/bayesian_optimizer.h"
 #include "operator/tuner/search_space.h"
@@ -12,12 +13,15 @@ namespace kubetrain::tuner::bench {
 
 // The tuner under test: Tuner::Create, or, when `config` has "options" and
 // the spec asks for Bayesian optimisation, the Bayesian optimiser with those
-// BayesianOptions overrides (for tuning the defaults). The spec must be valid.
-inline std::unique_ptr<Tuner> MakeTuner(const v1::HyperparameterSpec& spec, uint64_t seed,
-                                        const nlohmann::json& config) {
-  if (!config.contains("options") ||
+// BayesianOptions overrides (for tuning the defaults). An invalid spec is
+// Tuner::Create's error.
+inline absl::StatusOr<std::unique_ptr<Tuner>> MakeTuner(const v1::HyperparameterSpec& spec,
+                                                        uint64_t seed,
+                                                        const nlohmann::json& config) {
+  absl::StatusOr<std::unique_ptr<Tuner>> tuner = Tuner::Create(spec, seed);
+  if (!tuner.ok() || !config.contains("options") ||
       spec.algorithm() != v1::HyperparameterSpec::ALGORITHM_UNSPECIFIED) {
-    return *Tuner::Create(spec, seed);
+    return tuner;
   }
   const nlohmann::json& o = config["options"];
   BayesianOptions options;
@@ -41,7 +45,8 @@ inline std::unique_ptr<Tuner> MakeTuner(const v1::HyperparameterSpec& spec, uint
   prior.log_length_sd = o.value("log_length_sd", prior.log_length_sd);
   prior.max_log_length = o.value("max_log_length", prior.max_log_length);
   prior.min_log_length = o.value("min_log_length", prior.min_log_length);
-  return std::make_unique<BayesianOptimizer>(*SearchSpace::Create(spec), spec, seed, options);
+  return std::unique_ptr<Tuner>(
+      std::make_unique<BayesianOptimizer>(*SearchSpace::Create(spec), spec, seed, options));
 }
 
 }  // namespace kubetrain::tuner::bench
