@@ -302,5 +302,23 @@ TEST(ScaleTiersTest, CustomUsesTypesCountsAndAccelerators) {
   EXPECT_EQ(groups[1].resources.cpu, 8);
 }
 
+TEST(ScaleTiersTest, TheLargestComputeEngineTypesHaveTheirSizes) {
+  struct Case {
+    const char* type;
+    double cpu;
+    int64_t memory_mib;
+  };
+  const Case cases[] = {{"n1-standard-64", 64, 240 * 1024}, {"n1-standard-96", 96, 360 * 1024},
+                        {"n1-highmem-64", 64, 416 * 1024},  {"n1-highmem-96", 96, 624 * 1024},
+                        {"n1-highcpu-64", 64, 58982},       {"n1-highcpu-96", 96, 88474}};
+  for (const Case& c : cases) {
+    const std::optional<MachineResources> found = LookupMachineType(c.type);
+    ASSERT_TRUE(found.has_value()) << c.type;
+    EXPECT_EQ(found->cpu, c.cpu) << c.type;
+    EXPECT_EQ(found->memory_mib, c.memory_mib) << c.type;
+    EXPECT_EQ(found->gpus, 0) << c.type;
+  }
+}
+
 }  // namespace
 }  // namespace kubetrain::api

@@ -28,13 +28,20 @@ const std::vector<MachineResources>& Table() {
       {"n1-standard-8", 8, 30 * 1024, 0},
       {"n1-standard-16", 16, 60 * 1024, 0},
       {"n1-standard-32", 32, 120 * 1024, 0},
+      {"n1-standard-64", 64, 240 * 1024, 0},
+      {"n1-standard-96", 96, 360 * 1024, 0},
       {"n1-highmem-2", 2, 13 * 1024, 0},
       {"n1-highmem-4", 4, 26 * 1024, 0},
       {"n1-highmem-8", 8, 52 * 1024, 0},
       {"n1-highmem-16", 16, 104 * 1024, 0},
       {"n1-highmem-32", 32, 208 * 1024, 0},
+      {"n1-highmem-64", 64, 416 * 1024, 0},
+      {"n1-highmem-96", 96, 624 * 1024, 0},
       {"n1-highcpu-16", 16, 14 * 1024, 0},
       {"n1-highcpu-32", 32, 28 * 1024, 0},
+      // Compute Engine sizes these at 0.9 GB per vCPU: 57.6 and 86.4 GiB.
+      {"n1-highcpu-64", 64, 58982, 0},
+      {"n1-highcpu-96", 96, 88474, 0},
       // Asks for nothing itself: the replica's pod template says what it
       // needs (what a converted Kubeflow manifest carries). Any other type's
       // requests would stay under a template that sets only some of them.

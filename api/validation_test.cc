@@ -199,9 +199,10 @@ std::vector<InvalidCase> Cases() {
        "large_model, complex_model_s, complex_model_m, complex_model_l, standard_gpu, "
        "complex_model_m_gpu, complex_model_l_gpu, standard_p100, complex_model_m_p100, "
        "standard_v100, large_model_v100, complex_model_m_v100, complex_model_l_v100, "
-       "n1-standard-4, n1-standard-8, n1-standard-16, n1-standard-32, n1-highmem-2, "
-       "n1-highmem-4, n1-highmem-8, n1-highmem-16, n1-highmem-32, n1-highcpu-16, n1-highcpu-32, "
-       "pod-template"},
+       "n1-standard-4, n1-standard-8, n1-standard-16, n1-standard-32, n1-standard-64, "
+       "n1-standard-96, n1-highmem-2, n1-highmem-4, n1-highmem-8, n1-highmem-16, n1-highmem-32, "
+       "n1-highmem-64, n1-highmem-96, n1-highcpu-16, n1-highcpu-32, n1-highcpu-64, "
+       "n1-highcpu-96, pod-template"},
       {"tpu_tier", Job("    scaleTier: BASIC_TPU\n"), "spec.trainingInput.scaleTier",
        "BASIC_TPU is not supported: kubetrain has no TPUs"},
       {"tpu_worker",
