@@ -34,8 +34,9 @@ void ApplyDefaults(v1::TrainingJob* job) {
     if (hp->goal() == v1::HyperparameterSpec::GOAL_TYPE_UNSPECIFIED) {
       hp->set_goal(v1::HyperparameterSpec::MAXIMIZE);
     }
-    if (!hp->has_max_trials()) hp->set_max_trials(1);
-    if (!hp->has_max_parallel_trials()) hp->set_max_parallel_trials(1);
+    // 0 is Cloud ML's unset (proto3), as validation reads it.
+    if (hp->max_trials() == 0) hp->set_max_trials(1);
+    if (hp->max_parallel_trials() == 0) hp->set_max_parallel_trials(1);
     if (!hp->has_max_failed_trials()) hp->set_max_failed_trials(0);
     if (hp->hyperparameter_metric_tag().empty()) {
       hp->set_hyperparameter_metric_tag(kDefaultMetricTag);
@@ -58,7 +59,7 @@ void ApplyDefaults(v1::TrainingJob* job) {
 // trainer ends it early instead of burning the whole budget.
 int EffectiveMaxFailedTrials(const v1::HyperparameterSpec& spec) {
   if (spec.max_failed_trials() > 0) return spec.max_failed_trials();
-  const int max_trials = spec.has_max_trials() ? std::max(1, spec.max_trials()) : 1;
+  const int max_trials = std::max(1, spec.max_trials());
   return std::min(max_trials, std::max(3, (max_trials + 3) / 4));
 }
 

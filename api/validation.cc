@@ -410,15 +410,26 @@ class Validator {
 
   void ValidateHyperparameters(const HyperparameterSpec& spec, const TrainingInput& input,
                                const std::string& path) {
-    if (spec.params().empty()) {
+    if (spec.params().empty() && spec.resume_previous_job_id().empty()) {
       Error(path + ".params", "at least one parameter is required for hyperparameter tuning");
+    } else if (spec.params().empty()) {
+      // Cloud ML took them from the earlier study; kubetrain's study is the
+      // spec itself, so a resumed one repeats them.
+      Error(path + ".params",
+            "at least one parameter is required for hyperparameter tuning, also when resuming "
+            "job \"" +
+                spec.resume_previous_job_id() +
+                "\": kubetrain does not take them from the earlier job; list the params here, "
+                "with that job's goal and hyperparameterMetricTag");
     }
-    if (spec.has_max_trials() && (spec.max_trials() < 1 || spec.max_trials() > kMaxTrialsLimit)) {
-      Error(path + ".maxTrials",
-            absl::StrCat("must be between 1 and ", kMaxTrialsLimit, ", got ", spec.max_trials()));
+    // Cloud ML's API is proto3: a 0 there is the field left unset (the
+    // default, 1), and configs that ran there say so. ApplyDefaults agrees.
+    if (spec.max_trials() < 0 || spec.max_trials() > kMaxTrialsLimit) {
+      Error(path + ".maxTrials", absl::StrCat("must be between 1 and ", kMaxTrialsLimit,
+                                              " (0: unset, 1), got ", spec.max_trials()));
     }
-    const int max_trials = spec.has_max_trials() ? spec.max_trials() : 1;
-    if (spec.has_max_parallel_trials()) {
+    const int max_trials = spec.max_trials() > 0 ? spec.max_trials() : 1;
+    if (spec.max_parallel_trials() != 0) {
       if (spec.max_parallel_trials() < 1) {
         Error(path + ".maxParallelTrials",
               absl::StrCat("must be >= 1, got ", spec.max_parallel_trials()));

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <fstream>
 
+#include "api/defaults.h"
 #include "api/job_file.h"
 #include "api/output_storage.h"
 #include "api/python_runtimes.h"
@@ -374,9 +375,12 @@ std::vector<InvalidCase> Cases() {
        "spec.trainingInput.args[1]", "sets \"lr\", which params[0] tunes; remove it from args"},
       {"parallel_above_max", Tuning(kLr, "      maxParallelTrials: 8\n"),
        "spec.trainingInput.hyperparameters.maxParallelTrials", "must be <= maxTrials (4), got 8"},
-      {"zero_max_trials",
-       Job("    hyperparameters:\n      maxTrials: 0\n      params:\n" + std::string(kLr)),
-       "spec.trainingInput.hyperparameters.maxTrials", "must be between 1 and 10000, got 0"},
+      {"negative_max_trials",
+       Job("    hyperparameters:\n      maxTrials: -1\n      params:\n" + std::string(kLr)),
+       "spec.trainingInput.hyperparameters.maxTrials",
+       "must be between 1 and 10000 (0: unset, 1), got -1"},
+      {"negative_parallel_trials", Tuning(kLr, "      maxParallelTrials: -1\n"),
+       "spec.trainingInput.hyperparameters.maxParallelTrials", "must be >= 1, got -1"},
       {"negative_failed_trials", Tuning(kLr, "      maxFailedTrials: -2\n"),
        "spec.trainingInput.hyperparameters.maxFailedTrials", "must be >= 0, got -2"},
       {"grid_with_double", Tuning(kLr, "      algorithm: GRID_SEARCH\n"),
@@ -385,6 +389,12 @@ std::vector<InvalidCase> Cases() {
       {"unknown_goal", Tuning(kLr, "      goal: BIGGER\n"),
        "spec.trainingInput.hyperparameters.goal",
        "unknown value \"BIGGER\"; expected one of MAXIMIZE, MINIMIZE"},
+      {"resume_without_params",
+       Job("    hyperparameters:\n      maxTrials: 30\n      resumePreviousJobId: hyper1_1\n"),
+       "spec.trainingInput.hyperparameters.params",
+       "at least one parameter is required for hyperparameter tuning, also when resuming job "
+       "\"hyper1_1\": kubetrain does not take them from the earlier job; list the params here, "
+       "with that job's goal and hyperparameterMetricTag"},
       {"bad_resume_id", Tuning(kLr, "      resumePreviousJobId: 9lives\n"),
        "spec.trainingInput.hyperparameters.resumePreviousJobId", "must start with a letter"},
       // Run policy and kubetrain extensions.
@@ -578,7 +588,7 @@ INSTANTIATE_TEST_SUITE_P(Table, InvalidInputTest, ::testing::ValuesIn(Cases()),
 
 TEST(ValidationTest, ReportsEveryErrorNotJustTheFirst) {
   CheckedJob checked = CheckTrainingJob(Job(
-      "    scaleTier: CUSTOM\n    workerCount: -3\n    hyperparameters:\n      maxTrials: 0\n"));
+      "    scaleTier: CUSTOM\n    workerCount: -3\n    hyperparameters:\n      maxTrials: -1\n"));
   // In the order of the file, each at its line, not just the first.
   EXPECT_EQ(
       FormatErrors(checked.errors),
@@ -586,7 +596,21 @@ TEST(ValidationTest, ReportsEveryErrorNotJustTheFirst) {
       "8:5: spec.trainingInput.workerCount: must be >= 0, got -3\n"
       "9:5: spec.trainingInput.hyperparameters.params: at least one parameter is required "
       "for hyperparameter tuning\n"
-      "10:7: spec.trainingInput.hyperparameters.maxTrials: must be between 1 and 10000, got 0\n");
+      "10:7: spec.trainingInput.hyperparameters.maxTrials: must be between 1 and 10000 (0: unset, "
+      "1), got -1\n");
+}
+
+// Cloud ML's API is proto3, where 0 is the field left unset: configs that ran
+// there with maxTrials or maxParallelTrials 0 ran with the default, 1.
+TEST(ValidationTest, ZeroTrialCountsAreCloudMlsUnsetAndDefaultToOne) {
+  CheckedJob checked =
+      CheckTrainingJob(Job("    hyperparameters:\n      maxTrials: 0\n"
+                           "      maxParallelTrials: 0\n      params:\n" +
+                           std::string(kLr)));
+  ASSERT_TRUE(checked.ok()) << FormatErrors(checked.errors);
+  ApplyDefaults(&checked.job);
+  EXPECT_EQ(checked.job.spec().training_input().hyperparameters().max_trials(), 1);
+  EXPECT_EQ(checked.job.spec().training_input().hyperparameters().max_parallel_trials(), 1);
 }
 
 TEST(ValidationTest, ValidJobHasNoErrors) {

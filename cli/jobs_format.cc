@@ -477,9 +477,9 @@ std::string ProgressLine(const v1::TrainingJob& job) {
       best = &t;
     }
   }
-  std::string line = absl::StrCat("trials: ", output.completed_trial_count(), "/",
-                                  hp.has_max_trials() ? hp.max_trials() : 1, " completed, ",
-                                  running, " running, ", failed, " failed");
+  std::string line =
+      absl::StrCat("trials: ", output.completed_trial_count(), "/", std::max(1, hp.max_trials()),
+                   " completed, ", running, " running, ", failed, " failed");
   if (best != nullptr) {
     absl::StrAppend(&line, "; best objective ",
                     absl::StrFormat("%.4f", best->final_metric().objective_value()), " (trial ",
