@@ -9,6 +9,7 @@
 #include <set>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -354,9 +355,14 @@ class Decoder {
           for (int i = 0; i < type->value_count(); ++i) {
             if (type->value(i)->number() != 0) names.push_back(type->value(i)->name());
           }
-          return Fail(
-              node, path,
-              "unknown value \"" + text + "\"; expected one of " + absl::StrJoin(names, ", "));
+          // Cloud ML's TPU accelerators (TPU_V2, TPU_V3): say why, as the
+          // TPU tiers and machine types do.
+          const bool tpu = type == v1::AcceleratorConfig::AcceleratorType_descriptor() &&
+                           absl::StartsWith(text, "TPU_");
+          return Fail(node, path,
+                      tpu ? "\"" + text + "\" is not supported: kubetrain has no TPUs"
+                          : "unknown value \"" + text + "\"; expected one of " +
+                                absl::StrJoin(names, ", "));
         }
         repeated ? reflection->AddEnumValue(message, field, value->number())
                  : reflection->SetEnumValue(message, field, value->number());

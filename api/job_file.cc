@@ -68,6 +68,7 @@ CheckedJob CheckTrainingJob(std::string_view text, bool require_name,
   ValidateOptions options;
   options.require_name = require_name && !decoded.bare_config;
   options.bare_config = decoded.bare_config;
+  options.params_from_resumed_job = decoded.bare_config;
   options.runtimes = runtimes;
   checked.errors = Validate(decoded.job, options);
   decoded.Locate(&checked.errors);
@@ -92,6 +93,31 @@ CheckedJob CheckTrainingJob(std::string_view text, bool require_name,
                    });
   checked.job = std::move(decoded.job);
   return checked;
+}
+
+bool LeavesParamsToResumedJob(const v1::TrainingJob& job) {
+  const v1::HyperparameterSpec& hp = job.spec().training_input().hyperparameters();
+  return hp.params().empty() && !hp.resume_previous_job_id().empty();
+}
+
+absl::Status TakeResumedStudyParams(const v1::TrainingJob& earlier, v1::TrainingJob* job) {
+  const v1::HyperparameterSpec& theirs = earlier.spec().training_input().hyperparameters();
+  v1::HyperparameterSpec* ours =
+      job->mutable_spec()->mutable_training_input()->mutable_hyperparameters();
+  if (theirs.params().empty()) {
+    return absl::InvalidArgumentError(
+        "job \"" + ours->resume_previous_job_id() +
+        "\" is not a hyperparameter tuning job: it has no params to go on with");
+  }
+  *ours->mutable_params() = theirs.params();
+  if (ours->goal() == v1::HyperparameterSpec::GOAL_TYPE_UNSPECIFIED) ours->set_goal(theirs.goal());
+  if (ours->hyperparameter_metric_tag().empty()) {
+    ours->set_hyperparameter_metric_tag(theirs.hyperparameter_metric_tag());
+  }
+  if (ours->algorithm() == v1::HyperparameterSpec::ALGORITHM_UNSPECIFIED) {
+    ours->set_algorithm(theirs.algorithm());
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::string> ReadTextFile(const std::string& path) {

@@ -36,6 +36,16 @@ CheckedJob CheckTrainingJob(
     std::string_view text, bool require_name = true,
     const PythonRuntimeCatalog* runtimes = &PythonRuntimeCatalog::BuiltIn());
 
+// A Cloud ML config may resume a study (resumePreviousJobId) without params
+// of its own: Cloud ML went on with the earlier study's. kubetrain's study is
+// the TrainingJob's spec, so `jobs submit training` copies them in.
+bool LeavesParamsToResumedJob(const v1::TrainingJob& job);
+// Copies `earlier`'s params into `job`, and its goal, hyperparameterMetricTag
+// and algorithm where `job` leaves them unset (one it sets must match, as the
+// operator checks). InvalidArgument, saying why, when `earlier` is not a
+// tuning job.
+absl::Status TakeResumedStudyParams(const v1::TrainingJob& earlier, v1::TrainingJob* job);
+
 // Reads a whole file; the error names the file and the reason.
 absl::StatusOr<std::string> ReadTextFile(const std::string& path);
 

@@ -35,8 +35,10 @@ constexpr int64_t kMaxAcceleratorsPerReplica = 16;
 
 class Validator {
  public:
-  Validator(std::vector<FieldError>* errors, const PythonRuntimeCatalog* runtimes)
-      : errors_(errors), runtimes_(runtimes) {}
+  Validator(std::vector<FieldError>* errors, const ValidateOptions& options)
+      : errors_(errors),
+        runtimes_(options.runtimes),
+        params_from_resumed_job_(options.params_from_resumed_job) {}
 
   void Error(std::string path, std::string reason) {
     errors_->push_back({std::move(path), std::move(reason)});
@@ -412,15 +414,15 @@ class Validator {
                                const std::string& path) {
     if (spec.params().empty() && spec.resume_previous_job_id().empty()) {
       Error(path + ".params", "at least one parameter is required for hyperparameter tuning");
-    } else if (spec.params().empty()) {
-      // Cloud ML took them from the earlier study; kubetrain's study is the
-      // spec itself, so a resumed one repeats them.
+    } else if (spec.params().empty() && !params_from_resumed_job_) {
+      // The operator's study is the spec itself: what Cloud ML took from the
+      // earlier study, the submission copies into it.
       Error(path + ".params",
             "at least one parameter is required for hyperparameter tuning, also when resuming "
             "job \"" +
                 spec.resume_previous_job_id() +
-                "\": kubetrain does not take them from the earlier job; list the params here, "
-                "with that job's goal and hyperparameterMetricTag");
+                "\": a TrainingJob lists them (kubetrain jobs submit training copies them from "
+                "the earlier job when a Cloud ML config leaves them out)");
     }
     // Cloud ML's API is proto3: a 0 there is the field left unset (the
     // default, 1), and configs that ran there say so. ApplyDefaults agrees.
@@ -615,6 +617,7 @@ class Validator {
 
   std::vector<FieldError>* errors_;
   const PythonRuntimeCatalog* runtimes_;  // null: not checked
+  bool params_from_resumed_job_;
 };
 
 }  // namespace
@@ -670,7 +673,7 @@ std::string KubernetesName(std::string_view job_name) {
 
 std::vector<FieldError> Validate(const v1::TrainingJob& job, const ValidateOptions& options) {
   std::vector<FieldError> errors;
-  Validator validator(&errors, options.runtimes);
+  Validator validator(&errors, options);
   if (!job.api_version().empty() && job.api_version() != kApiVersion) {
     validator.Error("apiVersion",
                     absl::StrCat("must be ", kApiVersion, ", got \"", job.api_version(), "\""));

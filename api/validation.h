@@ -16,6 +16,12 @@ struct ValidateOptions {
   bool require_name = true;
   // Report paths as a bare Cloud ML config spells them ("trainingInput...").
   bool bare_config = false;
+  // A study that resumes an earlier one (resumePreviousJobId) may leave its
+  // params to it, as Cloud ML's did: `jobs submit training` copies them
+  // (with the goal, metric tag and algorithm left unset) from the earlier
+  // job before it submits (ResumedStudyParams). A TrainingJob, the submitted
+  // form, always lists them.
+  bool params_from_resumed_job = false;
   // The runtimes runtimeVersion and pythonVersion may name: those where the
   // job runs. Null: not checked here (a job submitted to a cluster, whose
   // operator checks it against the cluster's catalog).

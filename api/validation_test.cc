@@ -206,6 +206,11 @@ std::vector<InvalidCase> Cases() {
        "n1-highcpu-96, pod-template"},
       {"tpu_tier", Job("    scaleTier: BASIC_TPU\n"), "spec.trainingInput.scaleTier",
        "BASIC_TPU is not supported: kubetrain has no TPUs"},
+      {"tpu_accelerator",
+       Job("    scaleTier: CUSTOM\n    masterType: standard\n"
+           "    masterConfig:\n      acceleratorConfig: {count: 8, type: TPU_V3}\n"),
+       "spec.trainingInput.masterConfig.acceleratorConfig.type",
+       "\"TPU_V3\" is not supported: kubetrain has no TPUs"},
       {"tpu_worker",
        Job("    scaleTier: CUSTOM\n    masterType: standard\n    workerType: cloud_tpu\n"
            "    workerCount: 1\n"),
@@ -393,8 +398,8 @@ std::vector<InvalidCase> Cases() {
        Job("    hyperparameters:\n      maxTrials: 30\n      resumePreviousJobId: hyper1_1\n"),
        "spec.trainingInput.hyperparameters.params",
        "at least one parameter is required for hyperparameter tuning, also when resuming job "
-       "\"hyper1_1\": kubetrain does not take them from the earlier job; list the params here, "
-       "with that job's goal and hyperparameterMetricTag"},
+       "\"hyper1_1\": a TrainingJob lists them (kubetrain jobs submit training copies them from "
+       "the earlier job when a Cloud ML config leaves them out)"},
       {"bad_resume_id", Tuning(kLr, "      resumePreviousJobId: 9lives\n"),
        "spec.trainingInput.hyperparameters.resumePreviousJobId", "must start with a letter"},
       // Run policy and kubetrain extensions.
@@ -598,6 +603,45 @@ TEST(ValidationTest, ReportsEveryErrorNotJustTheFirst) {
       "for hyperparameter tuning\n"
       "10:7: spec.trainingInput.hyperparameters.maxTrials: must be between 1 and 10000 (0: unset, "
       "1), got -1\n");
+}
+
+// Cloud ML went on with the earlier study's params when a config that resumes
+// one lists none: a bare config may, and submission copies them in.
+TEST(ValidationTest, ABareConfigThatResumesAStudyMayLeaveItsParamsToIt) {
+  CheckedJob checked = CheckTrainingJob(
+      "trainingInput:\n  hyperparameters:\n    maxTrials: 30\n    resumePreviousJobId: hyper1_1\n");
+  ASSERT_TRUE(checked.ok()) << FormatErrors(checked.errors);
+  EXPECT_TRUE(LeavesParamsToResumedJob(checked.job));
+
+  v1::TrainingJob earlier;
+  v1::HyperparameterSpec* theirs =
+      earlier.mutable_spec()->mutable_training_input()->mutable_hyperparameters();
+  theirs->set_goal(v1::HyperparameterSpec::MINIMIZE);
+  theirs->set_hyperparameter_metric_tag("loss");
+  theirs->add_params()->set_parameter_name("lr");
+  v1::TrainingJob job = checked.job;
+  ASSERT_TRUE(TakeResumedStudyParams(earlier, &job).ok());
+  const v1::HyperparameterSpec& ours = job.spec().training_input().hyperparameters();
+  EXPECT_EQ(ours.params(0).parameter_name(), "lr");
+  EXPECT_EQ(ours.goal(), v1::HyperparameterSpec::MINIMIZE);
+  EXPECT_EQ(ours.hyperparameter_metric_tag(), "loss");
+  EXPECT_EQ(ours.max_trials(), 30);
+  EXPECT_FALSE(LeavesParamsToResumedJob(job));
+
+  // A goal the config sets stays (the operator then refuses the mismatch).
+  v1::TrainingJob maximizing = checked.job;
+  maximizing.mutable_spec()->mutable_training_input()->mutable_hyperparameters()->set_goal(
+      v1::HyperparameterSpec::MAXIMIZE);
+  ASSERT_TRUE(TakeResumedStudyParams(earlier, &maximizing).ok());
+  EXPECT_EQ(maximizing.spec().training_input().hyperparameters().goal(),
+            v1::HyperparameterSpec::MAXIMIZE);
+
+  v1::TrainingJob not_a_study;
+  v1::TrainingJob again = checked.job;
+  absl::Status refused = TakeResumedStudyParams(not_a_study, &again);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(refused.message(),
+            "job \"hyper1_1\" is not a hyperparameter tuning job: it has no params to go on with");
 }
 
 // Cloud ML's API is proto3, where 0 is the field left unset: configs that ran

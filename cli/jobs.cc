@@ -281,6 +281,27 @@ int SubmitTraining(const std::vector<std::string>& args, std::ostream& out, std:
     input->clear_args();
     for (const std::string& arg : parsed.after_double_dash) input->add_args(arg);
   }
+  bool opened = false;
+  if (api::LeavesParamsToResumedJob(job)) {
+    // Cloud ML went on with the earlier study's params; the TrainingJob,
+    // which is the operator's whole study, gets a copy of them.
+    if (absl::Status s = backend->Open(); !s.ok()) return Failed(command, s, err);
+    opened = true;
+    const std::string& earlier_id = input->hyperparameters().resume_previous_job_id();
+    absl::StatusOr<v1::TrainingJob> earlier = backend->Get(earlier_id);
+    absl::Status taken =
+        earlier.ok() ? api::TakeResumedStudyParams(*earlier, &job) : earlier.status();
+    if (absl::IsNotFound(taken) || absl::IsInvalidArgument(taken)) {
+      err << source << ": " << (bare_config ? "" : "spec.")
+          << "trainingInput.hyperparameters.resumePreviousJobId: " << taken.message()
+          << "; a study without params of its own takes them from that job\n";
+      err << "kubetrain " << command << ": the job is not valid; nothing was submitted\n";
+      return kExitUsage;
+    }
+    if (!taken.ok()) return Failed(command, taken, err);
+    out << "Job [" << name << "] goes on with the study of job [" << earlier_id
+        << "]: its params, goal and hyperparameterMetricTag are that job's\n";
+  }
   std::vector<api::FieldError> errors = api::Validate(
       job, {.require_name = true, .bare_config = false, .runtimes = checked_runtimes});
   if (!errors.empty()) {
@@ -288,10 +309,11 @@ int SubmitTraining(const std::vector<std::string>& args, std::ostream& out, std:
     err << "kubetrain " << command << ": the job is not valid; nothing was submitted\n";
     return kExitUsage;
   }
-  (void)bare_config;
   const bool stream = parsed.Switch("stream-logs");
   const bool wait = parsed.Switch("wait");
-  if (absl::Status s = backend->Open(); !s.ok()) return Failed(command, s, err);
+  if (!opened) {
+    if (absl::Status s = backend->Open(); !s.ok()) return Failed(command, s, err);
+  }
   if (absl::Status s = backend->Submit(job, stream, out); !s.ok()) return Failed(command, s, err);
   if (!stream && !wait) return kExitOk;
   FollowOptions follow;

@@ -46,6 +46,10 @@ int Validate(const std::vector<std::string>& args, std::ostream& out, std::ostre
       out << path << ": ok (a kubeflow.org/v1 " << checked.kubeflow_kind
           << ", run as the TrainingJob `kubetrain convert` prints)\n"
           << api::FormatMapping(checked.mapped);
+    } else if (checked.ok() && api::LeavesParamsToResumedJob(checked.job)) {
+      out << path << ": ok (its params, goal and hyperparameterMetricTag are those of job \""
+          << checked.job.spec().training_input().hyperparameters().resume_previous_job_id()
+          << "\", which it resumes: jobs submit training copies them)\n";
     } else if (checked.ok()) {
       out << path << ": ok\n";
     } else {

@@ -197,6 +197,17 @@ TEST_F(CorpusTest, CloudMlConfigsThatValidateAcceptsTheApiServerStores) {
   std::map<std::string, std::vector<std::string>> refusals;
   size_t accepted = 0;
   int id = 0;
+  // The earlier study that the configs which go on with one, and leave their
+  // params to it (Cloud ML's resumePreviousJobId), name: submission copies
+  // its params.
+  ASSERT_TRUE(server_
+                  ->Create("trainingjobs", kNamespace,
+                           json::parse(R"({"apiVersion": "kubetrain.io/v1", "kind": "TrainingJob",
+                             "metadata": {"name": "hyper1-1"},
+                             "spec": {"trainingInput": {"hyperparameters": {"goal": "MAXIMIZE",
+                               "params": [{"parameterName": "lr", "type": "DOUBLE",
+                                           "minValue": 0.001, "maxValue": 0.1}]}}}})"))
+                  .ok());
   for (const fs::path& file : files) {
     const std::string name = file.filename().string();
     CliResult validate =
@@ -217,16 +228,14 @@ TEST_F(CorpusTest, CloudMlConfigsThatValidateAcceptsTheApiServerStores) {
     }
   }
   Report("cloudml", accepted, files.size(), refusals);
-  EXPECT_EQ(server_->Count("trainingjobs"), accepted);
+  EXPECT_EQ(server_->Count("trainingjobs"), accepted + 1);  // and the earlier study
   // With the runtime catalog of Cloud ML's versions, what is left: TPUs
-  // (no equivalent), a machine type Cloud ML did not offer (n1-highcpu-8), a
-  // resumed study that leaves its params to the earlier job (kubetrain's
-  // study is its own spec), and errors in the files themselves. A 0
-  // maxParallelTrials is Cloud ML's unset, and accepted.
+  // (no equivalent), a machine type Cloud ML did not offer (n1-highcpu-8),
+  // and errors in the files themselves. A 0 maxParallelTrials is Cloud ML's
+  // unset, and accepted.
   EXPECT_EQ(RefusedByField(refusals),
             (std::map<std::string, size_t>{
                 {"customCommands", 1},
-                {"trainingInput.hyperparameters.params", 1},
                 {"trainingInput.hyperparameters.params[N].discreteValues[N]", 1},
                 {"trainingInput.hyperparameters.params[N].minValue", 2},
                 {"trainingInput.hyperparameters.params[N].parameterName", 1},

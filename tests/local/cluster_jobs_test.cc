@@ -322,6 +322,83 @@ TEST_F(ClusterJobsTest, ObjectStoreUrisAreRefusedAtSubmitOnBothBackends) {
   EXPECT_TRUE(std::filesystem::is_empty(cwd));
 }
 
+// Cloud ML's way to go on with a study: a config that names
+// resumePreviousJobId and no params. `validate` accepts it, and `jobs submit
+// training` copies the earlier job's params, goal and metric tag into the
+// TrainingJob, so the operator's study is the earlier one's.
+TEST_F(ClusterJobsTest, AResumedStudyWithoutParamsTakesThemFromTheEarlierJob) {
+  test_support::TempDir dir;
+  v1::TrainingJob earlier = Job("hyper1_1");
+  v1::HyperparameterSpec* hp =
+      earlier.mutable_spec()->mutable_training_input()->mutable_hyperparameters();
+  hp->set_goal(v1::HyperparameterSpec::MINIMIZE);
+  hp->set_hyperparameter_metric_tag("loss");
+  hp->set_algorithm(v1::HyperparameterSpec::RANDOM_SEARCH);
+  v1::ParameterSpec* lr = hp->add_params();
+  lr->set_parameter_name("lr");
+  lr->set_type(v1::ParameterSpec::DOUBLE);
+  lr->set_min_value(0.001);
+  lr->set_max_value(0.1);
+  ASSERT_TRUE(jobs_->Create(earlier).ok());
+  ASSERT_TRUE(jobs_->Create(Job("plain_job")).ok());
+  auto write_config = [&](const std::string& resumed) {
+    const std::string config = dir.path() + "/continue_" + resumed + ".yaml";
+    std::ofstream(config) << "trainingInput:\n  scaleTier: STANDARD_1\n  hyperparameters:\n"
+                          << "    enableTrialEarlyStopping: True\n    maxTrials: 30\n"
+                          << "    resumePreviousJobId: " << resumed
+                          << "\n    maxParallelTrials: 5\n";
+    return config;
+  };
+
+  auto [code, out] = RunCli(dir, "validate " + write_config("hyper1_1"));
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_THAT(out, HasSubstr("ok (its params, goal and hyperparameterMetricTag are those of job "
+                             "\"hyper1_1\", which it resumes"));
+
+  std::tie(code, out) =
+      RunCli(dir, "jobs submit training hyper1_2 --config " + write_config("hyper1_1"));
+  ASSERT_EQ(code, 0) << out;
+  EXPECT_THAT(out, HasSubstr("Job [hyper1_2] goes on with the study of job [hyper1_1]"));
+  auto stored = jobs_->Get("hyper1_2");
+  ASSERT_TRUE(stored.ok()) << stored.status();
+  const v1::HyperparameterSpec& ours = stored->spec().training_input().hyperparameters();
+  ASSERT_EQ(ours.params_size(), 1);
+  EXPECT_EQ(ours.params(0).parameter_name(), "lr");
+  EXPECT_EQ(ours.params(0).max_value(), 0.1);
+  EXPECT_EQ(ours.goal(), v1::HyperparameterSpec::MINIMIZE);
+  EXPECT_EQ(ours.hyperparameter_metric_tag(), "loss");
+  EXPECT_EQ(ours.algorithm(), v1::HyperparameterSpec::RANDOM_SEARCH);
+  // What the config itself says stays.
+  EXPECT_EQ(ours.max_trials(), 30);
+  EXPECT_EQ(ours.max_parallel_trials(), 5);
+  EXPECT_EQ(ours.resume_previous_job_id(), "hyper1_1");
+
+  // Nothing to take them from: refused, naming the field; nothing created.
+  std::tie(code, out) =
+      RunCli(dir, "jobs submit training hyper1_3 --config " + write_config("gone_study"));
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_THAT(out, HasSubstr("trainingInput.hyperparameters.resumePreviousJobId: "));
+  EXPECT_THAT(out, HasSubstr("gone_study"));
+  EXPECT_THAT(out, HasSubstr("a study without params of its own takes them from that job"));
+  std::tie(code, out) =
+      RunCli(dir, "jobs submit training hyper1_3 --config " + write_config("plain_job"));
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_THAT(out, HasSubstr("trainingInput.hyperparameters.resumePreviousJobId: job \"plain_job\" "
+                             "is not a hyperparameter tuning job"));
+  EXPECT_EQ(server_->Count("trainingjobs"), 3u);
+
+  // A TrainingJob is the submitted form: it lists its params.
+  const std::string manifest = dir.path() + "/resume.yaml";
+  std::ofstream(manifest) << "apiVersion: kubetrain.io/v1\nkind: TrainingJob\n"
+                          << "metadata: {name: hyper1-4}\nspec:\n  trainingInput:\n"
+                          << "    hyperparameters: {maxTrials: 4, resumePreviousJobId: hyper1_1}\n";
+  std::tie(code, out) = RunCli(dir, "validate " + manifest);
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_THAT(out, HasSubstr("spec.trainingInput.hyperparameters.params: at least one parameter "
+                             "is required for hyperparameter tuning, also when resuming job "
+                             "\"hyper1_1\": a TrainingJob lists them"));
+}
+
 // Every `jobs` verb takes the namespace as kubectl does (-n NS, -nNS, -n=NS,
 // --namespace NS, --namespace=NS) and, without it, uses the kubeconfig
 // context's.
