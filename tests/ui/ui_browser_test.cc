@@ -328,9 +328,9 @@ TEST_F(UiBrowserTest, LocalStudyLiveWhileItRuns) {
                                              kFashionMnist, R"(/t10k-images-idx3-ubyte.gz
     - --model=mlp
     - --batch_size=32
-    - --max_steps=100
+    - --max_steps=400
     - --eval_every_secs=0.3
-    - --log_every_steps=10
+    - --log_every_steps=20
     - --save_checkpoints_secs=0
     - --threads=1
   jobDir: )",
@@ -374,7 +374,9 @@ TEST_F(UiBrowserTest, LocalStudyLiveWhileItRuns) {
       "document.getElementById('parallel-figure');");
   Js("window.__sameDocument = 'yes';");  // gone if the page reloads
 
-  // The log of the first replica to write one follows by itself.
+  // The log of the first replica to write one follows by itself. (A trial
+  // of 400 steps writes its log over a few seconds: the page's first read,
+  // within a second of the first line, leaves lines still to come.)
   WaitJs("return document.querySelectorAll('#log-text .log-line').length > 0;", absl::Seconds(90));
   const int first_lines = Js("return document.querySelectorAll('#log-text .log-line').length;");
 
