@@ -590,6 +590,27 @@ TEST(RenderCommandTest, UsesTheManifestsNamespaceAsKubectlApplyDoes) {
   EXPECT_THAT(r.out, ::testing::HasSubstr("namespace: default\n"));
 }
 
+// A Cloud ML config gets its name where it is submitted (jobs submit
+// training JOB); render takes it as --name.
+TEST(RenderCommandTest, ACloudMlConfigIsRenderedUnderTheNameItIsGiven) {
+  Result r = RunKubetrain({"render", kExamples + "cloudml-config.yaml"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.out, "");
+  EXPECT_THAT(r.err, ::testing::HasSubstr("cloudml-config.yaml: a Cloud ML config has no job name "
+                                          "(jobs submit training JOB gives it one): name it with "
+                                          "--name JOB"));
+  r = RunKubetrain({"render", kExamples + "cloudml-config.yaml", "--name", "census_1"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, ::testing::HasSubstr("name: census-1-t1-master-0\n"));
+  r = RunKubetrain({"render", kExamples + "cloudml-config.yaml", "--name", "9lives"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, ::testing::HasSubstr("--name \"9lives\": must start with a letter"));
+  r = RunKubetrain({"render", kExamples + "basic.yaml", "--name", "other"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, ::testing::HasSubstr("--name is for a Cloud ML config; this file names its "
+                                          "job itself"));
+}
+
 TEST(CliTest, CommandGroupsListTheirCommands) {
   Result r = RunKubetrain({"jobs", "--help"});
   EXPECT_EQ(r.code, 0) << r.err;

@@ -1,14 +1,16 @@
-// `kubetrain render FILE [--namespace NS] [--trial N]`: the Services and Pods
-// the operator would create for a job, as YAML documents, after a comment
-// with each pod's requests (replica_requests.h). The namespace is the
-// manifest's metadata.namespace when it has one (as `kubectl apply -f` takes
-// it), else --namespace, else "default"; a --namespace that differs from the
-// manifest's is an error, as kubectl makes it.
+// `kubetrain render FILE [--namespace NS] [--trial N] [--name JOB]`: the
+// Services and Pods the operator would create for a job, as YAML documents,
+// after a comment with each pod's requests (replica_requests.h). The namespace
+// is the manifest's metadata.namespace when it has one (as `kubectl apply -f`
+// takes it), else --namespace, else "default"; a --namespace that differs from
+// the manifest's is an error, as kubectl makes it. A Cloud ML config has no
+// name of its own (`jobs submit training JOB` gives it one): --name does.
 #include <ostream>
 
 #include "absl/strings/numbers.h"
 #include "api/codec.h"
 #include "api/job_file.h"
+#include "api/validation.h"
 #include "cli/commands.h"
 #include "cli/local_backend.h"
 #include "cli/replica_requests.h"
@@ -23,6 +25,7 @@ std::vector<FlagSpec> RenderFlags() {
       {"namespace", "NS",
        "the objects' namespace where the manifest names none (default: default)"},
       {"trial", "N", "a tuning job's objects for trial N (default 1)"},
+      {"name", "JOB", "a Cloud ML config's job name, as jobs submit training JOB gives it"},
       {kRuntimeCatalogFlag, "FILE", kRuntimeCatalogFlagHelp},
   };
 }
@@ -58,6 +61,25 @@ int Render(const std::vector<std::string>& args, std::ostream& out, std::ostream
   if (!checked.ok()) {
     err << api::FormatErrors(checked.errors, path);
     return kExitUsage;
+  }
+  const std::string* name = parsed.Flag("name");
+  if (checked.bare_config && name == nullptr) {
+    err << "kubetrain render: " << path
+        << ": a Cloud ML config has no job name (jobs submit training JOB gives it one): "
+           "name it with --name JOB\n";
+    return kExitUsage;
+  }
+  if (name != nullptr && !checked.bare_config) {
+    err << "kubetrain render: " << path << ": --name is for a Cloud ML config; this file names "
+        << "its job itself (metadata.name \"" << checked.job.metadata().name() << "\")\n";
+    return kExitUsage;
+  }
+  if (name != nullptr) {
+    if (std::string reason = api::ValidateJobName(*name); !reason.empty()) {
+      err << "kubetrain render: --name \"" << *name << "\": " << reason << "\n";
+      return kExitUsage;
+    }
+    checked.job.mutable_metadata()->set_name(*name);
   }
   if (!checked.kubeflow_kind.empty()) {
     // On stderr: stdout stays the objects, for kubectl.
