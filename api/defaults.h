@@ -23,6 +23,11 @@ inline constexpr int kMaxMetricsPerTrial = 100;
 // Idempotent. Call after validation has passed: defaults never hide an error.
 void ApplyDefaults(v1::TrainingJob* job);
 
+// maxTrials as the study runs it: 0 (Cloud ML's unset) and below are the
+// default, 1. For jobs read before ApplyDefaults (validation, what the CLI
+// and UI show of a stored job).
+int EffectiveMaxTrials(const v1::HyperparameterSpec& spec);
+
 // maxFailedTrials 0 means "the service decides". kubetrain's rule: the job
 // fails once this many trials have failed. See defaults.cc for the formula.
 int EffectiveMaxFailedTrials(const v1::HyperparameterSpec& spec);

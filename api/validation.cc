@@ -430,7 +430,7 @@ class Validator {
       Error(path + ".maxTrials", absl::StrCat("must be between 1 and ", kMaxTrialsLimit,
                                               " (0: unset, 1), got ", spec.max_trials()));
     }
-    const int max_trials = spec.max_trials() > 0 ? spec.max_trials() : 1;
+    const int max_trials = EffectiveMaxTrials(spec);
     if (spec.max_parallel_trials() != 0) {
       if (spec.max_parallel_trials() < 1) {
         Error(path + ".maxParallelTrials",

@@ -19,7 +19,7 @@ struct ValidateOptions {
   // A study that resumes an earlier one (resumePreviousJobId) may leave its
   // params to it, as Cloud ML's did: `jobs submit training` copies them
   // (with the goal, metric tag and algorithm left unset) from the earlier
-  // job before it submits (ResumedStudyParams). A TrainingJob, the submitted
+  // job before it submits (TakeResumedStudyParams). A TrainingJob, the submitted
   // form, always lists them.
   bool params_from_resumed_job = false;
   // The runtimes runtimeVersion and pythonVersion may name: those where the

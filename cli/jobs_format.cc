@@ -15,6 +15,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "api/codec.h"
+#include "api/defaults.h"
 #include "google/protobuf/util/time_util.h"
 #include "operator/core/gang_admission.h"
 #include "operator/core/reconciler.h"
@@ -478,7 +479,7 @@ std::string ProgressLine(const v1::TrainingJob& job) {
     }
   }
   std::string line =
-      absl::StrCat("trials: ", output.completed_trial_count(), "/", std::max(1, hp.max_trials()),
+      absl::StrCat("trials: ", output.completed_trial_count(), "/", api::EffectiveMaxTrials(hp),
                    " completed, ", running, " running, ", failed, " failed");
   if (best != nullptr) {
     absl::StrAppend(&line, "; best objective ",

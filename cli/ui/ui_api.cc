@@ -114,7 +114,7 @@ nlohmann::json JobListJson(const std::vector<v1::TrainingJob>& jobs, std::option
       const v1::HyperparameterSpec& hp = job.spec().training_input().hyperparameters();
       item["goal"] = GoalName(hp);
       item["trials"] = {{"completed", job.status().training_output().completed_trial_count()},
-                        {"max", std::max(1, hp.max_trials())}};
+                        {"max", api::EffectiveMaxTrials(hp)}};
       const nlohmann::json best = BestTrial(resource);
       if (!best.is_null()) {
         item["bestTrialId"] = best["trialId"];
@@ -177,7 +177,7 @@ nlohmann::json JobPageJson(const JobRecord& record, absl::Time now) {
                      {"earlyStopping", EarlyStoppingRule(hp_json)},
                      {"stoppedAtEachRung", StoppedAtEachRung(hp_json, trials)},
                      {"completed", status.training_output().completed_trial_count()},
-                     {"max", std::max(1, hp.max_trials())},
+                     {"max", api::EffectiveMaxTrials(hp)},
                      {"running", running},
                      {"failed", failed},
                      {"stoppedEarly", stopped_early},
