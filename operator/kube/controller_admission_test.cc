@@ -153,18 +153,29 @@ class AdmissionTest : public ::testing::Test {
 
   // Every pod of the job exits 0, as its trainer ends: once its four
   // replicas run (a pod not yet created or bound has no trainer to end, and
-  // one skipped here would keep the job running).
+  // one skipped here would keep the job running). The master ends last: its
+  // success ends the job, and the controller then deletes the pods still
+  // running, which a later patch would find gone.
   void Finish(const std::string& job) {
     ASSERT_TRUE(server_->WaitUntil([&] { return Phases(job)["Running"] == 4; }))
         << job << ": " << Job(job)["status"].dump();
+    std::vector<std::string> pods;
     for (const json& pod : server_->List("pods", "ns1")) {
       if (pod.value("/metadata/labels/kubetrain.io~1job-name"_json_pointer, std::string()) != job) {
         continue;
       }
+      const std::string name = pod["metadata"]["name"].get<std::string>();
+      const bool master = pod.value("/metadata/labels/kubetrain.io~1replica-type"_json_pointer,
+                                    std::string()) == "master";
+      pods.insert(master ? pods.end() : pods.begin(), name);
+    }
+    ASSERT_EQ(pods.size(), 4u);
+    for (const std::string& name : pods) {
       ASSERT_TRUE(server_
-                      ->MergePatch("pods", "ns1", pod["metadata"]["name"].get<std::string>(),
+                      ->MergePatch("pods", "ns1", name,
                                    testing::TerminatedPodStatus("Succeeded", 0), "status")
-                      .ok());
+                      .ok())
+          << name;
     }
   }
 
