@@ -15,6 +15,11 @@ Methods:
   kubetrain-halving   Bayesian optimisation on rung values (BOHB) + asynchronous
                       successive halving (earlyStopping SUCCESSIVE_HALVING, reports,
                       minResource 1, reductionFactor 3)
+  kubetrain-pausing   the same, but a trial pauses at each rung below 8 epochs (its
+                      process ends after a checkpoint) and a free slot first resumes
+                      the paused trial that tuner::NextPromotion says has earned the
+                      next rung, from its checkpoint. This script does the pausing:
+                      the operator does not pause trials yet.
   random              kubetrain's random search, no stopping
   optuna-hyperband    Optuna TPE + HyperbandPruner(1, 8, 3)
   optuna-median       Optuna TPE + MedianPruner()
@@ -61,7 +66,8 @@ PARAMS = [
     {"parameterName": "batch_size", "type": "INTEGER", "minValue": 32, "maxValue": 512,
      "scaleType": "UNIT_LOG_SCALE"},
 ]
-METHODS = ["kubetrain-halving", "kubetrain-median", "random", "optuna-hyperband", "optuna-median"]
+METHODS = ["kubetrain-halving", "kubetrain-median", "random", "optuna-hyperband", "optuna-median",
+           "kubetrain-pausing"]
 
 
 class Trial:
@@ -109,9 +115,11 @@ class KubetrainMethod:
                  reduction_factor=3):
         self.session, self.seed, self.rule, self.options = session, seed, rule, options
         self.spec = {"goal": "MAXIMIZE", "params": PARAMS}
+        self.paused = set()  # ids of the trials paused at their last rung
+        self.min_resource, self.reduction_factor = min_resource, reduction_factor
         if algorithm:
             self.spec["algorithm"] = algorithm
-        if rule == "halving":
+        if rule in ("halving", "pausing"):
             self.spec["earlyStopping"] = {"algorithm": "SUCCESSIVE_HALVING", "resource": "REPORTS",
                                           "minResource": min_resource,
                                           "reductionFactor": reduction_factor}
@@ -124,6 +132,35 @@ class KubetrainMethod:
             request["options"] = self.options
         answer = self.session.ask(request)
         return Trial(number, answer["assignments"][0])
+
+    def next_job(self, trials, number):
+        """(trial, epochs to train it to, whether it is new)."""
+        if self.rule == "pausing":
+            answer = self.session.ask({"op": "promote", "spec": self.spec,
+                                       "trials": [t.record() for t in trials],
+                                       "paused": sorted(self.paused)})
+            if answer["trial"] is not None:
+                trial = next(t for t in trials if str(t.number) == answer["trial"])
+                self.paused.discard(answer["trial"])
+                trial.state = "running"
+                return trial, self.pause_point(answer["rung"] + 1), False
+            return self.suggest(trials, number), self.pause_point(0), True
+        return self.suggest(trials, number), EPOCHS, True
+
+    def pause_point(self, k):
+        """Rung k's epoch, or the end where it is past it."""
+        return min(EPOCHS, self.min_resource * self.reduction_factor ** k)
+
+    def pause(self, trial):
+        """`trial` trained to a rung below the end: it waits there, its rung values
+        recorded, as stopped (not pending) for the model until it is promoted."""
+        k = 0
+        trial.rungs = []
+        while self.pause_point(k) < EPOCHS and self.pause_point(k) <= len(trial.reports):
+            trial.rungs.append(trial.reports[self.pause_point(k) - 1])
+            k += 1
+        trial.state = "stopped"
+        self.paused.add(str(trial.number))
 
     def should_stop(self, trial, trials):
         if self.rule == "halving":
@@ -161,6 +198,9 @@ class OptunaMethod:
             "hidden2": d.IntDistribution(16, 512, log=True),
             "batch_size": d.IntDistribution(32, 512, log=True),
         }
+
+    def next_job(self, trials, number):
+        return self.suggest(trials, number), EPOCHS, True
 
     def suggest(self, trials, number):
         ot = self.study.ask(self.distributions)
@@ -200,12 +240,13 @@ def run_study(method, runtime, seed, workdir):
             with lock:
                 if spent[0] >= BUDGET:
                     return
-                trial = method.suggest(trials, len(trials) + 1)
-                trials.append(trial)
+                trial, target, new = method.next_job(trials, len(trials) + 1)
+                if new:
+                    trials.append(trial)
             out = os.path.join(workdir, f"t{trial.number}")
             args = [runtime, "train", f"--train_data_paths={DATA}/train-images-idx3-ubyte.gz",
                     f"--eval_data_paths={DATA}/t10k-images-idx3-ubyte.gz",
-                    f"--output_path={out}", f"--num_epochs={EPOCHS}", "--eval_every_epochs=1",
+                    f"--output_path={out}", f"--num_epochs={target}", "--eval_every_epochs=1",
                     "--threads=1", "--save_checkpoints_secs=100000", "--log_every_steps=100000",
                     f"--seed={1000 * seed + trial.number}"]
             args += [f"--{k}={v}" for k, v in trial.params.items()]
@@ -242,6 +283,9 @@ def run_study(method, runtime, seed, workdir):
                     events.append((spent[0], best_complete()))
             proc.wait()
             with lock:
+                if trial.state == "running" and target < EPOCHS and len(trial.reports) >= target:
+                    method.pause(trial)
+                    continue  # its checkpoint stays for the promotion
                 if trial.state == "running":
                     trial.state = "completed" if len(trial.reports) >= EPOCHS else "failed"
                 method.finished(trial)
@@ -363,8 +407,8 @@ def main():
         for name in methods:
             session = Session(session_binary) if name.startswith("kubetrain") or name == "random" \
                 else None
-            if name == "kubetrain-halving":
-                method = KubetrainMethod(session, seed, "halving", options=args.options,
+            if name in ("kubetrain-halving", "kubetrain-pausing"):
+                method = KubetrainMethod(session, seed, name.split("-")[1], options=args.options,
                                          min_resource=args.min_resource,
                                          reduction_factor=args.reduction_factor)
             elif name == "kubetrain-median":

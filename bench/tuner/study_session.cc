@@ -9,12 +9,16 @@
 //     -> {"stop": bool, "reached": [[step, value], ...]}   (successive halving)
 //   {"op": "median", "spec": SPEC, "running": RECORD, "completed": [RECORD...]}
 //     -> {"stop": bool}                                      (the median rule)
+//   {"op": "promote", "spec": SPEC, "trials": [RECORD...], "paused": [ID...]}
+//     -> {"trial": ID or null, "rung": k}          (successive halving with pauses)
 //
 // SPEC is a HyperparameterSpec in its JSON form (as in a TrainingJob);
 // RECORD is {"id", "assignment": {...}, "status": "pending" | "running" |
 // "completed" | "stopped" | "failed", "objective": x or null,
 // "curve": [[step, value], ...], "rungs": [value, ...]}.
 #include <iostream>
+#include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -80,7 +84,14 @@ nlohmann::json Answer(const nlohmann::json& request) {
     return {{"stop", ShouldStopEarly(spec, ToRecord(request.at("running")),
                                      ToRecords(request.at("completed")))}};
   }
-  return {{"error", "unknown op \"" + op + "\" (suggest, judge, median)"}};
+  if (op == "promote") {
+    const std::set<std::string> paused = request.at("paused").get<std::set<std::string>>();
+    const std::optional<Promotion> promotion =
+        NextPromotion(spec, ToRecords(request.at("trials")), paused);
+    if (!promotion) return {{"trial", nullptr}};
+    return {{"trial", promotion->trial_id}, {"rung", promotion->rung}};
+  }
+  return {{"error", "unknown op \"" + op + "\" (suggest, judge, median, promote)"}};
 }
 
 }  // namespace

@@ -207,4 +207,35 @@ RungVerdict JudgeAtRungs(const HyperparameterSpec& spec, const TrialRecord& runn
   return verdict;
 }
 
+std::optional<Promotion> NextPromotion(const HyperparameterSpec& spec,
+                                       const std::vector<TrialRecord>& trials,
+                                       const std::set<std::string>& paused) {
+  const bool maximize = spec.goal() != HyperparameterSpec::MINIMIZE;
+  auto better = [maximize](double a, double b) { return maximize ? a > b : a < b; };
+  const size_t eta = static_cast<size_t>(ReductionFactor(spec.early_stopping()));
+  size_t highest = 0;
+  for (const TrialRecord& t : trials) highest = std::max(highest, t.rungs.size());
+  for (size_t k = highest; k-- > 0;) {
+    std::vector<double> values;
+    for (const TrialRecord& t : trials) {
+      if (t.rungs.size() > k && std::isfinite(t.rungs[k])) values.push_back(t.rungs[k]);
+    }
+    const size_t earned = values.size() / eta;
+    if (earned == 0) continue;
+    // The earned-th best value: the bar for the next rung.
+    std::nth_element(values.begin(), values.begin() + static_cast<ptrdiff_t>(earned - 1),
+                     values.end(), better);
+    const double bar = values[earned - 1];
+    const TrialRecord* best = nullptr;
+    for (const TrialRecord& t : trials) {
+      if (t.rungs.size() != k + 1 || paused.count(t.trial_id) == 0) continue;
+      const double v = t.rungs[k];
+      if (!std::isfinite(v) || better(bar, v)) continue;
+      if (best == nullptr || better(v, best->rungs[k])) best = &t;
+    }
+    if (best != nullptr) return Promotion{best->trial_id, static_cast<int>(k)};
+  }
+  return std::nullopt;
+}
+
 }  // namespace kubetrain::tuner

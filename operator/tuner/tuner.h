@@ -4,6 +4,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -104,5 +105,27 @@ struct RungVerdict {
 // rungs are all below those judged. Reports that are not finite are ignored.
 RungVerdict JudgeAtRungs(const v1::HyperparameterSpec& spec, const TrialRecord& running,
                          const std::vector<TrialRecord>& others);
+
+// Successive halving with pauses: ASHA as Li et al. (2018) give it, where a
+// trial pauses at every rung it reaches and a free slot first resumes a
+// paused trial that has earned the next rung, instead of JudgeAtRungs's
+// verdict on arrival. Of the n trials that reached rung k (any state: their
+// recorded `rungs`; values that are not finite are ignored), the best
+// floor(n / reductionFactor) have earned rung k + 1 (ties earn it too); a
+// trial counts as paused at rung k when its id is in `paused` and rung k is
+// its last recorded one. So no trial goes past a rung before
+// reductionFactor trials have reached it, and the first trials of a study
+// do not spend the budget before anything is known.
+struct Promotion {
+  std::string trial_id;
+  int rung = 0;  // the rung it paused at; it trains on to the next one
+};
+
+// The paused trial to resume: of those that earned their next rung, the one
+// at the highest rung, the best value there first (then the earliest in
+// `trials`). nullopt: none has, and a free slot starts a new trial.
+std::optional<Promotion> NextPromotion(const v1::HyperparameterSpec& spec,
+                                       const std::vector<TrialRecord>& trials,
+                                       const std::set<std::string>& paused);
 
 }  // namespace kubetrain::tuner

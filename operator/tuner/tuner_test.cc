@@ -679,5 +679,80 @@ TEST(SuccessiveHalvingTest, TheModelLearnsFromTheHighestRungWithEnoughTrials) {
               ::testing::ElementsAre(-0.2, -0.3, -0.85, -0.5, -0.9, -0.8));
 }
 
+// ---- Successive halving with pauses (NextPromotion) ----------------------
+
+TEST(PromotionTest, NoTrialPassesARungBeforeEtaTrialsReachedIt) {
+  const HyperparameterSpec spec =
+      HalvingSpec(HyperparameterSpec::MAXIMIZE, 3, 1, v1::EarlyStoppingSpec::REPORTS);
+  std::vector<TrialRecord> trials = {AtRungs("1", {0.9}), AtRungs("2", {0.5})};
+  // Two of three: the best waits, and the free slot starts a new trial.
+  EXPECT_FALSE(NextPromotion(spec, trials, {"1", "2"}).has_value());
+  trials.push_back(AtRungs("3", {0.7}));
+  const std::optional<Promotion> promoted = NextPromotion(spec, trials, {"1", "2", "3"});
+  ASSERT_TRUE(promoted.has_value());
+  EXPECT_EQ(promoted->trial_id, "1");
+  EXPECT_EQ(promoted->rung, 0);
+}
+
+TEST(PromotionTest, ARungEarnedOnceIsNotEarnedAgainByTheNextBest) {
+  const HyperparameterSpec spec =
+      HalvingSpec(HyperparameterSpec::MAXIMIZE, 3, 1, v1::EarlyStoppingSpec::REPORTS);
+  // Trial 1 was promoted from rung 0 and trains on (not paused): of three,
+  // one earns rung 1, and it is 1; 2 and 3 stay paused.
+  const std::vector<TrialRecord> trials = {AtRungs("1", {0.9}), AtRungs("2", {0.8}),
+                                           AtRungs("3", {0.7})};
+  EXPECT_FALSE(NextPromotion(spec, trials, {"2", "3"}).has_value());
+  // Three more reached rung 0, none better than 2: two of six earn it.
+  std::vector<TrialRecord> six = trials;
+  for (const char* id : {"4", "5", "6"}) six.push_back(AtRungs(id, {0.1}));
+  const std::optional<Promotion> promoted = NextPromotion(spec, six, {"2", "3", "4", "5", "6"});
+  ASSERT_TRUE(promoted.has_value());
+  EXPECT_EQ(promoted->trial_id, "2");
+  // Three more: three of nine earn rung 1. 1 and 2 went on before 7
+  // arrived, and keep going; 7, the best, earns it as well.
+  six.push_back(AtRungs("7", {0.95}));
+  six.push_back(AtRungs("8", {0.2}));
+  six.push_back(AtRungs("9", {0.2}));
+  const std::optional<Promotion> late =
+      NextPromotion(spec, six, {"3", "4", "5", "6", "7", "8", "9"});
+  ASSERT_TRUE(late.has_value());
+  EXPECT_EQ(late->trial_id, "7");
+}
+
+TEST(PromotionTest, TheHighestRungGoesFirstThenTheBestValue) {
+  const HyperparameterSpec spec =
+      HalvingSpec(HyperparameterSpec::MAXIMIZE, 2, 1, v1::EarlyStoppingSpec::REPORTS);
+  // Rung 0: 1..4 (two earn rung 1); rung 1: 1 and 2 (one earns rung 2).
+  const std::vector<TrialRecord> trials = {AtRungs("1", {0.6, 0.7}), AtRungs("2", {0.5, 0.8}),
+                                           AtRungs("3", {0.4}), AtRungs("4", {0.3})};
+  std::optional<Promotion> promoted = NextPromotion(spec, trials, {"1", "2", "3", "4"});
+  ASSERT_TRUE(promoted.has_value());
+  EXPECT_EQ(promoted->trial_id, "2");
+  EXPECT_EQ(promoted->rung, 1);
+  // Rung 1's place taken (2 trains on), rung 0's are 1's and 2's: none left.
+  EXPECT_FALSE(NextPromotion(spec, trials, {"1", "3", "4"}).has_value());
+}
+
+TEST(PromotionTest, MinimizingTiesAndValuesThatAreNotFinite) {
+  const HyperparameterSpec spec =
+      HalvingSpec(HyperparameterSpec::MINIMIZE, 2, 1, v1::EarlyStoppingSpec::REPORTS);
+  // Four values at rung 0: two earn rung 1, the lowest; 4 and 5 tie at the
+  // bar, and both earn it (the earlier first).
+  std::vector<TrialRecord> trials = {AtRungs("1", {0.9}), AtRungs("2", {0.3}), AtRungs("4", {0.5}),
+                                     AtRungs("5", {0.5})};
+  std::optional<Promotion> promoted = NextPromotion(spec, trials, {"1", "4", "5"});
+  ASSERT_TRUE(promoted.has_value());
+  EXPECT_EQ(promoted->trial_id, "4");
+  promoted = NextPromotion(spec, trials, {"1", "5"});
+  ASSERT_TRUE(promoted.has_value());
+  EXPECT_EQ(promoted->trial_id, "5");
+  EXPECT_FALSE(NextPromotion(spec, trials, {"1"}).has_value());
+  // A value that is not finite is not one of the n: three values, one
+  // earns, and it is 2's.
+  const std::vector<TrialRecord> with_nan = {AtRungs("1", {0.9}), AtRungs("2", {0.3}),
+                                             AtRungs("3", {std::nan("")}), AtRungs("4", {0.5})};
+  EXPECT_FALSE(NextPromotion(spec, with_nan, {"1", "3", "4"}).has_value());
+}
+
 }  // namespace
 }  // namespace kubetrain::tuner
