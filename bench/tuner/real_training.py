@@ -367,9 +367,9 @@ def main():
     parser.add_argument("--methods", default=",".join(METHODS))
     parser.add_argument("--json", help="write every study's events and trials here")
     parser.add_argument("--min-resource", type=int, default=1,
-                        help="kubetrain-halving's minResource (reports)")
+                        help="kubetrain-halving's and kubetrain-pausing's minResource (reports)")
     parser.add_argument("--reduction-factor", type=int, default=3,
-                        help="kubetrain-halving's reductionFactor")
+                        help="kubetrain-halving's and kubetrain-pausing's reductionFactor")
     parser.add_argument("--options", type=json.loads, default=None,
                         help="BayesianOptions overrides for kubetrain's methods (JSON)")
     parser.add_argument("--epochs", type=int, default=EPOCHS,
