@@ -53,14 +53,14 @@ void ApplyDefaults(v1::TrainingJob* job) {
   }
 }
 
-// maxFailedTrials 0 lets the service decide. kubetrain fails the study when
-// the failures reach a quarter of maxTrials, but never fewer than 3 (or
-// maxTrials, if smaller): one flaky trial does not end a sweep, a broken
-// trainer ends it early instead of burning the whole budget.
 int EffectiveMaxTrials(const v1::HyperparameterSpec& spec) {
   return std::max(1, spec.max_trials());
 }
 
+// maxFailedTrials 0 lets the service decide. kubetrain fails the study when
+// the failures reach a quarter of maxTrials, but never fewer than 3 (or
+// maxTrials, if smaller): one flaky trial does not end a sweep, a broken
+// trainer ends it early instead of burning the whole budget.
 int EffectiveMaxFailedTrials(const v1::HyperparameterSpec& spec) {
   if (spec.max_failed_trials() > 0) return spec.max_failed_trials();
   const int max_trials = EffectiveMaxTrials(spec);

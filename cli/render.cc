@@ -37,7 +37,8 @@ int Render(const std::vector<std::string>& args, std::ostream& out, std::ostream
     return kExitUsage;
   }
   if (parsed.positional.size() != 1) {
-    err << "kubetrain render: name one file: kubetrain render FILE [--namespace NS] [--trial N]\n";
+    err << "kubetrain render: name one file: kubetrain render FILE [--namespace NS] [--trial N] "
+           "[--name JOB]\n";
     return kExitUsage;
   }
   const std::string& path = parsed.positional[0];
