@@ -116,7 +116,6 @@ class KubetrainMethod:
         self.session, self.seed, self.rule, self.options = session, seed, rule, options
         self.spec = {"goal": "MAXIMIZE", "params": PARAMS}
         self.paused = set()  # ids of the trials paused at their last rung
-        self.min_resource, self.reduction_factor = min_resource, reduction_factor
         if algorithm:
             self.spec["algorithm"] = algorithm
         if rule in ("halving", "pausing"):
@@ -139,36 +138,35 @@ class KubetrainMethod:
             answer = self.session.ask({"op": "promote", "spec": self.spec,
                                        "trials": [t.record() for t in trials],
                                        "paused": sorted(self.paused)})
+            # The next rung's epoch, or the end where it is past it.
+            target = min(EPOCHS, answer["resource"])
             if answer["trial"] is not None:
                 trial = next(t for t in trials if str(t.number) == answer["trial"])
                 self.paused.discard(answer["trial"])
                 trial.state = "running"
-                return trial, self.pause_point(answer["rung"] + 1), False
-            return self.suggest(trials, number), self.pause_point(0), True
+                return trial, target, False
+            return self.suggest(trials, number), target, True
         return self.suggest(trials, number), EPOCHS, True
 
-    def pause_point(self, k):
-        """Rung k's epoch, or the end where it is past it."""
-        return min(EPOCHS, self.min_resource * self.reduction_factor ** k)
+    def judge(self, trial, trials):
+        """Records the rungs `trial` reached since the last call; True where
+        JudgeAtRungs would stop it."""
+        others = [t.record() for t in trials if t is not trial]
+        answer = self.session.ask({"op": "judge", "spec": self.spec, "running": trial.record(),
+                                   "others": others})
+        trial.rungs.extend(v for _, v in answer["reached"])
+        return answer["stop"]
 
-    def pause(self, trial):
-        """`trial` trained to a rung below the end: it waits there, its rung values
+    def pause(self, trial, trials):
+        """`trial` trained to a rung below the end: it waits there, its rung value
         recorded, as stopped (not pending) for the model until it is promoted."""
-        k = 0
-        trial.rungs = []
-        while self.pause_point(k) < EPOCHS and self.pause_point(k) <= len(trial.reports):
-            trial.rungs.append(trial.reports[self.pause_point(k) - 1])
-            k += 1
+        self.judge(trial, trials)
         trial.state = "stopped"
         self.paused.add(str(trial.number))
 
     def should_stop(self, trial, trials):
         if self.rule == "halving":
-            others = [t.record() for t in trials if t is not trial]
-            answer = self.session.ask({"op": "judge", "spec": self.spec,
-                                       "running": trial.record(), "others": others})
-            trial.rungs.extend(v for _, v in answer["reached"])
-            return answer["stop"]
+            return self.judge(trial, trials)
         if self.rule == "median":
             completed = [t.record() for t in trials if t.state == "completed"]
             return bool(completed) and self.session.ask(
@@ -284,7 +282,7 @@ def run_study(method, runtime, seed, workdir):
             proc.wait()
             with lock:
                 if trial.state == "running" and target < EPOCHS and len(trial.reports) >= target:
-                    method.pause(trial)
+                    method.pause(trial, trials)
                     continue  # its checkpoint stays for the promotion
                 if trial.state == "running":
                     trial.state = "completed" if len(trial.reports) >= EPOCHS else "failed"

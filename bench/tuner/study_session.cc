@@ -10,7 +10,9 @@
 //   {"op": "median", "spec": SPEC, "running": RECORD, "completed": [RECORD...]}
 //     -> {"stop": bool}                                      (the median rule)
 //   {"op": "promote", "spec": SPEC, "trials": [RECORD...], "paused": [ID...]}
-//     -> {"trial": ID or null, "rung": k}          (successive halving with pauses)
+//     -> {"trial": ID or null, "rung": k, "resource": r}   (successive halving with
+//        pauses: resume ID, paused at rung k, or start a new trial; either trains
+//        to resource r, the next rung)
 //
 // SPEC is a HyperparameterSpec in its JSON form (as in a TrainingJob);
 // RECORD is {"id", "assignment": {...}, "status": "pending" | "running" |
@@ -88,8 +90,12 @@ nlohmann::json Answer(const nlohmann::json& request) {
     const std::set<std::string> paused = request.at("paused").get<std::set<std::string>>();
     const std::optional<Promotion> promotion =
         NextPromotion(spec, ToRecords(request.at("trials")), paused);
-    if (!promotion) return {{"trial", nullptr}};
-    return {{"trial", promotion->trial_id}, {"rung", promotion->rung}};
+    if (!promotion) {
+      return {{"trial", nullptr}, {"resource", RungResource(spec.early_stopping(), 0)}};
+    }
+    return {{"trial", promotion->trial_id},
+            {"rung", promotion->rung},
+            {"resource", RungResource(spec.early_stopping(), promotion->rung + 1)}};
   }
   return {{"error", "unknown op \"" + op + "\" (suggest, judge, median, promote)"}};
 }
