@@ -92,6 +92,14 @@ std::optional<double> RunningAverageAt(const std::vector<std::pair<int64_t, doub
   return sum / n;
 }
 
+// The keep-th best of `values` (keep >= 1, at most their count): the bar a
+// value must reach to be among the best `keep` at a rung.
+double KeepThBest(std::vector<double> values, size_t keep, bool maximize) {
+  std::nth_element(values.begin(), values.begin() + static_cast<ptrdiff_t>(keep - 1), values.end(),
+                   [&](double a, double b) { return maximize ? a > b : a < b; });
+  return values[keep - 1];
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Tuner>> Tuner::Create(const HyperparameterSpec& spec,
@@ -195,10 +203,7 @@ RungVerdict JudgeAtRungs(const HyperparameterSpec& spec, const TrialRecord& runn
       }
     }
     const size_t keep = std::max<size_t>(1, values.size() / static_cast<size_t>(eta));
-    // The keep-th best value: the bar to continue.
-    std::nth_element(values.begin(), values.begin() + static_cast<ptrdiff_t>(keep - 1),
-                     values.end(), [&](double a, double b) { return maximize ? a > b : a < b; });
-    const double bar = values[keep - 1];
+    const double bar = KeepThBest(std::move(values), keep, maximize);
     if (maximize ? report->second < bar : report->second > bar) {
       verdict.stop = true;
       break;
@@ -222,10 +227,7 @@ std::optional<Promotion> NextPromotion(const HyperparameterSpec& spec,
     }
     const size_t earned = values.size() / eta;
     if (earned == 0) continue;
-    // The earned-th best value: the bar for the next rung.
-    std::nth_element(values.begin(), values.begin() + static_cast<ptrdiff_t>(earned - 1),
-                     values.end(), better);
-    const double bar = values[earned - 1];
+    const double bar = KeepThBest(std::move(values), earned, maximize);
     const TrialRecord* best = nullptr;
     for (const TrialRecord& t : trials) {
       if (t.rungs.size() != k + 1 || paused.count(t.trial_id) == 0) continue;
