@@ -14,9 +14,17 @@
 //         file, model that does not fit the data, bad
 //         checkpoint
 //   4     the loss became NaN or infinite                   no
+//   130   train: stopped by SIGINT, after a checkpoint      yes
 //   138   transient: a peer was lost, a connection broke,   yes
 //         a deadline passed (absl UNAVAILABLE, ABORTED,
 //         DEADLINE_EXCEEDED)
+//   143   train: stopped by SIGTERM (the pod is being       yes
+//         deleted), after a checkpoint
+//
+// 130 and 143 are 128+N for signal N, the code a process killed by the
+// signal reports: an orderly stop reads, to the restart policy and to a
+// shell, as the kill it replaces, and the restart resumes from the
+// checkpoint the stop wrote.
 //
 // An absl::Status carries its exit code in a payload (WithExitCode); without
 // one, ExitCodeFor derives it from the status code.
@@ -34,7 +42,9 @@ inline constexpr int kExitInternal = 1;
 inline constexpr int kExitUsage = 2;
 inline constexpr int kExitBadInput = 3;
 inline constexpr int kExitNonFiniteLoss = 4;
+inline constexpr int kExitStoppedBySigint = 130;  // 128 + SIGINT
 inline constexpr int kExitRetryable = 138;
+inline constexpr int kExitStoppedBySigterm = 143;  // 128 + SIGTERM
 
 inline constexpr char kExitCodePayloadUrl[] = "type.kubetrain.io/exit_code";
 

@@ -2,6 +2,7 @@
 // restart that resumes from the latest checkpoint and ends with the same
 // weights as an uninterrupted run.
 #include <sched.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -12,10 +13,12 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/cpu_budget/cpu_budget.h"
+#include "common/testing/child_process.h"
 #include "common/testing/held_port.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -169,6 +172,97 @@ TEST_F(RuntimeCliTest, RestartResumesFromLatestCheckpoint) {
   for (int i = 0; i < a->variables_size(); ++i) {
     EXPECT_EQ(a->variables(i).value().data(), b->variables(i).value().data())
         << a->variables(i).name();
+  }
+}
+
+// The number after `prefix` in `line` (up to the next non-digit); -1 when
+// `line` does not hold `prefix`.
+int64_t NumberAfter(const std::string& line, const std::string& prefix) {
+  const size_t at = line.find(prefix);
+  if (at == std::string::npos) return -1;
+  const size_t start = at + prefix.size();
+  const size_t end = line.find_first_not_of("0123456789", start);
+  int64_t number = -1;
+  if (!absl::SimpleAtoi(line.substr(start, end - start), &number)) return -1;
+  return number;
+}
+
+// SIGTERM (a pod being deleted) or SIGINT stops `train` after the step in
+// progress: it checkpoints that step, exits 128+N without the final
+// evaluation or export, and a run on the same folder resumes from that step.
+// Without the handler the signal would kill it: no checkpoint, no line.
+TEST_F(RuntimeCliTest, ASignalStopsTrainingWithACheckpointThatARestartResumesFrom) {
+  struct Case {
+    int signal;
+    const char* name;
+    int exit_code;
+  };
+  for (const Case& c : {Case{SIGTERM, "SIGTERM", kExitStoppedBySigterm},
+                        Case{SIGINT, "SIGINT", kExitStoppedBySigint}}) {
+    SCOPED_TRACE(c.name);
+    const std::string folder = absl::StrCat("stopped-", c.name);
+    const fs::path out = dir_ / folder;
+    // Steps for hours, and no periodic checkpoint: only the stop writes one.
+    constexpr int kMaxSteps = 1'000'000'000;
+    const std::string args =
+        Flags(folder, kMaxSteps) + " --log_every_steps=100 --save_checkpoints_steps=2000000000";
+    std::vector<std::string> argv = {KUBETRAIN_RUNTIME_BINARY};
+    for (absl::string_view arg : absl::StrSplit(args, ' ', absl::SkipEmpty())) {
+      argv.emplace_back(arg);
+    }
+    const std::string stderr_log = (dir_ / (folder + ".stderr")).string();
+    absl::StatusOr<std::unique_ptr<test_support::ChildProcess>> child =
+        test_support::ChildProcess::Spawn(
+            {.argv = argv, .output_path = stderr_log, .pipe_stdio = true});
+    ASSERT_TRUE(child.ok()) << child.status();
+    test_support::ChildProcess& trainer = **child;
+
+    // Once it has trained some steps.
+    const absl::Time deadline = absl::Now() + absl::Seconds(60);
+    std::string log;
+    int64_t logged_step = -1;
+    while (logged_step < 0) {
+      absl::StatusOr<std::string> line = trainer.ReadLine(deadline);
+      ASSERT_TRUE(line.ok()) << line.status() << "\n" << log << Slurp(stderr_log);
+      log += *line + "\n";
+      logged_step = NumberAfter(*line, "Train [master/0], step ");
+    }
+    trainer.Signal(c.signal);
+    absl::StatusOr<int> code = trainer.Wait(absl::Now() + absl::Seconds(30));
+    ASSERT_TRUE(code.ok()) << code.status() << ": still training after " << c.name;
+    for (absl::StatusOr<std::string> line; (line = trainer.ReadLine(deadline)).ok();) {
+      log += *line + "\n";
+    }
+    log += Slurp(stderr_log);
+    EXPECT_FALSE(trainer.killed_by_signal()) << c.name << " killed it\n" << log;
+    EXPECT_EQ(*code, c.exit_code) << log;
+
+    const int64_t stopped = NumberAfter(log, "Stopped at step ");
+    ASSERT_GE(stopped, logged_step) << log;
+    ASSERT_LT(stopped, kMaxSteps) << log;
+    EXPECT_THAT(log, HasSubstr(absl::StrCat("Stopped at step ", stopped, " on ", c.name,
+                                            ": checkpoint written to ", out.string())));
+    EXPECT_THAT(log,
+                HasSubstr(absl::StrCat("kubetrain-runtime train: stopped at step ", stopped, " on ",
+                                       c.name, " (exit code ", c.exit_code, ", retryable)")));
+    EXPECT_THAT(log, Not(HasSubstr("ERROR")));
+    EXPECT_THAT(log, Not(HasSubstr("Eval, step")));
+    EXPECT_THAT(log, Not(HasSubstr("Final metrics")));
+    absl::StatusOr<std::optional<std::string>> latest = engine::LatestCheckpoint(out.string());
+    ASSERT_TRUE(latest.ok()) << latest.status();
+    ASSERT_TRUE(latest->has_value()) << log;
+    EXPECT_EQ(fs::path(**latest).filename(), absl::StrCat("model.ckpt-", stopped));
+    EXPECT_FALSE(fs::exists(out / "export"));
+
+    // The restart (a paused trial resumed) trains on from there to its end.
+    const std::string restart_log = (dir_ / (folder + ".restart")).string();
+    ASSERT_EQ(RunBinary(Flags(folder, static_cast<int>(stopped) + 20), restart_log), kExitOk)
+        << Slurp(restart_log);
+    EXPECT_THAT(Slurp(restart_log),
+                HasSubstr(absl::StrCat("Restored checkpoint at step ", stopped, " from ")));
+    EXPECT_THAT(Slurp(restart_log),
+                HasSubstr(absl::StrCat("Final metrics after ", stopped + 20, " steps")));
+    EXPECT_TRUE(fs::exists(out / "export" / "model.pb"));
   }
 }
 

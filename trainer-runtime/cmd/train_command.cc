@@ -1,6 +1,9 @@
 // `kubetrain-runtime train`: training with Cloud ML trainer flags, on one
 // process or as one task of the cluster TF_CONFIG describes (master, worker,
 // ps or evaluator; see trainer-runtime/dist/strategy/task_runner.h).
+#include <signal.h>
+
+#include <atomic>
 #include <cstdlib>
 #include <iostream>
 #include <map>
@@ -90,6 +93,53 @@ class PrometheusSink : public engine::MetricsSink {
 };
 
 int Fail(const absl::Status& status) { return FailWithExitCode("ERROR: ", status); }
+
+// SIGTERM (the kubelet deleting the pod: SIGKILL follows after its grace
+// period) and SIGINT (Ctrl-C) ask the training loop to stop after the step in
+// progress and checkpoint it, so that the steps since the last periodic
+// checkpoint are not trained again (a paused tuning trial resumes where it
+// stopped). The handler only records the signal; the loop polls it through
+// TrainerEnvironment::pending_stop. A second signal ends the process at
+// once, as it would have without the handler (a second Ctrl-C when the
+// checkpoint takes too long).
+std::atomic<int> stop_signal{0};
+// Lock-free atomics are the only shared state a handler may touch.
+static_assert(std::atomic<int>::is_always_lock_free);
+static_assert(kExitStoppedBySigterm == 128 + SIGTERM && kExitStoppedBySigint == 128 + SIGINT);
+
+void OnStopSignal(int signal_number) {
+  int none = 0;
+  if (stop_signal.compare_exchange_strong(none, signal_number)) return;
+  // signal() and raise() are async-signal-safe. The signal stays blocked
+  // until this handler returns; then its default action ends the process.
+  signal(signal_number, SIG_DFL);
+  raise(signal_number);
+}
+
+// Installs OnStopSignal for SIGTERM and SIGINT. Process-wide: it may run on
+// any thread (those started before main, e.g. OpenBLAS's, included), which
+// is why it only stores to an atomic.
+void CatchStopSignals() {
+  struct sigaction action = {};
+  action.sa_handler = OnStopSignal;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART;
+  sigaction(SIGTERM, &action, nullptr);
+  sigaction(SIGINT, &action, nullptr);
+}
+
+// The stop the caught signal asks for, with its exit code (143 or 130); OK
+// while none came.
+absl::Status PendingStopSignal() {
+  switch (stop_signal.load(std::memory_order_relaxed)) {
+    case 0:
+      return absl::OkStatus();
+    case SIGINT:
+      return WithExitCode(absl::CancelledError("SIGINT"), kExitStoppedBySigint);
+    default:
+      return WithExitCode(absl::CancelledError("SIGTERM"), kExitStoppedBySigterm);
+  }
+}
 
 constexpr char kEnvironmentHelp[] =
     "\nenvironment:\n"
@@ -213,9 +263,23 @@ int RunTrain(const std::vector<std::string>& args) {
       return next ? next(step) : absl::OkStatus();
     };
   }
+  // Only the master and workers run the training loop, which polls for the
+  // stop; a ps or evaluator keeps the default action and ends at once.
+  const api::Role role = cluster->task().role;
+  if (role == api::Role::kMaster || role == api::Role::kWorker) {
+    CatchStopSignals();
+    env.pending_stop = PendingStopSignal;
+  }
   absl::StatusOr<engine::TrainResult> result =
       dist::RunTask(*cluster, flags, std::move(options), std::move(env));
-  if (!result.ok()) return Fail(result.status());
+  if (!result.ok()) {
+    // A stop is orderly (the loop logged its checkpoint), not an error.
+    const int code = ExitCodeFor(result.status());
+    if (code == kExitStoppedBySigterm || code == kExitStoppedBySigint) {
+      return FailWithExitCode("kubetrain-runtime train: ", result.status());
+    }
+    return Fail(result.status());
+  }
   if (trial_reporter != nullptr) {
     if (absl::Status delivered = trial_reporter->Finish(); !delivered.ok()) return Fail(delivered);
   }

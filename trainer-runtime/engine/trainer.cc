@@ -285,6 +285,10 @@ class Loop {
   absl::Status Evaluate(TrainingContext& ctx, int64_t step, bool final_eval, TrainResult* result);
   absl::Status Checkpoint(TrainingContext& ctx, int64_t step);
   absl::Status Export(TrainingContext& ctx);
+  // OK, or the stop env_.pending_stop asks for.
+  absl::Status PendingStop() { return env_.pending_stop ? env_.pending_stop() : absl::OkStatus(); }
+  // Ends the run at `step` on the stop `why` (TrainerEnvironment::pending_stop).
+  absl::Status Stop(TrainingContext& ctx, int64_t step, const absl::Status& why);
 
   TrainerOptions o_;  // threads resolved
   std::string threads_source_;
@@ -344,6 +348,36 @@ absl::Status Loop::Checkpoint(TrainingContext& ctx, int64_t step) {
     return s;
   last_checkpoint_step_ = step;
   return absl::OkStatus();
+}
+
+absl::Status Loop::Stop(TrainingContext& ctx, int64_t step, const absl::Status& why) {
+  const std::string when = absl::StrCat("at step ", step, " on ", why.message());
+  if (!env_.strategy->IsChief()) {
+    Log(absl::StrCat("Stopped ", when, " (the chief writes the checkpoints)"));
+  } else if (output_path_.empty()) {
+    Log(absl::StrCat("Stopped ", when,
+                     ": no checkpoint written (no --job-dir or --output_path): a restart starts "
+                     "from step 0"));
+  } else {
+    // The process is going away whatever happens here, so a failure (a
+    // parameter server deleted first) is logged, not returned: the exit
+    // code stays the stop's, and the previous checkpoint stands.
+    absl::Status saved = env_.strategy->SyncVariables(ctx);
+    if (saved.ok()) saved = Checkpoint(ctx, step);
+    if (saved.ok()) {
+      Log(absl::StrCat("Stopped ", when, ": checkpoint written to ", output_path_));
+    } else {
+      Log(absl::StrCat("Warning: stopped ", when, " without a checkpoint: ", saved.message(),
+                       "; a restart resumes from the latest earlier checkpoint"));
+    }
+  }
+  if (train_events_) (void)train_events_->Flush();
+  if (eval_events_) (void)eval_events_->Flush();
+  absl::Status stopped(why.code(), absl::StrCat("stopped ", when));
+  why.ForEachPayload([&stopped](absl::string_view url, const absl::Cord& payload) {
+    stopped.SetPayload(url, payload);
+  });
+  return stopped;
 }
 
 absl::Status Loop::Export(TrainingContext& ctx) {
@@ -541,7 +575,9 @@ absl::StatusOr<TrainResult> Loop::Run() {
   double last_eval = window_start, last_checkpoint = window_start;
   double loss_sum = 0, accuracy_sum = 0;
   int64_t window_steps = 0, window_start_step = step;
-  while (step < max_steps) {
+  // Asked before the first step too: a stop during start-up trains nothing.
+  absl::Status stop = PendingStop();
+  while (step < max_steps && stop.ok()) {
     data::Batch batch = (*batches)->Next();
     absl::StatusOr<TrainingStrategy::StepResult> r = strategy.Step(ctx, batch, step);
     if (!r.ok()) return r.status();
@@ -585,6 +621,10 @@ absl::StatusOr<TrainResult> Loop::Run() {
       window_steps = 0;
     }
     if (last) break;
+    // A stop asked for during the step comes before an evaluation (it would
+    // delay the stop) and before a periodic checkpoint (the stop writes one).
+    stop = PendingStop();
+    if (!stop.ok()) break;
     double now = env_.now();
     const bool eval_due = eval_every_steps > 0
                               ? step >= next_eval_step
@@ -602,6 +642,8 @@ absl::StatusOr<TrainResult> Loop::Run() {
       last_checkpoint = env_.now();
     }
   }
+
+  if (!stop.ok()) return Stop(ctx, step, stop);
 
   // 6. Final checkpoint, evaluation (the chief's only: the others' would
   // repeat it on the same variables) and export.

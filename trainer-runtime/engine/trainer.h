@@ -240,6 +240,18 @@ struct TrainerEnvironment {
   // Called after each step with the new global step; an error stops the run
   // with that error (fault injection in tests, cancellation).
   std::function<absl::Status(int64_t)> after_step;
+  // Whether someone asked the run to stop early (a pod being deleted); null:
+  // never. Polled on the training thread after each step and before the
+  // first, so it must be cheap. OK: go on. An error stops the run after the
+  // step in progress: the chief brings the variables up to date and writes a
+  // checkpoint at the current step (when there is an output folder), the
+  // loop logs `Stopped at step N on <the error's message>: ...` and returns
+  // the error (code and payloads, so its exit code, kept) with the step in
+  // its message. No final evaluation, export, final metrics report or
+  // TrainingStrategy::Finish: the run is not over, and a run on the same
+  // output folder resumes from step N. A checkpoint that cannot be written
+  // is a warning in the log, not the error returned.
+  std::function<absl::Status()> pending_stop;
   DeviceFactory make_device;  // null: DefaultDeviceFactory()
 };
 
@@ -255,9 +267,10 @@ struct TrainResult {
 // a model YAML file.
 absl::StatusOr<ModelSpec> ResolveModelSpec(const TrainerOptions& options);
 
-// Runs training to completion (see trainer.cc for the loop). Errors carry
-// their exit code (exit_codes.h): bad data or model 3, NaN loss 4, lost
-// peers 138.
+// Runs training to completion (see trainer.cc for the loop), or to an early
+// stop (TrainerEnvironment::pending_stop). Errors carry their exit code
+// (exit_codes.h): bad data or model 3, NaN loss 4, lost peers 138, a stop
+// the one its request carries.
 absl::StatusOr<TrainResult> Train(const TrainerOptions& options, TrainerEnvironment env);
 
 }  // namespace kubetrain::runtime::engine

@@ -8,6 +8,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <memory>
 #include <random>
 #include <sstream>
 
@@ -588,6 +590,137 @@ TEST(TrainerTest, ByHandAnotherModelsCheckpointIsAUsageError) {
       << refused.status();
   EXPECT_NE(refused.status().message().find("not of this model"), std::string::npos)
       << refused.status();
+}
+
+// A strategy whose variables cannot be brought up to date (its parameter
+// servers deleted first).
+class SyncFailsStrategy final : public TrainingStrategy {
+ public:
+  absl::StatusOr<int64_t> Initialize(TrainingContext& ctx,
+                                     const v1::Checkpoint* restored) override {
+    return local_.Initialize(ctx, restored);
+  }
+  absl::StatusOr<StepResult> Step(TrainingContext& ctx, const data::Batch& batch,
+                                  int64_t global_step) override {
+    return local_.Step(ctx, batch, global_step);
+  }
+  absl::Status SyncVariables(TrainingContext&) override {
+    return absl::UnavailableError("parameter server ps/0 failed: connection refused");
+  }
+
+ private:
+  LocalStrategy local_;
+};
+
+// A stop asked for during step 13 (checkpoints every 5, evaluations every 5):
+// the chief checkpoints step 13 and returns the stop's error, exit code
+// kept, with no final evaluation, report or export; the run on the same
+// folder resumes from 13 and ends with the weights of an uninterrupted run.
+// Where no checkpoint can be written the log says why, and the error is
+// still the stop's.
+TEST(TrainerTest, AStopCheckpointsTheStepAndSkipsTheEndOfTraining) {
+  test_support::TempDir dir_folder("kubetrain-stop");
+  std::string dir = dir_folder.path();
+  TrainerOptions o = SmallRun(dir);
+  o.max_steps = 30;
+  o.save_checkpoints_steps = 5;
+  o.eval_every_steps = 5;
+  const absl::Status stop = WithExitCode(absl::CancelledError("SIGTERM"), kExitStoppedBySigterm);
+  // Asked during step 13: the loop sees it once that step is done.
+  auto stop_in_step_13 = [stop](TrainerEnvironment& env) {
+    auto steps = std::make_shared<int64_t>(0);
+    env.after_step = [steps](int64_t step) {
+      *steps = step;
+      return absl::OkStatus();
+    };
+    env.pending_stop = [steps, stop] { return *steps >= 13 ? stop : absl::OkStatus(); };
+  };
+  std::ostringstream log;
+
+  TrainerOptions straight = o;
+  straight.output_path = (fs::path(dir) / "straight").string();
+  TrainerEnvironment straight_env;
+  straight_env.log = &log;
+  ASSERT_TRUE(Train(straight, std::move(straight_env)).ok()) << log.str();
+
+  TrainerOptions stopped = o;
+  stopped.output_path = (fs::path(dir) / "stopped").string();
+  std::ostringstream stopped_log;
+  RecordingSink sink;
+  TrainerEnvironment env;
+  env.log = &stopped_log;
+  env.metrics_sinks = {&sink};
+  stop_in_step_13(env);
+  absl::StatusOr<TrainResult> first = Train(stopped, std::move(env));
+  ASSERT_FALSE(first.ok()) << stopped_log.str();
+  EXPECT_EQ(first.status().code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(first.status().message(), "stopped at step 13 on SIGTERM");
+  EXPECT_EQ(ExitCodeFor(first.status()), kExitStoppedBySigterm);
+  EXPECT_TRUE(IsRetryableExitCode(kExitStoppedBySigterm));
+  EXPECT_NE(stopped_log.str().find("Stopped at step 13 on SIGTERM: checkpoint written to " +
+                                   stopped.output_path),
+            std::string::npos)
+      << stopped_log.str();
+  EXPECT_EQ(sink.finals, (std::vector<bool>{false, false}));  // steps 5 and 10
+  EXPECT_EQ(stopped_log.str().find("Final metrics"), std::string::npos) << stopped_log.str();
+  EXPECT_FALSE(fs::exists(fs::path(stopped.output_path) / "export"));
+  auto latest = LatestCheckpoint(stopped.output_path);
+  ASSERT_TRUE(latest.ok() && latest->has_value());
+  EXPECT_EQ(fs::path(**latest).filename(), "model.ckpt-13");
+
+  std::ostringstream resumed_log;
+  TrainerEnvironment resumed_env;
+  resumed_env.log = &resumed_log;
+  ASSERT_TRUE(Train(stopped, std::move(resumed_env)).ok()) << resumed_log.str();
+  EXPECT_NE(resumed_log.str().find("Restored checkpoint at step 13"), std::string::npos)
+      << resumed_log.str();
+  auto a = ReadCheckpoint((fs::path(straight.output_path) / "model.ckpt-30").string());
+  auto b = ReadCheckpoint((fs::path(stopped.output_path) / "model.ckpt-30").string());
+  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_EQ(a->variables_size(), b->variables_size());
+  for (int i = 0; i < a->variables_size(); ++i) {
+    EXPECT_EQ(a->variables(i).value().data(), b->variables(i).value().data())
+        << a->variables(i).name();
+  }
+
+  struct NoCheckpoint {
+    const char* name;
+    std::string output_path;
+    std::function<std::unique_ptr<TrainingStrategy>()> strategy;
+    std::string says;
+  };
+  const NoCheckpoint cases[] = {
+      {"no output folder", "", [] { return std::make_unique<LocalStrategy>(); },
+       "Stopped at step 13 on SIGTERM: no checkpoint written (no --job-dir or --output_path)"},
+      {"not the chief", (fs::path(dir) / "worker").string(),
+       [] { return std::make_unique<NotChiefStrategy>(); },
+       "Stopped at step 13 on SIGTERM (the chief writes the checkpoints)"},
+      {"sync fails", (fs::path(dir) / "ps-gone").string(),
+       [] { return std::make_unique<SyncFailsStrategy>(); },
+       "Warning: stopped at step 13 on SIGTERM without a checkpoint: parameter server ps/0 "
+       "failed: connection refused; a restart resumes from the latest earlier checkpoint"},
+  };
+  for (const NoCheckpoint& c : cases) {
+    SCOPED_TRACE(c.name);
+    TrainerOptions options = o;
+    options.output_path = c.output_path;
+    options.save_checkpoints_steps = 1000;
+    options.eval_every_steps = 0;  // evaluations sync the variables too
+    std::ostringstream case_log;
+    TrainerEnvironment case_env;
+    case_env.log = &case_log;
+    case_env.strategy = c.strategy();
+    stop_in_step_13(case_env);
+    absl::StatusOr<TrainResult> r = Train(options, std::move(case_env));
+    ASSERT_FALSE(r.ok()) << case_log.str();
+    EXPECT_EQ(ExitCodeFor(r.status()), kExitStoppedBySigterm) << r.status();
+    EXPECT_NE(case_log.str().find(c.says), std::string::npos) << case_log.str();
+    if (!c.output_path.empty()) {
+      auto none = LatestCheckpoint(c.output_path);
+      ASSERT_TRUE(none.ok()) << none.status();
+      EXPECT_FALSE(none->has_value()) << **none;
+    }
+  }
 }
 
 TEST(TrainerTest, DivergingLossExitsWithCode4) {
