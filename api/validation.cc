@@ -492,6 +492,7 @@ class Validator {
         Error(stopping_path + ".resource", why);
       if (stopping.has_min_resource()) Error(stopping_path + ".minResource", why);
       if (stopping.has_reduction_factor()) Error(stopping_path + ".reductionFactor", why);
+      if (stopping.pause_at_rungs()) Error(stopping_path + ".pauseAtRungs", why);
       return;
     }
     if (spec.enable_trial_early_stopping()) {

@@ -344,6 +344,10 @@ std::vector<InvalidCase> Cases() {
        Tuning(kLr, "      earlyStopping: {algorithm: MEDIAN, reductionFactor: 3}\n"),
        "spec.trainingInput.hyperparameters.earlyStopping.reductionFactor",
        "only valid with algorithm SUCCESSIVE_HALVING"},
+      {"pausing_without_halving",
+       Tuning(kLr, "      earlyStopping: {algorithm: MEDIAN, pauseAtRungs: true}\n"),
+       "spec.trainingInput.hyperparameters.earlyStopping.pauseAtRungs",
+       "only valid with algorithm SUCCESSIVE_HALVING"},
       {"halving_reduction_factor",
        Tuning(kLr, "      earlyStopping: {algorithm: SUCCESSIVE_HALVING, reductionFactor: 1}\n"),
        "spec.trainingInput.hyperparameters.earlyStopping.reductionFactor",
@@ -671,7 +675,8 @@ TEST(ValidationTest, EachEarlyStoppingRuleIsValid) {
        {"      enableTrialEarlyStopping: true\n", "      earlyStopping: {algorithm: MEDIAN}\n",
         "      earlyStopping: {algorithm: SUCCESSIVE_HALVING}\n",
         "      earlyStopping: {algorithm: SUCCESSIVE_HALVING, resource: STEPS, minResource: 500, "
-        "reductionFactor: 4}\n"}) {
+        "reductionFactor: 4}\n",
+        "      earlyStopping: {algorithm: SUCCESSIVE_HALVING, pauseAtRungs: true}\n"}) {
     CheckedJob checked = CheckTrainingJob(Tuning(kLr, stopping));
     EXPECT_TRUE(checked.ok()) << stopping << FormatErrors(checked.errors);
   }

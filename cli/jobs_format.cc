@@ -164,7 +164,8 @@ std::string EarlyStoppingRule(const nlohmann::json& hp) {
   if (Halving(stopping)) {
     return absl::StrCat("successive halving (reduction factor ", tuner::ReductionFactor(stopping),
                         "; rungs at ", RungAt(stopping, 0), ", ", RungAt(stopping, 1), ", ",
-                        RungAt(stopping, 2), ", ...)");
+                        RungAt(stopping, 2), ", ...",
+                        stopping.pause_at_rungs() ? "; trials pause at rungs" : "", ")");
   }
   if (hp.value("enableTrialEarlyStopping", false) ||
       stopping.algorithm() == v1::EarlyStoppingSpec::MEDIAN) {
@@ -276,6 +277,10 @@ std::string SummarizeJob(const nlohmann::json& resource) {
         const size_t rungs = t.value("rungMetrics", nlohmann::json::array()).size();
         if (!note.empty() && rungs > 0) {
           absl::StrAppend(&note, " at rung ", rungs - 1, " (", RungAt(stopping, rungs - 1), ")");
+        }
+        if (t.value("paused", false) && rungs > 0) {
+          note = absl::StrCat("paused at rung ", rungs - 1, " (", RungAt(stopping, rungs - 1),
+                              "): resumes if it earns rung ", rungs);
         }
         if (t.contains("errorMessage")) note = Str(t["errorMessage"]);
         if (t.value("awaitingAdmission", false)) {

@@ -182,6 +182,16 @@ TEST(JobResourceTest, SummarySaysWhereSuccessiveHalvingStoppedEachTrial) {
   EXPECT_THAT(summary,
               HasSubstr("Stopped at each rung: rung 0 (report 1): 1, rung 1 (report 2): 1"));
 
+  // With pauseAtRungs, trial 3 waits at its last rung instead.
+  stopping->set_pause_at_rungs(true);
+  (*trials)[2].set_is_trial_stopped_early(false);
+  (*trials)[2].set_state(v1::QUEUED);
+  (*trials)[2].set_paused(true);
+  const std::string pausing = SummarizeJob(JobResource(job));
+  EXPECT_THAT(pausing, HasSubstr("report 4, ...; trials pause at rungs)"));
+  EXPECT_THAT(pausing, HasSubstr("paused at rung 1 (report 2): resumes if it earns rung 2"));
+  EXPECT_THAT(pausing, HasSubstr("Stopped at each rung: rung 0 (report 1): 1\n"));
+
   job.mutable_spec()->mutable_training_input()->mutable_hyperparameters()->clear_early_stopping();
   job.mutable_spec()
       ->mutable_training_input()

@@ -151,9 +151,13 @@ nlohmann::json JobPageJson(const JobRecord& record, absl::Time now) {
 
   if (IsTuning(job)) {
     const v1::HyperparameterSpec& hp = job.spec().training_input().hyperparameters();
-    int running = 0, failed = 0, stopped_early = 0;
+    int running = 0, paused = 0, failed = 0, stopped_early = 0;
     auto count = [&](const v1::HyperparameterOutput& t) {
-      if (t.state() == v1::QUEUED || t.state() == v1::PREPARING || t.state() == v1::RUNNING) {
+      const bool active =
+          t.state() == v1::QUEUED || t.state() == v1::PREPARING || t.state() == v1::RUNNING;
+      if (active && t.paused()) {
+        ++paused;
+      } else if (active) {
         ++running;
       }
       if (t.state() == v1::FAILED) ++failed;
@@ -179,6 +183,7 @@ nlohmann::json JobPageJson(const JobRecord& record, absl::Time now) {
                      {"completed", status.training_output().completed_trial_count()},
                      {"max", api::EffectiveMaxTrials(hp)},
                      {"running", running},
+                     {"paused", paused},
                      {"failed", failed},
                      {"stoppedEarly", stopped_early},
                      {"best", BestTrial(page["job"])}};

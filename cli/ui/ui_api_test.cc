@@ -124,6 +124,21 @@ TEST(JobListJsonTest, StateFilterKeepsOnlyThatState) {
   EXPECT_TRUE(JobListJson(jobs, v1::FAILED, absl::FromUnixSeconds(kT0))["jobs"].empty());
 }
 
+// earlyStopping.pauseAtRungs: a trial paused at a rung holds no slot, so it
+// is counted as paused, not running.
+TEST(JobPageJsonTest, APausedTrialIsCountedPausedNotRunning) {
+  JobRecord record;
+  record.job = Study(v1::HyperparameterSpec::MAXIMIZE);
+  v1::HyperparameterOutput* paused =
+      record.job.mutable_status()->mutable_training_output()->add_trials();
+  paused->set_trial_id("6");
+  paused->set_state(v1::QUEUED);
+  paused->set_paused(true);
+  const nlohmann::json page = JobPageJson(record, absl::FromUnixSeconds(kT0 + 20));
+  EXPECT_EQ(page["study"]["running"], 1);
+  EXPECT_EQ(page["study"]["paused"], 1);
+}
+
 TEST(JobPageJsonTest, TheJobIsWhatDescribePrintsWithArchivedTrials) {
   JobRecord record;
   record.job = Study(v1::HyperparameterSpec::MAXIMIZE);
@@ -143,6 +158,7 @@ TEST(JobPageJsonTest, TheJobIsWhatDescribePrintsWithArchivedTrials) {
   EXPECT_EQ(page["study"]["completed"], 3);
   EXPECT_EQ(page["study"]["max"], 10);
   EXPECT_EQ(page["study"]["running"], 1);
+  EXPECT_EQ(page["study"]["paused"], 0);
   EXPECT_EQ(page["study"]["failed"], 1);
   EXPECT_EQ(page["study"]["stoppedEarly"], 1);
   EXPECT_EQ(page["durationSeconds"], 10.0);

@@ -98,7 +98,9 @@ std::map<std::string, AdmissionVerdict> PlanJobs(const ClusterState& cluster,
     };
     std::vector<std::string>& readmitted_now = readmitted[entry.key];
     for (const v1::HyperparameterOutput& trial : status.training_output().trials()) {
-      if (IsTerminal(trial.state())) continue;
+      // A paused trial holds no replicas and no slot until it is resumed,
+      // and then it is admitted again as a released one.
+      if (IsTerminal(trial.state()) || trial.paused()) continue;
       ++active;
       // A released trial is a queued gang again, unless admitted again by a
       // verdict still to be written.

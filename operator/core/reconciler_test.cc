@@ -1735,6 +1735,212 @@ TEST(StudyTest, HalvingRecordsLiveInStatusAndAreNotRevisited) {
   EXPECT_THAT(RungValues(*Trial(restarted, "2")), ElementsAre(0.9, 0.55));
 }
 
+// HalvingStudy with earlyStopping.pauseAtRungs: trials pause at rungs.
+v1::TrainingJob PausingStudy(int max_trials, int parallel) {
+  v1::TrainingJob job = HalvingStudy(max_trials, parallel);
+  job.mutable_spec()
+      ->mutable_training_input()
+      ->mutable_hyperparameters()
+      ->mutable_early_stopping()
+      ->set_pause_at_rungs(true);
+  return job;
+}
+
+// Rungs at reports 1, 2, 4 (reduction factor 2): of the n trials at a rung,
+// the best floor(n / 2) earn the next one.
+TEST(StudyTest, PausingPausesATrialAtARungUntilItEarnsTheNextAndEndsTheRestStopped) {
+  Harness h(PausingStudy(4, 2));
+  h.Settle();
+  h.RunAll();
+  // Alone at rung 0, trial 1 has earned nothing: paused, its slot refilled.
+  Report(h, "1", 10, 0.8);
+  ReconcileResult r = h.Step();
+  const v1::HyperparameterOutput* t1 = Trial(h, "1");
+  EXPECT_TRUE(t1->paused());
+  EXPECT_EQ(t1->state(), v1::QUEUED);
+  EXPECT_THAT(RungValues(*t1), ElementsAre(0.8));
+  EXPECT_THAT(Deleted(r), UnorderedElementsAre("mnist-t1-master-0", "mnist-t1-worker-0"));
+  EXPECT_THAT(ServicesDeleted(r), IsEmpty());  // kept for its resumption
+  EXPECT_THAT(Created(r), UnorderedElementsAre("mnist-t3-master-0", "mnist-t3-worker-0"));
+  EXPECT_THAT(Events(r),
+              testing::Contains("Normal TrialPaused: trial 1 paused at rung 0 (step 10): "
+                                "objective 0.8; it resumes once among the best 1/2 there"));
+  h.Settle();
+  EXPECT_EQ(h.Find("mnist-t1-master-0"), nullptr);
+
+  // Trial 2 reaches rung 0 below it: trial 1 is the best 1 of 2 there, and
+  // takes trial 2's slot, with the same output folder.
+  h.RunAll();
+  Report(h, "2", 10, 0.6);
+  r = h.Step();
+  EXPECT_TRUE(Trial(h, "2")->paused());
+  t1 = Trial(h, "1");
+  EXPECT_FALSE(t1->paused());
+  EXPECT_EQ(t1->state(), v1::QUEUED);
+  EXPECT_THAT(Created(r), UnorderedElementsAre("mnist-t1-master-0", "mnist-t1-worker-0"));
+  EXPECT_THAT(Events(r),
+              testing::Contains("Normal TrialResumed: trial 1 earned rung 1 (objective 0.8 at "
+                                "rung 0): resuming from its latest checkpoint"));
+  EXPECT_EQ(Trial(h, "4"), nullptr);  // both slots are taken
+  h.Settle();
+  h.RunAll();
+  h.Settle();
+  EXPECT_EQ(Trial(h, "1")->state(), v1::RUNNING);
+
+  // Its trainer goes on from its checkpoint: rung 1 at its second report,
+  // alone there, so paused again; trial 2 has not earned rung 1 (0.6 under
+  // 0.8), so the slot starts trial 4.
+  Report(h, "1", 20, 0.85);
+  r = h.Step();
+  EXPECT_TRUE(Trial(h, "1")->paused());
+  EXPECT_THAT(RungValues(*Trial(h, "1")), ElementsAre(0.8, 0.85));
+  EXPECT_TRUE(Trial(h, "2")->paused());
+  EXPECT_THAT(Created(r), UnorderedElementsAre("mnist-t4-master-0", "mnist-t4-worker-0"));
+  h.Settle();
+  h.RunAll();
+  // Trial 3 arrives at rung 0 as the best of 3 (1 place): it goes on.
+  Report(h, "3", 10, 0.9);
+  r = h.Step();
+  EXPECT_FALSE(Trial(h, "3")->paused());
+  EXPECT_THAT(Deleted(r), IsEmpty());
+  // Trial 4 is the third of 4 (2 places: 0.9 and 0.8): paused; trial 2 has
+  // not earned either, and maxTrials are started.
+  Report(h, "4", 10, 0.7);
+  r = h.Step();
+  EXPECT_TRUE(Trial(h, "4")->paused());
+  EXPECT_THAT(Created(r), IsEmpty());
+  // Trial 3 ends. Nothing runs and nothing can earn a rung any more: each
+  // trial still paused ends stopped early at its rung, with its last report.
+  h.observed.trial_metrics["3"].push_back({20, {{"accuracy", 0.92}}, /*final=*/true});
+  h.Exit("mnist-t3-master-0", 0);
+  h.Settle();
+  ASSERT_EQ(h.job.status().state(), v1::SUCCEEDED);
+  EXPECT_EQ(h.job.status().training_output().completed_trial_count(), 4);
+  EXPECT_EQ(h.job.status().training_output().trials(0).trial_id(), "3");
+  EXPECT_FALSE(Trial(h, "3")->is_trial_stopped_early());
+  for (const char* id : {"1", "2", "4"}) {
+    const v1::HyperparameterOutput* t = Trial(h, id);
+    EXPECT_EQ(t->state(), v1::SUCCEEDED) << id;
+    EXPECT_TRUE(t->is_trial_stopped_early()) << id;
+    EXPECT_FALSE(t->paused()) << id;
+  }
+  EXPECT_EQ(Trial(h, "1")->final_metric().objective_value(), 0.85);
+  EXPECT_EQ(Trial(h, "1")->final_metric().training_step(), 20);
+  EXPECT_EQ(Trial(h, "4")->final_metric().objective_value(), 0.7);
+  // Only trial 3's completed master is left (cleanPodPolicy Running).
+  EXPECT_THAT(h.Names(), ElementsAre("mnist-t3-master-0"));
+}
+
+// When no trial runs and none is left to start, no paused trial can earn a
+// rung any more: the one that leads at the highest rung is resumed to its
+// end, past the rungs it then reaches alone, and the others end stopped.
+TEST(StudyTest, PausingTrainsTheLeaderToItsEndOnceNoTrialIsLeftToStart) {
+  Harness h(PausingStudy(3, 1));
+  h.Settle();
+  h.RunAll();
+  Report(h, "1", 10, 0.8);
+  h.Settle();
+  ASSERT_TRUE(Trial(h, "1")->paused());
+  h.RunAll();
+  Report(h, "2", 10, 0.9);  // the best 1 of 2 at rung 0: goes on
+  h.Settle();
+  ASSERT_FALSE(Trial(h, "2")->paused());
+  Report(h, "2", 20, 0.91);  // alone at rung 1, and trial 3 is still to come
+  h.Settle();
+  ASSERT_TRUE(Trial(h, "2")->paused());
+  h.RunAll();
+  Report(h, "3", 10, 0.5);
+  ReconcileResult r = h.Step();
+  EXPECT_TRUE(Trial(h, "3")->paused());
+  EXPECT_FALSE(Trial(h, "2")->paused());
+  EXPECT_THAT(Created(r), UnorderedElementsAre("mnist-t2-master-0", "mnist-t2-worker-0"));
+  EXPECT_THAT(Events(r),
+              testing::Contains("Normal TrialResumed: trial 2 leads at the highest rung reached, "
+                                "and no trial is left to start: it trains to its end: resuming "
+                                "from its latest checkpoint"));
+  h.Settle();
+  h.RunAll();
+  // Alone at rung 2 as well: it leads there, so it is not paused again.
+  Report(h, "2", 30, 0.92);
+  Report(h, "2", 40, 0.93);
+  r = h.Step();
+  EXPECT_THAT(RungValues(*Trial(h, "2")), ElementsAre(0.9, 0.91, 0.93));
+  EXPECT_FALSE(Trial(h, "2")->paused());
+  EXPECT_THAT(Deleted(r), IsEmpty());
+  h.observed.trial_metrics["2"].push_back({50, {{"accuracy", 0.94}}, /*final=*/true});
+  h.Exit("mnist-t2-master-0", 0);
+  h.Settle();
+  ASSERT_EQ(h.job.status().state(), v1::SUCCEEDED);
+  EXPECT_FALSE(Trial(h, "2")->is_trial_stopped_early());
+  EXPECT_EQ(Trial(h, "2")->final_metric().objective_value(), 0.94);
+  EXPECT_TRUE(Trial(h, "1")->is_trial_stopped_early());
+  EXPECT_TRUE(Trial(h, "3")->is_trial_stopped_early());
+}
+
+// An operator that restarts in the middle of a pausing study (a fresh
+// reconciler reading status) keeps every trial's rungs and pauses: a paused
+// trial is not started again, and is resumed when it earns its rung.
+TEST(StudyTest, PausedTrialsAndTheirRungsSurviveAnOperatorRestart) {
+  Harness h(PausingStudy(6, 2));
+  h.slow_deletes = true;
+  h.Settle();
+  h.RunAll();
+  Report(h, "1", 10, 0.8);
+  h.Step();
+  ASSERT_TRUE(Trial(h, "1")->paused());
+  ASSERT_TRUE(h.Pod("mnist-t1-master-0").deletion_requested);  // terminating
+
+  Harness restarted(h.job);
+  restarted.slow_deletes = true;
+  restarted.observed = h.observed;
+  restarted.now = h.now;
+  ReconcileResult r = restarted.Step();
+  EXPECT_TRUE(Trial(restarted, "1")->paused());
+  EXPECT_THAT(RungValues(*Trial(restarted, "1")), ElementsAre(0.8));
+  EXPECT_THAT(Created(r), IsEmpty());
+  EXPECT_THAT(Deleted(r), IsEmpty());  // its deletes are under way already
+  // Trial 2 below it at rung 0: trial 1 is resumed, and its replicas are
+  // created again once the terminating ones are gone.
+  restarted.RunAll();
+  Report(restarted, "2", 10, 0.5);
+  r = restarted.Step();
+  EXPECT_FALSE(Trial(restarted, "1")->paused());
+  EXPECT_TRUE(Trial(restarted, "2")->paused());
+  EXPECT_THAT(Created(r), IsEmpty());
+  std::erase_if(restarted.observed.replicas,
+                [](const ObservedReplica& o) { return o.key.trial_id == "1"; });
+  r = restarted.Step();
+  EXPECT_THAT(Created(r), UnorderedElementsAre("mnist-t1-master-0", "mnist-t1-worker-0"));
+  // A paused trial whose delete was lost (its replica still running, not
+  // terminating) has it deleted again.
+  ObservedReplica& t2 = restarted.Pod("mnist-t2-master-0");
+  t2.deletion_requested = false;
+  t2.phase = ReplicaPhase::kRunning;
+  r = restarted.Step();
+  EXPECT_THAT(Deleted(r), ElementsAre("mnist-t2-master-0"));
+}
+
+// A trainer that resumed from a checkpoint older than its last report
+// reports those steps again: they replace the earlier reports, so none
+// counts twice toward a rung.
+TEST(StudyTest, ReportsAStepAgainReplaceTheReportsFromThatStepOn) {
+  Harness h(Study(2, 2));
+  h.Settle();
+  h.RunAll();
+  Report(h, "1", 10, 0.5);
+  Report(h, "1", 20, 0.6);
+  Report(h, "1", 30, 0.62);
+  Report(h, "1", 20, 0.61);  // restarted from the checkpoint at step 10
+  Report(h, "1", 30, 0.64);
+  Report(h, "1", 40, 0.7);
+  h.Settle();
+  std::vector<std::pair<int64_t, double>> curve;
+  for (const auto& m : Trial(h, "1")->all_metrics()) {
+    curve.emplace_back(m.training_step(), m.objective_value());
+  }
+  EXPECT_THAT(curve, ElementsAre(Pair(10, 0.5), Pair(20, 0.61), Pair(30, 0.64), Pair(40, 0.7)));
+}
+
 // Events name an objective as the trainer reported it.
 TEST(StudyTest, ObjectivesInEventsAreAsReported) {
   Harness h(Study(4, 2));
@@ -2304,7 +2510,9 @@ TEST(ReconcileTest, RandomWalksKeepTheInvariants) {
   for (uint32_t seed = 1; seed <= 40; ++seed) {
     SCOPED_TRACE("seed " + std::to_string(seed));
     std::mt19937 rng(seed);
-    v1::TrainingJob job = seed % 3 == 0 ? Study(4, 2) : Job(2, 1);
+    v1::TrainingJob job = seed % 9 == 0   ? PausingStudy(4, 2)
+                          : seed % 3 == 0 ? Study(4, 2)
+                                          : Job(2, 1);
     job.mutable_spec()->mutable_run_policy()->set_restart_policy(policies[seed % 4]);
     job.mutable_spec()->mutable_run_policy()->set_clean_pod_policy(cleans[seed % 3]);
     job.mutable_spec()->mutable_run_policy()->set_backoff_limit(4);

@@ -24,6 +24,9 @@ namespace {
 
 bool TrialActive(const v1::HyperparameterOutput& t) { return !IsTerminal(t.state()); }
 
+// Active and not paused at a rung: it holds one of maxParallelTrials' slots.
+bool TrialHoldsSlot(const v1::HyperparameterOutput& t) { return TrialActive(t) && !t.paused(); }
+
 bool HasObjective(const v1::HyperparameterOutput& t) {
   return t.state() == v1::SUCCEEDED && t.has_final_metric() && t.error_message().empty();
 }
@@ -43,6 +46,13 @@ tuner::TrialRecord ToRecord(const v1::HyperparameterOutput& t) {
     record.curve.emplace_back(m.training_step(), m.objective_value());
   }
   record.rungs = RungValues(t);
+  if (t.paused() && TrialActive(t) && t.all_metrics_size() > 0) {
+    // Until it earns the next rung, a paused trial is, for the model, what
+    // it would be were it never resumed: stopped at its rung.
+    record.status = tuner::TrialRecord::Status::kStoppedEarly;
+    record.objective = t.all_metrics(t.all_metrics_size() - 1).objective_value();
+    return record;
+  }
   switch (t.state()) {
     case v1::QUEUED:
     case v1::PREPARING:
@@ -66,7 +76,11 @@ tuner::TrialRecord ToRecord(const v1::HyperparameterOutput& t) {
   return record;
 }
 
-// The reports of the metric tag for one trial, in arrival order.
+// The reports of the metric tag for one trial, in arrival order. A trainer
+// that resumed from a checkpoint older than its last report (restarted, or
+// paused at a rung, before it could checkpoint) reports those steps again:
+// its reports from that step on replace the earlier ones, as TensorBoard
+// drops the events a restart orphaned, so no step counts twice.
 std::vector<v1::HyperparameterMetric> TagReports(const Context& c, const std::string& trial_id) {
   std::vector<v1::HyperparameterMetric> reports;
   auto it = c.observed.trial_metrics.find(trial_id);
@@ -75,6 +89,9 @@ std::vector<v1::HyperparameterMetric> TagReports(const Context& c, const std::st
   for (const MetricReport& report : it->second) {
     auto value = report.values.find(tag);
     if (value == report.values.end() || !std::isfinite(value->second)) continue;
+    if (!reports.empty() && report.step < reports.back().training_step()) {
+      while (!reports.empty() && reports.back().training_step() >= report.step) reports.pop_back();
+    }
     v1::HyperparameterMetric m;
     m.set_training_step(report.step);
     m.set_objective_value(value->second);
@@ -366,6 +383,51 @@ bool ReleaseUnplacedTrial(Context& c, v1::HyperparameterOutput* trial) {
   return true;
 }
 
+// ---- Pausing at rungs (earlyStopping.pauseAtRungs) --------------------------
+
+// Deletes a paused trial's replicas. Their Services stay for its resumption;
+// a trainer that gets SIGTERM checkpoints before it exits
+// (kubetrain-runtime train does), so the next segment starts where it ended.
+void DeletePausedReplicas(Context& c, const std::string& trial_id) {
+  for (const ObservedReplica& r : c.observed.replicas) {
+    if (r.key.trial_id == trial_id) DeleteReplicaOnce(c, r, "trial paused", /*with_service=*/false);
+  }
+}
+
+// Pauses `trial` at the rung it has just reached: it leaves its slot and
+// waits, QUEUED, until it earns the next rung (tuner::NextPromotion).
+void PauseTrial(Context& c, v1::HyperparameterOutput* trial) {
+  trial->set_paused(true);
+  trial->set_state(v1::QUEUED);
+  DeletePausedReplicas(c, trial->trial_id());
+  const v1::HyperparameterMetric& at = trial->rung_metrics(trial->rung_metrics_size() - 1);
+  c.Emit(
+      EmitEvent::Type::kNormal, "TrialPaused",
+      absl::StrCat("trial ", trial->trial_id(), " paused at rung ", trial->rung_metrics_size() - 1,
+                   " (step ", at.training_step(), "): objective ",
+                   ObjectiveText(at.objective_value()), "; it resumes once among the best 1/",
+                   tuner::ReductionFactor(c.hp().early_stopping()), " there"));
+}
+
+// Resumes a paused trial that earned its next rung: its replicas are created
+// again with the same hyperparameters and output folder, so its trainer
+// continues from its latest checkpoint. Under gang admission it is admitted
+// again first, as a released trial is.
+void ResumeTrial(Context& c, v1::HyperparameterOutput* trial, const std::string& why,
+                 const std::map<ReplicaKey, const ObservedReplica*>& index) {
+  trial->set_paused(false);
+  trial->set_state(v1::QUEUED);
+  c.Emit(
+      EmitEvent::Type::kNormal, "TrialResumed",
+      absl::StrCat("trial ", trial->trial_id(), " ", why, ": resuming from its latest checkpoint"));
+  if (TrialsAwaitAdmission(c)) {
+    trial->set_awaiting_admission(true);
+    return;
+  }
+  tuner::Assignment assignment(trial->hyperparameters().begin(), trial->hyperparameters().end());
+  ReconcileSet(c, trial->trial_id(), assignment, index, /*set_created=*/false);
+}
+
 }  // namespace
 
 void ReconcileStudy(Context& c) {
@@ -425,6 +487,9 @@ void ReconcileStudy(Context& c) {
   // that reached it, whatever became of them.
   const bool halving =
       spec.early_stopping().algorithm() == v1::EarlyStoppingSpec::SUCCESSIVE_HALVING;
+  // earlyStopping.pauseAtRungs: trials pause at rungs and wait for a
+  // promotion (tuner::NextPromotion) instead of JudgeAtRungs's verdict.
+  const bool pausing = halving && spec.early_stopping().pause_at_rungs();
   const bool median_rule = spec.enable_trial_early_stopping() ||
                            spec.early_stopping().algorithm() == v1::EarlyStoppingSpec::MEDIAN;
   // Every trial's recorded rungs (only those: the rule reads no more of the
@@ -447,8 +512,18 @@ void ReconcileStudy(Context& c) {
     }
     for (const tuner::TrialRecord& t : resumed.trials) add(t.trial_id, t.rungs);
   };
+  // Whether `trial` holds the only slot taken, no trial is left to start,
+  // and it leads at the highest rung reached (tuner::LeaderAtTopRung).
+  auto leads_alone = [&](const v1::HyperparameterOutput& trial) {
+    if (out->total_trial_count() < spec.max_trials()) return false;
+    for (const v1::HyperparameterOutput& t : out->trials()) {
+      if (t.trial_id() != trial.trial_id() && TrialHoldsSlot(t)) return false;
+    }
+    return tuner::LeaderAtTopRung(spec, rung_records) == trial.trial_id();
+  };
   // Records the rungs `trial` reached since the last pass; true when one
-  // stops it (only while `may_stop`: a trial that has ended is not stopped).
+  // stops it (only while `may_stop`: a trial that has ended is not stopped)
+  // or, when pausing, when it reached one without having earned the next.
   auto record_rungs = [&](v1::HyperparameterOutput* trial, bool may_stop) {
     if (!halving || trial->all_metrics_size() == 0) return false;
     if (rung_records.empty()) build_rung_records();
@@ -462,13 +537,29 @@ void ReconcileStudy(Context& c) {
       m->set_objective_value(value);
       recorded.push_back(value);
     }
-    return may_stop && verdict.stop;
+    if (!pausing) return may_stop && verdict.stop;
+    // A trial at its new rung goes on if it has earned the next one (it
+    // holds a slot already, so it is not made to wait behind paused
+    // trials), or if it leads the study alone at its end (the end of a
+    // pausing study, below, would only resume it again).
+    return may_stop && !verdict.reached.empty() &&
+           !tuner::NextPromotion(spec, rung_records, {trial->trial_id()}).has_value() &&
+           !leads_alone(*trial);
   };
+  std::set<std::string> paused;
+  for (const v1::HyperparameterOutput& t : out->trials()) {
+    if (TrialActive(t) && t.paused()) paused.insert(t.trial_id());
+  }
 
   SetOutcome::Phase best_phase = SetOutcome::Phase::kCreating;
   int replicas_per_trial = 0;
   for (v1::HyperparameterOutput& trial : *out->mutable_trials()) {
     if (!TrialActive(trial)) continue;
+    if (trial.paused()) {
+      // Its replicas go (again, if a status write was lost after the pause).
+      DeletePausedReplicas(c, trial.trial_id());
+      continue;
+    }
     if (ReleaseUnplacedTrial(c, &trial)) continue;
     tuner::Assignment assignment(trial.hyperparameters().begin(), trial.hyperparameters().end());
     const bool created = trial.state() != v1::QUEUED;
@@ -500,7 +591,12 @@ void ReconcileStudy(Context& c) {
     // A trial whose last evaluation has arrived has nothing left to stop.
     const bool final_report = FinalReportArrived(c, trial.trial_id());
     if (record_rungs(&trial, /*may_stop=*/!final_report)) {
-      FinishTrialWithObjective(c, &trial, /*stopped_early=*/true);
+      if (pausing) {
+        PauseTrial(c, &trial);
+        paused.insert(trial.trial_id());
+      } else {
+        FinishTrialWithObjective(c, &trial, /*stopped_early=*/true);
+      }
       continue;
     }
     if (median_rule && trial.all_metrics_size() > 0 && !completed.empty() && !final_report) {
@@ -542,9 +638,27 @@ void ReconcileStudy(Context& c) {
     return;
   }
 
-  // Start new trials into the free slots.
+  // A free slot first resumes a paused trial that earned its next rung,
+  // then starts new trials.
   int running = 0;
-  for (const v1::HyperparameterOutput& t : out->trials()) running += TrialActive(t) ? 1 : 0;
+  for (const v1::HyperparameterOutput& t : out->trials()) running += TrialHoldsSlot(t) ? 1 : 0;
+  while (pausing && running < spec.max_parallel_trials() && !paused.empty()) {
+    if (rung_records.empty()) build_rung_records();
+    const std::optional<tuner::Promotion> promotion =
+        tuner::NextPromotion(spec, rung_records, paused);
+    if (!promotion) break;
+    for (v1::HyperparameterOutput& trial : *out->mutable_trials()) {
+      if (trial.trial_id() != promotion->trial_id) continue;
+      const v1::HyperparameterMetric& at = trial.rung_metrics(promotion->rung);
+      ResumeTrial(
+          c, &trial,
+          absl::StrCat("earned rung ", promotion->rung + 1, " (objective ",
+                       ObjectiveText(at.objective_value()), " at rung ", promotion->rung, ")"),
+          index);
+    }
+    paused.erase(promotion->trial_id);
+    ++running;
+  }
   int64_t free_slots = std::min<int64_t>(spec.max_parallel_trials() - running,
                                          spec.max_trials() - out->total_trial_count());
   // Under gang admission, a trial starts only once admission has let it
@@ -598,7 +712,35 @@ void ReconcileStudy(Context& c) {
     }
   }
 
+  // The end of a pausing study: no trial runs and none is left to start,
+  // so no paused trial can earn a rung any more. The best at the highest
+  // rung reached, if it waits there, is resumed to its end (and goes on
+  // past the rungs it reaches alone: see leads_alone).
+  if (pausing && running == 0 && !paused.empty() &&
+      (out->total_trial_count() >= spec.max_trials() || exhausted)) {
+    if (rung_records.empty()) build_rung_records();
+    const std::optional<std::string> leader = tuner::LeaderAtTopRung(spec, rung_records);
+    for (v1::HyperparameterOutput& trial : *out->mutable_trials()) {
+      if (!leader || trial.trial_id() != *leader || !trial.paused()) continue;
+      ResumeTrial(c, &trial,
+                  "leads at the highest rung reached, and no trial is left to start: it trains "
+                  "to its end",
+                  index);
+      paused.erase(trial.trial_id());
+      ++running;
+    }
+  }
+
   if (running == 0 && (out->total_trial_count() >= spec.max_trials() || exhausted)) {
+    // Trials still paused have not earned their next rung, and no trial is
+    // left to change that: each ends stopped early at its rung.
+    for (v1::HyperparameterOutput& t : *out->mutable_trials()) {
+      if (!TrialActive(t) || !t.paused()) continue;
+      t.set_paused(false);
+      FinishTrialWithObjective(c, &t, /*stopped_early=*/true);
+      if (HasObjective(t)) ++with_objective;
+    }
+    out->set_completed_trial_count(std::max(with_objective, out->completed_trial_count()));
     // The study is over: best first.
     std::vector<v1::HyperparameterOutput> sorted(out->trials().begin(), out->trials().end());
     std::stable_sort(sorted.begin(), sorted.end(),

@@ -240,4 +240,25 @@ std::optional<Promotion> NextPromotion(const HyperparameterSpec& spec,
   return std::nullopt;
 }
 
+std::optional<std::string> LeaderAtTopRung(const HyperparameterSpec& spec,
+                                           const std::vector<TrialRecord>& trials) {
+  const bool maximize = spec.goal() != HyperparameterSpec::MINIMIZE;
+  const TrialRecord* leader = nullptr;
+  size_t top = 0;  // rungs reached by `leader`
+  for (const TrialRecord& t : trials) {
+    // Its highest rung with a finite value.
+    size_t reached = t.rungs.size();
+    while (reached > 0 && !std::isfinite(t.rungs[reached - 1])) --reached;
+    if (reached == 0 || reached < top) continue;
+    const double v = t.rungs[reached - 1];
+    if (leader == nullptr || reached > top ||
+        (maximize ? v > leader->rungs[top - 1] : v < leader->rungs[top - 1])) {
+      leader = &t;
+      top = reached;
+    }
+  }
+  if (leader == nullptr) return std::nullopt;
+  return leader->trial_id;
+}
+
 }  // namespace kubetrain::tuner

@@ -128,4 +128,13 @@ std::optional<Promotion> NextPromotion(const v1::HyperparameterSpec& spec,
                                        const std::vector<TrialRecord>& trials,
                                        const std::set<std::string>& paused);
 
+// The trial with the best value at the highest rung any of `trials` reached
+// (the earliest in `trials` on a tie; values that are not finite are
+// ignored); nullopt when none reached a rung. When a study starts no more
+// trials and none runs, a paused leader is resumed to its end although no
+// eta trials reached its rung, so that the study's best configuration is
+// trained fully instead of being stopped where it waited.
+std::optional<std::string> LeaderAtTopRung(const v1::HyperparameterSpec& spec,
+                                           const std::vector<TrialRecord>& trials);
+
 }  // namespace kubetrain::tuner

@@ -754,5 +754,25 @@ TEST(PromotionTest, MinimizingTiesAndValuesThatAreNotFinite) {
   EXPECT_FALSE(NextPromotion(spec, with_nan, {"1", "3", "4"}).has_value());
 }
 
+TEST(PromotionTest, TheLeaderIsTheBestAtTheHighestRungAnyTrialReached) {
+  const HyperparameterSpec maximize =
+      HalvingSpec(HyperparameterSpec::MAXIMIZE, 2, 1, v1::EarlyStoppingSpec::REPORTS);
+  const HyperparameterSpec minimize =
+      HalvingSpec(HyperparameterSpec::MINIMIZE, 2, 1, v1::EarlyStoppingSpec::REPORTS);
+  EXPECT_FALSE(LeaderAtTopRung(maximize, {}).has_value());
+  EXPECT_FALSE(LeaderAtTopRung(maximize, {AtRungs("1", {})}).has_value());
+  // Trial 3 is best at rung 0, but 1 and 2 reached rung 1: the best there.
+  std::vector<TrialRecord> trials = {AtRungs("1", {0.6, 0.7}), AtRungs("2", {0.5, 0.8}),
+                                     AtRungs("3", {0.9})};
+  EXPECT_EQ(LeaderAtTopRung(maximize, trials), "2");
+  EXPECT_EQ(LeaderAtTopRung(minimize, trials), "1");
+  // A tie goes to the earlier; a value that is not finite does not lead.
+  trials.push_back(AtRungs("4", {0.1, 0.8}));
+  trials.push_back(AtRungs("5", {0.95, std::nan("")}));
+  EXPECT_EQ(LeaderAtTopRung(maximize, trials), "2");
+  trials.push_back(AtRungs("6", {0.2, 0.3, 0.1}));
+  EXPECT_EQ(LeaderAtTopRung(maximize, trials), "6");
+}
+
 }  // namespace
 }  // namespace kubetrain::tuner

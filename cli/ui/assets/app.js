@@ -244,7 +244,8 @@
     ].filter(([k, v]) => v !== '' || k === 'Created');  // no empty "Ended" while it runs
     if (study) {
       facts.push(['Trials', h('span', { id: 'trial-count' }, num(study.completed) + '/' + num(study.max) + ' completed, ' +
-        study.running + ' running, ' + study.failed + ' failed, ' + study.stoppedEarly + ' stopped early')]);
+        study.running + ' running, ' + (study.paused ? study.paused + ' paused, ' : '') +
+        study.failed + ' failed, ' + study.stoppedEarly + ' stopped early')]);
       if (study.earlyStopping) {
         facts.push(['Early stopping', h('span', { id: 'early-stopping' }, study.earlyStopping +
           (study.stoppedAtEachRung ? '; stopped at each rung: ' + study.stoppedAtEachRung : ''))]);
@@ -427,13 +428,20 @@
     return 'stopped early' + (rungs > 0 ? ' at rung ' + (rungs - 1) : '');
   }
 
+  // earlyStopping.pauseAtRungs: the trial waits at its last rung.
+  function pausedText(t) {
+    return 'paused at rung ' + ((t.rungMetrics || []).length - 1);
+  }
+
   function noteText(t) {
-    return (t.isTrialStoppedEarly ? stoppedText(t) + ' ' : '') + (t.errorMessage || '');
+    return (t.isTrialStoppedEarly ? stoppedText(t) + ' ' : '') + (t.paused ? pausedText(t) + ' ' : '') +
+      (t.errorMessage || '');
   }
 
   function noteCell(t) {
     return [
       t.isTrialStoppedEarly ? h('span', { class: 'badge badge-stopped' }, stoppedText(t)) : null,
+      t.paused ? h('span', { class: 'badge badge-paused' }, pausedText(t)) : null,
       t.state === 'FAILED' ? h('span', { class: 'badge badge-failed' }, 'failed') : null,
       t.errorMessage ? h('span', { class: 'trial-error' }, t.errorMessage) : null,
     ];
