@@ -455,16 +455,7 @@ absl::StatusOr<bool> Controller::SyncJob(const std::string& name) {
   // (ended replicas stay on record, as completed pods do).
   if (core::IsTerminal(job->status().state()) && !any_running && !*terminating) return false;
   for (const ReplicaRecord& record : *records) {
-    if (record.metric_path.empty() || record.key.trial_id.empty()) continue;
-    absl::StatusOr<std::vector<hypertune::HypertuneReport>> reports =
-        followers_[record.metric_path].PollFile(record.metric_path);
-    if (!reports.ok()) continue;  // unreadable for now: read again next sync
-    for (const hypertune::HypertuneReport& report : *reports) {
-      core::MetricReport metric{report.global_step, report.metrics, report.final};
-      absl::StatusOr<bool> added =
-          store_->AddMetricReport(name, record.key.trial_id, report.key, metric);
-      if (!added.ok()) return added.status();
-    }
+    if (absl::Status s = ReadMetricFile(name, record); !s.ok()) return s;
   }
   auto metrics = store_->MetricReports(name);
   if (!metrics.ok()) return metrics.status();
@@ -541,9 +532,24 @@ absl::StatusOr<bool> Controller::SyncJob(const std::string& name) {
   return true;
 }
 
+absl::Status Controller::ReadMetricFile(const std::string& job, const ReplicaRecord& record) {
+  if (record.metric_path.empty() || record.key.trial_id.empty()) return absl::OkStatus();
+  absl::StatusOr<std::vector<hypertune::HypertuneReport>> reports =
+      followers_[record.metric_path].PollFile(record.metric_path);
+  if (!reports.ok()) return absl::OkStatus();  // unreadable for now: read again next sync
+  for (const hypertune::HypertuneReport& report : *reports) {
+    core::MetricReport metric{report.global_step, report.metrics, report.final};
+    absl::StatusOr<bool> added =
+        store_->AddMetricReport(job, record.key.trial_id, report.key, metric);
+    if (!added.ok()) return added.status();
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<bool> Controller::AdvanceTerminations(const std::string& job) {
   const absl::Time now = options_.clock();
   bool pending = false;
+  std::optional<std::vector<ReplicaRecord>> records;  // read on first need
   for (auto it = terminations_.begin(); it != terminations_.end();) {
     Termination& t = it->second;
     if (t.job != job) {
@@ -557,6 +563,15 @@ absl::StatusOr<bool> Controller::AdvanceTerminations(const std::string& job) {
           return absl::Status(s.code(),
                               absl::StrCat("deleting replica ", it->first, ": ", s.message()));
         }
+      }
+      if (!records) {
+        absl::StatusOr<std::vector<ReplicaRecord>> listed = store_->ListReplicas(job);
+        if (!listed.ok()) return listed.status();
+        records = *std::move(listed);
+      }
+      for (const ReplicaRecord& record : *records) {
+        if (record.name != it->first) continue;
+        if (absl::Status s = ReadMetricFile(job, record); !s.ok()) return s;
       }
       if (absl::Status s = store_->DeleteReplica(it->first); !s.ok()) return s;
       it = terminations_.erase(it);

@@ -126,9 +126,13 @@ class Controller {
       const std::vector<v1::TrainingJob>& jobs);
   std::string TaskFileStem(const core::ReplicaKey& key) const;
   // Drops the records of the job's terminating replicas whose process group
-  // is gone and SIGKILLs those past their grace period. Returns whether any
+  // is gone (reading their metric files once more first: a trainer that
+  // checkpoints on SIGTERM may report on its way out) and SIGKILLs those
+  // past their grace period. Returns whether any
   // is still terminating.
   absl::StatusOr<bool> AdvanceTerminations(const std::string& job);
+  // Stores the reports of a trial replica's metric file not read yet.
+  absl::Status ReadMetricFile(const std::string& job, const ReplicaRecord& record);
 
   // A replica asked to stop whose process group may still run.
   struct Termination {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
@@ -154,6 +155,44 @@ TEST_F(RuntimeReportTest, TrainReportsEachEvaluationOfTheMaster) {
     EXPECT_TRUE(file[i].final) << tag;
   }
   for (size_t i = 0; i + 3 < file.size(); ++i) EXPECT_FALSE(file[i].final) << i;
+}
+
+// A trial stopped by SIGTERM (paused at a rung, or its pod deleted) still
+// delivers the evaluations it made before the stop: the trial's curve keeps
+// them. One evaluation a step, so the last one is queued just before the
+// stop.
+TEST_F(RuntimeReportTest, TrainStoppedBySigtermDeliversTheEvaluationsItMadeFirst) {
+  cli_test::WriteTinyDataset(dir_ / "train.csv");
+  const std::string args =
+      cli_test::TinyTrainArgs(dir_ / "train.csv", dir_ / "out", 1'000'000'000) +
+      " --eval_every_steps=1 --log_every_steps=1000000 --save_checkpoints_steps=2000000000";
+  test_support::ChildProcess trainer(
+      {.argv = {"/bin/sh", "-c",
+                absl::StrCat("exec ", Env(TrialEnvironment(token_)), " ", KUBETRAIN_RUNTIME_BINARY,
+                             " ", args, " 2>", log_)},
+       .pipe_stdio = true});
+  ASSERT_TRUE(trainer.Start().ok());
+  // Once the service has its first report, the next ones are on their way.
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  while (sink_->reports().empty() && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(5));
+  ASSERT_FALSE(sink_->reports().empty()) << Slurp(log_);
+  const int code = trainer.SignalAndWait(SIGTERM);
+  ASSERT_FALSE(trainer.killed_by_signal()) << Slurp(log_);
+  EXPECT_EQ(code, kExitStoppedBySigterm) << Slurp(log_);
+  std::string out;
+  for (absl::StatusOr<std::string> line; (line = trainer.ReadLine(deadline)).ok();) {
+    out += *line + "\n";
+  }
+  const size_t last_eval = out.rfind("Eval, step ");
+  ASSERT_NE(last_eval, std::string::npos) << out;
+  int64_t step = 0;
+  ASSERT_TRUE(absl::SimpleAtoi(
+      out.substr(last_eval + 11, out.find(':', last_eval) - last_eval - 11), &step))
+      << out;
+  std::vector<metrics::MetricsReport> reports = sink_->reports();
+  ASSERT_FALSE(reports.empty());
+  EXPECT_EQ(reports.back().step, step) << Slurp(log_);
+  EXPECT_FALSE(reports.back().final);
 }
 
 TEST_F(RuntimeReportTest, TrainWithAWrongTokenFailsNamingTheTokenVariable) {

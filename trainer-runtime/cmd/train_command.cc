@@ -4,6 +4,7 @@
 #include <signal.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <iostream>
 #include <map>
@@ -103,6 +104,9 @@ int Fail(const absl::Status& status) { return FailWithExitCode("ERROR: ", status
 // once, as it would have without the handler (a second Ctrl-C when the
 // checkpoint takes too long).
 std::atomic<int> stop_signal{0};
+// How long a stopped trainer waits for its queued metrics reports, as `exec`
+// waits for the last one after a SIGTERM.
+constexpr std::chrono::milliseconds kStopReportGrace{2000};
 // Lock-free atomics are the only shared state a handler may touch.
 static_assert(std::atomic<int>::is_always_lock_free);
 static_assert(kExitStoppedBySigterm == 128 + SIGTERM && kExitStoppedBySigint == 128 + SIGINT);
@@ -276,6 +280,16 @@ int RunTrain(const std::vector<std::string>& args) {
     // A stop is orderly (the loop logged its checkpoint), not an error.
     const int code = ExitCodeFor(result.status());
     if (code == kExitStoppedBySigterm || code == kExitStoppedBySigint) {
+      // The evaluations made before the stop belong to the trial's curve (a
+      // paused trial is judged on them): they still go out, for a moment
+      // well inside the pod's grace period.
+      if (trial_reporter != nullptr) {
+        if (absl::Status s = trial_reporter->Drain(kStopReportGrace); !s.ok()) {
+          std::cerr << "kubetrain-runtime train: warning: evaluations reported before the stop "
+                       "may not have reached the operator: "
+                    << s.message() << std::endl;
+        }
+      }
       return FailWithExitCode("kubetrain-runtime train: ", result.status());
     }
     return Fail(result.status());

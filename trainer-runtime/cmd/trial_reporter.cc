@@ -102,6 +102,8 @@ class GrpcTrialReporter : public TrialReporter {
                                                " was refused: ", s.message()));
   }
 
+  absl::Status Drain(std::chrono::milliseconds at_most) override { return queue_->Flush(at_most); }
+
   const std::string& address() const override { return address_; }
   std::chrono::milliseconds deadline() const override { return deadline_; }
 

@@ -67,6 +67,12 @@ class TrialReporter {
   // the address and the gRPC error, with the exit code above attached.
   virtual absl::Status Finish() = 0;
 
+  // Waits for every report queued so far, at most `at_most`, for a trainer
+  // that stops early (SIGTERM): the evaluations it made before the stop
+  // reach the operator within the pod's grace period. OK when the newest
+  // one was delivered (or there was none); otherwise why not.
+  virtual absl::Status Drain(std::chrono::milliseconds at_most) = 0;
+
   virtual const std::string& address() const = 0;
   virtual std::chrono::milliseconds deadline() const = 0;
 };
