@@ -388,9 +388,22 @@ bool ReleaseUnplacedTrial(Context& c, v1::HyperparameterOutput* trial) {
 // Deletes a paused trial's replicas. Their Services stay for its resumption;
 // a trainer that gets SIGTERM checkpoints before it exits
 // (kubetrain-runtime train does), so the next segment starts where it ended.
+// The chief (the master, else worker 0) goes first and the others once it
+// has stopped: its checkpoint needs the parameter servers, and the workers'
+// updates until then are in it.
 void DeletePausedReplicas(Context& c, const std::string& trial_id) {
+  const ObservedReplica* chief = nullptr;
   for (const ObservedReplica& r : c.observed.replicas) {
-    if (r.key.trial_id == trial_id) DeleteReplicaOnce(c, r, "trial paused", /*with_service=*/false);
+    if (r.key.trial_id != trial_id) continue;
+    const bool is_chief =
+        r.key.role == api::Role::kMaster || (r.key.role == api::Role::kWorker && r.key.index == 0);
+    if (is_chief && (chief == nullptr || r.key.role == api::Role::kMaster)) chief = &r;
+  }
+  const bool chief_stopped = chief == nullptr || chief->phase == ReplicaPhase::kSucceeded ||
+                             chief->phase == ReplicaPhase::kFailed || IsLost(*chief);
+  for (const ObservedReplica& r : c.observed.replicas) {
+    if (r.key.trial_id != trial_id || (&r != chief && !chief_stopped)) continue;
+    DeleteReplicaOnce(c, r, "trial paused", /*with_service=*/false);
   }
 }
 
@@ -556,8 +569,10 @@ void ReconcileStudy(Context& c) {
   for (v1::HyperparameterOutput& trial : *out->mutable_trials()) {
     if (!TrialActive(trial)) continue;
     if (trial.paused()) {
-      // Its replicas go (again, if a status write was lost after the pause).
+      // Its replicas go (again, if a status write was lost after the pause),
+      // and what its trainer reported on the way out is kept.
       DeletePausedReplicas(c, trial.trial_id());
+      UpdateTrialMetrics(c, &trial);
       continue;
     }
     if (ReleaseUnplacedTrial(c, &trial)) continue;

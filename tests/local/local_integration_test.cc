@@ -852,16 +852,10 @@ TEST_F(LocalBackendTest, ReplicaRecreatedMidTrainingResumesAtTheLastCheckpoint) 
 
 // ---- A chief lost at the end (docs/reconciler.md) ---------------------------
 
-// One master + 2 workers + 1 ps job of the real kubetrain-runtime on
-// Fashion-MNIST under OnFailure, run undisturbed and with its chief lost
-// three ways. Each disturbed run ends SUCCEEDED at --max_steps, its restarted
-// chief resuming from the last checkpoint the killed one wrote, with an
-// accuracy close to the undisturbed run's.
-class LostChiefTest : public LocalBackendTest {
+// Jobs of the real kubetrain-runtime on Fashion-MNIST: skipped where either
+// is missing.
+class RealTrainerTest : public LocalBackendTest {
  protected:
-  static constexpr int64_t kMaxSteps = lost_chief::kMaxSteps;
-  using Outcome = lost_chief::Outcome;
-
   void SetUp() override {
 #ifndef KUBETRAIN_RUNTIME_BINARY
     GTEST_SKIP() << "this build has no kubetrain-runtime";
@@ -870,6 +864,123 @@ class LostChiefTest : public LocalBackendTest {
       GTEST_SKIP() << "Fashion-MNIST is not installed (Debian's dataset-fashion-mnist)";
     }
   }
+
+  static std::string Runtime() {
+#ifdef KUBETRAIN_RUNTIME_BINARY
+    return absl::StrCat("KUBETRAIN_RUNTIME=", Quote(KUBETRAIN_RUNTIME_BINARY));
+#else
+    return "";
+#endif
+  }
+};
+
+// Successive halving with pauses (earlyStopping.pauseAtRungs) over four
+// learning rates, two trials at a time, rungs at reports 1, 2 and 4 of 6.
+// Paused trials are real kubetrain-runtime processes that get SIGTERM,
+// checkpoint the step they reached and exit; a resumed one restores exactly
+// that step, so no step is trained or reported twice. The leader trains to
+// the end; the others end stopped early at their rungs.
+TEST_F(RealTrainerTest, PausedTrialsResumeFromTheStepTheyStoppedAtAndTrainNoStepTwice) {
+  constexpr int64_t kEvalEvery = 250, kMaxSteps = 1500;
+  const std::string job_dir = work_.path() + "/pausing";
+  const std::string config = WriteConfig(
+      "pausing.yaml",
+      absl::StrCat(
+          "trainingInput:\n  scaleTier: BASIC\n  jobDir: ", job_dir, "\n  args: [",
+          absl::StrJoin(
+              {absl::StrCat("--train_data_paths=", lost_chief::kData,
+                            "/train-images-idx3-ubyte.gz"),
+               absl::StrCat("--eval_data_paths=", lost_chief::kData, "/t10k-images-idx3-ubyte.gz"),
+               absl::StrCat("--max_steps=", kMaxSteps),
+               absl::StrCat("--eval_every_steps=", kEvalEvery),
+               // No periodic checkpoint: a resumed trial can only restore the
+               // one its stop wrote.
+               std::string("--save_checkpoints_steps=1000000"), std::string("--batch_size=64"),
+               std::string("--hidden1=128"), std::string("--hidden2=32"),
+               std::string("--threads=1"), std::string("--seed=5")},
+              ", "),
+          "]\n  hyperparameters:\n    goal: MAXIMIZE\n    maxTrials: 4\n"
+          "    maxParallelTrials: 2\n    algorithm: GRID_SEARCH\n"
+          "    earlyStopping: {algorithm: SUCCESSIVE_HALVING, reductionFactor: 2, "
+          "pauseAtRungs: true}\n"
+          "    params:\n      - {parameterName: learning_rate, type: DISCRETE,"
+          " discreteValues: [0.0002, 0.0005, 0.05, 0.1]}\n"));
+  RunResult r =
+      Kubetrain({"jobs", "submit", "training", "pausing", "--local", "--config", config, "--wait"},
+                Runtime());
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  const v1::TrainingJob job = Job("pausing");
+  ASSERT_EQ(job.status().state(), v1::SUCCEEDED)
+      << job.status().error_message() << ReadFile(home_.path() + "/controller.log");
+  ASSERT_EQ(job.status().training_output().trials_size(), 4);
+
+  int resumed_trials = 0, stopped_trials = 0, full_trials = 0;
+  for (const v1::HyperparameterOutput& t : job.status().training_output().trials()) {
+    SCOPED_TRACE("trial " + t.trial_id());
+    EXPECT_EQ(t.state(), v1::SUCCEEDED);
+    EXPECT_FALSE(t.paused());
+    // Every report once, in step order, on the evaluation schedule.
+    int64_t previous = 0;
+    for (const v1::HyperparameterMetric& m : t.all_metrics()) {
+      EXPECT_GT(m.training_step(), previous);
+      EXPECT_EQ(m.training_step() % kEvalEvery, 0) << m.training_step();
+      previous = m.training_step();
+    }
+    const std::string log =
+        ReadFile(LogPath(home_.path(), "pausing", t.trial_id(), "master-replica-0"));
+    // Each segment after the first restored the step the one before it
+    // stopped at, and nothing else.
+    const std::regex stop(R"(Stopped at step (\d+) on SIGTERM: checkpoint written)");
+    const std::regex restore(R"(Restored checkpoint at step (\d+))");
+    std::vector<std::string> stops, restores;
+    for (std::sregex_iterator it(log.begin(), log.end(), stop), end; it != end; ++it) {
+      stops.push_back((*it)[1]);
+    }
+    for (std::sregex_iterator it(log.begin(), log.end(), restore), end; it != end; ++it) {
+      restores.push_back((*it)[1]);
+    }
+    // Every evaluation any segment made is in status once, those made on
+    // the way out of a pause included.
+    const std::regex eval(R"(Eval, step (\d+):)");
+    std::vector<int64_t> evaluated, reported;
+    for (std::sregex_iterator it(log.begin(), log.end(), eval), end; it != end; ++it) {
+      evaluated.push_back(std::stoll((*it)[1]));
+    }
+    for (const v1::HyperparameterMetric& m : t.all_metrics()) reported.push_back(m.training_step());
+    EXPECT_EQ(reported, evaluated) << log;
+    ASSERT_LE(restores.size(), stops.size()) << log;
+    for (size_t i = 0; i < restores.size(); ++i) EXPECT_EQ(restores[i], stops[i]) << log;
+    if (!restores.empty()) ++resumed_trials;
+    if (t.is_trial_stopped_early()) {
+      ++stopped_trials;
+      EXPECT_LT(t.final_metric().training_step(), kMaxSteps);
+      EXPECT_EQ(stops.size(), restores.size() + 1) << log;  // its last segment was paused
+    } else {
+      ++full_trials;
+      EXPECT_EQ(t.final_metric().training_step(), kMaxSteps);
+      EXPECT_EQ(t.all_metrics_size(), kMaxSteps / kEvalEvery);
+      EXPECT_EQ(stops.size(), restores.size()) << log;
+    }
+  }
+  // The first trial at rung 0 was alone there and paused; two of four earn
+  // rung 1, and the leader trains to the end.
+  EXPECT_GE(resumed_trials, 1);
+  EXPECT_GE(full_trials, 1);
+  EXPECT_GE(stopped_trials, 2);
+  RunResult describe = Kubetrain({"jobs", "describe", "pausing", "--local", "--summarize"});
+  EXPECT_THAT(describe.out, HasSubstr("trials pause at rungs"));
+  EXPECT_THAT(describe.out, HasSubstr("Stopped at each rung: "));
+}
+
+// One master + 2 workers + 1 ps job of the real kubetrain-runtime on
+// Fashion-MNIST under OnFailure, run undisturbed and with its chief lost
+// three ways. Each disturbed run ends SUCCEEDED at --max_steps, its restarted
+// chief resuming from the last checkpoint the killed one wrote, with an
+// accuracy close to the undisturbed run's.
+class LostChiefTest : public RealTrainerTest {
+ protected:
+  static constexpr int64_t kMaxSteps = lost_chief::kMaxSteps;
+  using Outcome = lost_chief::Outcome;
 
   std::string JobDir(const std::string& name) { return work_.path() + "/" + name; }
 
@@ -887,14 +998,6 @@ class LostChiefTest : public LocalBackendTest {
     RunResult r =
         Kubetrain({"jobs", "submit", "training", name, "--local", "--config", manifest}, Runtime());
     ASSERT_EQ(r.code, 0) << r.out << r.err;
-  }
-
-  static std::string Runtime() {
-#ifdef KUBETRAIN_RUNTIME_BINARY
-    return absl::StrCat("KUBETRAIN_RUNTIME=", Quote(KUBETRAIN_RUNTIME_BINARY));
-#else
-    return "";
-#endif
   }
 
   // The record of the job's replica of `role` and `index`, once there is one.
