@@ -15,11 +15,12 @@ Methods:
   kubetrain-halving   Bayesian optimisation on rung values (BOHB) + asynchronous
                       successive halving (earlyStopping SUCCESSIVE_HALVING, reports,
                       minResource 1, reductionFactor 3)
-  kubetrain-pausing   the same, but a trial pauses at each rung below 8 epochs (its
-                      process ends after a checkpoint) and a free slot first resumes
-                      the paused trial that tuner::NextPromotion says has earned the
-                      next rung, from its checkpoint. This script does the pausing:
-                      the operator does not pause trials yet.
+  kubetrain-pausing   the same with earlyStopping.pauseAtRungs, as the operator runs
+                      it: a trial that reaches a rung below 8 epochs goes on if it
+                      has earned the next one (tuner::NextPromotion with it alone
+                      paused), else it pauses (its process ends after a checkpoint)
+                      and the slot first resumes the paused trial NextPromotion
+                      picks, from its checkpoint, else starts a new trial.
   random              kubetrain's random search, no stopping
   optuna-hyperband    Optuna TPE + HyperbandPruner(1, 8, 3)
   optuna-median       Optuna TPE + MedianPruner()
@@ -132,12 +133,21 @@ class KubetrainMethod:
         answer = self.session.ask(request)
         return Trial(number, answer["assignments"][0])
 
-    def next_job(self, trials, number):
-        """(trial, epochs to train it to, whether it is new)."""
+    def next_job(self, trials, number, arrived=None):
+        """(trial, epochs to train it to, whether it is new). `arrived`: the
+        trial whose segment just ended at a rung (paused), whose slot this is."""
         if self.rule == "pausing":
-            answer = self.session.ask({"op": "promote", "spec": self.spec,
-                                       "trials": [t.record() for t in trials],
-                                       "paused": sorted(self.paused)})
+            # As the operator: a trial at its new rung goes on if it has earned
+            # the next one, before any other paused trial is considered.
+            answer = None
+            if arrived is not None:
+                answer = self.session.ask({"op": "promote", "spec": self.spec,
+                                           "trials": [t.record() for t in trials],
+                                           "paused": [str(arrived.number)]})
+            if answer is None or answer["trial"] is None:
+                answer = self.session.ask({"op": "promote", "spec": self.spec,
+                                           "trials": [t.record() for t in trials],
+                                           "paused": sorted(self.paused)})
             # The next rung's epoch, or the end where it is past it.
             target = min(EPOCHS, answer["resource"])
             if answer["trial"] is not None:
@@ -197,7 +207,7 @@ class OptunaMethod:
             "batch_size": d.IntDistribution(32, 512, log=True),
         }
 
-    def next_job(self, trials, number):
+    def next_job(self, trials, number, arrived=None):
         return self.suggest(trials, number), EPOCHS, True
 
     def suggest(self, trials, number):
@@ -234,11 +244,13 @@ def run_study(method, runtime, seed, workdir):
         return max(done) if done else None
 
     def worker():
+        arrived = None  # the trial this slot just paused at a rung
         while True:
             with lock:
                 if spent[0] >= BUDGET:
                     return
-                trial, target, new = method.next_job(trials, len(trials) + 1)
+                trial, target, new = method.next_job(trials, len(trials) + 1, arrived)
+                arrived = None
                 if new:
                     trials.append(trial)
             out = os.path.join(workdir, f"t{trial.number}")
@@ -283,6 +295,7 @@ def run_study(method, runtime, seed, workdir):
             with lock:
                 if trial.state == "running" and target < EPOCHS and len(trial.reports) >= target:
                     method.pause(trial, trials)
+                    arrived = trial
                     continue  # its checkpoint stays for the promotion
                 if trial.state == "running":
                     trial.state = "completed" if len(trial.reports) >= EPOCHS else "failed"

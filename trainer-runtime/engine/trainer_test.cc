@@ -399,7 +399,8 @@ TEST(TrainerTest, EvaluatesOnAStepScheduleAndMarksTheLastReportFinal) {
 
 // A task that is not the chief does not evaluate, not even at the end (its
 // evaluation would repeat the chief's on the same variables).
-class NotChiefStrategy final : public TrainingStrategy {
+// LocalStrategy's training, for a test strategy that changes one thing of it.
+class LocalTrainingStrategy : public TrainingStrategy {
  public:
   absl::StatusOr<int64_t> Initialize(TrainingContext& ctx,
                                      const v1::Checkpoint* restored) override {
@@ -409,10 +410,14 @@ class NotChiefStrategy final : public TrainingStrategy {
                                   int64_t global_step) override {
     return local_.Step(ctx, batch, global_step);
   }
-  bool IsChief() const override { return false; }
 
  private:
   LocalStrategy local_;
+};
+
+class NotChiefStrategy final : public LocalTrainingStrategy {
+ public:
+  bool IsChief() const override { return false; }
 };
 
 TEST(TrainerTest, OnlyTheChiefEvaluates) {
@@ -594,22 +599,11 @@ TEST(TrainerTest, ByHandAnotherModelsCheckpointIsAUsageError) {
 
 // A strategy whose variables cannot be brought up to date (its parameter
 // servers deleted first).
-class SyncFailsStrategy final : public TrainingStrategy {
+class SyncFailsStrategy final : public LocalTrainingStrategy {
  public:
-  absl::StatusOr<int64_t> Initialize(TrainingContext& ctx,
-                                     const v1::Checkpoint* restored) override {
-    return local_.Initialize(ctx, restored);
-  }
-  absl::StatusOr<StepResult> Step(TrainingContext& ctx, const data::Batch& batch,
-                                  int64_t global_step) override {
-    return local_.Step(ctx, batch, global_step);
-  }
   absl::Status SyncVariables(TrainingContext&) override {
     return absl::UnavailableError("parameter server ps/0 failed: connection refused");
   }
-
- private:
-  LocalStrategy local_;
 };
 
 // A stop asked for during step 13 (checkpoints every 5, evaluations every 5):
