@@ -1923,6 +1923,22 @@ TEST(StudyTest, PausedTrialsAndTheirRungsSurviveAnOperatorRestart) {
   EXPECT_THAT(Deleted(r), ElementsAre("mnist-t2-master-0"));
 }
 
+// A cancelled study cancels its paused trials too: they end, and wait for
+// nothing any more.
+TEST(StudyTest, CancellingAPausingStudyEndsItsPausedTrials) {
+  Harness h(PausingStudy(4, 2));
+  h.Settle();
+  h.RunAll();
+  Report(h, "1", 10, 0.8);
+  h.Settle();
+  ASSERT_TRUE(Trial(h, "1")->paused());
+  h.job.mutable_spec()->set_cancel(true);
+  h.Settle();
+  EXPECT_EQ(h.job.status().state(), v1::CANCELLED);
+  EXPECT_EQ(Trial(h, "1")->state(), v1::CANCELLED);
+  EXPECT_FALSE(Trial(h, "1")->paused());
+}
+
 // A trainer that resumed from a checkpoint older than its last report
 // reports those steps again: they replace the earlier reports, so none
 // counts twice toward a rung.

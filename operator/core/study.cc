@@ -157,6 +157,7 @@ bool TrialBefore(const v1::HyperparameterSpec& spec, const v1::HyperparameterOut
 void FinishTrial(Context& c, v1::HyperparameterOutput* trial, v1::State state,
                  const std::string& error, bool stop_replicas) {
   trial->set_state(state);
+  trial->set_paused(false);  // an ended trial waits for nothing
   trial->set_error_message(Truncate(error));
   ToProto(c.now, trial->mutable_end_time());
   // A finished trial's ps and evaluators must not run on; a stopped one
@@ -751,7 +752,6 @@ void ReconcileStudy(Context& c) {
     // left to change that: each ends stopped early at its rung.
     for (v1::HyperparameterOutput& t : *out->mutable_trials()) {
       if (!TrialActive(t) || !t.paused()) continue;
-      t.set_paused(false);
       FinishTrialWithObjective(c, &t, /*stopped_early=*/true);
       if (HasObjective(t)) ++with_objective;
     }
