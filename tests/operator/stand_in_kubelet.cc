@@ -202,7 +202,14 @@ void StandInKubelet::Loop(fake_apiserver::FakeApiServer* server, const std::stri
         containers.erase(it);  // replaced by a new pod: the old container is killed
         it = containers.end();
       }
-      if (it == containers.end()) it = containers.emplace(name, Container{.uid = uid}).first;
+      if (it == containers.end()) {
+        // A new pod gets a container filesystem and emptyDirs of its own,
+        // empty, even where it has an earlier pod's name (restarts in place
+        // keep them).
+        std::error_code ignored;
+        fs::remove_all(absl::StrCat(log_dir, "/", name, ".cwd"), ignored);
+        it = containers.emplace(name, Container{.uid = uid}).first;
+      }
       Container& c = it->second;
       if (c.done) continue;
       const absl::Time now = absl::Now();

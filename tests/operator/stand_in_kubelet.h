@@ -59,7 +59,8 @@ class StandInKubelet {
   // else the pod Failed; a pod deleted, or replaced by one of the same name,
   // has its container killed. Times are whole seconds, as a kubelet's. Each
   // pod's output, every run of it, is appended to `<log_dir>/<pod>.log`;
-  // containers run in `<log_dir>/<pod>.cwd`.
+  // containers run in `<log_dir>/<pod>.cwd`, emptied for a new pod of the
+  // same name (its emptyDirs with it), kept across restarts in place.
   void RunPods(fake_apiserver::FakeApiServer* server, std::string ns, std::string log_dir,
                absl::Duration restart_delay = absl::Seconds(1));
 
