@@ -13,6 +13,9 @@ inline constexpr int64_t kDefaultMaxRunningTimeSeconds = 7 * 24 * 3600;
 // Metric points kept per trial in status (allMetrics holds the last this
 // many); successive halving counts rungs in them.
 inline constexpr int kMaxMetricsPerTrial = 100;
+// Trials a study keeps in its status; finished ones past this many are
+// archived (operator/core/reconciler.h).
+inline constexpr int kMaxTrialsInStatus = 100;
 
 // Fills what Cloud ML Engine and Kubeflow would fill: scale tier BASIC (the
 // tier's replica counts and machine types come from ReplicaGroups in

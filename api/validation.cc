@@ -515,6 +515,14 @@ class Validator {
       Error(stopping_path + ".reductionFactor",
             absl::StrCat("must be between 2 and 10, got ", stopping.reduction_factor()));
     }
+    // A paused trial is not finished, so it stays in status until the study
+    // ends; past this many the status would outgrow what it may hold.
+    if (stopping.pause_at_rungs() && EffectiveMaxTrials(spec) > kMaxTrialsInStatus) {
+      Error(stopping_path + ".pauseAtRungs",
+            absl::StrCat("needs maxTrials of at most ", kMaxTrialsInStatus,
+                         " (paused trials stay in status until the study ends), got ",
+                         EffectiveMaxTrials(spec)));
+    }
   }
 
   void ValidateParameter(const ParameterSpec& param, const std::string& path) {

@@ -45,6 +45,13 @@ std::string Tuning(const std::string& params, const std::string& extra = "") {
              "      params:\n" + params);
 }
 
+// `tuning` (a Tuning job) with maxTrials `n` instead of 4.
+std::string ManyTrials(std::string tuning, int n) {
+  const std::string four = "maxTrials: 4\n";
+  tuning.replace(tuning.find(four), four.size(), "maxTrials: " + std::to_string(n) + "\n");
+  return tuning;
+}
+
 const char kLr[] = R"(        - parameterName: lr
           type: DOUBLE
           minValue: 0.001
@@ -348,6 +355,14 @@ std::vector<InvalidCase> Cases() {
        Tuning(kLr, "      earlyStopping: {algorithm: MEDIAN, pauseAtRungs: true}\n"),
        "spec.trainingInput.hyperparameters.earlyStopping.pauseAtRungs",
        "only valid with algorithm SUCCESSIVE_HALVING"},
+      {"pausing_too_many_trials",
+       ManyTrials(
+           Tuning(kLr,
+                  "      earlyStopping: {algorithm: SUCCESSIVE_HALVING, pauseAtRungs: true}\n"),
+           101),
+       "spec.trainingInput.hyperparameters.earlyStopping.pauseAtRungs",
+       "needs maxTrials of at most 100 (paused trials stay in status until the study ends), got "
+       "101"},
       {"halving_reduction_factor",
        Tuning(kLr, "      earlyStopping: {algorithm: SUCCESSIVE_HALVING, reductionFactor: 1}\n"),
        "spec.trainingInput.hyperparameters.earlyStopping.reductionFactor",

@@ -284,7 +284,11 @@ std::string SummarizeJob(const nlohmann::json& resource) {
         }
         if (t.contains("errorMessage")) note = Str(t["errorMessage"]);
         if (t.value("awaitingAdmission", false)) {
-          note = "gang released (a replica could not be placed): waits to be admitted again";
+          // With pauseAtRungs a trial resumed from its pause waits too.
+          note = stopping.pause_at_rungs()
+                     ? "waits to be admitted again (its gang was released, or it resumes from a "
+                       "pause)"
+                     : "gang released (a replica could not be placed): waits to be admitted again";
         }
         trials.push_back(
             {Str(t.value("trialId", nlohmann::json())), Str(t.value("state", nlohmann::json())),

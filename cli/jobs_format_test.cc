@@ -191,6 +191,12 @@ TEST(JobResourceTest, SummarySaysWhereSuccessiveHalvingStoppedEachTrial) {
   EXPECT_THAT(pausing, HasSubstr("report 4, ...; trials pause at rungs)"));
   EXPECT_THAT(pausing, HasSubstr("paused at rung 1 (report 2): resumes if it earns rung 2"));
   EXPECT_THAT(pausing, HasSubstr("Stopped at each rung: rung 0 (report 1): 1\n"));
+  // Resumed under gang admission, it waits to be admitted again.
+  (*trials)[2].set_paused(false);
+  (*trials)[2].set_awaiting_admission(true);
+  EXPECT_THAT(SummarizeJob(JobResource(job)),
+              HasSubstr("waits to be admitted again (its gang was released, or it resumes from a "
+                        "pause)"));
 
   job.mutable_spec()->mutable_training_input()->mutable_hyperparameters()->clear_early_stopping();
   job.mutable_spec()

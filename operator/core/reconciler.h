@@ -33,7 +33,7 @@ namespace kubetrain::core {
 
 // Trials kept in status.trainingOutput.trials; the worst finished ones with an
 // objective leave through ArchiveTrial actions past this many.
-inline constexpr int kMaxTrialsInStatus = 100;
+inline constexpr int kMaxTrialsInStatus = api::kMaxTrialsInStatus;
 // Metric points kept per trial (allMetrics holds the last this many).
 inline constexpr int kMaxMetricsPerTrial = api::kMaxMetricsPerTrial;
 // The wait before the first recreation of a failed replica set (doubling with

@@ -1923,6 +1923,43 @@ TEST(StudyTest, PausedTrialsAndTheirRungsSurviveAnOperatorRestart) {
   EXPECT_THAT(Deleted(r), ElementsAre("mnist-t2-master-0"));
 }
 
+// Two trials reach rung 0 in one pass: the pauses are decided with both
+// values on record, so trial 1, the best 1 of 2 there, is not paused (and
+// then resumed) on the way.
+TEST(StudyTest, PausesAreDecidedWithEveryRungOfThePassOnRecord) {
+  Harness h(PausingStudy(4, 2));
+  h.Settle();
+  h.RunAll();
+  Report(h, "1", 10, 0.9);
+  Report(h, "2", 10, 0.5);
+  ReconcileResult r = h.Step();
+  EXPECT_FALSE(Trial(h, "1")->paused());
+  EXPECT_TRUE(Trial(h, "2")->paused());
+  EXPECT_THAT(Deleted(r), ElementsAre("mnist-t2-master-0"));
+  EXPECT_THAT(EventReasons(r), testing::Not(testing::Contains("TrialResumed")));
+}
+
+// A trainer that finished before its pause took effect (its final report
+// came while its replicas were being deleted) has trained to its end: the
+// trial is completed, not paused, and not stopped early.
+TEST(StudyTest, APausedTrialWhoseTrainerFinishedIsCompleted) {
+  Harness h(PausingStudy(4, 2));
+  h.slow_deletes = true;
+  h.Settle();
+  h.RunAll();
+  Report(h, "1", 10, 0.8);
+  h.Step();
+  ASSERT_TRUE(Trial(h, "1")->paused());
+  h.observed.trial_metrics["1"].push_back({20, {{"accuracy", 0.85}}, /*final=*/true});
+  h.Step();
+  const v1::HyperparameterOutput* t1 = Trial(h, "1");
+  EXPECT_EQ(t1->state(), v1::SUCCEEDED);
+  EXPECT_FALSE(t1->paused());
+  EXPECT_FALSE(t1->is_trial_stopped_early());
+  EXPECT_EQ(t1->final_metric().objective_value(), 0.85);
+  EXPECT_EQ(h.job.status().training_output().completed_trial_count(), 1);
+}
+
 // A cancelled study cancels its paused trials too: they end, and wait for
 // nothing any more.
 TEST(StudyTest, CancellingAPausingStudyEndsItsPausedTrials) {
@@ -1946,11 +1983,18 @@ TEST(StudyTest, ReportsAStepAgainReplaceTheReportsFromThatStepOn) {
   Harness h(Study(2, 2));
   h.Settle();
   h.RunAll();
+  // Each pass sees one more: status holds the earlier reports when the
+  // replayed ones come.
   Report(h, "1", 10, 0.5);
+  h.Settle();
   Report(h, "1", 20, 0.6);
+  h.Settle();
   Report(h, "1", 30, 0.62);
+  h.Settle();
   Report(h, "1", 20, 0.61);  // restarted from the checkpoint at step 10
+  h.Settle();
   Report(h, "1", 30, 0.64);
+  h.Settle();
   Report(h, "1", 40, 0.7);
   h.Settle();
   std::vector<std::pair<int64_t, double>> curve;
@@ -1958,6 +2002,20 @@ TEST(StudyTest, ReportsAStepAgainReplaceTheReportsFromThatStepOn) {
     curve.emplace_back(m.training_step(), m.objective_value());
   }
   EXPECT_THAT(curve, ElementsAre(Pair(10, 0.5), Pair(20, 0.61), Pair(30, 0.64), Pair(40, 0.7)));
+
+  // An operator that leads next holds only the reports that came to it
+  // since: those in status stay ahead of them, except the ones they replay.
+  Harness next(h.job);
+  next.observed = h.observed;
+  next.observed.trial_metrics["1"].clear();
+  Report(next, "1", 30, 0.66);  // restarted from the checkpoint at step 20
+  Report(next, "1", 50, 0.75);
+  next.Settle();
+  curve.clear();
+  for (const auto& m : Trial(next, "1")->all_metrics()) {
+    curve.emplace_back(m.training_step(), m.objective_value());
+  }
+  EXPECT_THAT(curve, ElementsAre(Pair(10, 0.5), Pair(20, 0.61), Pair(30, 0.66), Pair(50, 0.75)));
 }
 
 // Events name an objective as the trainer reported it.

@@ -76,11 +76,7 @@ tuner::TrialRecord ToRecord(const v1::HyperparameterOutput& t) {
   return record;
 }
 
-// The reports of the metric tag for one trial, in arrival order. A trainer
-// that resumed from a checkpoint older than its last report (restarted, or
-// paused at a rung, before it could checkpoint) reports those steps again:
-// its reports from that step on replace the earlier ones, as TensorBoard
-// drops the events a restart orphaned, so no step counts twice.
+// The reports of the metric tag for one trial, in arrival order.
 std::vector<v1::HyperparameterMetric> TagReports(const Context& c, const std::string& trial_id) {
   std::vector<v1::HyperparameterMetric> reports;
   auto it = c.observed.trial_metrics.find(trial_id);
@@ -89,9 +85,6 @@ std::vector<v1::HyperparameterMetric> TagReports(const Context& c, const std::st
   for (const MetricReport& report : it->second) {
     auto value = report.values.find(tag);
     if (value == report.values.end() || !std::isfinite(value->second)) continue;
-    if (!reports.empty() && report.step < reports.back().training_step()) {
-      while (!reports.empty() && reports.back().training_step() >= report.step) reports.pop_back();
-    }
     v1::HyperparameterMetric m;
     m.set_training_step(report.step);
     m.set_objective_value(value->second);
@@ -122,6 +115,19 @@ void UpdateTrialMetrics(const Context& c, v1::HyperparameterOutput* trial) {
     if (!held) merged.push_back(m);
   }
   merged.insert(merged.end(), reports.begin(), reports.end());
+  // A trainer that resumed from a checkpoint older than its last report
+  // (restarted, or paused at a rung, before it could checkpoint) reports
+  // those steps again: its reports from that step on replace the earlier
+  // ones, as TensorBoard drops the events a restart orphaned, so no step
+  // counts twice.
+  std::vector<v1::HyperparameterMetric> kept;
+  for (const v1::HyperparameterMetric& m : merged) {
+    if (!kept.empty() && m.training_step() < kept.back().training_step()) {
+      while (!kept.empty() && kept.back().training_step() >= m.training_step()) kept.pop_back();
+    }
+    kept.push_back(m);
+  }
+  merged = std::move(kept);
   const size_t skip = merged.size() > kMaxMetricsPerTrial ? merged.size() - kMaxMetricsPerTrial : 0;
   trial->clear_all_metrics();
   for (size_t i = skip; i < merged.size(); ++i) *trial->add_all_metrics() = merged[i];
@@ -528,12 +534,30 @@ void ReconcileStudy(Context& c) {
   };
   // Whether `trial` holds the only slot taken, no trial is left to start,
   // and it leads at the highest rung reached (tuner::LeaderAtTopRung).
+  // The trial that leads at the highest rung among this study's trials that
+  // still count (not failed or cancelled; not an earlier study's): the one
+  // a pausing study that starts nothing more trains to its end.
+  auto leader = [&]() -> std::optional<std::string> {
+    if (rung_records.empty()) build_rung_records();
+    std::set<std::string> counting;
+    for (const v1::HyperparameterOutput& t : out->trials()) {
+      if (t.state() != v1::FAILED && t.state() != v1::CANCELLED) counting.insert(t.trial_id());
+    }
+    for (const v1::HyperparameterOutput& t : c.observed.archived_trials) {
+      if (HasObjective(t)) counting.insert(t.trial_id());
+    }
+    std::vector<tuner::TrialRecord> records;
+    for (const tuner::TrialRecord& r : rung_records) {
+      if (counting.count(r.trial_id) > 0) records.push_back(r);
+    }
+    return tuner::LeaderAtTopRung(spec, records);
+  };
   auto leads_alone = [&](const v1::HyperparameterOutput& trial) {
     if (out->total_trial_count() < spec.max_trials()) return false;
     for (const v1::HyperparameterOutput& t : out->trials()) {
       if (t.trial_id() != trial.trial_id() && TrialHoldsSlot(t)) return false;
     }
-    return tuner::LeaderAtTopRung(spec, rung_records) == trial.trial_id();
+    return leader() == trial.trial_id();
   };
   // Records the rungs `trial` reached since the last pass; true when one
   // stops it (only while `may_stop`: a trial that has ended is not stopped)
@@ -552,13 +576,28 @@ void ReconcileStudy(Context& c) {
       recorded.push_back(value);
     }
     if (!pausing) return may_stop && verdict.stop;
-    // A trial at its new rung goes on if it has earned the next one (it
-    // holds a slot already, so it is not made to wait behind paused
-    // trials), or if it leads the study alone at its end (the end of a
-    // pausing study, below, would only resume it again).
-    return may_stop && !verdict.reached.empty() &&
-           !tuner::NextPromotion(spec, rung_records, {trial->trial_id()}).has_value() &&
-           !leads_alone(*trial);
+    // A candidate for a pause (decided once every trial's new rungs are
+    // recorded: see should_pause).
+    return may_stop && !verdict.reached.empty();
+  };
+  // A trial at its new rung goes on if it has earned the next one (it holds
+  // a slot already, so it is not made to wait behind paused trials), or if
+  // it leads the study alone at its end (the end of a pausing study, below,
+  // would only resume it again).
+  auto should_pause = [&](const v1::HyperparameterOutput& trial) {
+    return !tuner::NextPromotion(spec, rung_records, {trial.trial_id()}).has_value() &&
+           !leads_alone(trial);
+  };
+  // Whether the trial's chief (the master, else worker 0) exited 0.
+  const bool has_master = std::any_of(c.groups.begin(), c.groups.end(), [](const auto& g) {
+    return g.role == api::Role::kMaster && g.count > 0;
+  });
+  auto chief_succeeded = [&](const std::string& trial_id) {
+    return std::any_of(c.observed.replicas.begin(), c.observed.replicas.end(), [&](const auto& r) {
+      const bool chief = has_master ? r.key.role == api::Role::kMaster
+                                    : r.key.role == api::Role::kWorker && r.key.index == 0;
+      return r.key.trial_id == trial_id && chief && r.phase == ReplicaPhase::kSucceeded;
+    });
   };
   std::set<std::string> paused;
   for (const v1::HyperparameterOutput& t : out->trials()) {
@@ -567,13 +606,22 @@ void ReconcileStudy(Context& c) {
 
   SetOutcome::Phase best_phase = SetOutcome::Phase::kCreating;
   int replicas_per_trial = 0;
+  std::vector<v1::HyperparameterOutput*> pause_candidates;
   for (v1::HyperparameterOutput& trial : *out->mutable_trials()) {
     if (!TrialActive(trial)) continue;
     if (trial.paused()) {
-      // Its replicas go (again, if a status write was lost after the pause),
-      // and what its trainer reported on the way out is kept.
-      DeletePausedReplicas(c, trial.trial_id());
+      // What its trainer reported on the way out is kept.
       UpdateTrialMetrics(c, &trial);
+      if (FinalReportArrived(c, trial.trial_id()) || chief_succeeded(trial.trial_id())) {
+        // It had trained to its end when the pause reached it: completed.
+        record_rungs(&trial, /*may_stop=*/false);
+        FinishTrialWithObjective(c, &trial, /*stopped_early=*/false);
+        paused.erase(trial.trial_id());
+        collect_completed();
+        continue;
+      }
+      // Its replicas go (again, if a status write was lost after the pause).
+      DeletePausedReplicas(c, trial.trial_id());
       continue;
     }
     if (ReleaseUnplacedTrial(c, &trial)) continue;
@@ -608,8 +656,7 @@ void ReconcileStudy(Context& c) {
     const bool final_report = FinalReportArrived(c, trial.trial_id());
     if (record_rungs(&trial, /*may_stop=*/!final_report)) {
       if (pausing) {
-        PauseTrial(c, &trial);
-        paused.insert(trial.trial_id());
+        pause_candidates.push_back(&trial);
       } else {
         FinishTrialWithObjective(c, &trial, /*stopped_early=*/true);
       }
@@ -622,6 +669,15 @@ void ReconcileStudy(Context& c) {
         collect_completed();
       }
     }
+  }
+
+  // Pauses are decided once every trial's new rungs are on record: a trial
+  // that reached a rung in this pass may have earned the next one through
+  // another that reached it after it.
+  for (v1::HyperparameterOutput* trial : pause_candidates) {
+    if (!should_pause(*trial)) continue;
+    PauseTrial(c, trial);
+    paused.insert(trial->trial_id());
   }
 
   // completedTrialCount counts trials with an objective, archived included.
@@ -734,10 +790,9 @@ void ReconcileStudy(Context& c) {
   // past the rungs it reaches alone: see leads_alone).
   if (pausing && running == 0 && !paused.empty() &&
       (out->total_trial_count() >= spec.max_trials() || exhausted)) {
-    if (rung_records.empty()) build_rung_records();
-    const std::optional<std::string> leader = tuner::LeaderAtTopRung(spec, rung_records);
+    const std::optional<std::string> first = leader();
     for (v1::HyperparameterOutput& trial : *out->mutable_trials()) {
-      if (!leader || trial.trial_id() != *leader || !trial.paused()) continue;
+      if (!first || trial.trial_id() != *first || !trial.paused()) continue;
       ResumeTrial(c, &trial,
                   "leads at the highest rung reached, and no trial is left to start: it trains "
                   "to its end",

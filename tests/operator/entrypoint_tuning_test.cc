@@ -147,7 +147,7 @@ while [ "$step" -lt 6 ]; do
   lines="${lines}{\"accuracy\": \"$((x + step))\", \"global_step\": \"${step}\", \"timestamp\": 1.0}
 "
   printf '%s' "$lines" > "$CLOUD_ML_HP_METRIC_FILE"
-  sleep 0.3
+  sleep 0.6
 done
 )";
 

@@ -267,10 +267,10 @@ int RunTrain(const std::vector<std::string>& args) {
       return next ? next(step) : absl::OkStatus();
     };
   }
-  // Only the master and workers run the training loop, which polls for the
-  // stop; a ps or evaluator keeps the default action and ends at once.
-  const api::Role role = cluster->task().role;
-  if (role == api::Role::kMaster || role == api::Role::kWorker) {
+  // Only the chief writes checkpoints, so only it has something to do before
+  // it stops; the other tasks keep the default action and end at once (a
+  // worker waiting in a synchronous step would otherwise wait for SIGKILL).
+  if (cluster->IsChief()) {
     CatchStopSignals();
     env.pending_stop = PendingStopSignal;
   }
