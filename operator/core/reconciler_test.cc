@@ -1983,20 +1983,15 @@ TEST(StudyTest, ReportsAStepAgainReplaceTheReportsFromThatStepOn) {
   Harness h(Study(2, 2));
   h.Settle();
   h.RunAll();
-  // Each pass sees one more: status holds the earlier reports when the
-  // replayed ones come.
-  Report(h, "1", 10, 0.5);
-  h.Settle();
-  Report(h, "1", 20, 0.6);
-  h.Settle();
-  Report(h, "1", 30, 0.62);
-  h.Settle();
-  Report(h, "1", 20, 0.61);  // restarted from the checkpoint at step 10
-  h.Settle();
-  Report(h, "1", 30, 0.64);
-  h.Settle();
-  Report(h, "1", 40, 0.7);
-  h.Settle();
+  // Each pass sees one more, so status holds the earlier reports when the
+  // replayed ones come: the trainer restarted from its checkpoint at step
+  // 10 after reporting step 30.
+  const std::pair<int64_t, double> reports[] = {{10, 0.5},  {20, 0.6},  {30, 0.62},
+                                                {20, 0.61}, {30, 0.64}, {40, 0.7}};
+  for (const auto& [step, value] : reports) {
+    Report(h, "1", step, value);
+    h.Settle();
+  }
   std::vector<std::pair<int64_t, double>> curve;
   for (const auto& m : Trial(h, "1")->all_metrics()) {
     curve.emplace_back(m.training_step(), m.objective_value());
