@@ -95,6 +95,10 @@ struct Context {
 
 absl::Duration RecreateBackoff(int restarts, absl::Duration base);
 
+// The replica whose end decides its set's (the chief): the master, else
+// worker 0.
+ReplicaKey ChiefOf(const Context& c, const std::string& trial_id);
+
 // Deletes a replica (and its Service) unless deletion is already under way;
 // force-deletes one stuck past its grace period.
 void DeleteReplicaOnce(Context& c, const ObservedReplica& r, const std::string& reason,

@@ -63,10 +63,7 @@ SetOutcome ReconcileSet(Context& c, const std::string& trial_id,
                        c.options);
   };
   out.replicas = static_cast<int>(slots.size());
-  const bool has_master = std::any_of(c.groups.begin(), c.groups.end(), [](const auto& g) {
-    return g.role == Role::kMaster && g.count > 0;
-  });
-  const ReplicaKey deciding{trial_id, has_master ? Role::kMaster : Role::kWorker, 0};
+  const ReplicaKey deciding = ChiefOf(c, trial_id);
   const v1::RunPolicy::RestartPolicy policy = c.policy().restart_policy();
   const int backoff_limit = c.policy().backoff_limit();
 

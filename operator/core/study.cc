@@ -399,12 +399,10 @@ bool ReleaseUnplacedTrial(Context& c, v1::HyperparameterOutput* trial) {
 // has stopped: its checkpoint needs the parameter servers, and the workers'
 // updates until then are in it.
 void DeletePausedReplicas(Context& c, const std::string& trial_id) {
+  const ReplicaKey chief_key = ChiefOf(c, trial_id);
   const ObservedReplica* chief = nullptr;
   for (const ObservedReplica& r : c.observed.replicas) {
-    if (r.key.trial_id != trial_id) continue;
-    const bool is_chief =
-        r.key.role == api::Role::kMaster || (r.key.role == api::Role::kWorker && r.key.index == 0);
-    if (is_chief && (chief == nullptr || r.key.role == api::Role::kMaster)) chief = &r;
+    if (r.key == chief_key) chief = &r;
   }
   const bool chief_stopped = chief == nullptr || chief->phase == ReplicaPhase::kSucceeded ||
                              chief->phase == ReplicaPhase::kFailed || IsLost(*chief);
@@ -588,15 +586,11 @@ void ReconcileStudy(Context& c) {
     return !tuner::NextPromotion(spec, rung_records, {trial.trial_id()}).has_value() &&
            !leads_alone(trial);
   };
-  // Whether the trial's chief (the master, else worker 0) exited 0.
-  const bool has_master = std::any_of(c.groups.begin(), c.groups.end(), [](const auto& g) {
-    return g.role == api::Role::kMaster && g.count > 0;
-  });
+  // Whether the trial's chief exited 0.
   auto chief_succeeded = [&](const std::string& trial_id) {
+    const ReplicaKey chief = ChiefOf(c, trial_id);
     return std::any_of(c.observed.replicas.begin(), c.observed.replicas.end(), [&](const auto& r) {
-      const bool chief = has_master ? r.key.role == api::Role::kMaster
-                                    : r.key.role == api::Role::kWorker && r.key.index == 0;
-      return r.key.trial_id == trial_id && chief && r.phase == ReplicaPhase::kSucceeded;
+      return r.key == chief && r.phase == ReplicaPhase::kSucceeded;
     });
   };
   std::set<std::string> paused;

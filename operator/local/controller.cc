@@ -343,8 +343,10 @@ class Controller::JobSink : public core::ResultSink {
       for (const ReplicaRecord& record : *records_) {
         if (record.name != del->name) continue;
         auto [it, first] = c_->terminations_.try_emplace(
-            record.name,
-            Termination{name_, {record.pid, record.start_ticks}, now_ + kKillGracePeriod});
+            record.name, Termination{.job = name_,
+                                     .id = {record.pid, record.start_ticks},
+                                     .kill_at = now_ + kKillGracePeriod,
+                                     .record = record});
         if (first && !c_->options_.podman.empty() && RunsInContainer(*job_, record.key.role)) {
           it->second.container = ContainerName(c_->options_.home, record.name);
         }
@@ -356,7 +358,6 @@ class Controller::JobSink : public core::ResultSink {
                               absl::StrCat("deleting replica ", record.name, ": ", s.message()));
         }
         it->second.killed = del->force;
-        c_->followers_.erase(record.metric_path);
       }
     }
     // Replicas that stopped at once lose their record in this sync already.
@@ -549,7 +550,6 @@ absl::Status Controller::ReadMetricFile(const std::string& job, const ReplicaRec
 absl::StatusOr<bool> Controller::AdvanceTerminations(const std::string& job) {
   const absl::Time now = options_.clock();
   bool pending = false;
-  std::optional<std::vector<ReplicaRecord>> records;  // read on first need
   for (auto it = terminations_.begin(); it != terminations_.end();) {
     Termination& t = it->second;
     if (t.job != job) {
@@ -564,15 +564,8 @@ absl::StatusOr<bool> Controller::AdvanceTerminations(const std::string& job) {
                               absl::StrCat("deleting replica ", it->first, ": ", s.message()));
         }
       }
-      if (!records) {
-        absl::StatusOr<std::vector<ReplicaRecord>> listed = store_->ListReplicas(job);
-        if (!listed.ok()) return listed.status();
-        records = *std::move(listed);
-      }
-      for (const ReplicaRecord& record : *records) {
-        if (record.name != it->first) continue;
-        if (absl::Status s = ReadMetricFile(job, record); !s.ok()) return s;
-      }
+      if (absl::Status s = ReadMetricFile(job, t.record); !s.ok()) return s;
+      followers_.erase(t.record.metric_path);
       if (absl::Status s = store_->DeleteReplica(it->first); !s.ok()) return s;
       it = terminations_.erase(it);
       continue;

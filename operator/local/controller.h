@@ -131,7 +131,8 @@ class Controller {
   // past their grace period. Returns whether any
   // is still terminating.
   absl::StatusOr<bool> AdvanceTerminations(const std::string& job);
-  // Stores the reports of a trial replica's metric file not read yet.
+  // Stores the reports of a trial replica's metric file not read yet (its
+  // follower remembers which were).
   absl::Status ReadMetricFile(const std::string& job, const ReplicaRecord& record);
 
   // A replica asked to stop whose process group may still run.
@@ -143,6 +144,8 @@ class Controller {
     // The replica's container, removed once its group is gone ("" for a
     // process).
     std::string container;
+    // Its record, whose metric file is read once more when its group is gone.
+    ReplicaRecord record;
   };
 
   JobStore* store_;

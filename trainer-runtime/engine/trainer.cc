@@ -373,11 +373,7 @@ absl::Status Loop::Stop(TrainingContext& ctx, int64_t step, const absl::Status& 
   }
   if (train_events_) (void)train_events_->Flush();
   if (eval_events_) (void)eval_events_->Flush();
-  absl::Status stopped(why.code(), absl::StrCat("stopped ", when));
-  why.ForEachPayload([&stopped](absl::string_view url, const absl::Cord& payload) {
-    stopped.SetPayload(url, payload);
-  });
-  return stopped;
+  return WithExitCode(absl::Status(why.code(), absl::StrCat("stopped ", when)), ExitCodeFor(why));
 }
 
 absl::Status Loop::Export(TrainingContext& ctx) {
