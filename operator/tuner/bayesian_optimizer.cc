@@ -145,12 +145,15 @@ class Model {
  public:
   static std::optional<Model> Build(const SearchSpace& space, const BayesianOptions& options,
                                     const ParsedHistory& history, Rng& rng, bool explore) {
-    const int dims = space.num_features();
+    // Under HalvingModel::kEveryRung the inputs have a last coordinate more,
+    // their resource; candidates are scored at the full one (1).
+    const int inputs = space.num_features() + (history.fidelity ? 1 : 0);
     Model m(space, options);
+    m.fidelity_ = history.fidelity;
     std::vector<int> train = SelectPoints(history.observed_loss, options.max_training_points, rng);
     Eigen::VectorXd loss(train.size());
     for (size_t i = 0; i < train.size(); ++i) loss[i] = history.observed_loss[train[i]];
-    Eigen::MatrixXd x = Rows(history.observed_x, train, dims);
+    Eigen::MatrixXd x = Rows(history.observed_x, train, inputs);
     Surrogate s = FitSurrogate(x, loss, rng, options);
     if (!s.gp) return std::nullopt;
     if (options.gls_mean) {
@@ -179,7 +182,7 @@ class Model {
         if (!in_basin[i]) other.push_back(i);
       }
       if (static_cast<int>(other.size()) >= kMinOtherPoints) {
-        Eigen::MatrixXd other_x(other.size(), dims);
+        Eigen::MatrixXd other_x(other.size(), inputs);
         Eigen::VectorXd other_loss(other.size());
         for (size_t i = 0; i < other.size(); ++i) {
           other_x.row(i) = x.row(other[i]);
@@ -198,15 +201,28 @@ class Model {
     Eigen::VectorXd y = std::move(s.y);
     // Improvement is measured against the best point the model sees: on an
     // exploration step, the best outside the incumbent's basin, so the step
-    // climbs the most promising other basin.
-    m.best_ = y.minCoeff();
+    // climbs the most promising other basin. With resources, the best at the
+    // full one: a value after one epoch is no bar for a full run. Where the
+    // model sees none there (an exploration step whose full runs are all in
+    // the basin), the best it sees is the bar: lower than any full run's
+    // prediction, so EI still ranks candidates by their chance to beat it.
+    m.best_ = std::numeric_limits<double>::infinity();
+    for (Eigen::Index i = 0; i < y.size(); ++i) {
+      if (!m.fidelity_ || x(i, inputs - 1) >= 1.0) m.best_ = std::min(m.best_, y[i]);
+    }
+    if (!std::isfinite(m.best_)) m.best_ = y.minCoeff();
 
     std::vector<int> order(y.size());
     std::iota(order.begin(), order.end(), 0);
     std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return y[a] < y[b]; });
     // Local candidates start from the best (eligible) observed points.
     for (size_t i = 0; i < order.size() && m.anchors_.size() < 5; ++i) {
-      if (!m.Excluded(x.row(order[i]).transpose())) m.anchors_.push_back(x.row(order[i]));
+      // With resources a trial is a point at each of its rungs: one anchor each.
+      const Eigen::VectorXd anchor = x.row(order[i]).head(space.num_features()).transpose();
+      if (m.Excluded(m.AtFullResource(anchor))) continue;
+      if (std::find(m.anchors_.begin(), m.anchors_.end(), anchor) == m.anchors_.end()) {
+        m.anchors_.push_back(anchor);
+      }
     }
 
     // Pending trials enter as kriging believers: their value is the mean the
@@ -216,7 +232,7 @@ class Model {
     m.y_ = std::move(y);
     m.gp_.emplace(*std::move(s.gp));
     if (!history.pending_x.empty()) {
-      Eigen::MatrixXd px(history.pending_x.size(), dims);
+      Eigen::MatrixXd px(history.pending_x.size(), inputs);
       for (size_t i = 0; i < history.pending_x.size(); ++i) {
         px.row(i) = ToEigen(history.pending_x[i]).transpose();
       }
@@ -243,7 +259,8 @@ class Model {
                                                            : std::min(4000, 1000 + 250 * dims);
     const int per_anchor =
         anchors_.empty() ? 0 : options_->local_candidates / static_cast<int>(anchors_.size());
-    Eigen::MatrixXd cands(num_random + per_anchor * anchors_.size(), dims);
+    Eigen::MatrixXd cands(num_random + per_anchor * anchors_.size(), dims + (fidelity_ ? 1 : 0));
+    if (fidelity_) cands.col(dims).setOnes();
     Eigen::Index row = 0;
     for (int i = 0; i < num_random; ++i, ++row) {
       for (int d = 0; d < dims; ++d) cands(row, d) = rng.Uniform();
@@ -266,9 +283,9 @@ class Model {
 
     std::vector<Eigen::VectorXd> pool;
     for (int s = 0; s < options_->refine_starts && s < keep; ++s) {
-      pool.push_back(Refine(cands.row(order[s]).transpose()));
+      pool.push_back(Refine(cands.row(order[s]).head(dims).transpose()));
     }
-    for (int s = 0; s < keep; ++s) pool.push_back(cands.row(order[s]).transpose());
+    for (int s = 0; s < keep; ++s) pool.push_back(cands.row(order[s]).head(dims).transpose());
     std::vector<Assignment> unused;
     std::unordered_set<std::string> seen;
     for (const Eigen::VectorXd& x : pool) {
@@ -305,7 +322,15 @@ class Model {
     if (++believers_ > kMaxBatchBelievers) return;
     absl::StatusOr<std::vector<double>> u = space_->Encode(a);
     if (!u.ok()) return;
-    AddBelievers(ToEigen(*u).transpose());
+    AddBelievers(AtFullResource(ToEigen(*u)).transpose());
+  }
+
+  // A cube point as the model's input: with resources, at the full one.
+  Eigen::VectorXd AtFullResource(const Eigen::VectorXd& cube) const {
+    if (!fidelity_) return cube;
+    Eigen::VectorXd x(cube.size() + 1);
+    x << cube, 1.0;
+    return x;
   }
 
  private:
@@ -335,16 +360,17 @@ class Model {
     return out;
   }
 
-  // Projected L-BFGS on -log EI from `start`, inside the cube.
+  // Projected L-BFGS on -log EI from `start`, inside the cube (at the full
+  // resource, which stays fixed).
   Eigen::VectorXd Refine(const Eigen::VectorXd& start) const {
     const Eigen::Index dims = start.size();
-    auto objective = [this](const Eigen::VectorXd& x, Eigen::VectorXd* grad) {
+    auto objective = [this, dims](const Eigen::VectorXd& x, Eigen::VectorXd* grad) {
       double mean, var;
       Eigen::VectorXd dmean, dvar;
-      gp_->PredictWithGradient(x, &mean, &var, &dmean, &dvar);
+      gp_->PredictWithGradient(AtFullResource(x), &mean, &var, &dmean, &dvar);
       double dm, dv;
       const double value = LogExpectedImprovement(mean, var, best_, &dm, &dv);
-      *grad = -(dm * dmean + dv * dvar);
+      *grad = -(dm * dmean + dv * dvar).head(dims);
       return -value;
     };
     MinimizeOptions mo;
@@ -361,9 +387,9 @@ class Model {
   // acquisition) and returns the best.
   std::optional<Assignment> BestOf(std::vector<Assignment>& candidates) const {
     if (candidates.empty()) return std::nullopt;
-    Eigen::MatrixXd points(candidates.size(), space_->num_features());
+    Eigen::MatrixXd points(candidates.size(), space_->num_features() + (fidelity_ ? 1 : 0));
     for (size_t i = 0; i < candidates.size(); ++i) {
-      points.row(i) = ToEigen(*space_->Encode(candidates[i])).transpose();
+      points.row(i) = AtFullResource(ToEigen(*space_->Encode(candidates[i]))).transpose();
     }
     Eigen::VectorXd scores = Score(points);
     Eigen::Index best;
@@ -377,6 +403,7 @@ class Model {
   Eigen::VectorXd y_;
   std::optional<GaussianProcess> gp_;
   double best_ = 0;
+  bool fidelity_ = false;  // ParsedHistory::fidelity
   // Exploration steps set the incumbent's basin aside: the trials (scaled
   // by the full model's length scales) and which of them are in the basin.
   // Empty on other steps.
@@ -447,7 +474,7 @@ std::vector<Assignment> BayesianOptimizer::Suggest(const std::vector<TrialRecord
                                                    int count) {
   std::vector<Assignment> out;
   if (count <= 0) return out;
-  ParsedHistory h = ParseHistory(space_, spec_, history);
+  ParsedHistory h = ParseHistory(space_, spec_, history, options_.halving_model);
   if (std::optional<uint64_t> size = space_.FiniteSize(); size && h.distinct_points >= *size) {
     return out;  // exhausted
   }
@@ -460,7 +487,7 @@ std::vector<Assignment> BayesianOptimizer::Suggest(const std::vector<TrialRecord
   // incumbent's basin aside (explore_every); each is built when first needed.
   std::optional<Model> models[2];
   bool failed[2] = {false, false};
-  const bool stalled = options_.explore_every > 0 && Stalled(h.observed_loss, options_);
+  const bool stalled = options_.explore_every > 0 && Stalled(h.progress_loss, options_);
 
   for (int j = 0; j < count; ++j) {
     std::optional<Assignment> next;
@@ -494,6 +521,7 @@ std::vector<Assignment> BayesianOptimizer::Suggest(const std::vector<TrialRecord
       if (model) model->AddBeliever(*next);
     }
     if (absl::StatusOr<std::vector<double>> u = space_.Encode(*next); u.ok()) {
+      if (h.fidelity) u->push_back(1.0);
       h.pending_x.push_back(*u);  // seen as pending by a model built later in this batch
     }
     out.push_back(std::move(*next));

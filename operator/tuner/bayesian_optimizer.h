@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "operator/tuner/gaussian_process.h"
+#include "operator/tuner/history.h"
 #include "operator/tuner/search_space.h"
 #include "operator/tuner/tuner.h"
 
@@ -15,11 +16,11 @@ struct BayesianOptions {
   // clamp(features + 3, 5, 10). The first is the centre of the cube.
   int initial_design = 0;
   // Large studies stay fast by bounding the GP's data: past
-  // `max_training_points` completed trials the model sees the best half of
-  // that many plus a seeded uniform sample of the rest (the incumbent is
-  // always in), and the hyperparameters are fitted on a smaller set chosen
-  // the same way (`max_fit_points`); the O(n^3) costs stop growing with the
-  // study while the region that matters keeps its data.
+  // `max_training_points` observations (completed trials; under halving,
+  // rung values) the model sees the best half of that many plus a seeded
+  // uniform sample of the rest (the best observation is always in), and the hyperparameters are
+  // fitted on a smaller set chosen the same way (`max_fit_points`); the O(n^3) costs stop growing
+  // with the study while the region that matters keeps its data.
   int max_training_points = 300;
   int max_fit_points = 120;
   // Acquisition maximisation: this many uniform candidates plus
@@ -44,7 +45,9 @@ struct BayesianOptions {
   bool gls_mean = false;
   // Escaping a converged basin. The study is stalled when the best loss
   // improved by at most `stall_tolerance` standard deviations of the
-  // observed losses over the last `stall_window` observations. While it is,
+  // observed losses over the last `stall_window` observations (under
+  // successive halving, the values at full resource or at the model's rung:
+  // ParsedHistory::progress_loss). While it is,
   // the trials with index i (completed, pending or being suggested, so a
   // batch explores like the same number of sequential steps) where
   // i % explore_every >= explore_every - explore_steps set the incumbent's
@@ -53,7 +56,9 @@ struct BayesianOptions {
   // The basin: nearest-better clustering of the trials, in the full model's
   // length-scale units (each trial links to the nearest trial with a lower
   // loss; links longer than `basin_link_cut` times the median link are
-  // cut; the basin is every trial whose chain reaches the incumbent). An
+  // cut; the basin is every trial whose chain reaches the incumbent; under
+  // kEveryRung a trial's rung values are points of their own, apart along
+  // the resource axis). An
   // exploring step fits a second GP, standardisation and hyperparameters
   // included, on the trials outside the basin only, skips candidates whose
   // nearest trial is in the basin, and maximises EI against the best trial
@@ -82,6 +87,8 @@ struct BayesianOptions {
   int stall_window = 10;
   double stall_tolerance = 0.001;
   double basin_link_cut = 3.0;
+  // What the model learns from under successive halving (history.h).
+  HalvingModel halving_model = HalvingModel::kEveryRung;
   GpFitOptions fit;
 };
 
@@ -89,7 +96,9 @@ struct BayesianOptions {
 //
 // Each Suggest call:
 //  1. parses the history (ParseHistory): completed/stopped points with their
-//     loss, pending/running points, every point's key;
+//     loss, pending/running points, every point's key; under successive
+//     halving (kEveryRung) each point has its resource as one more input,
+//     and candidates, believers and the incumbent are at the full resource;
 //  2. while fewer than `initial_design` records exist, or fewer than two
 //     observations, returns Halton points (Cranley-Patterson shifted by the
 //     seed; index 0 is the centre);

@@ -1,5 +1,6 @@
 #include "operator/tuner/history.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <optional>
@@ -33,10 +34,108 @@ std::optional<size_t> ModelRung(const std::vector<const TrialRecord*>& records, 
   return std::nullopt;
 }
 
+// One value of a trial at the resource it had trained when it was reported.
+struct Observation {
+  int64_t resource;
+  double value;
+  // A completed trial's final value: at the full resource, whatever its
+  // count of reports on record says (status keeps a trial's last 100).
+  bool full = false;
+};
+
+// A trial's values at the rungs it reached and, when it trained past the last
+// of them, its last report; a completed trial's last report is its final
+// value. With STEPS a rung's value is at the step of the report that reached
+// it, and a report that reached several rungs counts once.
+std::vector<Observation> ObservationsOf(const v1::EarlyStoppingSpec& stopping,
+                                        const TrialRecord& record) {
+  const bool by_steps = stopping.resource() == v1::EarlyStoppingSpec::STEPS;
+  std::vector<std::pair<int64_t, double>> reports;
+  for (const auto& report : record.curve) {
+    if (std::isfinite(report.second)) reports.push_back(report);
+  }
+  std::vector<Observation> out;
+  for (size_t k = 0; k < record.rungs.size(); ++k) {
+    if (!std::isfinite(record.rungs[k])) continue;
+    int64_t resource = RungResource(stopping, static_cast<int>(k));
+    if (by_steps) {
+      auto reached = std::find_if(reports.begin(), reports.end(),
+                                  [&](const auto& report) { return report.first >= resource; });
+      if (reached != reports.end() && reached->second == record.rungs[k]) {
+        resource = reached->first;
+      }
+    }
+    if (!out.empty() && resource <= out.back().resource) continue;
+    out.push_back({resource, record.rungs[k]});
+  }
+  const bool completed = record.status == TrialRecord::Status::kCompleted;
+  if (!reports.empty()) {
+    const int64_t resource = by_steps ? reports.back().first : static_cast<int64_t>(reports.size());
+    if (completed && !out.empty() && resource <= out.back().resource) {
+      out.back().full = true;  // its last report is the last rung's
+    } else if (out.empty() || resource > out.back().resource) {
+      out.push_back({resource, reports.back().second, completed});
+    }
+  } else if (completed && record.objective && std::isfinite(*record.objective)) {
+    out.push_back({RungResource(stopping, 0), *record.objective, true});
+  }
+  return out;
+}
+
+// kEveryRung: `placed` records' observations, each a point with its resource
+// as one more coordinate, on a log scale from the first rung (0) to the most
+// any trial trained (1); pending and running trials at 1. A report before the
+// first rung is no rung value and is left out.
+void ObserveEveryRung(const v1::HyperparameterSpec& spec,
+                      const std::vector<const TrialRecord*>& placed,
+                      const std::vector<std::vector<double>>& placed_x, ParsedHistory& out) {
+  const bool maximize = spec.goal() != v1::HyperparameterSpec::MINIMIZE;
+  const v1::EarlyStoppingSpec& stopping = spec.early_stopping();
+  const int64_t lowest = RungResource(stopping, 0);
+  int64_t highest = lowest;
+  std::vector<std::vector<Observation>> observations;
+  for (const TrialRecord* record : placed) {
+    observations.emplace_back();
+    if (record->status == TrialRecord::Status::kFailed) continue;
+    for (const Observation& o : ObservationsOf(stopping, *record)) {
+      if (o.resource < lowest && !o.full) continue;
+      observations.back().push_back(o);
+      highest = std::max(highest, o.resource);
+    }
+  }
+  const double span = std::log(static_cast<double>(highest) / static_cast<double>(lowest));
+  auto level = [&](const Observation& o) {
+    if (o.full || !(span > 0) || o.resource >= highest) return 1.0;
+    return std::clamp(
+        std::log(static_cast<double>(o.resource) / static_cast<double>(lowest)) / span, 0.0, 1.0);
+  };
+  out.observed_x.clear();
+  out.observed_loss.clear();
+  out.progress_loss.clear();
+  out.pending_x.clear();
+  out.fidelity = true;
+  for (size_t i = 0; i < placed.size(); ++i) {
+    for (const Observation& o : observations[i]) {
+      std::vector<double> x = placed_x[i];
+      x.push_back(level(o));
+      out.observed_x.push_back(std::move(x));
+      out.observed_loss.push_back(maximize ? -o.value : o.value);
+      if (out.observed_x.back().back() == 1.0)
+        out.progress_loss.push_back(out.observed_loss.back());
+    }
+    if (placed[i]->status == TrialRecord::Status::kPending ||
+        placed[i]->status == TrialRecord::Status::kRunning) {
+      std::vector<double> x = placed_x[i];
+      x.push_back(1.0);
+      out.pending_x.push_back(std::move(x));
+    }
+  }
+}
+
 }  // namespace
 
 ParsedHistory ParseHistory(const SearchSpace& space, const v1::HyperparameterSpec& spec,
-                           const std::vector<TrialRecord>& history) {
+                           const std::vector<TrialRecord>& history, HalvingModel halving_model) {
   ParsedHistory out;
   const bool maximize = spec.goal() != v1::HyperparameterSpec::MINIMIZE;
   // Records whose point the model can place, with that point.
@@ -60,6 +159,7 @@ ParsedHistory ParseHistory(const SearchSpace& space, const v1::HyperparameterSpe
         if (record.objective.has_value() && std::isfinite(*record.objective)) {
           out.observed_x.push_back(*unit);
           out.observed_loss.push_back(maximize ? -*record.objective : *record.objective);
+          out.progress_loss.push_back(out.observed_loss.back());
         }
         break;
       case TrialRecord::Status::kPending:
@@ -70,19 +170,23 @@ ParsedHistory ParseHistory(const SearchSpace& space, const v1::HyperparameterSpe
         break;
     }
   }
-  // Under successive halving most trials end at a low rung: the model learns
-  // from the values at the highest rung enough trials reached (as BOHB),
-  // while too few trials have a final objective. Trials still short of that
-  // rung are pending. Those that ended below it were judged worse than the
-  // trials that went on: they count as the worst value seen there, or the
+  if (spec.early_stopping().algorithm() != v1::EarlyStoppingSpec::SUCCESSIVE_HALVING) return out;
+  if (halving_model == HalvingModel::kEveryRung) {
+    ObserveEveryRung(spec, placed, placed_x, out);
+    return out;
+  }
+  // kHighestRung: the values at the highest rung enough trials reached (as
+  // BOHB), while too few trials have a final objective. Trials still short of
+  // that rung are pending. Those that ended below it were judged worse than
+  // the trials that went on: they count as the worst value seen there, or the
   // model, never seeing them at its rung, would suggest their region again
   // and again, only to have each suggestion stopped below it.
-  if (spec.early_stopping().algorithm() != v1::EarlyStoppingSpec::SUCCESSIVE_HALVING) return out;
   const std::optional<size_t> rung =
       ModelRung(placed, static_cast<size_t>(space.num_features()) + 2);
   if (!rung) return out;
   out.observed_x.clear();
   out.observed_loss.clear();
+  out.progress_loss.clear();
   out.pending_x.clear();
   auto reached = [&](const TrialRecord& record) {
     return record.rungs.size() > *rung && std::isfinite(record.rungs[*rung]);
@@ -98,6 +202,7 @@ ParsedHistory ParseHistory(const SearchSpace& space, const v1::HyperparameterSpe
     if (reached(record)) {
       out.observed_x.push_back(placed_x[i]);
       out.observed_loss.push_back(maximize ? -record.rungs[*rung] : record.rungs[*rung]);
+      out.progress_loss.push_back(out.observed_loss.back());
     } else if (record.status == TrialRecord::Status::kPending ||
                record.status == TrialRecord::Status::kRunning) {
       out.pending_x.push_back(placed_x[i]);

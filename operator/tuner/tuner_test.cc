@@ -628,8 +628,9 @@ TEST(SuccessiveHalvingTest, ReportsThatAreNotFiniteDoNotCount) {
   EXPECT_TRUE(JudgeAtRungs(spec, Reports("1", {0.1, std::nan("")}), {}).reached.empty());
 }
 
-// BOHB: under halving, most trials end at a low rung; the model learns from
-// the highest rung that enough trials (parameters + 2) reached.
+// BOHB's model (kHighestRung): under halving, most trials end at a low rung;
+// the model learns from the highest rung that enough trials (parameters + 2)
+// reached.
 TEST(SuccessiveHalvingTest, TheModelLearnsFromTheHighestRungWithEnoughTrials) {
   const HyperparameterSpec spec =
       HalvingSpec(HyperparameterSpec::MAXIMIZE, 3, 1, v1::EarlyStoppingSpec::REPORTS);
@@ -653,7 +654,8 @@ TEST(SuccessiveHalvingTest, TheModelLearnsFromTheHighestRungWithEnoughTrials) {
       trial(0.6, Status::kRunning, {}, std::nullopt),
       trial(0.7, Status::kRunning, {0.4}, std::nullopt),
   };
-  ParsedHistory h = ParseHistory(*space, spec, history);
+  ParsedHistory h = ParseHistory(*space, spec, history, HalvingModel::kHighestRung);
+  EXPECT_FALSE(h.fidelity);
   // Rung 1's three values, as losses; then the two trials stopped at rung 0,
   // as the worst value at rung 1 (they were judged worse than those that
   // went on).
@@ -670,13 +672,161 @@ TEST(SuccessiveHalvingTest, TheModelLearnsFromTheHighestRungWithEnoughTrials) {
   // trials that ended.
   HyperparameterSpec median = spec;
   median.clear_early_stopping();
-  EXPECT_THAT(ParseHistory(*space, median, history).observed_loss,
+  EXPECT_THAT(ParseHistory(*space, median, history, HalvingModel::kHighestRung).observed_loss,
               ::testing::ElementsAre(-0.2, -0.3, -0.85, -0.5));
   // Once as many trials have a final objective, those are the model's.
   history.push_back(trial(0.8, Status::kCompleted, {0.7, 0.8}, 0.9));
   history.push_back(trial(0.9, Status::kCompleted, {0.7, 0.8}, 0.8));
-  EXPECT_THAT(ParseHistory(*space, spec, history).observed_loss,
+  EXPECT_THAT(ParseHistory(*space, spec, history, HalvingModel::kHighestRung).observed_loss,
               ::testing::ElementsAre(-0.2, -0.3, -0.85, -0.5, -0.9, -0.8));
+}
+
+// kEveryRung: each rung a trial reached, and its last report past them, is a
+// point at its resource level, on a log scale from the first rung to the
+// most any trial trained.
+TEST(SuccessiveHalvingTest, EveryRungIsAPointAtItsResourceLevel) {
+  const HyperparameterSpec spec =
+      HalvingSpec(HyperparameterSpec::MAXIMIZE, 3, 1, v1::EarlyStoppingSpec::REPORTS);
+  absl::StatusOr<SearchSpace> space = SearchSpace::Create(spec);
+  ASSERT_TRUE(space.ok());
+  auto trial = [](double x, Status status, std::vector<double> reports, std::vector<double> rungs) {
+    TrialRecord r = Reports(FormatDouble(x), std::move(reports), std::move(rungs));
+    r.assignment = {{"x", FormatDouble(x)}};
+    r.status = status;
+    if (!r.curve.empty()) r.objective = r.curve.back().second;
+    return r;
+  };
+  // Rungs at 1 and 3 reports; trial 0.3 trained 9 (the most), 0.4 is at 4.
+  std::vector<TrialRecord> history = {
+      trial(0.1, Status::kStoppedEarly, {0.2}, {0.2}),
+      trial(0.3, Status::kCompleted, {0.6, 0.7, 0.8, 0.8, 0.8, 0.8, 0.8, 0.8, 0.85}, {0.6, 0.8}),
+      trial(0.4, Status::kRunning, {0.7, 0.7, 0.75, std::nan("")}, {0.7, 0.75}),
+      trial(0.5, Status::kFailed, {0.9}, {0.9}),
+      trial(0.6, Status::kRunning, {}, {}),
+  };
+  ParsedHistory h = ParseHistory(*space, spec, history, HalvingModel::kEveryRung);
+  EXPECT_TRUE(h.fidelity);
+  // 0.1 at rung 0; 0.3 at rungs 0 and 1 and its last report (9 reports);
+  // 0.4 at rungs 0 and 1 (its fourth report is not finite, so its last
+  // finite one is rung 1's). The failed trial says nothing.
+  EXPECT_THAT(h.observed_loss, ::testing::ElementsAre(-0.2, -0.6, -0.8, -0.85, -0.7, -0.75));
+  const double third = std::log(3.0) / std::log(9.0);
+  const std::vector<std::pair<double, double>> points = {{0.1, 0.0}, {0.3, 0.0}, {0.3, third},
+                                                         {0.3, 1.0}, {0.4, 0.0}, {0.4, third}};
+  ASSERT_EQ(h.observed_x.size(), points.size());
+  for (size_t i = 0; i < points.size(); ++i) {
+    ASSERT_EQ(h.observed_x[i].size(), 2u);
+    EXPECT_NEAR(h.observed_x[i][0], points[i].first, 1e-9) << i;
+    EXPECT_NEAR(h.observed_x[i][1], points[i].second, 1e-9) << i;
+  }
+  // Running trials are pending at the full resource, where suggestions are.
+  ASSERT_EQ(h.pending_x.size(), 2u);
+  EXPECT_THAT(h.pending_x[0], ::testing::ElementsAre(::testing::DoubleNear(0.4, 1e-9), 1.0));
+  EXPECT_THAT(h.pending_x[1], ::testing::ElementsAre(::testing::DoubleNear(0.6, 1e-9), 1.0));
+  // Progress (the stall check) is judged on full runs alone.
+  EXPECT_THAT(h.progress_loss, ::testing::ElementsAre(-0.85));
+  // While every trial is at the first rung, all are at the full resource.
+  ParsedHistory first = ParseHistory(*space, spec, {history[0]}, HalvingModel::kEveryRung);
+  ASSERT_EQ(first.observed_x.size(), 1u);
+  EXPECT_EQ(first.observed_x[0][1], 1.0);
+  // Without halving the model is the one it always was.
+  HyperparameterSpec median = spec;
+  median.clear_early_stopping();
+  ParsedHistory plain = ParseHistory(*space, median, history, HalvingModel::kEveryRung);
+  EXPECT_FALSE(plain.fidelity);
+  EXPECT_THAT(plain.observed_loss, ::testing::ElementsAre(-0.2, -0.85));
+}
+
+// With STEPS a rung value is at the step of the report that reached it; a
+// report that reached several rungs counts once; a completed trial is at the
+// full resource, its reports on record or not; a report before the first
+// rung is no rung value.
+TEST(SuccessiveHalvingTest, EveryRungUnderStepsIsAtTheStepThatReachedTheRung) {
+  const HyperparameterSpec spec =
+      HalvingSpec(HyperparameterSpec::MAXIMIZE, 3, 100, v1::EarlyStoppingSpec::STEPS);
+  absl::StatusOr<SearchSpace> space = SearchSpace::Create(spec);
+  ASSERT_TRUE(space.ok());
+  auto trial = [](double x, Status status) {
+    TrialRecord r;
+    r.trial_id = FormatDouble(x);
+    r.assignment = {{"x", FormatDouble(x)}};
+    r.status = status;
+    return r;
+  };
+  // Reports every 1000 steps: the first reached rungs 0, 1 and 2 (100, 300, 900).
+  TrialRecord coarse = trial(0.2, Status::kRunning);
+  coarse.curve = {{1000, 0.5}, {2000, 0.6}};
+  coarse.rungs = {0.5, 0.5, 0.5};
+  TrialRecord archived = trial(0.4, Status::kCompleted);
+  archived.objective = 0.7;
+  TrialRecord early = trial(0.6, Status::kRunning);
+  early.curve = {{50, 0.3}};
+  ParsedHistory h = ParseHistory(*space, spec, {coarse, archived, early}, HalvingModel::kEveryRung);
+  EXPECT_THAT(h.observed_loss, ::testing::ElementsAre(-0.5, -0.6, -0.7));
+  ASSERT_EQ(h.observed_x.size(), 3u);
+  EXPECT_NEAR(h.observed_x[0][1], std::log(10.0) / std::log(20.0), 1e-9);
+  EXPECT_EQ(h.observed_x[1][1], 1.0);  // step 2000, the most any trial trained
+  EXPECT_EQ(h.observed_x[2][1], 1.0);
+  EXPECT_THAT(h.progress_loss, ::testing::ElementsAre(-0.6, -0.7));
+  ASSERT_EQ(h.pending_x.size(), 2u);
+}
+
+// Early values can rank trials differently from final ones (a high learning
+// rate learns fastest in the first epoch and ends worse): the suggestion is
+// the model's best at the full resource, not at the rungs where most of the
+// data is.
+TEST(SuccessiveHalvingTest, EveryRungModelSuggestsWhereTheFullRunIsBest) {
+  const HyperparameterSpec spec =
+      HalvingSpec(HyperparameterSpec::MAXIMIZE, 3, 1, v1::EarlyStoppingSpec::REPORTS);
+  BayesianOptions options;  // halving_model: kEveryRung, the default
+  options.explore_every = 0;
+  // After r reports (1..9), the value peaks at x = 0.2 early and at 0.75 late.
+  auto value = [](double x, int r) {
+    const double late = std::log(static_cast<double>(r)) / std::log(9.0);
+    const double peak = 0.2 + 0.55 * late;
+    return 0.5 + 0.3 * late - (x - peak) * (x - peak);
+  };
+  std::vector<TrialRecord> history;
+  auto add = [&](double x, int reports, Status status) {
+    TrialRecord r;
+    r.trial_id = std::to_string(history.size());
+    r.assignment = {{"x", FormatDouble(x)}};
+    r.status = status;
+    for (int i = 1; i <= reports; ++i) r.curve.emplace_back(i, value(x, i));
+    r.rungs.push_back(value(x, 1));
+    if (reports >= 3) r.rungs.push_back(value(x, 3));
+    r.objective = r.curve.back().second;
+    history.push_back(std::move(r));
+  };
+  // Most trials stopped at the first rung, a few at the second, three ran to
+  // the end; none of the finished ones is near 0.75.
+  for (double x : {0.05, 0.15, 0.25, 0.35, 0.45, 0.55, 0.65, 0.75, 0.85, 0.95}) {
+    add(x, 1, Status::kStoppedEarly);
+  }
+  for (double x : {0.12, 0.22, 0.32, 0.62}) add(x, 3, Status::kStoppedEarly);
+  for (double x : {0.18, 0.5, 0.95}) add(x, 9, Status::kCompleted);
+  BayesianOptimizer bo(*SearchSpace::Create(spec), spec, 7, options);
+  const std::vector<Assignment> next = bo.Suggest(history, 1);
+  ASSERT_EQ(next.size(), 1u);
+  EXPECT_NEAR(Number(next[0].at("x")), 0.75, 0.12);
+  // A batch spreads out: the believers are at the full resource too, so
+  // each one lowers the variance where the next is scored (believers at the
+  // first rung leave the batch within 1e-6 of one point).
+  const std::vector<Assignment> batch = bo.Suggest(history, 3);
+  ASSERT_EQ(batch.size(), 3u);
+  EXPECT_EQ(batch[0], next[0]);
+  for (size_t i = 0; i < batch.size(); ++i) {
+    for (size_t j = 0; j < i; ++j) {
+      EXPECT_GT(std::abs(Number(batch[i].at("x")) - Number(batch[j].at("x"))), 1e-3) << i << j;
+    }
+  }
+  // BOHB's model, fitted to the final objectives alone here, knows nothing
+  // of the late peak.
+  options.halving_model = HalvingModel::kHighestRung;
+  BayesianOptimizer bohb(*SearchSpace::Create(spec), spec, 7, options);
+  const std::vector<Assignment> control = bohb.Suggest(history, 1);
+  ASSERT_EQ(control.size(), 1u);
+  EXPECT_GT(std::abs(Number(control[0].at("x")) - 0.75), 0.12) << control[0].at("x");
 }
 
 // ---- Successive halving with pauses (NextPromotion) ----------------------
