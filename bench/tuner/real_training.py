@@ -12,9 +12,12 @@ whether to stop it (the process is killed at once), and ends the study when
 
 Methods:
   kubetrain-median    Bayesian optimisation + the median rule (enableTrialEarlyStopping)
-  kubetrain-halving   Bayesian optimisation on rung values (BOHB) + asynchronous
+  kubetrain-halving   Bayesian optimisation on every rung value, each at its resource
+                      level (HalvingModel::kEveryRung, the default) + asynchronous
                       successive halving (earlyStopping SUCCESSIVE_HALVING, reports,
                       minResource 1, reductionFactor 3)
+  kubetrain-halving-bohb  the same with BOHB's model: the values at the highest rung
+                      that enough trials reached (HalvingModel::kHighestRung)
   kubetrain-pausing   the same with earlyStopping.pauseAtRungs, as the operator runs
                       it: a trial that reaches a rung below 8 epochs goes on if it
                       has earned the next one (tuner::NextPromotion with it alone
@@ -68,7 +71,7 @@ PARAMS = [
      "scaleType": "UNIT_LOG_SCALE"},
 ]
 METHODS = ["kubetrain-halving", "kubetrain-median", "random", "optuna-hyperband", "optuna-median",
-           "kubetrain-pausing"]
+           "kubetrain-pausing", "kubetrain-halving-bohb"]
 
 
 class Trial:
@@ -418,8 +421,11 @@ def main():
         for name in methods:
             session = Session(session_binary) if name.startswith("kubetrain") or name == "random" \
                 else None
-            if name in ("kubetrain-halving", "kubetrain-pausing"):
-                method = KubetrainMethod(session, seed, name.split("-")[1], options=args.options,
+            if name in ("kubetrain-halving", "kubetrain-pausing", "kubetrain-halving-bohb"):
+                options = args.options
+                if name == "kubetrain-halving-bohb":
+                    options = dict(options or {}, halving_model="highest_rung")
+                method = KubetrainMethod(session, seed, name.split("-")[1], options=options,
                                          min_resource=args.min_resource,
                                          reduction_factor=args.reduction_factor)
             elif name == "kubetrain-median":

@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
@@ -37,6 +38,17 @@ inline absl::StatusOr<std::unique_ptr<Tuner>> MakeTuner(const v1::Hyperparameter
   options.gls_mean = o.value("gls_mean", options.gls_mean);
   options.stall_window = o.value("stall_window", options.stall_window);
   options.stall_tolerance = o.value("stall_tolerance", options.stall_tolerance);
+  if (o.contains("halving_model")) {
+    const std::string model =
+        o["halving_model"].is_string() ? o["halving_model"].get<std::string>() : "";
+    if (model != "every_rung" && model != "highest_rung") {
+      return absl::InvalidArgumentError(
+          "options.halving_model: one of \"every_rung\", \"highest_rung\", got " +
+          o["halving_model"].dump());
+    }
+    options.halving_model =
+        model == "highest_rung" ? HalvingModel::kHighestRung : HalvingModel::kEveryRung;
+  }
   options.fit.restarts = o.value("restarts", options.fit.restarts);
   options.fit.random_starts = o.value("random_starts", options.fit.random_starts);
   options.fit.max_iterations = o.value("fit_iterations", options.fit.max_iterations);
