@@ -12,12 +12,11 @@ whether to stop it (the process is killed at once), and ends the study when
 
 Methods:
   kubetrain-median    Bayesian optimisation + the median rule (enableTrialEarlyStopping)
-  kubetrain-halving   Bayesian optimisation on every rung value, each at its resource
-                      level (HalvingModel::kEveryRung, the default) + asynchronous
+  kubetrain-halving   Bayesian optimisation on rung values (BOHB) + asynchronous
                       successive halving (earlyStopping SUCCESSIVE_HALVING, reports,
                       minResource 1, reductionFactor 3)
-  kubetrain-halving-bohb  the same with BOHB's model: the values at the highest rung
-                      that enough trials reached (HalvingModel::kHighestRung)
+  kubetrain-halving-every-rung  the same with the model fitted to every rung value,
+                      each at its resource level (HalvingModel::kEveryRung)
   kubetrain-pausing   the same with earlyStopping.pauseAtRungs, as the operator runs
                       it: a trial that reaches a rung below 8 epochs goes on if it
                       has earned the next one (tuner::NextPromotion with it alone
@@ -71,7 +70,7 @@ PARAMS = [
      "scaleType": "UNIT_LOG_SCALE"},
 ]
 METHODS = ["kubetrain-halving", "kubetrain-median", "random", "optuna-hyperband", "optuna-median",
-           "kubetrain-pausing", "kubetrain-halving-bohb"]
+           "kubetrain-pausing", "kubetrain-halving-every-rung"]
 
 
 class Trial:
@@ -421,10 +420,10 @@ def main():
         for name in methods:
             session = Session(session_binary) if name.startswith("kubetrain") or name == "random" \
                 else None
-            if name in ("kubetrain-halving", "kubetrain-pausing", "kubetrain-halving-bohb"):
+            if name in ("kubetrain-halving", "kubetrain-pausing", "kubetrain-halving-every-rung"):
                 options = args.options
-                if name == "kubetrain-halving-bohb":
-                    options = dict(options or {}, halving_model="highest_rung")
+                if name == "kubetrain-halving-every-rung":
+                    options = dict(options or {}, halving_model="every_rung")
                 method = KubetrainMethod(session, seed, name.split("-")[1], options=options,
                                          min_resource=args.min_resource,
                                          reduction_factor=args.reduction_factor)

@@ -47,7 +47,7 @@ inline absl::StatusOr<std::unique_ptr<Tuner>> MakeTuner(const v1::Hyperparameter
           o["halving_model"].dump());
     }
     options.halving_model =
-        model == "highest_rung" ? HalvingModel::kHighestRung : HalvingModel::kEveryRung;
+        model == "every_rung" ? HalvingModel::kEveryRung : HalvingModel::kHighestRung;
   }
   options.fit.restarts = o.value("restarts", options.fit.restarts);
   options.fit.random_starts = o.value("random_starts", options.fit.random_starts);

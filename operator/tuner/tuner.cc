@@ -28,7 +28,7 @@ class RandomSearch : public Tuner {
     std::vector<Assignment> out;
     if (count <= 0) return out;
     HyperparameterSpec unused_spec;
-    ParsedHistory h = ParseHistory(space_, unused_spec, history, HalvingModel::kEveryRung);
+    ParsedHistory h = ParseHistory(space_, unused_spec, history, HalvingModel::kHighestRung);
     Rng rng(CallSeed(seed_, history.size()));
     uint64_t grid_cursor = 0;
     const std::optional<uint64_t> size = space_.FiniteSize();
@@ -64,7 +64,7 @@ class GridSearch : public Tuner {
   std::vector<Assignment> Suggest(const std::vector<TrialRecord>& history, int count) override {
     std::vector<Assignment> out;
     HyperparameterSpec unused_spec;
-    ParsedHistory h = ParseHistory(space_, unused_spec, history, HalvingModel::kEveryRung);
+    ParsedHistory h = ParseHistory(space_, unused_spec, history, HalvingModel::kHighestRung);
     const uint64_t size = *space_.FiniteSize();
     for (uint64_t i = 0; i < size && static_cast<int>(out.size()) < count; ++i) {
       Assignment a = space_.GridPoint(i);

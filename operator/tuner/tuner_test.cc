@@ -660,6 +660,8 @@ TEST(SuccessiveHalvingTest, TheModelLearnsFromTheHighestRungWithEnoughTrials) {
   // as the worst value at rung 1 (they were judged worse than those that
   // went on).
   EXPECT_THAT(h.observed_loss, ::testing::ElementsAre(-0.8, -0.75, -0.5, -0.5, -0.5));
+  // The stand-ins are no progress: the stall check sees rung 1's values.
+  EXPECT_THAT(h.progress_loss, ::testing::ElementsAre(-0.8, -0.75, -0.5));
   ASSERT_EQ(h.observed_x.size(), 5u);
   EXPECT_NEAR(h.observed_x[0][0], 0.3, 1e-9);
   EXPECT_NEAR(h.observed_x[3][0], 0.1, 1e-9);
@@ -672,8 +674,9 @@ TEST(SuccessiveHalvingTest, TheModelLearnsFromTheHighestRungWithEnoughTrials) {
   // trials that ended.
   HyperparameterSpec median = spec;
   median.clear_early_stopping();
-  EXPECT_THAT(ParseHistory(*space, median, history, HalvingModel::kHighestRung).observed_loss,
-              ::testing::ElementsAre(-0.2, -0.3, -0.85, -0.5));
+  const ParsedHistory plain = ParseHistory(*space, median, history, HalvingModel::kHighestRung);
+  EXPECT_THAT(plain.observed_loss, ::testing::ElementsAre(-0.2, -0.3, -0.85, -0.5));
+  EXPECT_EQ(plain.progress_loss, plain.observed_loss);
   // Once as many trials have a final objective, those are the model's.
   history.push_back(trial(0.8, Status::kCompleted, {0.7, 0.8}, 0.9));
   history.push_back(trial(0.9, Status::kCompleted, {0.7, 0.8}, 0.8));
@@ -778,7 +781,8 @@ TEST(SuccessiveHalvingTest, EveryRungUnderStepsIsAtTheStepThatReachedTheRung) {
 TEST(SuccessiveHalvingTest, EveryRungModelSuggestsWhereTheFullRunIsBest) {
   const HyperparameterSpec spec =
       HalvingSpec(HyperparameterSpec::MAXIMIZE, 3, 1, v1::EarlyStoppingSpec::REPORTS);
-  BayesianOptions options;  // halving_model: kEveryRung, the default
+  BayesianOptions options;
+  options.halving_model = HalvingModel::kEveryRung;
   options.explore_every = 0;
   // After r reports (1..9), the value peaks at x = 0.2 early and at 0.75 late.
   auto value = [](double x, int r) {
