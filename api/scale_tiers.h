@@ -36,6 +36,16 @@ struct ReplicaGroup {
   v1::ReplicaConfig config;  // image, command, args, accelerators
 };
 
+// The role of a job's chief, replica 0 of it: the master, else the first
+// worker (a job converted from Kubeflow without a chief). Its end decides its
+// replica set's, and its reports are the trial's.
+inline Role ChiefRole(const std::vector<ReplicaGroup>& groups) {
+  for (const ReplicaGroup& group : groups) {
+    if (group.role == Role::kMaster && group.count > 0) return Role::kMaster;
+  }
+  return Role::kWorker;
+}
+
 // Whether the role's replicas run their image's entrypoint: an image of the
 // user's (imageUri) with neither containerCommand nor pythonModule to run in
 // it, as Cloud ML's custom containers and Kubeflow's containers without a

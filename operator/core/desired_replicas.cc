@@ -1,4 +1,3 @@
-#include <algorithm>
 #include <cmath>
 #include <optional>
 #include <utility>
@@ -60,15 +59,10 @@ std::vector<std::string> ReplicaArgs(const v1::TrainingJob& job, const api::Repl
   return args;
 }
 
-// The chief: the master, else worker 0 (whose reports count, as with
-// `train` and `exec`).
+// Whose reports count (as with `train` and `exec`): the chief.
 bool IsChief(const std::vector<api::ReplicaGroup>& groups, const api::ReplicaGroup& group,
              int64_t index) {
-  if (group.role == api::Role::kMaster) return true;
-  if (group.role != api::Role::kWorker || index != 0) return false;
-  return std::none_of(groups.begin(), groups.end(), [](const api::ReplicaGroup& g) {
-    return g.role == api::Role::kMaster && g.count > 0;
-  });
+  return index == 0 && group.role == api::ChiefRole(groups);
 }
 
 // The trainer writes the hypertune file, the sidecar reports it with the

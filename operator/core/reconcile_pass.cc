@@ -116,15 +116,12 @@ absl::Duration RecreateBackoff(int restarts, absl::Duration base) {
   return std::min(delay, kRecreateBackoffMax);
 }
 
-// Deletes a replica (and its Service) unless deletion is already under way;
-// force-deletes one stuck past its grace period.
 ReplicaKey ChiefOf(const Context& c, const std::string& trial_id) {
-  const bool has_master = std::any_of(c.groups.begin(), c.groups.end(), [](const auto& g) {
-    return g.role == api::Role::kMaster && g.count > 0;
-  });
-  return ReplicaKey{trial_id, has_master ? api::Role::kMaster : api::Role::kWorker, 0};
+  return ReplicaKey{trial_id, api::ChiefRole(c.groups), 0};
 }
 
+// Deletes a replica (and its Service) unless deletion is already under way;
+// force-deletes one stuck past its grace period.
 void DeleteReplicaOnce(Context& c, const ObservedReplica& r, const std::string& reason,
                        bool with_service) {
   if (!r.deletion_requested) {

@@ -95,8 +95,7 @@ struct Context {
 
 absl::Duration RecreateBackoff(int restarts, absl::Duration base);
 
-// The replica whose end decides its set's (the chief): the master, else
-// worker 0.
+// The trial's chief (api::ChiefRole), whose end decides its set's.
 ReplicaKey ChiefOf(const Context& c, const std::string& trial_id);
 
 // Deletes a replica (and its Service) unless deletion is already under way;
