@@ -145,11 +145,9 @@ class Model {
  public:
   static std::optional<Model> Build(const SearchSpace& space, const BayesianOptions& options,
                                     const ParsedHistory& history, Rng& rng, bool explore) {
-    // Under HalvingModel::kEveryRung the inputs have a last coordinate more,
-    // their resource; candidates are scored at the full one (1).
-    const int inputs = space.num_features() + (history.fidelity ? 1 : 0);
     Model m(space, options);
     m.fidelity_ = history.fidelity;
+    const int inputs = m.Inputs();
     std::vector<int> train = SelectPoints(history.observed_loss, options.max_training_points, rng);
     Eigen::VectorXd loss(train.size());
     for (size_t i = 0; i < train.size(); ++i) loss[i] = history.observed_loss[train[i]];
@@ -259,7 +257,7 @@ class Model {
                                                            : std::min(4000, 1000 + 250 * dims);
     const int per_anchor =
         anchors_.empty() ? 0 : options_->local_candidates / static_cast<int>(anchors_.size());
-    Eigen::MatrixXd cands(num_random + per_anchor * anchors_.size(), dims + (fidelity_ ? 1 : 0));
+    Eigen::MatrixXd cands(num_random + per_anchor * anchors_.size(), Inputs());
     if (fidelity_) cands.col(dims).setOnes();
     Eigen::Index row = 0;
     for (int i = 0; i < num_random; ++i, ++row) {
@@ -325,6 +323,11 @@ class Model {
     AddBelievers(AtFullResource(ToEigen(*u)).transpose());
   }
 
+  // The model's inputs: the cube's coordinates and, under
+  // HalvingModel::kEveryRung, the resource last (candidates are scored at
+  // the full one, 1).
+  int Inputs() const { return space_->num_features() + (fidelity_ ? 1 : 0); }
+
   // A cube point as the model's input: with resources, at the full one.
   Eigen::VectorXd AtFullResource(const Eigen::VectorXd& cube) const {
     if (!fidelity_) return cube;
@@ -387,7 +390,7 @@ class Model {
   // acquisition) and returns the best.
   std::optional<Assignment> BestOf(std::vector<Assignment>& candidates) const {
     if (candidates.empty()) return std::nullopt;
-    Eigen::MatrixXd points(candidates.size(), space_->num_features() + (fidelity_ ? 1 : 0));
+    Eigen::MatrixXd points(candidates.size(), Inputs());
     for (size_t i = 0; i < candidates.size(); ++i) {
       points.row(i) = AtFullResource(ToEigen(*space_->Encode(candidates[i]))).transpose();
     }

@@ -59,11 +59,8 @@ std::vector<Observation> ObservationsOf(const v1::EarlyStoppingSpec& stopping,
     if (!std::isfinite(record.rungs[k])) continue;
     int64_t resource = RungResource(stopping, static_cast<int>(k));
     if (by_steps) {
-      auto reached = std::find_if(reports.begin(), reports.end(),
-                                  [&](const auto& report) { return report.first >= resource; });
-      if (reached != reports.end() && reached->second == record.rungs[k]) {
-        resource = reached->first;
-      }
+      const auto reached = ReportAtRung(stopping, reports, static_cast<int>(k));
+      if (reached && reached->second == record.rungs[k]) resource = reached->first;
     }
     if (!out.empty() && resource <= out.back().resource) continue;
     out.push_back({resource, record.rungs[k]});

@@ -168,11 +168,24 @@ int64_t RungResource(const v1::EarlyStoppingSpec& stopping, int k) {
   return r;
 }
 
+std::optional<std::pair<int64_t, double>> ReportAtRung(
+    const v1::EarlyStoppingSpec& stopping, const std::vector<std::pair<int64_t, double>>& reports,
+    int k) {
+  const int64_t at = RungResource(stopping, k);
+  if (stopping.resource() != v1::EarlyStoppingSpec::STEPS) {
+    if (at <= static_cast<int64_t>(reports.size())) return reports[at - 1];
+    return std::nullopt;
+  }
+  for (const auto& report : reports) {
+    if (report.first >= at) return report;
+  }
+  return std::nullopt;
+}
+
 RungVerdict JudgeAtRungs(const HyperparameterSpec& spec, const TrialRecord& running,
                          const std::vector<TrialRecord>& others) {
   const v1::EarlyStoppingSpec& stopping = spec.early_stopping();
   const bool maximize = spec.goal() != HyperparameterSpec::MINIMIZE;
-  const bool by_steps = stopping.resource() == v1::EarlyStoppingSpec::STEPS;
   const int64_t eta = ReductionFactor(stopping);
   std::vector<std::pair<int64_t, double>> reports;
   for (const auto& report : running.curve) {
@@ -181,19 +194,7 @@ RungVerdict JudgeAtRungs(const HyperparameterSpec& spec, const TrialRecord& runn
   RungVerdict verdict;
   // Past 63 rungs the resource has saturated at INT64_MAX: no more rungs.
   for (int k = static_cast<int>(running.rungs.size()); k < 63; ++k) {
-    const int64_t at = RungResource(stopping, k);
-    // The report that reached rung k, if any has.
-    std::optional<std::pair<int64_t, double>> report;
-    if (!by_steps) {
-      if (at <= static_cast<int64_t>(reports.size())) report = reports[at - 1];
-    } else {
-      for (const auto& r : reports) {
-        if (r.first >= at) {
-          report = r;
-          break;
-        }
-      }
-    }
+    const std::optional<std::pair<int64_t, double>> report = ReportAtRung(stopping, reports, k);
     if (!report) break;
     verdict.reached.push_back(*report);
     std::vector<double> values = {report->second};

@@ -90,6 +90,13 @@ int64_t ReductionFactor(const v1::EarlyStoppingSpec& stopping);
 // The resource at which rung `k` is (saturating).
 int64_t RungResource(const v1::EarlyStoppingSpec& stopping, int k);
 
+// The report of `reports` (a trial's finite reports, in step order) that
+// reached rung `k`: the r-th with REPORTS, the first at a step >= r with
+// STEPS; nullopt when none has.
+std::optional<std::pair<int64_t, double>> ReportAtRung(
+    const v1::EarlyStoppingSpec& stopping, const std::vector<std::pair<int64_t, double>>& reports,
+    int k);
+
 struct RungVerdict {
   // The running trial's reports at the rungs it reached past running.rungs,
   // lowest first: (training step, value). The caller appends them to its
