@@ -328,6 +328,14 @@ ResumedHistory ResumedTrials(const Context& c) {
   for (const auto& t : previous.job.status().training_output().trials()) candidates.push_back(&t);
   for (const auto& t : previous.archived_trials) candidates.push_back(&t);
   absl::StatusOr<tuner::SearchSpace> space = tuner::SearchSpace::Create(c.hp());
+  // Successive halving compares values at this job's rungs: recorded at
+  // other rungs (or under another rule), they are taken again from each
+  // trial's reports.
+  const v1::EarlyStoppingSpec& stopping = c.hp().early_stopping();
+  const bool other_rungs =
+      stopping.algorithm() == v1::EarlyStoppingSpec::SUCCESSIVE_HALVING &&
+      !tuner::SameRungs(previous.job.spec().training_input().hyperparameters().early_stopping(),
+                        stopping);
   std::set<std::string> seen;  // a trial both in status and archived counts once
   for (const v1::HyperparameterOutput* t : candidates) {
     if (!HasObjective(*t) || !seen.insert(t->trial_id()).second) continue;
@@ -344,6 +352,10 @@ ResumedHistory ResumedTrials(const Context& c) {
     }
     record.assignment = *std::move(canonical);
     record.trial_id = previous.job.metadata().name() + "/" + t->trial_id();
+    if (other_rungs) {
+      record.rungs = tuner::RungsFromCurve(stopping, record.curve,
+                                           t->all_metrics_size() >= kMaxMetricsPerTrial);
+    }
     history.trials.push_back(std::move(record));
   }
   return history;

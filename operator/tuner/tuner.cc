@@ -100,6 +100,16 @@ double KeepThBest(std::vector<double> values, size_t keep, bool maximize) {
   return values[keep - 1];
 }
 
+// `curve` without its reports that are not finite.
+std::vector<std::pair<int64_t, double>> FiniteReports(
+    const std::vector<std::pair<int64_t, double>>& curve) {
+  std::vector<std::pair<int64_t, double>> reports;
+  for (const auto& report : curve) {
+    if (std::isfinite(report.second)) reports.push_back(report);
+  }
+  return reports;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Tuner>> Tuner::Create(const HyperparameterSpec& spec,
@@ -182,15 +192,35 @@ std::optional<std::pair<int64_t, double>> ReportAtRung(
   return std::nullopt;
 }
 
+bool SameRungs(const v1::EarlyStoppingSpec& a, const v1::EarlyStoppingSpec& b) {
+  constexpr auto kHalving = v1::EarlyStoppingSpec::SUCCESSIVE_HALVING;
+  // Rungs 0 and 1 fix minResource and the factor; REPORTS is the default.
+  return a.algorithm() == kHalving && b.algorithm() == kHalving &&
+         (a.resource() == v1::EarlyStoppingSpec::STEPS) ==
+             (b.resource() == v1::EarlyStoppingSpec::STEPS) &&
+         RungResource(a, 0) == RungResource(b, 0) && RungResource(a, 1) == RungResource(b, 1);
+}
+
+std::vector<double> RungsFromCurve(const v1::EarlyStoppingSpec& stopping,
+                                   const std::vector<std::pair<int64_t, double>>& curve,
+                                   bool truncated) {
+  std::vector<double> rungs;
+  if (truncated) return rungs;
+  const std::vector<std::pair<int64_t, double>> reports = FiniteReports(curve);
+  for (int k = 0; k < 63; ++k) {
+    const std::optional<std::pair<int64_t, double>> report = ReportAtRung(stopping, reports, k);
+    if (!report) break;
+    rungs.push_back(report->second);
+  }
+  return rungs;
+}
+
 RungVerdict JudgeAtRungs(const HyperparameterSpec& spec, const TrialRecord& running,
                          const std::vector<TrialRecord>& others) {
   const v1::EarlyStoppingSpec& stopping = spec.early_stopping();
   const bool maximize = spec.goal() != HyperparameterSpec::MINIMIZE;
   const int64_t eta = ReductionFactor(stopping);
-  std::vector<std::pair<int64_t, double>> reports;
-  for (const auto& report : running.curve) {
-    if (std::isfinite(report.second)) reports.push_back(report);
-  }
+  const std::vector<std::pair<int64_t, double>> reports = FiniteReports(running.curve);
   RungVerdict verdict;
   // Past 63 rungs the resource has saturated at INT64_MAX: no more rungs.
   for (int k = static_cast<int>(running.rungs.size()); k < 63; ++k) {

@@ -97,6 +97,21 @@ std::optional<std::pair<int64_t, double>> ReportAtRung(
     const v1::EarlyStoppingSpec& stopping, const std::vector<std::pair<int64_t, double>>& reports,
     int k);
 
+// Whether `a` and `b` put successive halving's rungs at the same places:
+// both SUCCESSIVE_HALVING, with the same resource, minResource and
+// reductionFactor (after their defaults).
+bool SameRungs(const v1::EarlyStoppingSpec& a, const v1::EarlyStoppingSpec& b);
+
+// A trial's values at the rungs of `stopping` that its `curve` (every
+// report of the metric tag, in step order; values that are not finite are
+// ignored) reached: what JudgeAtRungs would have recorded, for a trial
+// judged under other rungs (a resumed study's). None when `truncated`: the
+// curve lost its first reports (status keeps the last kMaxMetricsPerTrial),
+// so which report reached a rung is not known.
+std::vector<double> RungsFromCurve(const v1::EarlyStoppingSpec& stopping,
+                                   const std::vector<std::pair<int64_t, double>>& curve,
+                                   bool truncated);
+
 struct RungVerdict {
   // The running trial's reports at the rungs it reached past running.rungs,
   // lowest first: (training step, value). The caller appends them to its

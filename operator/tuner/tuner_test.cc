@@ -628,6 +628,52 @@ TEST(SuccessiveHalvingTest, ReportsThatAreNotFiniteDoNotCount) {
   EXPECT_TRUE(JudgeAtRungs(spec, Reports("1", {0.1, std::nan("")}), {}).reached.empty());
 }
 
+// A resumed study's trials, judged under other rungs, are read again at
+// this job's: the values JudgeAtRungs would have recorded for them.
+TEST(SuccessiveHalvingTest, RungsFromCurveAreTheReportsThatReachedEachRung) {
+  const HyperparameterSpec reports =
+      HalvingSpec(HyperparameterSpec::MAXIMIZE, 2, 1, v1::EarlyStoppingSpec::REPORTS);
+  // Finite reports 1, 2 and 4 reach rungs 0, 1 and 2: the NaN does not count.
+  const TrialRecord five = Reports("1", {0.1, 0.2, std::nan(""), 0.3, 0.4, 0.5});
+  EXPECT_THAT(RungsFromCurve(reports.early_stopping(), five.curve, false),
+              ::testing::ElementsAre(0.1, 0.2, 0.4));
+  // JudgeAtRungs records the same values.
+  std::vector<double> judged;
+  for (const auto& [step, value] : JudgeAtRungs(reports, five, {}).reached) judged.push_back(value);
+  EXPECT_THAT(judged, ::testing::ElementsAre(0.1, 0.2, 0.4));
+  // Steps 10..60 (30 the NaN) against rungs at steps 15, 45, 135.
+  const HyperparameterSpec steps =
+      HalvingSpec(HyperparameterSpec::MAXIMIZE, 3, 15, v1::EarlyStoppingSpec::STEPS);
+  EXPECT_THAT(RungsFromCurve(steps.early_stopping(), five.curve, false),
+              ::testing::ElementsAre(0.2, 0.4));
+  // A curve that lost its first reports gives none; an empty one none.
+  EXPECT_THAT(RungsFromCurve(steps.early_stopping(), five.curve, true), ::testing::IsEmpty());
+  EXPECT_THAT(RungsFromCurve(reports.early_stopping(), {}, false), ::testing::IsEmpty());
+}
+
+TEST(SuccessiveHalvingTest, SameRungsComparesWhereTheRungsAreAfterDefaults) {
+  v1::EarlyStoppingSpec a;
+  a.set_algorithm(v1::EarlyStoppingSpec::SUCCESSIVE_HALVING);
+  v1::EarlyStoppingSpec b = a;
+  b.set_min_resource(1);
+  b.set_reduction_factor(3);
+  b.set_resource(v1::EarlyStoppingSpec::REPORTS);
+  EXPECT_TRUE(SameRungs(a, b));  // the defaults, written out
+  v1::EarlyStoppingSpec other = b;
+  other.set_reduction_factor(2);
+  EXPECT_FALSE(SameRungs(a, other));
+  other = b;
+  other.set_min_resource(2);
+  EXPECT_FALSE(SameRungs(a, other));
+  other = b;
+  other.set_resource(v1::EarlyStoppingSpec::STEPS);
+  EXPECT_FALSE(SameRungs(a, other));
+  other = b;
+  other.set_algorithm(v1::EarlyStoppingSpec::MEDIAN);
+  EXPECT_FALSE(SameRungs(a, other));
+  EXPECT_FALSE(SameRungs(other, other));
+}
+
 // BOHB's model (kHighestRung): under halving, most trials end at a low rung;
 // the model learns from the highest rung that enough trials (parameters + 2)
 // reached.
