@@ -2468,52 +2468,48 @@ TEST(ResumeTest, EarlyStoppingJudgesAgainstResumedTrialsToo) {
   EXPECT_EQ(completed_seen, 3u);
 }
 
-// Successive halving compares values at this job's rungs. The earlier study
-// ran without halving: its trials' values at this job's rung 0 (their first
-// report: 0.7, 0.5, 0.6) are read from their reports, so trial 1's 0.55 is
-// not among the best 2 of 4 there.
-TEST(ResumeTest, HalvingReadsEarlierTrialsAtThisJobsRungs) {
+// A halving study (HalvingStudy: rungs at reports 1, 2, 4) resuming
+// `earlier`: whether its trial 1, with 0.55 as its first report (rung 0), is
+// stopped there.
+bool ResumedHalvingStopsAtRungZero(PreviousStudy earlier) {
   v1::TrainingJob job = HalvingStudy(2, 1);
   job.mutable_spec()
       ->mutable_training_input()
       ->mutable_hyperparameters()
       ->set_resume_previous_job_id("earlier");
   Harness h(job);
-  h.observed.previous_study = Earlier();
+  h.observed.previous_study = std::move(earlier);
   h.Settle();
   h.RunAll();
   Report(h, "1", 10, 0.55);
   h.Settle();
-  EXPECT_TRUE(Trial(h, "1")->is_trial_stopped_early());
   EXPECT_THAT(RungValues(*Trial(h, "1")), ElementsAre(0.55));
+  return Trial(h, "1")->is_trial_stopped_early();
+}
+
+// Successive halving compares values at this job's rungs. The earlier study
+// ran without halving: its trials' values at this job's rung 0 (their first
+// report: 0.7, 0.5, 0.6) are read from their reports, so trial 1's 0.55 is
+// not among the best 2 of 4 there.
+TEST(ResumeTest, HalvingReadsEarlierTrialsAtThisJobsRungs) {
+  EXPECT_TRUE(ResumedHalvingStopsAtRungZero(Earlier()));
 }
 
 // Under the same rungs the values the earlier study recorded stand, as this
 // study's own do: trial 2 recorded 0.4 at rung 0 (trials 1 and 3 recorded
 // none), so trial 1's 0.55 is the best of 2 there.
 TEST(ResumeTest, HalvingKeepsWhatTheEarlierStudyRecordedAtTheSameRungs) {
-  v1::TrainingJob job = HalvingStudy(2, 1);
-  job.mutable_spec()
-      ->mutable_training_input()
-      ->mutable_hyperparameters()
-      ->set_resume_previous_job_id("earlier");
-  Harness h(job);
-  h.observed.previous_study = Earlier();
-  v1::TrainingJob& earlier = h.observed.previous_study.job;
-  *earlier.mutable_spec()
+  PreviousStudy earlier = Earlier();
+  *earlier.job.mutable_spec()
        ->mutable_training_input()
        ->mutable_hyperparameters()
-       ->mutable_early_stopping() = job.spec().training_input().hyperparameters().early_stopping();
+       ->mutable_early_stopping() =
+      HalvingStudy(2, 1).spec().training_input().hyperparameters().early_stopping();
   v1::HyperparameterOutput* two =
-      earlier.mutable_status()->mutable_training_output()->mutable_trials(0);
+      earlier.job.mutable_status()->mutable_training_output()->mutable_trials(0);
   ASSERT_EQ(two->trial_id(), "2");
   two->add_rung_metrics()->set_objective_value(0.4);
-  h.Settle();
-  h.RunAll();
-  Report(h, "1", 10, 0.55);
-  h.Settle();
-  EXPECT_FALSE(Trial(h, "1")->is_trial_stopped_early());
-  EXPECT_EQ(Trial(h, "1")->state(), v1::RUNNING);
+  EXPECT_FALSE(ResumedHalvingStopsAtRungZero(std::move(earlier)));
 }
 
 TEST(ResumeTest, UnusableEarlierStudyFailsTheJobBeforeAnyTrial) {
