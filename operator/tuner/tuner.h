@@ -102,10 +102,11 @@ std::optional<std::pair<int64_t, double>> ReportAtRung(
 // reductionFactor (after their defaults).
 bool SameRungs(const v1::EarlyStoppingSpec& a, const v1::EarlyStoppingSpec& b);
 
-// A trial's values at the rungs of `stopping` that its `curve` (every
+// A trial's values at every rung of `stopping` that its `curve` (every
 // report of the metric tag, in step order; values that are not finite are
-// ignored) reached: what JudgeAtRungs would have recorded, for a trial
-// judged under other rungs (a resumed study's). None when `truncated`: the
+// ignored) reached: what JudgeAtRungs records, were the trial never
+// stopped. For a trial judged under other rungs (a resumed study's): it did
+// reach them, whatever stopped it later. None when `truncated`: the
 // curve lost its first reports (status keeps the last kMaxMetricsPerTrial),
 // so which report reached a rung is not known.
 std::vector<double> RungsFromCurve(const v1::EarlyStoppingSpec& stopping,
