@@ -50,10 +50,7 @@ struct Observation {
 std::vector<Observation> ObservationsOf(const v1::EarlyStoppingSpec& stopping,
                                         const TrialRecord& record) {
   const bool by_steps = stopping.resource() == v1::EarlyStoppingSpec::STEPS;
-  std::vector<std::pair<int64_t, double>> reports;
-  for (const auto& report : record.curve) {
-    if (std::isfinite(report.second)) reports.push_back(report);
-  }
+  const std::vector<std::pair<int64_t, double>> reports = FiniteReports(record.curve);
   std::vector<Observation> out;
   for (size_t k = 0; k < record.rungs.size(); ++k) {
     if (!std::isfinite(record.rungs[k])) continue;

@@ -100,16 +100,6 @@ double KeepThBest(std::vector<double> values, size_t keep, bool maximize) {
   return values[keep - 1];
 }
 
-// `curve` without its reports that are not finite.
-std::vector<std::pair<int64_t, double>> FiniteReports(
-    const std::vector<std::pair<int64_t, double>>& curve) {
-  std::vector<std::pair<int64_t, double>> reports;
-  for (const auto& report : curve) {
-    if (std::isfinite(report.second)) reports.push_back(report);
-  }
-  return reports;
-}
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Tuner>> Tuner::Create(const HyperparameterSpec& spec,
@@ -176,6 +166,15 @@ int64_t RungResource(const v1::EarlyStoppingSpec& stopping, int k) {
     r *= eta;
   }
   return r;
+}
+
+std::vector<std::pair<int64_t, double>> FiniteReports(
+    const std::vector<std::pair<int64_t, double>>& curve) {
+  std::vector<std::pair<int64_t, double>> reports;
+  for (const auto& report : curve) {
+    if (std::isfinite(report.second)) reports.push_back(report);
+  }
+  return reports;
 }
 
 std::optional<std::pair<int64_t, double>> ReportAtRung(

@@ -90,6 +90,10 @@ int64_t ReductionFactor(const v1::EarlyStoppingSpec& stopping);
 // The resource at which rung `k` is (saturating).
 int64_t RungResource(const v1::EarlyStoppingSpec& stopping, int k);
 
+// `curve` (a trial's reports) without those whose value is not finite.
+std::vector<std::pair<int64_t, double>> FiniteReports(
+    const std::vector<std::pair<int64_t, double>>& curve);
+
 // The report of `reports` (a trial's finite reports, in step order) that
 // reached rung `k`: the r-th with REPORTS, the first at a step >= r with
 // STEPS; nullopt when none has.
